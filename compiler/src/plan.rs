@@ -1,0 +1,188 @@
+//! The Plan IR: the single currency between schedulers, the verifier, the
+//! simulator, the MSCCL lowering and the runtime.
+//!
+//! A plan is a list of transfers, each copying a contiguous byte range from a
+//! buffer of one rank to a buffer of another (or the same) rank over a named
+//! path, grouped into steps, with explicit dependencies. It says nothing about
+//! time: only the simulator turns bytes into time.
+
+use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
+
+use crate::error::{json_error, read_file, Result};
+
+/// A rank's buffers. `input` and `output` follow the all-to-all(v) layout
+/// ([`crate::traffic::Layout`]); `scratch` holds relayed data.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum Buffer {
+    Input,
+    Output,
+    Scratch,
+}
+
+impl Buffer {
+    pub fn name(self) -> &'static str {
+        match self {
+            Buffer::Input => "input",
+            Buffer::Output => "output",
+            Buffer::Scratch => "scratch",
+        }
+    }
+}
+
+/// How a transfer travels.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Path {
+    /// A copy inside one GPU's memory (`src == dst`).
+    Local,
+    /// Intra-node fabric (NVLink through NVSwitch, or a mesh link).
+    Nvlink,
+    /// Between nodes, leaving through NIC `nic` of the sender's node (its
+    /// rail) and entering through the receiver's rail NIC.
+    Rdma { nic: u32 },
+}
+
+/// Dependencies of one transfer: indices of transfers that must finish first.
+/// Most transfers have at most a few, so they live inline.
+pub type Deps = SmallVec<[u32; 4]>;
+
+/// One contiguous copy.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Transfer {
+    pub src: u32,
+    pub src_buf: Buffer,
+    pub src_off: u64,
+    pub dst: u32,
+    pub dst_buf: Buffer,
+    pub dst_off: u64,
+    pub bytes: u64,
+    pub path: Path,
+    /// Logical step (stage) the scheduler put this transfer in; informational
+    /// for the simulator, used by the MSCCL lowering to order threadblock steps.
+    pub step: u32,
+    #[serde(default, skip_serializing_if = "SmallVec::is_empty")]
+    pub deps: Deps,
+}
+
+/// A schedule for one all-to-all(v).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// The algorithm that made it (`direct`, `fast`, …, or `msccl-xml`).
+    pub algorithm: String,
+    pub ranks: u32,
+    pub gpus_per_node: u32,
+    /// Scratch bytes each rank needs (`scratch[r]`); empty means none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scratch: Vec<u64>,
+    pub transfers: Vec<Transfer>,
+    /// Chunking facts when the plan came from or goes to MSCCL XML.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunking: Option<Chunking>,
+}
+
+/// How a skewed plan was quantised into MSCCL chunks (DESIGN.md "MSCCL XML").
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Chunking {
+    pub chunk_bytes: u64,
+    /// `padded` or `packed`.
+    pub layout: String,
+}
+
+impl Plan {
+    pub fn new(algorithm: impl Into<String>, ranks: usize, gpus_per_node: usize) -> Self {
+        Plan {
+            algorithm: algorithm.into(),
+            ranks: ranks as u32,
+            gpus_per_node: gpus_per_node as u32,
+            scratch: Vec::new(),
+            transfers: Vec::new(),
+            chunking: None,
+        }
+    }
+
+    /// Empties the plan for reuse, keeping its allocations (per-batch planning).
+    pub fn clear(&mut self) {
+        self.transfers.clear();
+        self.scratch.clear();
+        self.chunking = None;
+    }
+
+    /// Adds a transfer and returns its index.
+    pub fn push(&mut self, t: Transfer) -> u32 {
+        self.transfers.push(t);
+        (self.transfers.len() - 1) as u32
+    }
+
+    /// Scratch bytes of a rank (0 when the plan uses none).
+    pub fn scratch_bytes(&self, rank: usize) -> u64 {
+        self.scratch.get(rank).copied().unwrap_or(0)
+    }
+
+    /// Makes sure rank `rank` has at least `bytes` of scratch.
+    pub fn need_scratch(&mut self, rank: usize, bytes: u64) {
+        if self.scratch.len() < self.ranks as usize {
+            self.scratch.resize(self.ranks as usize, 0);
+        }
+        let s = &mut self.scratch[rank];
+        *s = (*s).max(bytes);
+    }
+
+    /// Number of steps (highest step + 1).
+    pub fn steps(&self) -> usize {
+        self.transfers
+            .iter()
+            .map(|t| t.step as usize + 1)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Bytes moved between different ranks.
+    pub fn bytes_moved(&self) -> u64 {
+        self.transfers
+            .iter()
+            .filter(|t| t.src != t.dst)
+            .map(|t| t.bytes)
+            .sum()
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("plan serialises")
+    }
+
+    pub fn from_json_str(text: &str, file: &str) -> Result<Plan> {
+        serde_json::from_str(text).map_err(|e| json_error(file, &e).into())
+    }
+
+    /// Reads a plan in the IR's JSON form.
+    pub fn load_json(path: &std::path::Path) -> Result<Plan> {
+        let text = read_file(path)?;
+        Self::from_json_str(&text, &path.display().to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_round_trip() {
+        let mut p = Plan::new("direct", 2, 1);
+        p.push(Transfer {
+            src: 0,
+            src_buf: Buffer::Input,
+            src_off: 0,
+            dst: 1,
+            dst_buf: Buffer::Output,
+            dst_off: 4,
+            bytes: 4,
+            path: Path::Rdma { nic: 0 },
+            step: 0,
+            deps: Deps::new(),
+        });
+        let text = p.to_json();
+        assert!(text.contains(r#""path":{"kind":"rdma","nic":0}"#), "{text}");
+        assert_eq!(Plan::from_json_str(&text, "p").unwrap(), p);
+    }
+}

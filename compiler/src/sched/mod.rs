@@ -1,0 +1,74 @@
+//! Schedulers: each turns (topology, traffic) into a [`Plan`] and nothing else.
+//!
+//! Every scheduler is a pure function of its inputs (deterministic), returns a
+//! plan the verifier accepts, and knows nothing of time, XML or runtimes: it
+//! may consult the topology's bandwidths and latencies to make choices.
+
+mod direct;
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::error::{InputError, Result};
+use crate::plan::Plan;
+use crate::topology::Topology;
+use crate::traffic::TrafficMatrix;
+
+pub use direct::{direct, path_between};
+
+/// The algorithms the CLI knows (DESIGN.md "Algorithms").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    Direct,
+}
+
+impl Algorithm {
+    /// Every algorithm, in the order reports list them.
+    pub const ALL: &'static [Algorithm] = &[Algorithm::Direct];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::Direct => "direct",
+        }
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Algorithm {
+    type Err = InputError;
+    fn from_str(s: &str) -> std::result::Result<Self, InputError> {
+        Algorithm::ALL
+            .iter()
+            .copied()
+            .find(|a| a.name() == s)
+            .ok_or_else(|| {
+                let known: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
+                InputError::new(
+                    "--algorithm",
+                    format!("unknown algorithm `{s}` (known: {})", known.join(", ")),
+                )
+            })
+    }
+}
+
+/// Knobs shared by the schedulers; each uses what concerns it.
+#[derive(Clone, Debug, Default)]
+pub struct Options {}
+
+/// Runs one scheduler.
+pub fn schedule(
+    alg: Algorithm,
+    topo: &Topology,
+    traffic: &TrafficMatrix,
+    _opts: &Options,
+) -> Result<Plan> {
+    traffic.check_ranks(topo.ranks(), "traffic")?;
+    match alg {
+        Algorithm::Direct => Ok(direct(topo, traffic)),
+    }
+}

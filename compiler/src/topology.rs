@@ -1,0 +1,883 @@
+//! Cluster topology: the JSON forms (hierarchical and `links`), presets, and
+//! the one capacity graph every other module reasons about.
+//!
+//! Owns: parsing and validating topology files, building the petgraph graph
+//! (vertices: GPUs, NVSwitches, NICs, leaves, spine; edges: directed links with
+//! a bandwidth and a latency) and the path function that names the links a
+//! transfer crosses. It knows nothing of traffic, plans or time.
+//!
+//! Units inside: bandwidth in bytes per microsecond (1 GB/s = 1000 B/us),
+//! latency in microseconds.
+
+use std::collections::HashMap;
+
+use petgraph::graph::{DiGraph, EdgeIndex, NodeIndex};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{json_error, read_file, InputError, Result};
+
+/// Bytes per microsecond in one GB/s.
+pub const BYTES_PER_US_PER_GBPS: f64 = 1_000.0;
+
+/// Intra-node fabric kind.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum IntraKind {
+    /// Non-blocking switch (NVSwitch): each GPU has `bandwidth_GBps` out and in.
+    Switch,
+    /// Direct link of `bandwidth_GBps` between every pair of GPUs (xGMI).
+    Mesh,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct IntraSpec {
+    pub kind: IntraKind,
+    #[serde(rename = "bandwidth_GBps")]
+    pub bandwidth_gbps: f64,
+    pub latency_us: f64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NicSpec {
+    pub per_node: usize,
+    #[serde(rename = "bandwidth_GBps")]
+    pub bandwidth_gbps: f64,
+    pub latency_us: f64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FabricKind {
+    #[serde(rename = "fat-tree")]
+    FatTree,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FabricSpec {
+    pub kind: FabricKind,
+    pub nodes_per_leaf: usize,
+    #[serde(default = "one")]
+    pub oversubscription: f64,
+    #[serde(default)]
+    pub latency_us: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// One directed link of the general `links` form, over named vertices.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LinkSpec {
+    pub from: String,
+    pub to: String,
+    #[serde(rename = "bandwidth_GBps")]
+    pub bandwidth_gbps: f64,
+    #[serde(default)]
+    pub latency_us: f64,
+    /// Links are directed; `true` adds the reverse link too.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub bidirectional: bool,
+}
+
+/// The topology file, as written (DESIGN.md "Ranks and topology").
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TopologySpec {
+    pub name: String,
+    pub nodes: usize,
+    pub gpus_per_node: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intra: Option<IntraSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nic: Option<NicSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric: Option<FabricSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub links: Option<Vec<LinkSpec>>,
+}
+
+/// A vertex of the topology graph.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Vertex {
+    Gpu(usize),
+    /// The NVSwitch of a node (`switch` intra-node fabric only).
+    Switch(usize),
+    /// NIC `k` of node `n`.
+    Nic(usize, usize),
+    Leaf(usize),
+    Spine,
+    /// Any other vertex of a `links` topology.
+    Named(String),
+}
+
+/// What a link is, for reports and for the simulator's congestion model.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum LinkClass {
+    /// GPU to NVSwitch or to a peer GPU (mesh).
+    NvlinkOut,
+    /// NVSwitch to GPU.
+    NvlinkIn,
+    /// GPU to its rail NIC (PCIe).
+    PcieOut,
+    /// NIC to GPU (PCIe).
+    PcieIn,
+    /// NIC egress into the fabric.
+    NicTx,
+    /// Fabric into a NIC (ingress).
+    NicRx,
+    /// Leaf to spine.
+    Uplink,
+    /// Spine to leaf.
+    Downlink,
+    /// A link of a `links` topology.
+    Generic,
+}
+
+/// A directed link with its capacity.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Link {
+    /// Bytes per microsecond.
+    pub bandwidth: f64,
+    pub latency_us: f64,
+    pub class: LinkClass,
+}
+
+/// Index of a link (an edge of the graph).
+pub type LinkId = u32;
+
+/// A validated topology and its capacity graph.
+#[derive(Clone, Debug)]
+pub struct Topology {
+    spec: TopologySpec,
+    graph: DiGraph<Vertex, Link>,
+    gpu_vertex: Vec<NodeIndex>,
+    form: Form,
+}
+
+#[derive(Clone, Debug)]
+enum Form {
+    Hierarchical(Box<Hier>),
+    /// All-pairs GPU paths of a `links` topology, `paths[s * n + d]`.
+    Links {
+        paths: Vec<Vec<LinkId>>,
+    },
+}
+
+/// Edge tables of the hierarchical form: a path is a handful of lookups.
+#[derive(Clone, Debug)]
+struct Hier {
+    gpus_per_node: usize,
+    nics_per_node: usize,
+    nodes_per_leaf: usize,
+    intra_kind: IntraKind,
+    /// `switch`: GPU to NVSwitch and back, per rank.
+    gpu_out: Vec<LinkId>,
+    gpu_in: Vec<LinkId>,
+    /// `mesh`: link from rank `s` to local peer `j`, at `s * gpus_per_node + j`.
+    mesh: Vec<LinkId>,
+    /// GPU to its rail NIC and back, per rank (empty for a single node without NICs).
+    pcie_out: Vec<LinkId>,
+    pcie_in: Vec<LinkId>,
+    /// Per NIC (`node * nics_per_node + k`).
+    nic_tx: Vec<LinkId>,
+    nic_rx: Vec<LinkId>,
+    /// Per leaf (only when there is more than one leaf).
+    uplink: Vec<LinkId>,
+    downlink: Vec<LinkId>,
+}
+
+impl TopologySpec {
+    /// A built-in cluster by name: `dgx-h100`, `dgx-a100`, `mi300x`.
+    /// `gpus` overrides the GPUs (and NICs) per node.
+    pub fn preset(name: &str, nodes: usize, gpus: Option<usize>) -> Result<TopologySpec> {
+        let g = gpus.unwrap_or(8);
+        let (title, intra, nic_gbps) = match name {
+            "dgx-h100" => ("DGX-H100", (IntraKind::Switch, 450.0), 50.0),
+            "dgx-a100" => ("DGX-A100", (IntraKind::Switch, 300.0), 25.0),
+            "mi300x" => ("MI300X", (IntraKind::Mesh, 64.0), 50.0),
+            other => {
+                return Err(InputError::new(
+                    format!("<preset {other}>"),
+                    "unknown preset (known: dgx-h100, dgx-a100, mi300x)",
+                )
+                .into())
+            }
+        };
+        let spec = TopologySpec {
+            name: format!("{nodes}x {title}"),
+            nodes,
+            gpus_per_node: g,
+            intra: Some(IntraSpec {
+                kind: intra.0,
+                bandwidth_gbps: intra.1,
+                latency_us: 1.0,
+            }),
+            nic: Some(NicSpec {
+                per_node: g,
+                bandwidth_gbps: nic_gbps,
+                latency_us: 3.0,
+            }),
+            fabric: None,
+            links: None,
+        };
+        // Validate through the same path as a file, so a bad --nodes is caught here.
+        Topology::from_spec(spec.clone(), &format!("<preset {name}>"))?;
+        Ok(spec)
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("topology spec serialises")
+    }
+}
+
+impl Topology {
+    /// Reads and validates a topology file.
+    pub fn load(path: &std::path::Path) -> Result<Topology> {
+        let text = read_file(path)?;
+        Topology::from_json_str(&text, &path.display().to_string())
+    }
+
+    /// Parses and validates topology JSON; `file` names it in errors.
+    pub fn from_json_str(text: &str, file: &str) -> Result<Topology> {
+        let spec: TopologySpec = serde_json::from_str(text).map_err(|e| json_error(file, &e))?;
+        Topology::from_spec(spec, file)
+    }
+
+    /// A built-in cluster (see [`TopologySpec::preset`]).
+    pub fn preset(name: &str, nodes: usize, gpus: Option<usize>) -> Result<Topology> {
+        let spec = TopologySpec::preset(name, nodes, gpus)?;
+        Topology::from_spec(spec, &format!("<preset {name}>"))
+    }
+
+    /// Validates a spec and builds its graph.
+    pub fn from_spec(spec: TopologySpec, file: &str) -> Result<Topology> {
+        let bad = |place: &str, reason: String| InputError::at(file, place, reason);
+        if spec.nodes == 0 {
+            return Err(bad("nodes", "must be at least 1".into()).into());
+        }
+        if spec.gpus_per_node == 0 {
+            return Err(bad("gpus_per_node", "must be at least 1".into()).into());
+        }
+        let ranks = spec
+            .nodes
+            .checked_mul(spec.gpus_per_node)
+            .filter(|&r| r <= 1 << 20);
+        if ranks.is_none() {
+            return Err(bad("nodes", "cluster too large (at most 2^20 GPUs)".into()).into());
+        }
+        if let Some(links) = &spec.links {
+            if spec.intra.is_some() || spec.nic.is_some() || spec.fabric.is_some() {
+                return Err(bad(
+                    "links",
+                    "a `links` topology must not also have `intra`, `nic` or `fabric`".into(),
+                )
+                .into());
+            }
+            return build_links(spec.clone(), links.clone(), file);
+        }
+        build_hierarchical(spec, file)
+    }
+
+    pub fn spec(&self) -> &TopologySpec {
+        &self.spec
+    }
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+    pub fn ranks(&self) -> usize {
+        self.spec.nodes * self.spec.gpus_per_node
+    }
+    pub fn nodes(&self) -> usize {
+        self.spec.nodes
+    }
+    pub fn gpus_per_node(&self) -> usize {
+        self.spec.gpus_per_node
+    }
+    pub fn node_of(&self, rank: usize) -> usize {
+        rank / self.spec.gpus_per_node
+    }
+    pub fn local_of(&self, rank: usize) -> usize {
+        rank % self.spec.gpus_per_node
+    }
+    /// True for the hierarchical form (intra/nic/fabric), false for `links`.
+    pub fn is_hierarchical(&self) -> bool {
+        matches!(self.form, Form::Hierarchical(_))
+    }
+    /// NICs per node (0 for a `links` topology or a single node without NICs).
+    pub fn nics_per_node(&self) -> usize {
+        self.spec.nic.as_ref().map_or(0, |n| n.per_node)
+    }
+    /// The NIC (rail) a rank sends and receives through: `local % per_node`.
+    pub fn rail_of(&self, rank: usize) -> usize {
+        match self.nics_per_node() {
+            0 => 0,
+            p => self.local_of(rank) % p,
+        }
+    }
+    /// Leaf switch of a node (0 when there is no fat-tree fabric).
+    pub fn leaf_of(&self, node: usize) -> usize {
+        match &self.form {
+            Form::Hierarchical(h) => node / h.nodes_per_leaf,
+            Form::Links { .. } => 0,
+        }
+    }
+    pub fn leaves(&self) -> usize {
+        match &self.form {
+            Form::Hierarchical(h) => self.spec.nodes.div_ceil(h.nodes_per_leaf),
+            Form::Links { .. } => 1,
+        }
+    }
+    /// Intra-node bandwidth per GPU (switch) or per pair (mesh), bytes/us.
+    pub fn intra_bandwidth(&self) -> f64 {
+        self.spec
+            .intra
+            .as_ref()
+            .map_or(0.0, |i| i.bandwidth_gbps * BYTES_PER_US_PER_GBPS)
+    }
+    pub fn intra_kind(&self) -> Option<IntraKind> {
+        self.spec.intra.as_ref().map(|i| i.kind)
+    }
+    /// Bandwidth of one NIC, bytes/us.
+    pub fn nic_bandwidth(&self) -> f64 {
+        self.spec
+            .nic
+            .as_ref()
+            .map_or(0.0, |n| n.bandwidth_gbps * BYTES_PER_US_PER_GBPS)
+    }
+
+    pub fn graph(&self) -> &DiGraph<Vertex, Link> {
+        &self.graph
+    }
+    pub fn num_links(&self) -> usize {
+        self.graph.edge_count()
+    }
+    pub fn link(&self, id: LinkId) -> &Link {
+        &self.graph[EdgeIndex::new(id as usize)]
+    }
+    /// The vertices a link joins.
+    pub fn link_ends(&self, id: LinkId) -> (&Vertex, &Vertex) {
+        let (a, b) = self
+            .graph
+            .edge_endpoints(EdgeIndex::new(id as usize))
+            .expect("link id from this topology");
+        (&self.graph[a], &self.graph[b])
+    }
+    /// A short name for a link: `gpu3->nvswitch0`, `nic1.2->leaf0`.
+    pub fn link_name(&self, id: LinkId) -> String {
+        let (a, b) = self.link_ends(id);
+        format!("{}->{}", vertex_name(a), vertex_name(b))
+    }
+    pub fn gpu_vertex(&self, rank: usize) -> NodeIndex {
+        self.gpu_vertex[rank]
+    }
+
+    /// Appends to `out` the links a transfer from `src` to `dst` crosses.
+    /// A local copy (`src == dst`) crosses none. In the hierarchical form an
+    /// inter-node transfer leaves through the sender's rail NIC and enters
+    /// through the receiver's rail NIC.
+    pub fn path_into(&self, src: usize, dst: usize, out: &mut Vec<LinkId>) {
+        if src == dst {
+            return;
+        }
+        match &self.form {
+            Form::Links { paths } => out.extend_from_slice(&paths[src * self.ranks() + dst]),
+            Form::Hierarchical(h) => {
+                let g = h.gpus_per_node;
+                let (ns, nd) = (src / g, dst / g);
+                if ns == nd {
+                    match h.intra_kind {
+                        IntraKind::Switch => {
+                            out.push(h.gpu_out[src]);
+                            out.push(h.gpu_in[dst]);
+                        }
+                        IntraKind::Mesh => out.push(h.mesh[src * g + dst % g]),
+                    }
+                    return;
+                }
+                let p = h.nics_per_node;
+                let (ks, kd) = ((src % g) % p, (dst % g) % p);
+                out.push(h.pcie_out[src]);
+                out.push(h.nic_tx[ns * p + ks]);
+                let (ls, ld) = (ns / h.nodes_per_leaf, nd / h.nodes_per_leaf);
+                if ls != ld {
+                    out.push(h.uplink[ls]);
+                    out.push(h.downlink[ld]);
+                }
+                out.push(h.nic_rx[nd * p + kd]);
+                out.push(h.pcie_in[dst]);
+            }
+        }
+    }
+
+    /// The links from `src` to `dst` (allocates; see [`Topology::path_into`]).
+    pub fn path(&self, src: usize, dst: usize) -> Vec<LinkId> {
+        let mut v = Vec::new();
+        self.path_into(src, dst, &mut v);
+        v
+    }
+
+    /// Sum of link latencies on the path from `src` to `dst`, microseconds.
+    pub fn path_latency(&self, src: usize, dst: usize) -> f64 {
+        let mut v = Vec::with_capacity(8);
+        self.path_into(src, dst, &mut v);
+        v.iter().map(|&l| self.link(l).latency_us).sum()
+    }
+}
+
+/// The name a vertex has in a `links` file.
+pub fn vertex_name(v: &Vertex) -> String {
+    match v {
+        Vertex::Gpu(r) => format!("gpu{r}"),
+        Vertex::Switch(n) => format!("nvswitch{n}"),
+        Vertex::Nic(n, k) => format!("nic{n}.{k}"),
+        Vertex::Leaf(l) => format!("leaf{l}"),
+        Vertex::Spine => "spine".to_string(),
+        Vertex::Named(s) => s.clone(),
+    }
+}
+
+fn check_positive(file: &str, place: &str, x: f64) -> Result<()> {
+    if !x.is_finite() || x <= 0.0 {
+        return Err(
+            InputError::at(file, place, format!("must be a positive number, got {x}")).into(),
+        );
+    }
+    Ok(())
+}
+
+fn check_latency(file: &str, place: &str, x: f64) -> Result<()> {
+    if !x.is_finite() || x < 0.0 {
+        return Err(
+            InputError::at(file, place, format!("must be zero or positive, got {x}")).into(),
+        );
+    }
+    Ok(())
+}
+
+fn build_hierarchical(spec: TopologySpec, file: &str) -> Result<Topology> {
+    let g = spec.gpus_per_node;
+    let n = spec.nodes;
+    let intra = spec
+        .intra
+        .clone()
+        .ok_or_else(|| InputError::at(file, "intra", "missing (or give a `links` list)"))?;
+    check_positive(file, "intra.bandwidth_GBps", intra.bandwidth_gbps)?;
+    check_latency(file, "intra.latency_us", intra.latency_us)?;
+    let nic = match (&spec.nic, n) {
+        (Some(nic), _) => {
+            if nic.per_node == 0 {
+                return Err(InputError::at(file, "nic.per_node", "must be at least 1").into());
+            }
+            check_positive(file, "nic.bandwidth_GBps", nic.bandwidth_gbps)?;
+            check_latency(file, "nic.latency_us", nic.latency_us)?;
+            Some(nic.clone())
+        }
+        (None, 1) => None,
+        (None, _) => {
+            return Err(InputError::at(
+                file,
+                "nic",
+                "missing: a cluster of several nodes needs NICs",
+            )
+            .into())
+        }
+    };
+    let nodes_per_leaf = match &spec.fabric {
+        Some(f) => {
+            if f.nodes_per_leaf == 0 {
+                return Err(
+                    InputError::at(file, "fabric.nodes_per_leaf", "must be at least 1").into(),
+                );
+            }
+            check_positive(file, "fabric.oversubscription", f.oversubscription)?;
+            check_latency(file, "fabric.latency_us", f.latency_us)?;
+            f.nodes_per_leaf
+        }
+        None => n,
+    };
+    let fabric_latency = spec.fabric.as_ref().map_or(0.0, |f| f.latency_us);
+
+    let mut graph = DiGraph::new();
+    let gpu_vertex: Vec<NodeIndex> = (0..n * g).map(|r| graph.add_node(Vertex::Gpu(r))).collect();
+    let bw_intra = intra.bandwidth_gbps * BYTES_PER_US_PER_GBPS;
+    let add = |graph: &mut DiGraph<Vertex, Link>, a, b, bandwidth, latency_us, class| {
+        graph
+            .add_edge(
+                a,
+                b,
+                Link {
+                    bandwidth,
+                    latency_us,
+                    class,
+                },
+            )
+            .index() as LinkId
+    };
+    let mut h = Hier {
+        gpus_per_node: g,
+        nics_per_node: nic.as_ref().map_or(1, |x| x.per_node),
+        nodes_per_leaf,
+        intra_kind: intra.kind,
+        gpu_out: vec![],
+        gpu_in: vec![],
+        mesh: vec![],
+        pcie_out: vec![],
+        pcie_in: vec![],
+        nic_tx: vec![],
+        nic_rx: vec![],
+        uplink: vec![],
+        downlink: vec![],
+    };
+    for node in 0..n {
+        match intra.kind {
+            IntraKind::Switch => {
+                let sw = graph.add_node(Vertex::Switch(node));
+                for local in 0..g {
+                    let v = gpu_vertex[node * g + local];
+                    h.gpu_out.push(add(
+                        &mut graph,
+                        v,
+                        sw,
+                        bw_intra,
+                        intra.latency_us,
+                        LinkClass::NvlinkOut,
+                    ));
+                    h.gpu_in
+                        .push(add(&mut graph, sw, v, bw_intra, 0.0, LinkClass::NvlinkIn));
+                }
+            }
+            IntraKind::Mesh => {
+                for i in 0..g {
+                    for j in 0..g {
+                        let (a, b) = (gpu_vertex[node * g + i], gpu_vertex[node * g + j]);
+                        // The diagonal is never used; keep the table dense with a dummy id.
+                        h.mesh.push(if i == j {
+                            LinkId::MAX
+                        } else {
+                            add(
+                                &mut graph,
+                                a,
+                                b,
+                                bw_intra,
+                                intra.latency_us,
+                                LinkClass::NvlinkOut,
+                            )
+                        });
+                    }
+                }
+            }
+        }
+    }
+    // h.mesh is indexed by s * g + j with s a global rank.
+    if let Some(nic) = &nic {
+        let bw_nic = nic.bandwidth_gbps * BYTES_PER_US_PER_GBPS;
+        let p = nic.per_node;
+        let leaves = n.div_ceil(nodes_per_leaf);
+        let leaf_v: Vec<NodeIndex> = (0..leaves)
+            .map(|l| graph.add_node(Vertex::Leaf(l)))
+            .collect();
+        let mut nic_v = Vec::with_capacity(n * p);
+        for node in 0..n {
+            for k in 0..p {
+                let v = graph.add_node(Vertex::Nic(node, k));
+                nic_v.push(v);
+                let leaf = leaf_v[node / nodes_per_leaf];
+                h.nic_tx.push(add(
+                    &mut graph,
+                    v,
+                    leaf,
+                    bw_nic,
+                    nic.latency_us + fabric_latency,
+                    LinkClass::NicTx,
+                ));
+                h.nic_rx
+                    .push(add(&mut graph, leaf, v, bw_nic, 0.0, LinkClass::NicRx));
+            }
+        }
+        for r in 0..n * g {
+            let nv = nic_v[(r / g) * p + (r % g) % p];
+            // PCIe between a GPU and its NIC: modelled at the NIC's rate, so it
+            // binds only when several GPUs share one NIC.
+            h.pcie_out.push(add(
+                &mut graph,
+                gpu_vertex[r],
+                nv,
+                bw_nic,
+                0.0,
+                LinkClass::PcieOut,
+            ));
+            h.pcie_in.push(add(
+                &mut graph,
+                nv,
+                gpu_vertex[r],
+                bw_nic,
+                0.0,
+                LinkClass::PcieIn,
+            ));
+        }
+        if leaves > 1 {
+            let spine = graph.add_node(Vertex::Spine);
+            let over = spec.fabric.as_ref().map_or(1.0, |f| f.oversubscription);
+            for (l, &lv) in leaf_v.iter().enumerate() {
+                let nodes_here = nodes_per_leaf.min(n - l * nodes_per_leaf);
+                let bw = nodes_here as f64 * p as f64 * bw_nic / over;
+                h.uplink.push(add(
+                    &mut graph,
+                    lv,
+                    spine,
+                    bw,
+                    fabric_latency,
+                    LinkClass::Uplink,
+                ));
+                h.downlink
+                    .push(add(&mut graph, spine, lv, bw, 0.0, LinkClass::Downlink));
+            }
+        }
+    }
+    Ok(Topology {
+        spec,
+        graph,
+        gpu_vertex,
+        form: Form::Hierarchical(Box::new(h)),
+    })
+}
+
+fn parse_vertex(name: &str) -> Vertex {
+    let num = |prefix: &str| {
+        name.strip_prefix(prefix)
+            .and_then(|s| s.parse::<usize>().ok())
+    };
+    if let Some(r) = num("gpu") {
+        return Vertex::Gpu(r);
+    }
+    Vertex::Named(name.to_string())
+}
+
+fn build_links(spec: TopologySpec, links: Vec<LinkSpec>, file: &str) -> Result<Topology> {
+    let ranks = spec.nodes * spec.gpus_per_node;
+    if links.is_empty() {
+        return Err(InputError::at(file, "links", "is empty").into());
+    }
+    let mut graph = DiGraph::new();
+    let gpu_vertex: Vec<NodeIndex> = (0..ranks).map(|r| graph.add_node(Vertex::Gpu(r))).collect();
+    let mut named: HashMap<String, NodeIndex> = HashMap::new();
+    let mut vertex =
+        |graph: &mut DiGraph<Vertex, Link>, name: &str, place: &str| -> Result<NodeIndex> {
+            match parse_vertex(name) {
+                Vertex::Gpu(r) if r < ranks => Ok(gpu_vertex[r]),
+                Vertex::Gpu(r) => Err(InputError::at(
+                    file,
+                    place,
+                    format!(
+                        "gpu{r} does not exist: the topology has {ranks} GPUs (gpu0..gpu{})",
+                        ranks - 1
+                    ),
+                )
+                .into()),
+                v => Ok(*named
+                    .entry(name.to_string())
+                    .or_insert_with(|| graph.add_node(v))),
+            }
+        };
+    for (i, l) in links.iter().enumerate() {
+        let place = format!("links[{i}]");
+        check_positive(file, &format!("{place}.bandwidth_GBps"), l.bandwidth_gbps)?;
+        check_latency(file, &format!("{place}.latency_us"), l.latency_us)?;
+        if l.from == l.to {
+            return Err(
+                InputError::at(file, &place, format!("link from {} to itself", l.from)).into(),
+            );
+        }
+        let a = vertex(&mut graph, &l.from, &format!("{place}.from"))?;
+        let b = vertex(&mut graph, &l.to, &format!("{place}.to"))?;
+        let link = Link {
+            bandwidth: l.bandwidth_gbps * BYTES_PER_US_PER_GBPS,
+            latency_us: l.latency_us,
+            class: LinkClass::Generic,
+        };
+        graph.add_edge(a, b, link.clone());
+        if l.bidirectional {
+            graph.add_edge(b, a, link);
+        }
+    }
+    // All-pairs GPU paths: fewest hops, then least latency (Dijkstra on a
+    // lexicographic cost). Any GPU that cannot reach another is an error.
+    let mut paths = vec![Vec::new(); ranks * ranks];
+    for s in 0..ranks {
+        let pred = shortest_tree(&graph, gpu_vertex[s]);
+        for d in 0..ranks {
+            if s == d {
+                continue;
+            }
+            let mut path = Vec::new();
+            let mut v = gpu_vertex[d];
+            while v != gpu_vertex[s] {
+                match pred[v.index()] {
+                    Some(e) => {
+                        path.push(e.index() as LinkId);
+                        v = graph.edge_endpoints(e).expect("edge").0;
+                    }
+                    None => {
+                        return Err(InputError::at(
+                            file,
+                            "links",
+                            format!("graph is disconnected: no path from gpu{s} to gpu{d}"),
+                        )
+                        .into())
+                    }
+                }
+            }
+            path.reverse();
+            paths[s * ranks + d] = path;
+        }
+    }
+    Ok(Topology {
+        spec,
+        graph,
+        gpu_vertex,
+        form: Form::Links { paths },
+    })
+}
+
+/// Predecessor edge of every vertex on a fewest-hops-then-least-latency tree from `src`.
+fn shortest_tree(graph: &DiGraph<Vertex, Link>, src: NodeIndex) -> Vec<Option<EdgeIndex>> {
+    use petgraph::visit::EdgeRef;
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let n = graph.node_count();
+    let mut best: Vec<(u32, f64)> = vec![(u32::MAX, f64::INFINITY); n];
+    let mut pred = vec![None; n];
+    let mut heap = BinaryHeap::new();
+    best[src.index()] = (0, 0.0);
+    // Latency is compared in picoseconds as an integer so the heap key is Ord.
+    heap.push(Reverse((0u32, 0u64, src.index())));
+    while let Some(Reverse((hops, lat_ps, v))) = heap.pop() {
+        let (bh, bl) = best[v];
+        if (hops, lat_ps) > (bh, (bl * 1e6) as u64) {
+            continue;
+        }
+        for e in graph.edges(NodeIndex::new(v)) {
+            let w = e.target().index();
+            let cand = (hops + 1, bl + e.weight().latency_us);
+            if cand.0 < best[w].0 || (cand.0 == best[w].0 && cand.1 < best[w].1) {
+                best[w] = cand;
+                pred[w] = Some(e.id());
+                heap.push(Reverse((cand.0, (cand.1 * 1e6) as u64, w)));
+            }
+        }
+    }
+    pred
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dgx_h100_paths() {
+        let t = Topology::preset("dgx-h100", 2, None).unwrap();
+        assert_eq!(t.ranks(), 16);
+        // intra-node: GPU egress then ingress on the NVSwitch
+        let p = t.path(0, 3);
+        assert_eq!(p.len(), 2);
+        assert_eq!(t.link(p[0]).class, LinkClass::NvlinkOut);
+        assert_eq!(t.link(p[1]).class, LinkClass::NvlinkIn);
+        assert_eq!(t.link(p[0]).bandwidth, 450_000.0);
+        // inter-node: own rail out, peer's rail in
+        let p = t.path(2, 13);
+        let classes: Vec<_> = p.iter().map(|&l| t.link(l).class).collect();
+        assert_eq!(
+            classes,
+            [
+                LinkClass::PcieOut,
+                LinkClass::NicTx,
+                LinkClass::NicRx,
+                LinkClass::PcieIn
+            ]
+        );
+        assert_eq!(t.link_name(p[1]), "nic0.2->leaf0");
+        assert_eq!(t.link_name(p[2]), "leaf0->nic1.5");
+        assert_eq!(t.path(5, 5), Vec::<LinkId>::new());
+        assert!((t.path_latency(2, 13) - 3.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn fat_tree_uplinks() {
+        let mut spec = TopologySpec::preset("dgx-h100", 8, None).unwrap();
+        spec.fabric = Some(FabricSpec {
+            kind: FabricKind::FatTree,
+            nodes_per_leaf: 4,
+            oversubscription: 4.0,
+            latency_us: 1.0,
+        });
+        let t = Topology::from_spec(spec, "t").unwrap();
+        assert_eq!(t.leaves(), 2);
+        let p = t.path(0, 8 * 4);
+        let up = p
+            .iter()
+            .find(|&&l| t.link(l).class == LinkClass::Uplink)
+            .unwrap();
+        // 4 nodes x 8 NICs x 50 GB/s / 4
+        assert_eq!(t.link(*up).bandwidth, 4.0 * 8.0 * 50_000.0 / 4.0);
+        // same leaf: no uplink
+        assert!(t
+            .path(0, 8)
+            .iter()
+            .all(|&l| t.link(l).class != LinkClass::Uplink));
+    }
+
+    #[test]
+    fn mesh_has_pair_links() {
+        let t = Topology::preset("mi300x", 1, None).unwrap();
+        let p = t.path(1, 6);
+        assert_eq!(p.len(), 1);
+        assert_eq!(t.link_name(p[0]), "gpu1->gpu6");
+        assert_ne!(t.path(6, 1), p);
+    }
+
+    #[test]
+    fn links_ring() {
+        let text = r#"{"name":"ring","nodes":4,"gpus_per_node":1,"links":[
+            {"from":"gpu0","to":"gpu1","bandwidth_GBps":10,"latency_us":1,"bidirectional":true},
+            {"from":"gpu1","to":"gpu2","bandwidth_GBps":10,"latency_us":1,"bidirectional":true},
+            {"from":"gpu2","to":"gpu3","bandwidth_GBps":10,"latency_us":1,"bidirectional":true},
+            {"from":"gpu3","to":"gpu0","bandwidth_GBps":10,"latency_us":1,"bidirectional":true}]}"#;
+        let t = Topology::from_json_str(text, "ring.json").unwrap();
+        assert_eq!(t.path(0, 2).len(), 2);
+        assert_eq!(t.path(0, 1).len(), 1);
+        assert!(!t.is_hierarchical());
+    }
+
+    #[test]
+    fn disconnected_links_rejected() {
+        let text = r#"{"name":"x","nodes":3,"gpus_per_node":1,"links":[
+            {"from":"gpu0","to":"gpu1","bandwidth_GBps":10,"bidirectional":true}]}"#;
+        let e = Topology::from_json_str(text, "x.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("disconnected"), "{e}");
+        assert!(e.starts_with("x.json: links: "), "{e}");
+    }
+
+    #[test]
+    fn bad_values_named() {
+        let mut spec = TopologySpec::preset("dgx-h100", 2, None).unwrap();
+        spec.nic.as_mut().unwrap().bandwidth_gbps = 0.0;
+        let e = Topology::from_spec(spec, "t.json").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "t.json: nic.bandwidth_GBps: must be a positive number, got 0"
+        );
+        let e = Topology::preset("dgx-h100", 0, None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("nodes: must be at least 1"), "{e}");
+        let e = Topology::preset("tpu", 2, None).unwrap_err().to_string();
+        assert!(e.contains("unknown preset"), "{e}");
+    }
+}

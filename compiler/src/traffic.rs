@@ -1,0 +1,387 @@
+//! Traffic matrices: bytes from every rank to every rank, their JSON and CSV
+//! forms, and the all-to-all(v) buffer layout they imply.
+//!
+//! Owns: parsing with precise errors (row, column), writing, totals, and the
+//! [`Layout`] (where each block sits in the input and output buffers). Knows
+//! nothing of topologies or plans. The generator lives in [`crate::generate`].
+
+use serde::Serialize;
+
+use crate::error::{read_file, InputError, Result};
+
+/// `bytes[s * ranks + d]`: bytes rank `s` sends to rank `d`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrafficMatrix {
+    ranks: usize,
+    bytes: Vec<u64>,
+}
+
+#[derive(Serialize)]
+struct TrafficFile<'a> {
+    ranks: usize,
+    matrix: Vec<&'a [u64]>,
+}
+
+impl TrafficMatrix {
+    pub fn zeros(ranks: usize) -> Self {
+        TrafficMatrix {
+            ranks,
+            bytes: vec![0; ranks * ranks],
+        }
+    }
+
+    /// A matrix from its rows; panics if they are not `ranks` rows of `ranks`
+    /// values (library callers build these; files go through the parsers).
+    pub fn from_rows(rows: Vec<Vec<u64>>) -> Self {
+        let n = rows.len();
+        assert!(
+            rows.iter().all(|r| r.len() == n),
+            "traffic rows must form a square"
+        );
+        TrafficMatrix {
+            ranks: n,
+            bytes: rows.into_iter().flatten().collect(),
+        }
+    }
+
+    /// The same number of bytes between every pair, and on the diagonal.
+    pub fn uniform(ranks: usize, bytes: u64) -> Self {
+        TrafficMatrix {
+            ranks,
+            bytes: vec![bytes; ranks * ranks],
+        }
+    }
+
+    pub fn ranks(&self) -> usize {
+        self.ranks
+    }
+    pub fn get(&self, src: usize, dst: usize) -> u64 {
+        self.bytes[src * self.ranks + dst]
+    }
+    pub fn set(&mut self, src: usize, dst: usize, bytes: u64) {
+        self.bytes[src * self.ranks + dst] = bytes;
+    }
+    pub fn add(&mut self, src: usize, dst: usize, bytes: u64) {
+        self.bytes[src * self.ranks + dst] += bytes;
+    }
+    pub fn row(&self, src: usize) -> &[u64] {
+        &self.bytes[src * self.ranks..(src + 1) * self.ranks]
+    }
+    /// Row-major values.
+    pub fn as_slice(&self) -> &[u64] {
+        &self.bytes
+    }
+    pub fn row_sum(&self, src: usize) -> u64 {
+        self.row(src).iter().sum()
+    }
+    pub fn col_sum(&self, dst: usize) -> u64 {
+        (0..self.ranks).map(|s| self.get(s, dst)).sum()
+    }
+    pub fn total(&self) -> u64 {
+        self.bytes.iter().sum()
+    }
+    /// Bytes that leave their rank (the diagonal excluded).
+    pub fn off_diagonal_total(&self) -> u64 {
+        self.total() - (0..self.ranks).map(|r| self.get(r, r)).sum::<u64>()
+    }
+    pub fn max_entry(&self) -> u64 {
+        self.bytes.iter().copied().max().unwrap_or(0)
+    }
+
+    /// Reads a traffic file: JSON (`{"ranks": N, "matrix": [[...]]}`), or CSV
+    /// when the name ends in `.csv`.
+    pub fn load(path: &std::path::Path) -> Result<Self> {
+        let text = read_file(path)?;
+        let file = path.display().to_string();
+        if path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("csv"))
+        {
+            Self::from_csv_str(&text, &file)
+        } else {
+            Self::from_json_str(&text, &file)
+        }
+    }
+
+    /// Parses the JSON form, naming the row and column of a bad value.
+    pub fn from_json_str(text: &str, file: &str) -> Result<Self> {
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| crate::error::json_error(file, &e))?;
+        let obj = value.as_object().ok_or_else(|| {
+            InputError::new(file, "expected a JSON object with `ranks` and `matrix`")
+        })?;
+        let rows = obj
+            .get("matrix")
+            .ok_or_else(|| InputError::new(file, "missing field `matrix`"))?
+            .as_array()
+            .ok_or_else(|| InputError::at(file, "matrix", "must be an array of rows"))?;
+        let n = rows.len();
+        if let Some(r) = obj.get("ranks") {
+            let declared = r
+                .as_u64()
+                .ok_or_else(|| InputError::at(file, "ranks", "must be a non-negative integer"))?;
+            if declared as usize != n {
+                return Err(InputError::at(
+                    file,
+                    "ranks",
+                    format!("says {declared} but `matrix` has {n} rows"),
+                )
+                .into());
+            }
+        }
+        if let Some(k) = obj.keys().find(|k| *k != "ranks" && *k != "matrix") {
+            return Err(InputError::new(
+                file,
+                format!("unknown field `{k}` (expected `ranks`, `matrix`)"),
+            )
+            .into());
+        }
+        let mut m = TrafficMatrix::zeros(n);
+        for (i, row) in rows.iter().enumerate() {
+            let row = row.as_array().ok_or_else(|| {
+                InputError::at(file, format!("row {i}"), "must be an array of byte counts")
+            })?;
+            if row.len() != n {
+                return Err(InputError::at(
+                    file,
+                    format!("row {i}"),
+                    format!(
+                        "has {} values but the matrix has {n} rows: it must be square",
+                        row.len()
+                    ),
+                )
+                .into());
+            }
+            for (j, v) in row.iter().enumerate() {
+                m.set(
+                    i,
+                    j,
+                    json_bytes(v).map_err(|reason| cell(file, i, j, reason))?,
+                );
+            }
+        }
+        if n == 0 {
+            return Err(InputError::at(file, "matrix", "is empty").into());
+        }
+        Ok(m)
+    }
+
+    /// Parses CSV: one line per source rank, comma-separated byte counts.
+    pub fn from_csv_str(text: &str, file: &str) -> Result<Self> {
+        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        let n = lines.len();
+        if n == 0 {
+            return Err(InputError::new(file, "is empty").into());
+        }
+        let mut m = TrafficMatrix::zeros(n);
+        for (i, line) in lines.iter().enumerate() {
+            let cells: Vec<&str> = line.split(',').map(str::trim).collect();
+            if cells.len() != n {
+                return Err(InputError::at(
+                    file,
+                    format!("row {i}"),
+                    format!(
+                        "has {} values but the file has {n} rows: it must be square",
+                        cells.len()
+                    ),
+                )
+                .into());
+            }
+            for (j, c) in cells.iter().enumerate() {
+                m.set(
+                    i,
+                    j,
+                    text_bytes(c).map_err(|reason| cell(file, i, j, reason))?,
+                );
+            }
+        }
+        Ok(m)
+    }
+
+    pub fn to_json(&self) -> String {
+        let rows: Vec<&[u64]> = (0..self.ranks).map(|s| self.row(s)).collect();
+        // One row per line: readable and diff-friendly for large matrices.
+        let mut out = format!("{{\n  \"ranks\": {},\n  \"matrix\": [\n", self.ranks);
+        for (i, row) in rows.iter().enumerate() {
+            let cells: Vec<String> = row.iter().map(u64::to_string).collect();
+            out.push_str("    [");
+            out.push_str(&cells.join(", "));
+            out.push_str(if i + 1 < rows.len() { "],\n" } else { "]\n" });
+        }
+        out.push_str("  ]\n}\n");
+        debug_assert!(serde_json::to_string(&TrafficFile {
+            ranks: self.ranks,
+            matrix: rows
+        })
+        .is_ok());
+        out
+    }
+
+    pub fn to_csv(&self) -> String {
+        let mut out = String::new();
+        for s in 0..self.ranks {
+            let cells: Vec<String> = self.row(s).iter().map(u64::to_string).collect();
+            out.push_str(&cells.join(","));
+            out.push('\n');
+        }
+        out
+    }
+
+    /// Checks that this matrix fits a cluster of `ranks` GPUs.
+    pub fn check_ranks(&self, ranks: usize, file: &str) -> Result<()> {
+        if self.ranks != ranks {
+            return Err(InputError::new(
+                file,
+                format!(
+                    "traffic has {} ranks but the topology has {ranks} GPUs",
+                    self.ranks
+                ),
+            )
+            .into());
+        }
+        Ok(())
+    }
+}
+
+fn cell(file: &str, row: usize, col: usize, reason: String) -> InputError {
+    InputError::at(file, format!("row {row}, column {col}"), reason)
+}
+
+fn json_bytes(v: &serde_json::Value) -> std::result::Result<u64, String> {
+    if let Some(b) = v.as_u64() {
+        return Ok(b);
+    }
+    match v {
+        serde_json::Value::Number(x) if x.as_i64().is_some() => {
+            Err(format!("negative byte count {x}"))
+        }
+        serde_json::Value::Number(x) => {
+            Err(format!("fractional byte count {x}: bytes must be whole"))
+        }
+        other => Err(format!("not a byte count: {other}")),
+    }
+}
+
+fn text_bytes(c: &str) -> std::result::Result<u64, String> {
+    if let Ok(b) = c.parse::<u64>() {
+        return Ok(b);
+    }
+    if c.starts_with('-') && c[1..].parse::<f64>().is_ok() {
+        return Err(format!("negative byte count {c}"));
+    }
+    if c.parse::<f64>().is_ok() {
+        return Err(format!("fractional byte count {c}: bytes must be whole"));
+    }
+    Err(format!("not a byte count: {c:?}"))
+}
+
+/// Where every block of an all-to-all(v) sits.
+///
+/// Input of `s` is the concatenation over destinations `d` (rank order) of
+/// `M[s][d]`; output of `d` is the concatenation over sources `s` of `M[s][d]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    ranks: usize,
+    /// `send_off[s * n + d]`: offset of block (s, d) in input of `s`.
+    send_off: Vec<u64>,
+    /// `recv_off[d * n + s]`: offset of block (s, d) in output of `d`.
+    recv_off: Vec<u64>,
+    input_size: Vec<u64>,
+    output_size: Vec<u64>,
+}
+
+impl Layout {
+    pub fn new(m: &TrafficMatrix) -> Self {
+        let n = m.ranks();
+        let mut send_off = vec![0; n * n];
+        let mut recv_off = vec![0; n * n];
+        let mut input_size = vec![0; n];
+        let mut output_size = vec![0; n];
+        for s in 0..n {
+            for d in 0..n {
+                let b = m.get(s, d);
+                send_off[s * n + d] = input_size[s];
+                input_size[s] += b;
+                recv_off[d * n + s] = output_size[d];
+                output_size[d] += b;
+            }
+        }
+        Layout {
+            ranks: n,
+            send_off,
+            recv_off,
+            input_size,
+            output_size,
+        }
+    }
+    pub fn ranks(&self) -> usize {
+        self.ranks
+    }
+    /// Offset of block (src, dst) in the input buffer of `src`.
+    pub fn send_offset(&self, src: usize, dst: usize) -> u64 {
+        self.send_off[src * self.ranks + dst]
+    }
+    /// Offset of block (src, dst) in the output buffer of `dst`.
+    pub fn recv_offset(&self, src: usize, dst: usize) -> u64 {
+        self.recv_off[dst * self.ranks + src]
+    }
+    pub fn input_size(&self, rank: usize) -> u64 {
+        self.input_size[rank]
+    }
+    pub fn output_size(&self, rank: usize) -> u64 {
+        self.output_size[rank]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_round_trip() {
+        let m = TrafficMatrix::from_rows(vec![vec![1, 2], vec![3, 4]]);
+        let back = TrafficMatrix::from_json_str(&m.to_json(), "m").unwrap();
+        assert_eq!(m, back);
+        let back = TrafficMatrix::from_csv_str(&m.to_csv(), "m.csv").unwrap();
+        assert_eq!(m, back);
+    }
+
+    #[test]
+    fn errors_name_row_and_column() {
+        let e = |t: &str| {
+            TrafficMatrix::from_json_str(t, "m.json")
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            e(r#"{"ranks":2,"matrix":[[1,2],[3,-4]]}"#),
+            "m.json: row 1, column 1: negative byte count -4"
+        );
+        assert!(
+            e(r#"{"ranks":2,"matrix":[[1,2.5],[3,4]]}"#).contains("row 0, column 1: fractional")
+        );
+        assert!(e(r#"{"ranks":2,"matrix":[[1,"x"],[3,4]]}"#)
+            .contains("row 0, column 1: not a byte count"));
+        assert!(e(r#"{"ranks":2,"matrix":[[1,2,3],[3,4]]}"#).contains("row 0: has 3 values"));
+        assert!(e(r#"{"ranks":3,"matrix":[[1,2],[3,4]]}"#).contains("ranks: says 3"));
+        assert!(e(r#"{"ranks":2,"matrix":[[1,2],[3,4]"#).contains("truncated"));
+        let e = TrafficMatrix::from_csv_str("1,2\n3,x\n", "m.csv")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "m.csv: row 1, column 1: not a byte count: \"x\"");
+        let e = TrafficMatrix::from_csv_str("1,2\n3,-1\n", "m.csv")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("negative"), "{e}");
+    }
+
+    #[test]
+    fn layout_offsets() {
+        let m = TrafficMatrix::from_rows(vec![vec![1, 2, 3], vec![4, 5, 6], vec![7, 8, 9]]);
+        let l = Layout::new(&m);
+        assert_eq!(l.send_offset(1, 2), 4 + 5);
+        assert_eq!(l.recv_offset(2, 1), 2 + 5);
+        assert_eq!(l.input_size(2), 24);
+        assert_eq!(l.output_size(0), 12);
+    }
+}

@@ -1,0 +1,67 @@
+//! One module per command. Each turns its arguments into library calls and
+//! prints the result; none holds domain logic.
+
+pub mod compile;
+pub mod demo;
+pub mod io;
+
+use std::fmt;
+use std::path::Path;
+
+use switchyard::compiler::Error as CompilerError;
+
+/// A command's failure, with the exit code it maps to.
+#[derive(Debug)]
+pub enum CliError {
+    /// Bad input: a file, flag or value the user gave (exit 2).
+    Input(String),
+    /// A run or a check that failed (exit 1).
+    Failed(String),
+}
+
+impl CliError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Input(_) => 2,
+            CliError::Failed(_) => 1,
+        }
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CliError::Input(s) | CliError::Failed(s) => f.write_str(s),
+        }
+    }
+}
+
+impl From<CompilerError> for CliError {
+    fn from(e: CompilerError) -> Self {
+        if e.is_bad_input() {
+            CliError::Input(e.to_string())
+        } else {
+            CliError::Failed(e.to_string())
+        }
+    }
+}
+
+impl From<switchyard::compiler::InputError> for CliError {
+    fn from(e: switchyard::compiler::InputError) -> Self {
+        CliError::Input(e.to_string())
+    }
+}
+
+pub type CliResult = Result<(), CliError>;
+
+/// Writes `text` to `path`, or to stdout when there is no path.
+pub fn write_out(path: Option<&Path>, text: &str) -> CliResult {
+    match path {
+        None => {
+            print!("{text}");
+            Ok(())
+        }
+        Some(p) => std::fs::write(p, text)
+            .map_err(|e| CliError::Input(format!("{}: cannot write: {e}", p.display()))),
+    }
+}

@@ -1,0 +1,1 @@
+pub use switchyard_compiler as compiler;
