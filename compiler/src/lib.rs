@@ -8,6 +8,7 @@
 
 pub mod error;
 pub mod generate;
+pub mod msccl;
 pub mod plan;
 pub mod sched;
 pub mod topology;

@@ -1,0 +1,1090 @@
+//! The symbolic executor: an MSCCL XML file judged as the executor would
+//! load and run it, without a GPU.
+//!
+//! Three layers, each naming the line, gpu, threadblock and step at fault:
+//! 1. lexical: the hand-written reader's rules (spec §2) and Switchyard's
+//!    stricter writing rules (one tag per line, plain decimal numbers);
+//! 2. loader: what the executor checks or silently gets wrong (spec §3, §8):
+//!    ids, peers, channels, one owner tb per connection, step limits, `cnt`,
+//!    `depid`, nops, buffer bounds;
+//! 3. run: threadblocks execute their steps in order; the k-th send on a
+//!    connection `(chan, A -> B)` meets the k-th receive; a step first waits
+//!    for its dependency flags; a connection's FIFO holds 2 (Simple) or 8
+//!    (LL, LL128) undelivered operations. The run is done twice, with one
+//!    operation per step and with one per chunk (small and large buffers,
+//!    spec §5), and stops with a deadlock report when nothing can move. Every
+//!    chunk carries the input chunk it holds, and the outputs are checked
+//!    against the all-to-all layout (spec §10, §11).
+//!
+//! Unordered accesses (spec §14 item 8) are left to [`crate::verify`], run on
+//! the plan the trace converts to.
+
+use std::collections::{HashMap, VecDeque};
+
+use super::{read, Algo, BufRef, ChunkMap, Layout, NameFacts, Protocol, StepKind};
+use super::{MAX_CHANNELS, MAX_CNT, MAX_NODES, MAX_OFFSET, MAX_PEER_TBS_PER_CHANNEL};
+use super::{MAX_STEPS_PER_TB, MAX_TBS_PER_GPU};
+use crate::error::{InputError, Result};
+
+/// What a checked file does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecReport {
+    pub name: String,
+    pub ngpus: usize,
+    pub proto: Protocol,
+    pub nchannels: usize,
+    pub nchunksperloop: usize,
+    pub layout: Layout,
+    /// From the file's name, when Switchyard wrote it.
+    pub chunk_bytes: Option<u64>,
+    pub min_bytes: u64,
+    pub max_bytes: u64,
+    /// Largest number of threadblocks on one gpu.
+    pub max_tbs_per_gpu: usize,
+    pub max_steps_per_tb: usize,
+    /// `<step>` elements, nops included.
+    pub steps: usize,
+    pub nops: usize,
+    /// Send/receive pairs and local copies.
+    pub operations: usize,
+    /// Chunks that changed gpu.
+    pub chunks_moved: u64,
+    /// Harmless oddities (a `hasdep` nobody waits for, many threadblocks).
+    pub warnings: Vec<String>,
+}
+
+/// Checks a file with every rule the executor applies and runs it
+/// symbolically; the error names the line, gpu, threadblock and step.
+pub fn check_executable(text: &str) -> Result<ExecReport> {
+    check_executable_with(text, "<xml>")
+}
+
+/// [`check_executable`] with the file's name for messages.
+pub fn check_executable_with(text: &str, file: &str) -> Result<ExecReport> {
+    check_lexical(text, file)?;
+    let algo = read::parse_algo(text, file)?;
+    let trace = run(&algo, file)?;
+    // Ordering (spec §14 item 8): the verifier proves every read of a chunk
+    // depends on its write and no chunk is written twice, at one byte a chunk.
+    let (plan, traffic) = read::trace_to_plan(&algo, &trace, None, Some(1), file)?;
+    crate::verify::verify(&plan, &traffic).map_err(|e| {
+        InputError::new(
+            file,
+            format!("{e} (transfers are the file's operations in execution order, one byte per chunk)"),
+        )
+    })?;
+    Ok(trace.report)
+}
+
+/// Lexical rules of the executor's reader plus Switchyard's writing rules.
+pub fn check_lexical(text: &str, file: &str) -> Result<()> {
+    let bad = |line: usize, reason: String| -> crate::error::Error {
+        InputError::at(file, format!("line {line}"), reason).into()
+    };
+    if text.starts_with('\u{feff}') {
+        return Err(bad(1, "byte-order mark: the executor expects '<' first".into()));
+    }
+    let mut seen_element = false;
+    for (i, raw) in text.split('\n').enumerate() {
+        let line = i + 1;
+        let l = raw.strip_suffix('\r').unwrap_or(raw);
+        if let Some(col) = l.find('\t') {
+            return Err(bad(
+                line,
+                format!("tab at column {}: the executor's reader rejects tabs", col + 1),
+            ));
+        }
+        let body = l.trim_start_matches(' ');
+        if body.is_empty() {
+            continue;
+        }
+        if body.starts_with("<?") {
+            return Err(bad(line, "XML prolog `<?...?>`: the executor reads it as an element and fails; write none".into()));
+        }
+        if !body.starts_with('<') {
+            return Err(bad(line, format!("text `{}` between elements", clip(body))));
+        }
+        if body.ends_with(' ') {
+            return Err(bad(line, "trailing space after the tag".into()));
+        }
+        if let Some(c) = body.strip_prefix("<!--") {
+            let Some(inner) = c.strip_suffix("-->") else {
+                return Err(bad(line, "a comment must open and close on one line".into()));
+            };
+            let first = inner.trim_start_matches(' ').split(' ').next().unwrap_or("");
+            if !c.starts_with(' ') || first.contains('=') || inner.contains("--") {
+                return Err(bad(line, "comment the executor misreads: start it with a space, no `=` in its first word, no `--` inside".into()));
+            }
+            continue;
+        }
+        if body.starts_with("<!") {
+            return Err(bad(line, "DOCTYPE or CDATA: the executor's reader has none".into()));
+        }
+        lex_tag(body).map_err(|r| bad(line, r))?;
+        seen_element = true;
+    }
+    if !seen_element {
+        return Err(bad(1, "no element".into()));
+    }
+    Ok(())
+}
+
+/// One line holding exactly one tag: `<name( key="value")*/?>` or `</name>`.
+fn lex_tag(body: &str) -> std::result::Result<(), String> {
+    let is_name = |s: &str| {
+        !s.is_empty()
+            && s.len() < 255
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
+    };
+    if let Some(rest) = body.strip_prefix("</") {
+        let name = rest
+            .strip_suffix('>')
+            .ok_or("closing tag must end the line with `>` (one tag per line)")?;
+        return if is_name(name) {
+            Ok(())
+        } else {
+            Err(format!("bad closing tag `{}`", clip(body)))
+        };
+    }
+    let inner = body[1..]
+        .strip_suffix("/>")
+        .or_else(|| body[1..].strip_suffix('>'))
+        .ok_or("the tag must end the line with `>` or `/>` (one tag per line)")?;
+    let (name, mut attrs) = inner.split_once(' ').unwrap_or((inner, ""));
+    if !is_name(name) {
+        return Err(format!("bad element name in `{}`", clip(body)));
+    }
+    let mut count = 0;
+    while !attrs.is_empty() {
+        let (key, rest) = attrs
+            .split_once('=')
+            .ok_or_else(|| format!("attribute `{}` has no value", clip(attrs)))?;
+        if !is_name(key) {
+            return Err(format!("bad attribute name `{}` (attributes are separated by exactly one space, no spaces around `=`)", clip(key)));
+        }
+        let rest = rest
+            .strip_prefix('"')
+            .ok_or_else(|| format!("value of `{key}` must be in double quotes"))?;
+        let (value, rest) = rest
+            .split_once('"')
+            .ok_or_else(|| format!("attribute `{key}` has no closing quote"))?;
+        if value.len() > 255 {
+            return Err(format!("value of `{key}` is longer than the executor's 256-byte buffer"));
+        }
+        if value.contains('&') || value.contains('<') {
+            return Err(format!("value of `{key}` holds `&` or `<`: the executor decodes no entities"));
+        }
+        count += 1;
+        attrs = match rest.strip_prefix(' ') {
+            Some(r) if !r.is_empty() && !r.starts_with(' ') => r,
+            None if rest.is_empty() => "",
+            _ => {
+                return Err(format!(
+                    "unexpected `{}` after `{key}` (one tag per line, attributes separated by exactly one space)",
+                    clip(rest)
+                ))
+            }
+        };
+    }
+    if count > super::MAX_ATTRS {
+        return Err(format!(
+            "{count} attributes: the executor keeps only the first {} per element",
+            super::MAX_ATTRS
+        ));
+    }
+    Ok(())
+}
+
+fn clip(s: &str) -> String {
+    s.chars().take(40).collect()
+}
+
+/// Which input chunk a buffer chunk holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Origin {
+    pub rank: u32,
+    pub idx: u32,
+}
+
+/// A step by place: indices into `algo.gpus` and its `tbs`, and the position.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct StepRef {
+    pub gpu: u32,
+    pub tb: u32,
+    pub pos: u32,
+}
+
+/// One data movement: a send/receive pair or a local copy.
+#[derive(Clone, Debug)]
+pub struct Op {
+    pub src: u32,
+    pub src_buf: BufRef,
+    pub src_off: u32,
+    pub dst: u32,
+    pub dst_buf: BufRef,
+    pub dst_off: u32,
+    pub cnt: u32,
+    /// Operations that complete before this one starts (program order in
+    /// both tbs, dependency flags, the receive of a forwarding step).
+    pub deps: Vec<u32>,
+    /// What the moved chunks hold.
+    pub data: Vec<Origin>,
+    /// The sending (or copying) step and the receiving step.
+    pub from: StepRef,
+    pub to: StepRef,
+}
+
+/// A checked run: the operations and what the file says about chunks.
+#[derive(Clone, Debug)]
+pub struct Trace {
+    pub ops: Vec<Op>,
+    pub map: ChunkMap,
+    pub facts: NameFacts,
+    pub report: ExecReport,
+}
+
+/// Per step: the operation it receives, sends or copies.
+#[derive(Clone, Copy, Debug, Default)]
+struct StepOps {
+    recv: Option<u32>,
+    send: Option<u32>,
+    local: Option<u32>,
+}
+
+impl StepOps {
+    /// The operation known complete when this step is: its copy or its
+    /// receive. A send is done once its data is in the FIFO, which says
+    /// nothing about its delivery.
+    fn done(&self) -> Option<u32> {
+        self.local.or(self.recv)
+    }
+}
+
+/// The structure the loader builds: indices, pairing, dependencies.
+struct Loaded<'a> {
+    algo: &'a Algo,
+    file: &'a str,
+    step_ops: Vec<Vec<Vec<StepOps>>>,
+    ops: Vec<Op>,
+    /// Per step: `(tb index, position)` flags it waits for, nops folded in.
+    waits: Vec<Vec<Vec<Vec<(u32, u32)>>>>,
+    /// Per connection `(chan, from gpu, to gpu)`: the owning tbs.
+    fifo_ids: HashMap<(u32, u32, u32), usize>,
+    /// Steps in the order the one-operation-per-step run completed them.
+    step_log: Vec<(u32, u32, u32)>,
+    map: ChunkMap,
+    warnings: Vec<String>,
+}
+
+fn step_line(algo: &Algo, g: usize, t: usize, p: usize) -> usize {
+    algo.gpus[g].tbs[t].steps[p].line
+}
+
+/// `gpu 3, tb 5, step 2`
+fn at(algo: &Algo, r: StepRef) -> String {
+    let gpu = &algo.gpus[r.gpu as usize];
+    format!("gpu {}, tb {}, step {}", gpu.id, gpu.tbs[r.tb as usize].id, r.pos)
+}
+
+/// Validates, pairs, runs and checks a parsed file.
+pub fn run(algo: &Algo, file: &str) -> Result<Trace> {
+    let mut l = load(algo, file)?;
+    execute(&mut l, Mode::PerStep)?;
+    link_deps(&mut l);
+    execute(&mut l, Mode::PerChunk)?;
+    check_outputs(&l)?;
+    let facts = NameFacts::parse(&algo.name);
+    let steps: usize = algo.gpus.iter().flat_map(|g| &g.tbs).map(|t| t.steps.len()).sum();
+    let nops = algo
+        .gpus
+        .iter()
+        .flat_map(|g| &g.tbs)
+        .flat_map(|t| &t.steps)
+        .filter(|s| s.kind == StepKind::Nop)
+        .count();
+    let report = ExecReport {
+        name: algo.name.clone(),
+        ngpus: algo.ngpus as usize,
+        proto: algo.proto,
+        nchannels: algo.nchannels as usize,
+        nchunksperloop: algo.nchunksperloop as usize,
+        layout: l.map.layout,
+        chunk_bytes: facts.chunk_bytes,
+        min_bytes: algo.min_bytes as u64,
+        max_bytes: algo.max_bytes as u64,
+        max_tbs_per_gpu: algo.gpus.iter().map(|g| g.tbs.len()).max().unwrap_or(0),
+        max_steps_per_tb: algo
+            .gpus
+            .iter()
+            .flat_map(|g| &g.tbs)
+            .map(|t| t.steps.len())
+            .max()
+            .unwrap_or(0),
+        steps,
+        nops,
+        operations: l.ops.len(),
+        chunks_moved: l
+            .ops
+            .iter()
+            .filter(|o| o.src != o.dst)
+            .map(|o| o.cnt as u64)
+            .sum(),
+        warnings: std::mem::take(&mut l.warnings),
+    };
+    Ok(Trace {
+        ops: l.ops,
+        map: l.map,
+        facts,
+        report,
+    })
+}
+
+fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
+    let err = |line: usize, reason: String| -> crate::error::Error {
+        InputError::at(file, format!("line {line}"), reason).into()
+    };
+    let n = algo.ngpus;
+    if n < 1 {
+        return Err(err(algo.line, format!("ngpus=\"{n}\" must be at least 1")));
+    }
+    if algo.coll != "alltoall" {
+        let known = [
+            "reduce", "broadcast", "allreduce", "reducescatter", "allgather", "send", "recv",
+            "gather", "scatter", "alltoallv",
+        ];
+        let why = if known.contains(&algo.coll.as_str()) {
+            "only all-to-all plans are read"
+        } else {
+            "the executor knows no such collective"
+        };
+        return Err(err(algo.line, format!("coll=\"{}\": {why}", algo.coll)));
+    }
+    if algo.nchunksperloop < 1 || algo.nchunksperloop > MAX_OFFSET + 1 {
+        return Err(err(
+            algo.line,
+            format!("nchunksperloop=\"{}\" must be in 1..={}", algo.nchunksperloop, MAX_OFFSET + 1),
+        ));
+    }
+    if algo.nchannels < 1 || algo.nchannels > MAX_CHANNELS as i64 {
+        return Err(err(
+            algo.line,
+            format!("nchannels=\"{}\" must be in 1..={MAX_CHANNELS}", algo.nchannels),
+        ));
+    }
+    if algo.min_bytes < 0 || algo.max_bytes < 0 || (algo.max_bytes != 0 && algo.max_bytes < algo.min_bytes) {
+        return Err(err(
+            algo.line,
+            format!("size window minBytes=\"{}\" maxBytes=\"{}\" selects no message", algo.min_bytes, algo.max_bytes),
+        ));
+    }
+    if !algo.inplace && !algo.outofplace {
+        return Err(err(algo.line, "inplace=\"0\" and outofplace=\"0\": no call can use the plan".into()));
+    }
+    let map = read::chunk_map(algo, file)?;
+    // gpus: ids exactly 0..n-1, sorted by id for indexing.
+    let mut gpu_at = vec![usize::MAX; n as usize];
+    for (gi, g) in algo.gpus.iter().enumerate() {
+        if g.id < 0 || g.id >= n {
+            return Err(err(g.line, format!("gpu id=\"{}\" is not a rank of ngpus=\"{n}\"", g.id)));
+        }
+        if gpu_at[g.id as usize] != usize::MAX {
+            return Err(err(g.line, format!("gpu {} appears twice (the executor overlays them)", g.id)));
+        }
+        gpu_at[g.id as usize] = gi;
+    }
+    if let Some(missing) = gpu_at.iter().position(|&x| x == usize::MAX) {
+        return Err(err(algo.line, format!("no <gpu id=\"{missing}\">: that rank would run nothing")));
+    }
+    if algo.gpus.iter().enumerate().any(|(i, g)| g.id != i as i64) {
+        return Err(err(algo.line, "gpus must be listed in rank order 0..ngpus-1".into()));
+    }
+    let mut warnings = Vec::new();
+    let mut tb_of_id = Vec::with_capacity(n as usize);
+    // (chan, from, to) -> owning send tb (g, t) and receive tb.
+    let mut senders: HashMap<(u32, u32, u32), (u32, u32)> = HashMap::new();
+    let mut receivers: HashMap<(u32, u32, u32), (u32, u32)> = HashMap::new();
+    for (gi, g) in algo.gpus.iter().enumerate() {
+        let nchunks = algo.nchunksperloop;
+        for (what, v) in [("i_chunks", g.i_chunks), ("o_chunks", g.o_chunks)] {
+            if v < 0 || v > nchunks {
+                return Err(err(g.line, format!("gpu {}: {what}=\"{v}\" must be in 0..={nchunks}, the real buffer of an all-to-all", g.id)));
+            }
+        }
+        if g.s_chunks < 0 || g.s_chunks > MAX_OFFSET + 1 {
+            return Err(err(g.line, format!("gpu {}: s_chunks=\"{}\" out of range", g.id, g.s_chunks)));
+        }
+        let steps: usize = g.tbs.iter().map(|t| t.steps.len()).sum();
+        let nodes = 1 + algo.gpus.len() + g.tbs.len() + steps;
+        if nodes > MAX_NODES {
+            return Err(err(g.line, format!("gpu {}: {nodes} elements in one parse (algo, every gpu, its tbs and steps); the executor allows {MAX_NODES}", g.id)));
+        }
+        let k = g.tbs.len();
+        if k > MAX_TBS_PER_GPU {
+            return Err(err(g.line, format!("gpu {}: {k} threadblocks; depid is stored in 8 bits, so at most {MAX_TBS_PER_GPU}", g.id)));
+        }
+        if k > 108 {
+            warnings.push(format!("gpu {}: {k} threadblocks, more than an A100 has SMs (108): they must all be resident", g.id));
+        }
+        let mut ids = vec![u32::MAX; k];
+        let mut per_chan_send = HashMap::<i64, usize>::new();
+        let mut per_chan_recv = HashMap::<i64, usize>::new();
+        for (ti, tb) in g.tbs.iter().enumerate() {
+            let here = format!("gpu {}, tb {}", g.id, tb.id);
+            if tb.id < 0 || tb.id >= k as i64 {
+                return Err(err(tb.line, format!("{here}: tb ids must be 0..{} (the executor rejects holes)", k - 1)));
+            }
+            if ids[tb.id as usize] != u32::MAX {
+                return Err(err(tb.line, format!("{here}: duplicate tb id")));
+            }
+            ids[tb.id as usize] = ti as u32;
+            for (what, p) in [("send", tb.send), ("recv", tb.recv)] {
+                if p < -1 || p >= n || p == g.id {
+                    return Err(err(tb.line, format!("{here}: {what}=\"{p}\" must be -1 or another rank below {n}")));
+                }
+            }
+            if tb.chan < 0 || tb.chan >= algo.nchannels {
+                return Err(err(tb.line, format!("{here}: chan=\"{}\" must be below nchannels=\"{}\" (only those channels are connected)", tb.chan, algo.nchannels)));
+            }
+            let chan = tb.chan as u32;
+            if tb.send >= 0 {
+                let key = (chan, g.id as u32, tb.send as u32);
+                if let Some((_, other)) = senders.insert(key, (gi as u32, ti as u32)) {
+                    return Err(err(tb.line, format!("{here}: tb {} also sends to gpu {} on channel {chan}; one connection has one owner", g.tbs[other as usize].id, tb.send)));
+                }
+                *per_chan_send.entry(tb.chan).or_default() += 1;
+            }
+            if tb.recv >= 0 {
+                let key = (chan, tb.recv as u32, g.id as u32);
+                if let Some((_, other)) = receivers.insert(key, (gi as u32, ti as u32)) {
+                    return Err(err(tb.line, format!("{here}: tb {} also receives from gpu {} on channel {chan}; one connection has one owner", g.tbs[other as usize].id, tb.recv)));
+                }
+                *per_chan_recv.entry(tb.chan).or_default() += 1;
+            }
+            if tb.steps.len() > MAX_STEPS_PER_TB {
+                return Err(err(tb.line, format!("{here}: {} steps; the executor allows {MAX_STEPS_PER_TB} per tb", tb.steps.len())));
+            }
+        }
+        for (c, cnt) in per_chan_send.iter().chain(per_chan_recv.iter()) {
+            if *cnt > MAX_PEER_TBS_PER_CHANNEL {
+                return Err(err(g.line, format!("gpu {}: {cnt} tbs with a peer in one direction on channel {c}; the executor allows {MAX_PEER_TBS_PER_CHANNEL}", g.id)));
+            }
+        }
+        tb_of_id.push(ids);
+    }
+    // Steps: attributes, bounds, nops, dependencies.
+    let mut waits: Vec<Vec<Vec<Vec<(u32, u32)>>>> = Vec::with_capacity(algo.gpus.len());
+    let mut targets: HashMap<(u32, u32, u32), ()> = HashMap::new();
+    for (gi, g) in algo.gpus.iter().enumerate() {
+        let mut gw = Vec::with_capacity(g.tbs.len());
+        for (ti, tb) in g.tbs.iter().enumerate() {
+            let mut tw = Vec::with_capacity(tb.steps.len());
+            let mut pending: Vec<(u32, u32)> = Vec::new();
+            for (p, st) in tb.steps.iter().enumerate() {
+                let here = at(algo, StepRef { gpu: gi as u32, tb: ti as u32, pos: p as u32 });
+                let e = |reason: String| err(st.line, format!("{here}: {reason}"));
+                if st.s != p as i64 {
+                    return Err(e(format!("s=\"{}\" but it is step {p} of its tb: the kernel numbers steps by position, so a step is missing or out of order", st.s)));
+                }
+                if st.kind.reduces() {
+                    return Err(e(format!("type=\"{}\" reduces: not an all-to-all step", st.kind.code())));
+                }
+                if st.cnt < 0 || st.cnt > MAX_CNT as i64 {
+                    return Err(e(format!("cnt=\"{}\" must be in 0..={MAX_CNT}", st.cnt)));
+                }
+                if st.kind.sends() && tb.send < 0 {
+                    return Err(e(format!("type=\"{}\" sends but the tb has send=\"-1\"", st.kind.code())));
+                }
+                if st.kind.recvs() && tb.recv < 0 {
+                    return Err(e(format!("type=\"{}\" receives but the tb has recv=\"-1\"", st.kind.code())));
+                }
+                let size = |b: BufRef| match b {
+                    BufRef::Input => g.i_chunks,
+                    BufRef::Output => g.o_chunks,
+                    BufRef::Scratch => g.s_chunks,
+                };
+                if st.kind != StepKind::Nop && st.cnt > 0 {
+                    let mut operands = Vec::new();
+                    if st.kind.reads_src() {
+                        operands.push(("src", st.srcbuf, st.srcoff));
+                    }
+                    if st.kind.writes_dst() {
+                        operands.push(("dst", st.dstbuf, st.dstoff));
+                        if st.dstbuf == BufRef::Input && !algo.inplace {
+                            return Err(e("writes the input buffer, the caller's send buffer of an out-of-place call".into()));
+                        }
+                    }
+                    if st.kind.sends() && !st.kind.reads_src() && st.dstbuf == BufRef::Input {
+                        return Err(e("forwards from the input buffer it would have to write".into()));
+                    }
+                    for (what, b, off) in operands {
+                        let sz = size(b);
+                        if off < 0 || off + st.cnt > sz {
+                            return Err(e(format!("{what} chunks {off}..{} lie outside {} ({sz} chunks)", off + st.cnt, b.name())));
+                        }
+                    }
+                }
+                if st.depid < -1 || st.depid >= g.tbs.len() as i64 {
+                    return Err(e(format!("depid=\"{}\" is not a tb of gpu {}", st.depid, g.id)));
+                }
+                if st.depid >= 0 {
+                    let target = tb_of_id[gi][st.depid as usize];
+                    let tsteps = g.tbs[target as usize].steps.len() as i64;
+                    if st.deps < 0 || st.deps >= tsteps {
+                        return Err(e(format!("deps=\"{}\" but tb {} has {tsteps} steps", st.deps, st.depid)));
+                    }
+                    // The wait ends at the first step at or after `deps` that signals.
+                    let steps = &g.tbs[target as usize].steps;
+                    let Some(sig) = (st.deps as usize..steps.len()).find(|&q| steps[q].hasdep && steps[q].kind != StepKind::Nop) else {
+                        return Err(e(format!("waits for tb {} step {}, but no step of tb {} from there on has hasdep=\"1\": it would wait forever", st.depid, st.deps, st.depid)));
+                    };
+                    targets.insert((gi as u32, target, sig as u32), ());
+                    pending.push((target, st.deps as u32));
+                }
+                if st.kind == StepKind::Nop {
+                    if st.depid < 0 {
+                        return Err(e("nop without a dependency: the executor drops it and every later step of the tb shifts by one".into()));
+                    }
+                    tw.push(Vec::new());
+                    continue;
+                }
+                if !pending.is_empty() && st.depid < 0 {
+                    return Err(e("follows nops but has no dependency itself; the executor rejects that".into()));
+                }
+                tw.push(std::mem::take(&mut pending));
+            }
+            gw.push(tw);
+        }
+        waits.push(gw);
+    }
+    for (gi, g) in algo.gpus.iter().enumerate() {
+        for (ti, tb) in g.tbs.iter().enumerate() {
+            for (p, st) in tb.steps.iter().enumerate() {
+                if st.hasdep && st.kind != StepKind::Nop && !targets.contains_key(&(gi as u32, ti as u32, p as u32)) {
+                    warnings.push(format!("{} (line {}): hasdep=\"1\" but no step waits for it", at(algo, StepRef { gpu: gi as u32, tb: ti as u32, pos: p as u32 }), st.line));
+                }
+            }
+        }
+    }
+    let mut l = Loaded {
+        algo,
+        file,
+        step_ops: algo
+            .gpus
+            .iter()
+            .map(|g| g.tbs.iter().map(|t| vec![StepOps::default(); t.steps.len()]).collect())
+            .collect(),
+        ops: Vec::new(),
+        waits,
+        fifo_ids: HashMap::new(),
+        step_log: Vec::new(),
+        map,
+        warnings,
+    };
+    pair(&mut l, &senders, &receivers)?;
+    Ok(l)
+}
+
+/// Matches the k-th send on each connection with its k-th receive, and
+/// numbers local copies.
+fn pair(
+    l: &mut Loaded<'_>,
+    senders: &HashMap<(u32, u32, u32), (u32, u32)>,
+    receivers: &HashMap<(u32, u32, u32), (u32, u32)>,
+) -> Result<()> {
+    let algo = l.algo;
+    let err = |line: usize, reason: String| -> crate::error::Error {
+        InputError::at(l.file, format!("line {line}"), reason).into()
+    };
+    let moving = |g: u32, t: u32, f: fn(StepKind) -> bool| -> Vec<u32> {
+        let steps = &algo.gpus[g as usize].tbs[t as usize].steps;
+        (0..steps.len() as u32)
+            .filter(|&p| f(steps[p as usize].kind) && steps[p as usize].cnt > 0)
+            .collect()
+    };
+    let mut keys: Vec<_> = senders.keys().chain(receivers.keys()).copied().collect();
+    keys.sort_unstable();
+    keys.dedup();
+    for key in keys {
+        let (chan, from, to) = key;
+        let (s, r) = (senders.get(&key), receivers.get(&key));
+        let sends = s.map_or_else(Vec::new, |&(g, t)| moving(g, t, StepKind::sends));
+        let recvs = r.map_or_else(Vec::new, |&(g, t)| moving(g, t, StepKind::recvs));
+        let fid = l.fifo_ids.len();
+        l.fifo_ids.insert(key, fid);
+        if sends.len() != recvs.len() {
+            let (lonely, side, peer, verb) = if sends.len() > recvs.len() {
+                let &(g, t) = s.expect("more sends than receives means a sender");
+                (StepRef { gpu: g, tb: t, pos: sends[recvs.len()] }, "sends", to, "receives")
+            } else {
+                let &(g, t) = r.expect("more receives than sends means a receiver");
+                (StepRef { gpu: g, tb: t, pos: recvs[sends.len()] }, "receives", from, "sends")
+            };
+            let other = if side == "sends" { r } else { s };
+            let other_tb = match other {
+                Some(&(g, t)) => format!("its tb {} ", algo.gpus[g as usize].tbs[t as usize].id),
+                None => "no tb ".into(),
+            };
+            let (have, want) = if side == "sends" { (recvs.len(), sends.len()) } else { (sends.len(), recvs.len()) };
+            return Err(err(
+                step_line(algo, lonely.gpu as usize, lonely.tb as usize, lonely.pos as usize),
+                format!(
+                    "{}: operation {} it {side} on channel {chan} ({from} -> {to}) has no partner: gpu {peer} {verb} {have} of {want} there ({other_tb}on that channel)",
+                    at(algo, lonely),
+                    have + 1,
+                ),
+            ));
+        }
+        let (Some(&(sg, st)), Some(&(rg, rt))) = (s, r) else {
+            continue; // both lists empty: a declared but unused connection
+        };
+        for (k, (&ps, &pr)) in sends.iter().zip(&recvs).enumerate() {
+            let a = &algo.gpus[sg as usize].tbs[st as usize].steps[ps as usize];
+            let b = &algo.gpus[rg as usize].tbs[rt as usize].steps[pr as usize];
+            let from_ref = StepRef { gpu: sg, tb: st, pos: ps };
+            let to_ref = StepRef { gpu: rg, tb: rt, pos: pr };
+            if a.cnt != b.cnt {
+                return Err(err(b.line, format!(
+                    "{}: receive {k} on channel {chan} from gpu {from} has cnt=\"{}\" but its send ({}, line {}) has cnt=\"{}\"",
+                    at(algo, to_ref), b.cnt, at(algo, from_ref), a.line, a.cnt
+                )));
+            }
+            // A forwarding step sends what it just wrote into its dst.
+            let (src_buf, src_off) = if a.kind.reads_src() { (a.srcbuf, a.srcoff) } else { (a.dstbuf, a.dstoff) };
+            let id = l.ops.len() as u32;
+            l.ops.push(Op {
+                src: from,
+                src_buf,
+                src_off: src_off as u32,
+                dst: to,
+                dst_buf: b.dstbuf,
+                dst_off: b.dstoff as u32,
+                cnt: a.cnt as u32,
+                deps: Vec::new(),
+                data: Vec::new(),
+                from: from_ref,
+                to: to_ref,
+            });
+            l.step_ops[sg as usize][st as usize][ps as usize].send = Some(id);
+            l.step_ops[rg as usize][rt as usize][pr as usize].recv = Some(id);
+        }
+    }
+    for (gi, g) in algo.gpus.iter().enumerate() {
+        for (ti, tb) in g.tbs.iter().enumerate() {
+            for (p, st) in tb.steps.iter().enumerate() {
+                if st.kind == StepKind::Copy && st.cnt > 0 {
+                    let here = StepRef { gpu: gi as u32, tb: ti as u32, pos: p as u32 };
+                    let id = l.ops.len() as u32;
+                    l.ops.push(Op {
+                        src: g.id as u32,
+                        src_buf: st.srcbuf,
+                        src_off: st.srcoff as u32,
+                        dst: g.id as u32,
+                        dst_buf: st.dstbuf,
+                        dst_off: st.dstoff as u32,
+                        cnt: st.cnt as u32,
+                        deps: Vec::new(),
+                        data: Vec::new(),
+                        from: here,
+                        to: here,
+                    });
+                    l.step_ops[gi][ti][p].local = Some(id);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Happens-before between operations: program order in each tb, the
+/// dependency flags, and a forwarding step's receive before its send.
+fn link_deps(l: &mut Loaded<'_>) {
+    let mut deps: Vec<Vec<u32>> = vec![Vec::new(); l.ops.len()];
+    // Per step: operations known done when it completes. Steps are visited
+    // in the order the run completed them, so every wait's target is known.
+    let mut after: Vec<Vec<Vec<Vec<u32>>>> = l
+        .step_ops
+        .iter()
+        .map(|g| g.iter().map(|t| vec![Vec::new(); t.len()]).collect())
+        .collect();
+    for &(gi, ti, p) in &l.step_log {
+        let (gi, ti, p) = (gi as usize, ti as usize, p as usize);
+        let so = l.step_ops[gi][ti][p];
+        let mut before: Vec<u32> = if p > 0 { after[gi][ti][p - 1].clone() } else { Vec::new() };
+        for &(target, q) in &l.waits[gi][ti][p] {
+            before.extend_from_slice(&after[gi][target as usize][q as usize]);
+        }
+        before.sort_unstable();
+        before.dedup();
+        for op in [so.recv, so.local, so.send].into_iter().flatten() {
+            deps[op as usize].extend(&before);
+        }
+        if let (Some(r), Some(s)) = (so.recv, so.send) {
+            deps[s as usize].push(r);
+        }
+        // A step that completes an operation stands for everything before
+        // it; a send-only step or a nop passes its knowledge on.
+        after[gi][ti][p] = match so.done() {
+            Some(done) => vec![done],
+            None => before,
+        };
+    }
+    for (op, mut d) in l.ops.iter_mut().zip(deps) {
+        d.sort_unstable();
+        d.dedup();
+        op.deps = d;
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Small buffers: one FIFO operation per step.
+    PerStep,
+    /// Large buffers: one FIFO operation per chunk.
+    PerChunk,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::PerStep => "one operation per step (small messages)",
+            Mode::PerChunk => "one operation per chunk (large messages)",
+        }
+    }
+}
+
+/// Runs every tb to completion or reports a deadlock. In `PerStep` mode it
+/// also moves data (filling `Op::data`) and checks that nothing is read
+/// before it is written.
+fn execute(l: &mut Loaded<'_>, mode: Mode) -> Result<()> {
+    let algo = l.algo;
+    let depth = algo.proto.fifo_depth();
+    let ng = algo.gpus.len();
+    // Buffers (PerStep only): input holds itself.
+    let mut bufs: Vec<[Vec<Option<Origin>>; 3]> = algo
+        .gpus
+        .iter()
+        .map(|g| {
+            let input = (0..g.i_chunks as u32).map(|idx| Some(Origin { rank: g.id as u32, idx })).collect();
+            [input, vec![None; g.o_chunks as usize], vec![None; g.s_chunks as usize]]
+        })
+        .collect();
+    let bi = |b: BufRef| match b {
+        BufRef::Input => 0,
+        BufRef::Output => 1,
+        BufRef::Scratch => 2,
+    };
+    let mut fifos: Vec<VecDeque<(u32, u32)>> = vec![VecDeque::new(); l.fifo_ids.len()];
+    let mut pc: Vec<Vec<usize>> = algo.gpus.iter().map(|g| vec![0; g.tbs.len()]).collect();
+    let mut sub: Vec<Vec<u32>> = algo.gpus.iter().map(|g| vec![0; g.tbs.len()]).collect();
+    let mut flag: Vec<Vec<i64>> = algo.gpus.iter().map(|g| vec![-1; g.tbs.len()]).collect();
+    loop {
+        let mut progress = false;
+        for gi in 0..ng {
+            let g = &algo.gpus[gi];
+            for ti in 0..g.tbs.len() {
+                let tb = &g.tbs[ti];
+                while pc[gi][ti] < tb.steps.len() {
+                    let p = pc[gi][ti];
+                    let st = &tb.steps[p];
+                    if sub[gi][ti] == 0
+                        && !l.waits[gi][ti][p].iter().all(|&(t, q)| flag[gi][t as usize] >= q as i64)
+                    {
+                        break;
+                    }
+                    let so = l.step_ops[gi][ti][p];
+                    let parts = match (mode, st.kind) {
+                        (_, StepKind::Nop) => 0,
+                        (_, _) if st.cnt == 0 => 0,
+                        (Mode::PerStep, _) => 1,
+                        (Mode::PerChunk, _) => st.cnt as u32,
+                    };
+                    let mut blocked = false;
+                    while sub[gi][ti] < parts {
+                        let k = sub[gi][ti];
+                        let in_fifo = so.recv.map(|op| {
+                            let o = &l.ops[op as usize];
+                            l.fifo_ids[&(tb.chan as u32, o.src, o.dst)]
+                        });
+                        let out_fifo = so.send.map(|op| {
+                            let o = &l.ops[op as usize];
+                            l.fifo_ids[&(tb.chan as u32, o.src, o.dst)]
+                        });
+                        if let Some(f) = in_fifo {
+                            if fifos[f].front() != Some(&(so.recv.expect("paired"), k)) {
+                                blocked = true;
+                                break;
+                            }
+                        }
+                        if let Some(f) = out_fifo {
+                            if fifos[f].len() >= depth {
+                                blocked = true;
+                                break;
+                            }
+                        }
+                        if let Some(f) = in_fifo {
+                            fifos[f].pop_front();
+                        }
+                        if mode == Mode::PerStep {
+                            move_data(l, &mut bufs, gi, ti, p, so, bi)?;
+                        }
+                        if let Some(f) = out_fifo {
+                            fifos[f].push_back((so.send.expect("paired"), k));
+                        }
+                        sub[gi][ti] += 1;
+                        progress = true;
+                    }
+                    if blocked {
+                        break;
+                    }
+                    if st.hasdep && st.kind != StepKind::Nop {
+                        flag[gi][ti] = p as i64;
+                    }
+                    if mode == Mode::PerStep {
+                        l.step_log.push((gi as u32, ti as u32, p as u32));
+                    }
+                    pc[gi][ti] += 1;
+                    sub[gi][ti] = 0;
+                    progress = true;
+                }
+            }
+        }
+        if !progress {
+            break;
+        }
+    }
+    let stuck: Vec<(usize, usize)> = (0..ng)
+        .flat_map(|gi| (0..algo.gpus[gi].tbs.len()).map(move |ti| (gi, ti)))
+        .filter(|&(gi, ti)| pc[gi][ti] < algo.gpus[gi].tbs[ti].steps.len())
+        .collect();
+    if stuck.is_empty() {
+        return Ok(());
+    }
+    let mut lines = Vec::new();
+    for &(gi, ti) in stuck.iter().take(4) {
+        let p = pc[gi][ti];
+        let tb = &algo.gpus[gi].tbs[ti];
+        let here = at(algo, StepRef { gpu: gi as u32, tb: ti as u32, pos: p as u32 });
+        let so = l.step_ops[gi][ti][p];
+        let why = if sub[gi][ti] == 0 && !l.waits[gi][ti][p].iter().all(|&(t, q)| flag[gi][t as usize] >= q as i64) {
+            let (t, q) = l.waits[gi][ti][p].iter().copied().find(|&(t, q)| flag[gi][t as usize] < q as i64).expect("a wait is open");
+            format!("waits for tb {} to finish step {q}", algo.gpus[gi].tbs[t as usize].id)
+        } else if let Some(op) = so.recv.filter(|&op| {
+            let o = &l.ops[op as usize];
+            fifos[l.fifo_ids[&(tb.chan as u32, o.src, o.dst)]].front() != Some(&(op, sub[gi][ti]))
+        }) {
+            format!("waits for data from gpu {} on channel {}", l.ops[op as usize].src, tb.chan)
+        } else {
+            format!("cannot send to gpu {} on channel {}: its FIFO holds {depth} undelivered operations", tb.send, tb.chan)
+        };
+        lines.push(format!("{here} (line {}) {why}", tb.steps[p].line));
+    }
+    let (gi, ti) = stuck[0];
+    Err(InputError::at(
+        l.file,
+        format!("line {}", step_line(algo, gi, ti, pc[gi][ti])),
+        format!(
+            "deadlock with {} ({} FIFO depth {depth}): {} tbs cannot finish; {}",
+            mode.name(),
+            algo.proto,
+            stuck.len(),
+            lines.join("; ")
+        ),
+    )
+    .into())
+}
+
+type Bufs = Vec<[Vec<Option<Origin>>; 3]>;
+
+/// Performs step `p`'s data movement in `PerStep` mode.
+fn move_data(
+    l: &mut Loaded<'_>,
+    bufs: &mut Bufs,
+    gi: usize,
+    ti: usize,
+    p: usize,
+    so: StepOps,
+    bi: impl Fn(BufRef) -> usize,
+) -> Result<()> {
+    let algo = l.algo;
+    let st = &algo.gpus[gi].tbs[ti].steps[p];
+    let here = StepRef { gpu: gi as u32, tb: ti as u32, pos: p as u32 };
+    let cnt = st.cnt as usize;
+    let read = |bufs: &Bufs, b: BufRef, off: i64| -> Result<Vec<Origin>> {
+        let cells = &bufs[gi][bi(b)][off as usize..off as usize + cnt];
+        cells
+            .iter()
+            .enumerate()
+            .map(|(j, c)| {
+                c.ok_or_else(|| {
+                    InputError::at(
+                        l.file,
+                        format!("line {}", st.line),
+                        format!("{}: reads {} chunk {} before anything is written there", at(algo, here), b.name(), off as usize + j),
+                    )
+                    .into()
+                })
+            })
+            .collect()
+    };
+    let data = match so.recv {
+        Some(op) => l.ops[op as usize].data.clone(),
+        None => read(bufs, st.srcbuf, st.srcoff)?,
+    };
+    if st.kind.writes_dst() {
+        let off = st.dstoff as usize;
+        for (j, v) in data.iter().enumerate() {
+            bufs[gi][bi(st.dstbuf)][off + j] = Some(*v);
+        }
+    }
+    for op in [so.send, so.local].into_iter().flatten() {
+        l.ops[op as usize].data = data.clone();
+    }
+    Ok(())
+}
+
+/// Every valid output chunk holds its input chunk (spec §10, §11).
+fn check_outputs(l: &Loaded<'_>) -> Result<()> {
+    let algo = l.algo;
+    let map = &l.map;
+    let n = map.n;
+    // Final output contents from the operations in any valid order: each
+    // output chunk's last writer (double writes are the verifier's to report).
+    let mut out: Vec<Vec<Option<(Origin, StepRef)>>> = algo.gpus.iter().map(|g| vec![None; g.o_chunks as usize]).collect();
+    for op in &l.ops {
+        if op.dst_buf == BufRef::Output {
+            for (j, v) in op.data.iter().enumerate() {
+                out[op.dst as usize][op.dst_off as usize + j] = Some((*v, op.to));
+            }
+        }
+    }
+    for r in 0..n {
+        for s in 0..n {
+            for c in 0..map.chunks(s, r) {
+                let pos = map.output_chunk(s, r, c) as usize;
+                let want = Origin { rank: s as u32, idx: map.input_chunk(s, r, c) };
+                let line = algo.gpus[r].line;
+                match out[r].get(pos).copied().flatten() {
+                    None => {
+                        return Err(InputError::at(
+                            l.file,
+                            format!("line {line}"),
+                            format!("gpu {r}: output chunk {pos} is never written; it should hold input chunk {} of gpu {s}", want.idx),
+                        )
+                        .into())
+                    }
+                    Some((got, by)) if got != want => {
+                        return Err(InputError::at(
+                            l.file,
+                            format!("line {}", step_line(algo, by.gpu as usize, by.tb as usize, by.pos as usize)),
+                            format!("{}: writes input chunk {} of gpu {} into output chunk {pos} of gpu {r}, which should hold input chunk {} of gpu {s}", at(algo, by), got.idx, got.rank, want.idx),
+                        )
+                        .into())
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TINY: &str = r#"<algo name="t" proto="Simple" nchannels="1" nchunksperloop="2" ngpus="2" coll="alltoall" inplace="0" outofplace="1" minBytes="0" maxBytes="0">
+  <gpu id="0" i_chunks="2" o_chunks="2" s_chunks="0">
+    <tb id="0" send="1" recv="-1" chan="0">
+      <step s="0" type="s" srcbuf="i" srcoff="1" dstbuf="o" dstoff="0" cnt="1" depid="-1" deps="-1" hasdep="0"/>
+    </tb>
+    <tb id="1" send="-1" recv="1" chan="0">
+      <step s="0" type="r" srcbuf="i" srcoff="0" dstbuf="o" dstoff="1" cnt="1" depid="-1" deps="-1" hasdep="0"/>
+    </tb>
+    <tb id="2" send="-1" recv="-1" chan="0">
+      <step s="0" type="cpy" srcbuf="i" srcoff="0" dstbuf="o" dstoff="0" cnt="1" depid="-1" deps="-1" hasdep="0"/>
+    </tb>
+  </gpu>
+  <gpu id="1" i_chunks="2" o_chunks="2" s_chunks="0">
+    <tb id="0" send="0" recv="-1" chan="0">
+      <step s="0" type="s" srcbuf="i" srcoff="0" dstbuf="o" dstoff="0" cnt="1" depid="-1" deps="-1" hasdep="0"/>
+    </tb>
+    <tb id="1" send="-1" recv="0" chan="0">
+      <step s="0" type="r" srcbuf="i" srcoff="0" dstbuf="o" dstoff="0" cnt="1" depid="-1" deps="-1" hasdep="0"/>
+    </tb>
+    <tb id="2" send="-1" recv="-1" chan="0">
+      <step s="0" type="cpy" srcbuf="i" srcoff="1" dstbuf="o" dstoff="1" cnt="1" depid="-1" deps="-1" hasdep="0"/>
+    </tb>
+  </gpu>
+</algo>
+"#;
+
+    fn err(text: &str) -> String {
+        check_executable(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn tiny_plan_runs() {
+        let r = check_executable(TINY).unwrap();
+        assert_eq!(r.operations, 4);
+        assert_eq!(r.chunks_moved, 2);
+        assert!(r.warnings.is_empty());
+    }
+
+    #[test]
+    fn lexical_rules() {
+        assert!(err(&format!("<?xml version=\"1.0\"?>\n{TINY}")).contains("line 1: XML prolog"));
+        assert!(err(&TINY.replacen("  <gpu", "\t<gpu", 1)).contains("line 2: tab"));
+        assert!(err(&TINY.replacen("name=\"t\" proto", "name=\"t\"  proto", 1)).contains("exactly one space"));
+        assert!(err(&TINY.replacen("name=\"t\"", "name='t'", 1)).contains("double quotes"));
+        assert!(err(&TINY.replacen("cnt=\"1\"", "cnt=\"01\"", 1)).contains("decimal"));
+        assert!(err(&TINY.replacen("/>\n", "/><!-- x -->\n", 1)).contains("one tag per line"));
+    }
+
+    #[test]
+    fn mispaired_and_wrong_plans_are_rejected() {
+        // Gpu 0 receives into the wrong place.
+        let e = err(&TINY.replacen("dstoff=\"1\" cnt=\"1\"", "dstoff=\"0\" cnt=\"1\"", 1));
+        assert!(e.contains("gpu 0: output chunk 1 is never written; it should hold input chunk 0 of gpu 1"), "{e}");
+        // Gpu 0 sends the wrong chunk.
+        let e = err(&TINY.replacen("srcoff=\"1\" dstbuf=\"o\" dstoff=\"0\"", "srcoff=\"0\" dstbuf=\"o\" dstoff=\"0\"", 1));
+        assert!(e.contains("gpu 1, tb 1, step 0: writes input chunk 0 of gpu 0 into output chunk 0 of gpu 1, which should hold input chunk 1 of gpu 0"), "{e}");
+        // One receive removed: the send has no partner.
+        let no_recv = TINY.replacen(
+            "      <step s=\"0\" type=\"r\" srcbuf=\"i\" srcoff=\"0\" dstbuf=\"o\" dstoff=\"1\" cnt=\"1\" depid=\"-1\" deps=\"-1\" hasdep=\"0\"/>\n",
+            "",
+            1,
+        );
+        let e = err(&no_recv);
+        assert!(e.contains("gpu 1, tb 0, step 0: operation 1 it sends on channel 0 (1 -> 0) has no partner: gpu 0 receives 0 of 1"), "{e}");
+        // A dependency on a step that never signals.
+        let e = err(&TINY.replacen("depid=\"-1\" deps=\"-1\" hasdep=\"0\"/>\n    </tb>\n    <tb id=\"2\"", "depid=\"0\" deps=\"0\" hasdep=\"0\"/>\n    </tb>\n    <tb id=\"2\"", 1));
+        assert!(e.contains("wait forever"), "{e}");
+        assert!(err(&TINY.replacen("cnt=\"1\"", "cnt=\"72\"", 1)).contains("cnt=\"72\""));
+    }
+
+    #[test]
+    fn send_then_receive_in_one_tb_deadlocks() {
+        // Both gpus send three chunks one by one to each other, then receive,
+        // from one tb: with FIFO depth 2 neither reaches its receives.
+        let mut text = String::from(r#"<algo name="t" proto="Simple" nchannels="1" nchunksperloop="6" ngpus="2" coll="alltoall" inplace="0" outofplace="1" minBytes="0" maxBytes="0">
+"#);
+        for g in 0..2 {
+            let peer = 1 - g;
+            text.push_str(&format!("  <gpu id=\"{g}\" i_chunks=\"6\" o_chunks=\"6\" s_chunks=\"0\">\n    <tb id=\"0\" send=\"{peer}\" recv=\"{peer}\" chan=\"0\">\n"));
+            for k in 0..3 {
+                text.push_str(&format!("      <step s=\"{k}\" type=\"s\" srcbuf=\"i\" srcoff=\"{}\" dstbuf=\"o\" dstoff=\"0\" cnt=\"1\" depid=\"-1\" deps=\"-1\" hasdep=\"0\"/>\n", peer * 3 + k));
+            }
+            for k in 0..3 {
+                text.push_str(&format!("      <step s=\"{}\" type=\"r\" srcbuf=\"i\" srcoff=\"0\" dstbuf=\"o\" dstoff=\"{}\" cnt=\"1\" depid=\"-1\" deps=\"-1\" hasdep=\"0\"/>\n", 3 + k, peer * 3 + k));
+            }
+            text.push_str(&format!("    </tb>\n    <tb id=\"1\" send=\"-1\" recv=\"-1\" chan=\"0\">\n      <step s=\"0\" type=\"cpy\" srcbuf=\"i\" srcoff=\"{0}\" dstbuf=\"o\" dstoff=\"{0}\" cnt=\"3\" depid=\"-1\" deps=\"-1\" hasdep=\"0\"/>\n    </tb>\n  </gpu>\n", g * 3));
+        }
+        text.push_str("</algo>\n");
+        let e = err(&text);
+        assert!(e.contains("deadlock with one operation per step (small messages) (Simple FIFO depth 2)"), "{e}");
+        assert!(e.contains("cannot send to gpu 1 on channel 0"), "{e}");
+        // LL's FIFO of 8 holds all three.
+        check_executable(&text.replacen("proto=\"Simple\"", "proto=\"LL\"", 1)).unwrap();
+    }
+}

@@ -1,0 +1,796 @@
+//! Lowering: a verified Plan to an MSCCL [`Algo`] and its text.
+//!
+//! 1. Quantise: pick a chunk size `u`, count `K[s][d] = ceil(M[s][d] / u)`
+//!    chunks per pair and place them by the layout (spec §11).
+//! 2. Trace: replay the plan's transfers in dependency order, following
+//!    every byte back to the block it came from; chunk `c` of a block goes
+//!    with the transfer that carries its first byte. A transfer becomes one
+//!    operation per contiguous run of chunks (at most 71), relays go through
+//!    freshly allocated scratch chunks.
+//! 3. Threadblocks: one per (gpu, peer, direction, channel), local copies in
+//!    tbs of their own; every tb lists its steps in one global topological
+//!    order of the operations, so the k-th send of a connection meets its
+//!    k-th receive and the lowest unfinished operation can always run: no
+//!    deadlock, whatever the FIFO depth. A tb that would pass 64 steps moves
+//!    its connection to the next channel.
+//! 4. Dependencies: a step waits, per tb of its own gpu, for the latest
+//!    step it must follow (extra waits as nops before it); dependencies
+//!    between operations on other gpus are followed through to the ones
+//!    that touch this gpu. Waits MSCCL cannot express (between gpus with no
+//!    operation between them) are dropped and counted.
+//!
+//! The written text is then loaded and run by [`super::exec`], and read back
+//! into the requantised plan it encodes.
+
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::cmp::Reverse;
+
+use super::exec;
+use super::read::{parse_algo, trace_to_plan};
+use super::write::write_algo;
+use super::{Algo, BufRef, ChunkMap, Gpu, Layout, NameFacts, Protocol, Step, StepKind, Tb};
+use super::{MAX_CHANNELS, MAX_CNT, MAX_NODES, MAX_OFFSET, MAX_PEER_TBS_PER_CHANNEL};
+use super::{MAX_STEPS_PER_TB, MAX_TBS_PER_GPU};
+use crate::error::{Error, Result};
+use crate::plan::{Buffer, Plan};
+use crate::topology::Topology;
+use crate::traffic::{Layout as ByteLayout, TrafficMatrix};
+
+/// Chunk sizes are multiples of this many bytes, so `count` is whole for
+/// every element type up to 16 bytes.
+pub const CHUNK_ALIGN: u64 = 16;
+/// Per-peer message size up to which LL is chosen (the msccl-scheduler
+/// ships LL plans up to 32.5 KiB per peer for 8 GPUs).
+pub const LL_MAX_PER_PEER: u64 = 32 << 10;
+/// Per-peer message size up to which LL128 is chosen; Simple above.
+pub const LL128_MAX_PER_PEER: u64 = 512 << 10;
+
+/// How to lower a plan.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct XmlOptions {
+    /// `padded` (default, a drop-in for `ncclAllToAll`) or `packed`.
+    pub layout: Layout,
+    /// `None`: chosen by message size (LL, LL128, Simple).
+    pub protocol: Option<Protocol>,
+    /// `None`: the smallest multiple of [`CHUNK_ALIGN`] that puts the largest
+    /// pair in one step of at most 71 chunks, doubled until the executor's
+    /// limits hold.
+    pub chunk_bytes: Option<u64>,
+}
+
+/// A written file and what it means for the application.
+#[derive(Clone, Debug)]
+pub struct XmlPlan {
+    pub text: String,
+    pub algo: Algo,
+    pub chunk_bytes: u64,
+    pub layout: Layout,
+    pub protocol: Protocol,
+    pub nchunksperloop: u32,
+    /// Bytes per destination the application passes to `ncclAllToAll`
+    /// (`count * sizeof(type)`): `nchunksperloop / ngpus` chunks.
+    pub count_bytes: u64,
+    /// Bytes of each rank's send and receive buffer (`count_bytes * ngpus`).
+    pub buffer_bytes: u64,
+    /// Largest scratch any rank needs, in bytes (the executor allocates it).
+    pub scratch_bytes: u64,
+    pub min_bytes: u64,
+    pub max_bytes: u64,
+    pub channels: u32,
+    pub max_tbs_per_gpu: usize,
+    pub max_steps_per_tb: usize,
+    /// Dependencies between operations MSCCL cannot express (no operation
+    /// links the two gpus in between); the XML runs without them.
+    pub dropped_deps: usize,
+    /// The plan the file encodes, on the original matrix: transfers are its
+    /// operations, byte ranges requantised to chunk boundaries.
+    pub plan: Plan,
+    pub report: exec::ExecReport,
+}
+
+impl XmlPlan {
+    /// The facts a `--report` carries, as JSON.
+    pub fn report_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "chunk_bytes": self.chunk_bytes,
+            "layout": self.layout.name(),
+            "protocol": self.protocol.name(),
+            "nchunksperloop": self.nchunksperloop,
+            "count_bytes": self.count_bytes,
+            "buffer_bytes": self.buffer_bytes,
+            "scratch_bytes": self.scratch_bytes,
+            "min_bytes": self.min_bytes,
+            "max_bytes": self.max_bytes,
+            "channels": self.channels,
+            "max_tbs_per_gpu": self.max_tbs_per_gpu,
+            "max_steps_per_tb": self.max_steps_per_tb,
+            "dropped_deps": self.dropped_deps,
+        })
+    }
+}
+
+fn unsupported(reason: String) -> Error {
+    Error::Unsupported {
+        algorithm: "msccl-xml".into(),
+        reason,
+    }
+}
+
+/// Lowers a verified plan of `traffic` on `topo` to MSCCL XML. The file is
+/// checked by the symbolic executor before it is returned.
+pub fn to_xml(
+    plan: &Plan,
+    topo: &Topology,
+    traffic: &TrafficMatrix,
+    opts: &XmlOptions,
+) -> Result<XmlPlan> {
+    let n = traffic.ranks();
+    if plan.ranks as usize != n || topo.ranks() != n {
+        return Err(unsupported(format!(
+            "plan for {} ranks, traffic for {n}, topology for {}",
+            plan.ranks,
+            topo.ranks()
+        )));
+    }
+    let base = match opts.chunk_bytes {
+        Some(0) => return Err(unsupported("chunk size of 0 bytes".into())),
+        Some(u) => u,
+        None => traffic
+            .max_entry()
+            .div_ceil(MAX_CNT as u64)
+            .div_ceil(CHUNK_ALIGN)
+            .max(1)
+            * CHUNK_ALIGN,
+    };
+    let mut u = base;
+    loop {
+        match lower_with(plan, topo, traffic, opts, u) {
+            Err(LowerError::Limit(why)) if opts.chunk_bytes.is_none() && u < base << 10 => {
+                let _ = why;
+                u *= 2;
+            }
+            Err(LowerError::Limit(why)) => {
+                return Err(unsupported(format!(
+                    "{why} (chunk size {u} bytes); try a larger --chunk-bytes"
+                )))
+            }
+            Err(LowerError::Other(e)) => return Err(e),
+            Ok(x) => return Ok(x),
+        }
+    }
+}
+
+/// The same schedule for every protocol, each with its size window
+/// (several files a directory can hold side by side).
+pub fn to_xml_windows(
+    plan: &Plan,
+    topo: &Topology,
+    traffic: &TrafficMatrix,
+    opts: &XmlOptions,
+) -> Result<Vec<XmlPlan>> {
+    Protocol::ALL
+        .iter()
+        .map(|&p| {
+            let o = XmlOptions {
+                protocol: Some(p),
+                ..opts.clone()
+            };
+            to_xml(plan, topo, traffic, &o)
+        })
+        .collect()
+}
+
+/// `[minBytes, maxBytes]` of a protocol for `n` ranks (`maxBytes` 0 = no limit).
+pub fn window(proto: Protocol, n: u64) -> (u64, u64) {
+    match proto {
+        Protocol::LL => (0, n * LL_MAX_PER_PEER),
+        Protocol::LL128 => (n * LL_MAX_PER_PEER + 1, n * LL128_MAX_PER_PEER),
+        Protocol::Simple => (n * LL128_MAX_PER_PEER + 1, 0),
+    }
+}
+
+/// The protocol whose window holds a message of `nbytes` for `n` ranks.
+pub fn protocol_for(nbytes: u64, n: u64) -> Protocol {
+    Protocol::ALL
+        .into_iter()
+        .find(|&p| {
+            let (lo, hi) = window(p, n);
+            nbytes >= lo && (hi == 0 || nbytes <= hi)
+        })
+        .unwrap_or(Protocol::Simple)
+}
+
+enum LowerError {
+    /// An executor limit: a larger chunk may help.
+    Limit(String),
+    Other(Error),
+}
+
+impl From<Error> for LowerError {
+    fn from(e: Error) -> Self {
+        LowerError::Other(e)
+    }
+}
+
+/// One MSCCL operation: `cnt` chunks from one buffer place to another.
+#[derive(Clone, Debug)]
+struct ChunkOp {
+    src: u32,
+    src_buf: BufRef,
+    src_off: u32,
+    dst: u32,
+    dst_buf: BufRef,
+    dst_off: u32,
+    cnt: u32,
+    deps: Vec<u32>,
+}
+
+fn bufref(b: Buffer) -> BufRef {
+    match b {
+        Buffer::Input => BufRef::Input,
+        Buffer::Output => BufRef::Output,
+        Buffer::Scratch => BufRef::Scratch,
+    }
+}
+
+fn lower_with(
+    plan: &Plan,
+    topo: &Topology,
+    traffic: &TrafficMatrix,
+    opts: &XmlOptions,
+    u: u64,
+) -> std::result::Result<XmlPlan, LowerError> {
+    let n = traffic.ranks();
+    let k: Vec<Vec<u32>> = (0..n)
+        .map(|s| {
+            (0..n)
+                .map(|d| traffic.get(s, d).div_ceil(u))
+                .collect::<Vec<u64>>()
+        })
+        .map(|row| row.into_iter().map(|c| c.min(u32::MAX as u64) as u32).collect())
+        .collect();
+    if k.iter().flatten().any(|&c| c > MAX_OFFSET as u32) {
+        return Err(LowerError::Limit("a pair needs more chunks than offsets can address".into()));
+    }
+    let map = ChunkMap::new(k.clone(), opts.layout);
+    if map.nchunksperloop as i64 > MAX_OFFSET + 1 {
+        return Err(LowerError::Limit(format!(
+            "{} chunks per buffer, more than offsets can address",
+            map.nchunksperloop
+        )));
+    }
+    let (ops, scratch) = trace_chunks(plan, traffic, &map, u)?;
+    let built = build_tbs(&ops, n)?;
+    let nchunks = map.nchunksperloop;
+    let nbytes = nchunks as u64 * u;
+    let proto = opts
+        .protocol
+        .unwrap_or_else(|| protocol_for(nbytes, n as u64));
+    let (min_bytes, max_bytes) = window(proto, n as u64);
+    let uniform_padded = opts.layout == Layout::Padded && k.iter().flatten().all(|&c| c == k[0][0]);
+    let algo = Algo {
+        name: NameFacts::format(&plan.algorithm, opts.layout, u, topo.gpus_per_node() as u32),
+        proto,
+        nchannels: built.channels as i64,
+        nchunksperloop: nchunks as i64,
+        ngpus: n as i64,
+        coll: "alltoall".into(),
+        inplace: false,
+        outofplace: true,
+        min_bytes: min_bytes as i64,
+        max_bytes: max_bytes as i64,
+        gpus: built
+            .tbs
+            .into_iter()
+            .enumerate()
+            .map(|(g, tbs)| Gpu {
+                id: g as i64,
+                i_chunks: nchunks as i64,
+                o_chunks: nchunks as i64,
+                s_chunks: scratch[g] as i64,
+                tbs,
+                line: 0,
+            })
+            .collect(),
+        chunks: (!uniform_padded).then_some(k),
+        line: 0,
+    };
+    for g in &algo.gpus {
+        let steps: usize = g.tbs.iter().map(|t| t.steps.len()).sum();
+        if 1 + n + g.tbs.len() + steps > MAX_NODES {
+            return Err(LowerError::Limit(format!(
+                "gpu {} would hold {} elements, the executor parses at most {MAX_NODES}",
+                g.id,
+                1 + n + g.tbs.len() + steps
+            )));
+        }
+        if g.s_chunks > MAX_OFFSET + 1 {
+            return Err(LowerError::Limit(format!("gpu {} needs {} scratch chunks", g.id, g.s_chunks)));
+        }
+    }
+    let text = write_algo(&algo);
+    let file = "<written XML>";
+    let internal = |e: Error| unsupported(format!("internal error, the written XML fails its own check: {e}"));
+    exec::check_lexical(&text, file).map_err(internal)?;
+    let parsed = parse_algo(&text, file).map_err(internal)?;
+    let trace = exec::run(&parsed, file).map_err(internal)?;
+    let (encoded, _) = trace_to_plan(&parsed, &trace, Some(traffic), Some(u), file).map_err(internal)?;
+    let count_bytes = nbytes / n as u64;
+    Ok(XmlPlan {
+        text,
+        chunk_bytes: u,
+        layout: opts.layout,
+        protocol: proto,
+        nchunksperloop: nchunks,
+        count_bytes,
+        buffer_bytes: nbytes,
+        scratch_bytes: scratch.iter().copied().max().unwrap_or(0) as u64 * u,
+        min_bytes,
+        max_bytes,
+        channels: built.channels,
+        max_tbs_per_gpu: trace.report.max_tbs_per_gpu,
+        max_steps_per_tb: trace.report.max_steps_per_tb,
+        dropped_deps: built.dropped,
+        plan: encoded,
+        report: trace.report,
+        algo,
+    })
+}
+
+/// Where a written byte range came from: block `(s, d)`, byte `a` of it.
+#[derive(Clone, Copy, Debug)]
+struct Seg {
+    end: u64,
+    s: u32,
+    d: u32,
+    a: u64,
+}
+
+/// Replays the plan and cuts it into chunk operations; returns them (in a
+/// topological order) and the scratch chunks each rank needs.
+fn trace_chunks(
+    plan: &Plan,
+    traffic: &TrafficMatrix,
+    map: &ChunkMap,
+    u: u64,
+) -> std::result::Result<(Vec<ChunkOp>, Vec<u32>), LowerError> {
+    let n = traffic.ranks();
+    let layout = ByteLayout::new(traffic);
+    let ts = &plan.transfers;
+    let bad = |i: usize, why: String| -> LowerError {
+        LowerError::Other(unsupported(format!("transfer {i}: {why} (is the plan verified?)")))
+    };
+    // Kahn's order, lowest (step, index) first: the order tbs list steps in.
+    let mut indeg: Vec<u32> = ts.iter().map(|t| t.deps.len() as u32).collect();
+    let mut succ: Vec<Vec<u32>> = vec![Vec::new(); ts.len()];
+    for (i, t) in ts.iter().enumerate() {
+        for &d in &t.deps {
+            let Some(s) = succ.get_mut(d as usize) else {
+                return Err(bad(i, format!("depends on missing transfer {d}")));
+            };
+            s.push(i as u32);
+        }
+    }
+    let mut heap: BinaryHeap<Reverse<(u32, u32)>> = (0..ts.len())
+        .filter(|&i| indeg[i] == 0)
+        .map(|i| Reverse((ts[i].step, i as u32)))
+        .collect();
+    // Written output/scratch ranges per (rank, buffer).
+    let mut written: HashMap<(u32, Buffer), BTreeMap<u64, Seg>> = HashMap::new();
+    // Scratch chunk holding chunk `c` of block (s, d), per rank.
+    let mut slot: HashMap<(u32, u32, u32, u32), u32> = HashMap::new();
+    let mut scratch = vec![0u32; n];
+    let mut ops: Vec<ChunkOp> = Vec::new();
+    // Operations a transfer stands for (its deps' when it moves no chunk).
+    let mut eff: Vec<Vec<u32>> = vec![Vec::new(); ts.len()];
+    let mut done = 0;
+    while let Some(Reverse((_, i))) = heap.pop() {
+        let i = i as usize;
+        done += 1;
+        for &w in &succ[i] {
+            indeg[w as usize] -= 1;
+            if indeg[w as usize] == 0 {
+                heap.push(Reverse((ts[w as usize].step, w)));
+            }
+        }
+        let t = &ts[i];
+        let mut deps: Vec<u32> = t.deps.iter().flat_map(|&d| eff[d as usize].iter().copied()).collect();
+        deps.sort_unstable();
+        deps.dedup();
+        // Origin pieces of the bytes read, in source order.
+        let mut pieces: Vec<(u32, u32, u64, u64)> = Vec::new();
+        let (start, end) = (t.src_off, t.src_off + t.bytes);
+        match t.src_buf {
+            Buffer::Input => {
+                let s = t.src as usize;
+                for d in 0..n {
+                    let (lo, len) = (layout.send_offset(s, d), traffic.get(s, d));
+                    let (a, b) = (start.max(lo), end.min(lo + len));
+                    if a < b {
+                        pieces.push((s as u32, d as u32, a - lo, b - lo));
+                    }
+                }
+            }
+            buf => {
+                let m = written.get(&(t.src, buf));
+                let mut at = start;
+                if let Some(m) = m {
+                    let first = m.range(..=start).next_back().map_or(start, |(&k, _)| k);
+                    for (&k, seg) in m.range(first..end) {
+                        if seg.end <= at {
+                            continue;
+                        }
+                        if k > at {
+                            break;
+                        }
+                        let e = seg.end.min(end);
+                        pieces.push((seg.s, seg.d, seg.a + (at - k), seg.a + (e - k)));
+                        at = e;
+                    }
+                }
+                if at < end && t.bytes > 0 {
+                    return Err(bad(i, format!("reads bytes {at}..{end} of {} of rank {} before they are written", buf.name(), t.src)));
+                }
+            }
+        }
+        // Record what the destination now holds.
+        if t.dst_buf != Buffer::Input && t.bytes > 0 {
+            let m = written.entry((t.dst, t.dst_buf)).or_default();
+            let mut at = t.dst_off;
+            for &(s, d, a, b) in &pieces {
+                m.insert(at, Seg { end: at + (b - a), s, d, a });
+                at += b - a;
+            }
+        }
+        // Chunk pairs (src index, dst index); chunk c goes with its first byte.
+        let mut pairs: Vec<(u32, u32)> = Vec::new();
+        for &(s, d, a, b) in &pieces {
+            for c in a.div_ceil(u)..b.div_ceil(u) {
+                let c = c as u32;
+                let (su, du) = (s as usize, d as usize);
+                let src_idx = match t.src_buf {
+                    Buffer::Input => map.input_chunk(su, du, c),
+                    Buffer::Output => map.output_chunk(su, du, c),
+                    Buffer::Scratch => *slot
+                        .get(&(t.src, s, d, c))
+                        .ok_or_else(|| bad(i, format!("chunk {c} of block {s}->{d} is not in scratch of rank {}", t.src)))?,
+                };
+                let dst_idx = match t.dst_buf {
+                    Buffer::Output => {
+                        if t.dst != d {
+                            return Err(bad(i, format!("puts data for rank {d} into output of rank {}", t.dst)));
+                        }
+                        map.output_chunk(su, du, c)
+                    }
+                    Buffer::Scratch => {
+                        let r = t.dst as usize;
+                        let x = scratch[r];
+                        scratch[r] += 1;
+                        slot.insert((t.dst, s, d, c), x);
+                        x
+                    }
+                    Buffer::Input => return Err(bad(i, "writes an input buffer".into())),
+                };
+                pairs.push((src_idx, dst_idx));
+            }
+        }
+        // Runs of consecutive chunks, at most MAX_CNT each.
+        let mut j = 0;
+        while j < pairs.len() {
+            let mut len = 1;
+            while j + len < pairs.len()
+                && len < MAX_CNT as usize
+                && pairs[j + len] == (pairs[j].0 + len as u32, pairs[j].1 + len as u32)
+            {
+                len += 1;
+            }
+            eff[i].push(ops.len() as u32);
+            ops.push(ChunkOp {
+                src: t.src,
+                src_buf: bufref(t.src_buf),
+                src_off: pairs[j].0,
+                dst: t.dst,
+                dst_buf: bufref(t.dst_buf),
+                dst_off: pairs[j].1,
+                cnt: len as u32,
+                deps: deps.clone(),
+            });
+            j += len;
+        }
+        if eff[i].is_empty() {
+            eff[i] = deps;
+        }
+    }
+    if done < ts.len() {
+        return Err(LowerError::Other(unsupported("the plan's dependencies have a cycle".into())));
+    }
+    Ok((ops, scratch))
+}
+
+/// Which tb a step goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum TbKey {
+    /// Sends to `peer` on `chan`.
+    Send { peer: u32, chan: u32 },
+    /// Receives from `peer` on `chan`.
+    Recv { peer: u32, chan: u32 },
+    /// Local copies, the `k`-th such tb.
+    Local { k: u32 },
+}
+
+struct Built {
+    tbs: Vec<Vec<Tb>>,
+    channels: u32,
+    dropped: usize,
+}
+
+/// A tb under construction.
+struct TbDraft {
+    key: TbKey,
+    steps: Vec<Step>,
+    /// Latest position of each other tb this tb has waited for.
+    waited: HashMap<u32, u32>,
+}
+
+fn build_tbs(ops: &[ChunkOp], n: usize) -> std::result::Result<Built, LowerError> {
+    // Channel groups keep at most 32 peer tbs per channel per direction.
+    let groups = (n.saturating_sub(1)).div_ceil(MAX_PEER_TBS_PER_CHANNEL).max(1) as u32;
+    let base_chan = |src: u32, dst: u32| -> u32 {
+        let dist = (dst as usize + n - src as usize) % n;
+        ((dist - 1) / MAX_PEER_TBS_PER_CHANNEL) as u32
+    };
+    let mut tbs: Vec<Vec<TbDraft>> = (0..n).map(|_| Vec::new()).collect();
+    let mut tb_index: Vec<HashMap<TbKey, u32>> = vec![HashMap::new(); n];
+    let mut chan_of: HashMap<(u32, u32), u32> = HashMap::new();
+    let mut local_k = vec![0u32; n];
+    // Where each operation's step sits on each gpu it touches: (tb, pos).
+    let mut at: HashMap<(u32, u32), (u32, u32)> = HashMap::new();
+    let mut anc: HashMap<(u32, u32), Vec<u32>> = HashMap::new();
+    let mut dropped = 0usize;
+    let mut channels = 1u32;
+    for (o, op) in ops.iter().enumerate() {
+        let o = o as u32;
+        let gpus: Vec<u32> = if op.src == op.dst { vec![op.src] } else { vec![op.src, op.dst] };
+        // Operations on each side's gpu this one must follow.
+        let mut need: Vec<Vec<u32>> = Vec::new();
+        for &g in &gpus {
+            let mut v = Vec::new();
+            for &x in &op.deps {
+                let before = v.len();
+                ancestors_on(ops, x, g, &mut anc, &mut v);
+                if v.len() == before {
+                    dropped += 1;
+                }
+            }
+            v.sort_unstable();
+            v.dedup();
+            need.push(v);
+        }
+        loop {
+            let keys: Vec<TbKey> = if op.src == op.dst {
+                vec![TbKey::Local { k: local_k[op.src as usize] }]
+            } else {
+                let c = *chan_of.entry((op.src, op.dst)).or_insert_with(|| base_chan(op.src, op.dst));
+                if c >= MAX_CHANNELS {
+                    return Err(LowerError::Limit(format!(
+                        "operations from rank {} to rank {} need more than {MAX_CHANNELS} channels of {MAX_STEPS_PER_TB} steps",
+                        op.src, op.dst
+                    )));
+                }
+                vec![TbKey::Send { peer: op.dst, chan: c }, TbKey::Recv { peer: op.src, chan: c }]
+            };
+            // Waits per side: (tb, pos) targets, own tb and implied ones removed.
+            let mut fits = true;
+            let mut plans = Vec::new();
+            for (side, (&g, &key)) in gpus.iter().zip(&keys).enumerate() {
+                let gi = g as usize;
+                let own = tb_index[gi].get(&key).copied();
+                let mut latest: BTreeMap<u32, u32> = BTreeMap::new();
+                for &x in &need[side] {
+                    let &(tb, pos) = at.get(&(x, g)).expect("an ancestor on this gpu has a step here");
+                    if Some(tb) == own {
+                        continue;
+                    }
+                    let e = latest.entry(tb).or_insert(pos);
+                    *e = (*e).max(pos);
+                }
+                if let Some(t) = own {
+                    let w = &tbs[gi][t as usize].waited;
+                    latest.retain(|tb, pos| w.get(tb).is_none_or(|&p| p < *pos));
+                }
+                let len = own.map_or(0, |t| tbs[gi][t as usize].steps.len());
+                if len + latest.len().max(1) > MAX_STEPS_PER_TB {
+                    fits = false;
+                }
+                plans.push((gi, key, latest));
+            }
+            if !fits {
+                if op.src == op.dst {
+                    local_k[op.src as usize] += 1;
+                } else {
+                    *chan_of.get_mut(&(op.src, op.dst)).expect("set above") += groups;
+                }
+                continue;
+            }
+            for (side, (gi, key, latest)) in plans.into_iter().enumerate() {
+                let t = match tb_index[gi].get(&key) {
+                    Some(&t) => t,
+                    None => {
+                        let t = tbs[gi].len() as u32;
+                        if t as usize >= MAX_TBS_PER_GPU {
+                            return Err(LowerError::Limit(format!(
+                                "rank {gi} needs more than {MAX_TBS_PER_GPU} threadblocks"
+                            )));
+                        }
+                        tbs[gi].push(TbDraft { key, steps: Vec::new(), waited: HashMap::new() });
+                        tb_index[gi].insert(key, t);
+                        t
+                    }
+                };
+                if let TbKey::Send { chan, .. } = key {
+                    channels = channels.max(chan + 1);
+                }
+                let kind = match (op.src == op.dst, side) {
+                    (true, _) => StepKind::Copy,
+                    (false, 0) => StepKind::Send,
+                    (false, _) => StepKind::Recv,
+                };
+                let waits: Vec<(u32, u32)> = latest.into_iter().collect();
+                let draft = &mut tbs[gi][t as usize];
+                for (idx, &(tb, pos)) in waits.iter().enumerate() {
+                    draft.waited.insert(tb, pos);
+                    let is_last = idx + 1 == waits.len();
+                    let s = draft.steps.len() as i64;
+                    draft.steps.push(Step {
+                        s,
+                        kind: if is_last { kind } else { StepKind::Nop },
+                        srcbuf: if is_last { op.src_buf } else { BufRef::Input },
+                        srcoff: if is_last { op.src_off as i64 } else { -1 },
+                        dstbuf: if is_last { op.dst_buf } else { BufRef::Output },
+                        dstoff: if is_last { op.dst_off as i64 } else { -1 },
+                        cnt: if is_last { op.cnt as i64 } else { 0 },
+                        depid: tb as i64,
+                        deps: pos as i64,
+                        hasdep: false,
+                        line: 0,
+                    });
+                }
+                if waits.is_empty() {
+                    let s = draft.steps.len() as i64;
+                    draft.steps.push(Step {
+                        s,
+                        kind,
+                        srcbuf: op.src_buf,
+                        srcoff: op.src_off as i64,
+                        dstbuf: op.dst_buf,
+                        dstoff: op.dst_off as i64,
+                        cnt: op.cnt as i64,
+                        depid: -1,
+                        deps: -1,
+                        hasdep: false,
+                        line: 0,
+                    });
+                }
+                let pos = draft.steps.len() as u32 - 1;
+                at.insert((o, gi as u32), (t, pos));
+                for (tb, p) in waits {
+                    tbs[gi][tb as usize].steps[p as usize].hasdep = true;
+                }
+            }
+            break;
+        }
+    }
+    // Number tbs as msccl-tools does, by (send, recv, chan), local ones first.
+    let mut out = Vec::with_capacity(n);
+    for (g, drafts) in tbs.into_iter().enumerate() {
+        let mut order: Vec<usize> = (0..drafts.len()).collect();
+        let sort_key = |k: &TbKey| -> (i64, i64, u32) {
+            match *k {
+                TbKey::Local { k } => (-1, -1, k),
+                TbKey::Send { peer, chan } => (peer as i64, -1, chan),
+                TbKey::Recv { peer, chan } => (-1, peer as i64, chan),
+            }
+        };
+        order.sort_by_key(|&i| sort_key(&drafts[i].key));
+        let mut new_id = vec![0i64; drafts.len()];
+        for (new, &old) in order.iter().enumerate() {
+            new_id[old] = new as i64;
+        }
+        let mut tbv: Vec<Tb> = Vec::with_capacity(drafts.len());
+        let mut drafts: Vec<Option<TbDraft>> = drafts.into_iter().map(Some).collect();
+        for &old in &order {
+            let d = drafts[old].take().expect("each tb once");
+            let (send, recv, chan) = match d.key {
+                TbKey::Send { peer, chan } => (peer as i64, -1, chan as i64),
+                TbKey::Recv { peer, chan } => (-1, peer as i64, chan as i64),
+                TbKey::Local { .. } => (-1, -1, 0),
+            };
+            let steps = d
+                .steps
+                .into_iter()
+                .map(|mut s| {
+                    if s.depid >= 0 {
+                        s.depid = new_id[s.depid as usize];
+                    }
+                    s
+                })
+                .collect();
+            tbv.push(Tb { id: new_id[old], send, recv, chan, steps, line: 0 });
+        }
+        let _ = g;
+        out.push(tbv);
+    }
+    Ok(Built { tbs: out, channels, dropped })
+}
+
+/// The operations on gpu `g` among `x` and its ancestors, stopping at the
+/// first that touches `g` on every path (its own waits cover the rest).
+fn ancestors_on(
+    ops: &[ChunkOp],
+    x: u32,
+    g: u32,
+    memo: &mut HashMap<(u32, u32), Vec<u32>>,
+    out: &mut Vec<u32>,
+) {
+    let op = &ops[x as usize];
+    if op.src == g || op.dst == g {
+        out.push(x);
+        return;
+    }
+    if let Some(v) = memo.get(&(x, g)) {
+        out.extend_from_slice(v);
+        return;
+    }
+    let mut v = Vec::new();
+    for &y in &op.deps {
+        ancestors_on(ops, y, g, memo, &mut v);
+    }
+    v.sort_unstable();
+    v.dedup();
+    out.extend_from_slice(&v);
+    memo.insert((x, g), v);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sched::direct;
+    use crate::verify::verify_on;
+
+    #[test]
+    fn direct_uniform_lowers_and_reads_back() {
+        let topo = Topology::preset("dgx-h100", 2, Some(4)).unwrap();
+        let m = TrafficMatrix::uniform(8, 4096);
+        let plan = direct(&topo, &m);
+        let x = to_xml(&plan, &topo, &m, &XmlOptions::default()).unwrap();
+        assert!(x.text.starts_with("<algo name=\"switchyard direct layout=padded chunk_bytes=64 gpus_per_node=4\" proto=\"LL\""), "{}", &x.text[..200]);
+        assert_eq!(x.nchunksperloop, 8 * 64);
+        assert_eq!(x.count_bytes, 4096);
+        assert!(x.report.warnings.is_empty(), "{:?}", x.report.warnings);
+        verify_on(&x.plan, &m, &topo).unwrap();
+        assert_eq!(x.plan.transfers.len(), plan.transfers.len());
+        let back = super::super::parse_xml(&x.text, "x.xml", Some(&m)).unwrap();
+        verify_on(&back, &m, &topo).unwrap();
+        super::super::check_executable(&x.text).unwrap();
+    }
+
+    #[test]
+    fn skewed_direct_in_both_layouts() {
+        let topo = Topology::preset("dgx-h100", 2, Some(4)).unwrap();
+        let mut m = TrafficMatrix::uniform(8, 1000);
+        m.set(1, 6, 77_777);
+        m.set(2, 2, 0);
+        m.set(5, 3, 0);
+        m.set(7, 0, 1);
+        let plan = direct(&topo, &m);
+        for layout in [Layout::Padded, Layout::Packed] {
+            let opts = XmlOptions { layout, ..Default::default() };
+            let x = to_xml(&plan, &topo, &m, &opts).unwrap();
+            verify_on(&x.plan, &m, &topo).unwrap();
+            let r = super::super::check_executable(&x.text).unwrap();
+            assert_eq!(r.layout, layout);
+            let back = super::super::parse_xml(&x.text, "x.xml", Some(&m)).unwrap();
+            verify_on(&back, &m, &topo).unwrap();
+        }
+    }
+}

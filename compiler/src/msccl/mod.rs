@@ -1,0 +1,476 @@
+//! MSCCL XML: lowering plans to files an MSCCL executor loads, reading such
+//! files back into the Plan IR, and a symbolic model of the executor.
+//!
+//! Owns: the XML element tree ([`Algo`] > [`Gpu`] > [`Tb`] > [`Step`]), the
+//! executor's limits, chunk quantisation of skewed plans (spec §11), the
+//! writer, the reader and the symbolic executor. Knows nothing of how a plan
+//! was scheduled or what it costs. The format and every limit used here are
+//! described in docs/msccl.md and in the shared MSCCL XML spec.
+//!
+//! - [`lower`]: Plan → [`Algo`] (threadblocks, channels, steps, dependencies).
+//! - [`write`]: [`Algo`] → text, in the executor's lexical rules.
+//! - [`read`]: text → [`Algo`] → [`Plan`].
+//! - [`exec`]: lexical rules, loader rules and a symbolic run of the text.
+
+pub mod exec;
+pub mod lower;
+pub mod read;
+pub mod write;
+
+use std::fmt;
+use std::str::FromStr;
+
+pub use exec::{check_executable, check_executable_with, ExecReport};
+pub use lower::{to_xml, to_xml_windows, XmlOptions, XmlPlan};
+pub use read::{assign_paths, parse_algo, parse_xml, xml_traffic};
+
+/// Steps per threadblock the executor accepts (`MSCCL_MAX_NUM_STEPS`).
+pub const MAX_STEPS_PER_TB: usize = 64;
+/// Largest `cnt` of one step (`MSCCL_MAX_COUNT` is 72, exclusive).
+pub const MAX_CNT: u32 = 71;
+/// `depid` is stored as int8: threadblock ids beyond 127 cannot be waited on.
+pub const MAX_TBS_PER_GPU: usize = 128;
+/// Channels (`MAXCHANNELS`).
+pub const MAX_CHANNELS: u32 = 32;
+/// Threadblocks with a send (or a receive) peer per channel.
+pub const MAX_PEER_TBS_PER_CHANNEL: usize = 32;
+/// Elements one parse may hold (`MAX_NODES`).
+pub const MAX_NODES: usize = 4096;
+/// Chunk offsets are stored as int16.
+pub const MAX_OFFSET: i64 = i16::MAX as i64;
+/// Attributes the executor keeps per element.
+pub const MAX_ATTRS: usize = 16;
+
+/// The executor's protocol (`proto`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    Simple,
+    LL,
+    LL128,
+}
+
+impl Protocol {
+    pub const ALL: [Protocol; 3] = [Protocol::LL, Protocol::LL128, Protocol::Simple];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Simple => "Simple",
+            Protocol::LL => "LL",
+            Protocol::LL128 => "LL128",
+        }
+    }
+
+    /// Undelivered operations one connection holds before the sender blocks
+    /// (spec §5: a Simple operation takes 4 of NCCL's 8 slots, LL/LL128 one).
+    pub fn fifo_depth(self) -> usize {
+        match self {
+            Protocol::Simple => 2,
+            Protocol::LL | Protocol::LL128 => 8,
+        }
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Protocol {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "Simple" => Ok(Protocol::Simple),
+            "LL" => Ok(Protocol::LL),
+            "LL128" => Ok(Protocol::LL128),
+            _ => Err(format!(
+                "unknown protocol `{s}` (the executor knows Simple, LL, LL128, spelled exactly)"
+            )),
+        }
+    }
+}
+
+/// Where a skewed plan puts each peer's chunks (spec §11).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Layout {
+    /// Every peer block sized to the largest pair, valid chunks first: the
+    /// `ncclAllToAll` layout, a drop-in.
+    #[default]
+    Padded,
+    /// Blocks back to back in rank order: smaller buffers, the application
+    /// packs and unpacks.
+    Packed,
+}
+
+impl Layout {
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Padded => "padded",
+            Layout::Packed => "packed",
+        }
+    }
+}
+
+impl fmt::Display for Layout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Layout {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "padded" => Ok(Layout::Padded),
+            "packed" => Ok(Layout::Packed),
+            _ => Err(format!("unknown layout `{s}` (known: padded, packed)")),
+        }
+    }
+}
+
+/// A buffer as the XML names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BufRef {
+    Input,
+    Output,
+    Scratch,
+}
+
+impl BufRef {
+    pub fn letter(self) -> &'static str {
+        match self {
+            BufRef::Input => "i",
+            BufRef::Output => "o",
+            BufRef::Scratch => "s",
+        }
+    }
+    pub fn parse(s: &str) -> Option<BufRef> {
+        match s {
+            "i" => Some(BufRef::Input),
+            "o" => Some(BufRef::Output),
+            "s" => Some(BufRef::Scratch),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            BufRef::Input => "input",
+            BufRef::Output => "output",
+            BufRef::Scratch => "scratch",
+        }
+    }
+}
+
+/// A step's `type` (spec §4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StepKind {
+    Send,
+    Recv,
+    RecvCopySend,
+    RecvReduceSend,
+    RecvReduceCopy,
+    RecvReduceCopySend,
+    Copy,
+    Reduce,
+    Nop,
+}
+
+impl StepKind {
+    pub fn code(self) -> &'static str {
+        match self {
+            StepKind::Send => "s",
+            StepKind::Recv => "r",
+            StepKind::RecvCopySend => "rcs",
+            StepKind::RecvReduceSend => "rrs",
+            StepKind::RecvReduceCopy => "rrc",
+            StepKind::RecvReduceCopySend => "rrcs",
+            StepKind::Copy => "cpy",
+            StepKind::Reduce => "re",
+            StepKind::Nop => "nop",
+        }
+    }
+    pub fn parse(s: &str) -> Option<StepKind> {
+        Some(match s {
+            "s" => StepKind::Send,
+            "r" => StepKind::Recv,
+            "rcs" => StepKind::RecvCopySend,
+            "rrs" => StepKind::RecvReduceSend,
+            "rrc" => StepKind::RecvReduceCopy,
+            "rrcs" => StepKind::RecvReduceCopySend,
+            "cpy" => StepKind::Copy,
+            "re" => StepKind::Reduce,
+            "nop" => StepKind::Nop,
+            _ => return None,
+        })
+    }
+    /// Has a send part (uses the tb's `send` peer).
+    pub fn sends(self) -> bool {
+        matches!(
+            self,
+            StepKind::Send
+                | StepKind::RecvCopySend
+                | StepKind::RecvReduceSend
+                | StepKind::RecvReduceCopySend
+        )
+    }
+    /// Has a receive part (uses the tb's `recv` peer).
+    pub fn recvs(self) -> bool {
+        matches!(
+            self,
+            StepKind::Recv
+                | StepKind::RecvCopySend
+                | StepKind::RecvReduceSend
+                | StepKind::RecvReduceCopy
+                | StepKind::RecvReduceCopySend
+        )
+    }
+    pub fn reduces(self) -> bool {
+        matches!(
+            self,
+            StepKind::RecvReduceSend
+                | StepKind::RecvReduceCopy
+                | StepKind::RecvReduceCopySend
+                | StepKind::Reduce
+        )
+    }
+    /// Reads `src` (bound-checked by the executor).
+    pub fn reads_src(self) -> bool {
+        matches!(
+            self,
+            StepKind::Send
+                | StepKind::Copy
+                | StepKind::Reduce
+                | StepKind::RecvReduceSend
+                | StepKind::RecvReduceCopySend
+        )
+    }
+    /// Writes `dst`.
+    pub fn writes_dst(self) -> bool {
+        matches!(
+            self,
+            StepKind::Recv
+                | StepKind::RecvCopySend
+                | StepKind::RecvReduceCopy
+                | StepKind::RecvReduceCopySend
+                | StepKind::Copy
+                | StepKind::Reduce
+        )
+    }
+}
+
+/// One `<step>`. Numbers are kept as read (signed, wide) so the loader
+/// rules can name a bad value rather than lose it in a conversion.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Step {
+    pub s: i64,
+    pub kind: StepKind,
+    pub srcbuf: BufRef,
+    pub srcoff: i64,
+    pub dstbuf: BufRef,
+    pub dstoff: i64,
+    pub cnt: i64,
+    pub depid: i64,
+    pub deps: i64,
+    pub hasdep: bool,
+    /// Line in the file (1-based), 0 when built in memory.
+    pub line: usize,
+}
+
+/// One `<tb>`: a sequential program with one send and one receive peer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tb {
+    pub id: i64,
+    pub send: i64,
+    pub recv: i64,
+    pub chan: i64,
+    pub steps: Vec<Step>,
+    pub line: usize,
+}
+
+/// One `<gpu>`: a rank's threadblocks and buffer sizes in chunks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gpu {
+    pub id: i64,
+    pub i_chunks: i64,
+    pub o_chunks: i64,
+    pub s_chunks: i64,
+    pub tbs: Vec<Tb>,
+    pub line: usize,
+}
+
+/// The whole file: one `<algo>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Algo {
+    pub name: String,
+    pub proto: Protocol,
+    pub nchannels: i64,
+    pub nchunksperloop: i64,
+    pub ngpus: i64,
+    pub coll: String,
+    pub inplace: bool,
+    pub outofplace: bool,
+    pub min_bytes: i64,
+    pub max_bytes: i64,
+    pub gpus: Vec<Gpu>,
+    /// `chunks[s][d]`: whole chunks rank `s` sends to `d`, when the file says
+    /// (Switchyard writes it in comments for skewed plans, §11); `None` for a
+    /// uniform all-to-all of `nchunksperloop / ngpus` chunks per pair.
+    pub chunks: Option<Vec<Vec<u32>>>,
+    pub line: usize,
+}
+
+/// Facts Switchyard writes into an XML's `name`: `switchyard ALG layout=L
+/// chunk_bytes=U gpus_per_node=G`. Other tools' names yield `None`s.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NameFacts {
+    pub algorithm: Option<String>,
+    pub layout: Option<Layout>,
+    pub chunk_bytes: Option<u64>,
+    pub gpus_per_node: Option<u32>,
+}
+
+impl NameFacts {
+    pub fn parse(name: &str) -> NameFacts {
+        let mut words = name.split(' ');
+        let mut f = NameFacts::default();
+        if words.next() != Some("switchyard") {
+            return f;
+        }
+        for w in words {
+            match w.split_once('=') {
+                Some(("layout", v)) => f.layout = v.parse().ok(),
+                Some(("chunk_bytes", v)) => f.chunk_bytes = v.parse().ok(),
+                Some(("gpus_per_node", v)) => f.gpus_per_node = v.parse().ok(),
+                None if f.algorithm.is_none() => f.algorithm = Some(w.to_string()),
+                _ => {}
+            }
+        }
+        f
+    }
+
+    pub fn format(algorithm: &str, layout: Layout, chunk_bytes: u64, gpus_per_node: u32) -> String {
+        format!(
+            "switchyard {algorithm} layout={layout} chunk_bytes={chunk_bytes} gpus_per_node={gpus_per_node}"
+        )
+    }
+}
+
+/// Where a block's chunks sit in the input and output buffers, for both
+/// layouts (spec §11). `None` chunk counts mean uniform.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChunkMap {
+    pub n: usize,
+    pub layout: Layout,
+    /// `k[s * n + d]`: valid chunks from `s` to `d`.
+    pub k: Vec<u32>,
+    /// Input chunk of block (s, d) in rank `s`: `in_off[s * n + d]`.
+    pub in_off: Vec<u32>,
+    /// Output chunk of block (s, d) in rank `d`: `out_off[d * n + s]`.
+    pub out_off: Vec<u32>,
+    pub nchunksperloop: u32,
+}
+
+impl ChunkMap {
+    /// `k[s][d]` chunks per pair in `layout`; `nchunksperloop` is the padded
+    /// block times `n`, or for `packed` the largest row/column sum rounded up
+    /// to a multiple of `n` (so both selection rules of spec §9 can hold).
+    pub fn new(k: Vec<Vec<u32>>, layout: Layout) -> ChunkMap {
+        let n = k.len();
+        let flat: Vec<u32> = k.into_iter().flatten().collect();
+        let mut in_off = vec![0u32; n * n];
+        let mut out_off = vec![0u32; n * n];
+        let b = flat.iter().copied().max().unwrap_or(0).max(1);
+        let nchunks = match layout {
+            Layout::Padded => {
+                for s in 0..n {
+                    for d in 0..n {
+                        in_off[s * n + d] = d as u32 * b;
+                        out_off[d * n + s] = s as u32 * b;
+                    }
+                }
+                n as u32 * b
+            }
+            Layout::Packed => {
+                let mut row = vec![0u32; n];
+                let mut col = vec![0u32; n];
+                for s in 0..n {
+                    for d in 0..n {
+                        let c = flat[s * n + d];
+                        in_off[s * n + d] = row[s];
+                        row[s] += c;
+                        out_off[d * n + s] = col[d];
+                        col[d] += c;
+                    }
+                }
+                let m = row.iter().chain(&col).copied().max().unwrap_or(0).max(1);
+                m.div_ceil(n.max(1) as u32) * n as u32
+            }
+        };
+        ChunkMap {
+            n,
+            layout,
+            k: flat,
+            in_off,
+            out_off,
+            nchunksperloop: nchunks,
+        }
+    }
+
+    /// The uniform all-to-all: `c` chunks per pair, the standard layout.
+    pub fn uniform(n: usize, c: u32) -> ChunkMap {
+        ChunkMap::new(vec![vec![c; n]; n], Layout::Padded)
+    }
+
+    pub fn chunks(&self, s: usize, d: usize) -> u32 {
+        self.k[s * self.n + d]
+    }
+    pub fn input_chunk(&self, s: usize, d: usize, c: u32) -> u32 {
+        self.in_off[s * self.n + d] + c
+    }
+    pub fn output_chunk(&self, s: usize, d: usize, c: u32) -> u32 {
+        self.out_off[d * self.n + s] + c
+    }
+    /// Which block and chunk input chunk `idx` of rank `s` is, if valid data.
+    pub fn input_origin(&self, s: usize, idx: u32) -> Option<(usize, u32)> {
+        (0..self.n).find_map(|d| {
+            let off = self.in_off[s * self.n + d];
+            (idx >= off && idx < off + self.chunks(s, d)).then(|| (d, idx - off))
+        })
+    }
+    pub fn rows(&self) -> Vec<Vec<u32>> {
+        self.k.chunks(self.n.max(1)).map(<[u32]>::to_vec).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn name_facts_round_trip() {
+        let n = NameFacts::format("direct", Layout::Packed, 4096, 8);
+        let f = NameFacts::parse(&n);
+        assert_eq!(f.algorithm.as_deref(), Some("direct"));
+        assert_eq!(f.layout, Some(Layout::Packed));
+        assert_eq!(f.chunk_bytes, Some(4096));
+        assert_eq!(f.gpus_per_node, Some(8));
+        assert_eq!(NameFacts::parse("alltoall_allpairs"), NameFacts::default());
+    }
+
+    #[test]
+    fn chunk_map_layouts() {
+        let k = vec![vec![1, 3], vec![2, 0]];
+        let p = ChunkMap::new(k.clone(), Layout::Padded);
+        assert_eq!(p.nchunksperloop, 6);
+        assert_eq!(p.input_chunk(0, 1, 2), 5);
+        assert_eq!(p.output_chunk(1, 0, 1), 4);
+        assert_eq!(p.input_origin(0, 4), Some((1, 1)));
+        assert_eq!(p.input_origin(0, 1), None);
+        let q = ChunkMap::new(k, Layout::Packed);
+        // Row sums 4, 2; column sums 3, 3: 4 rounded up to a multiple of 2.
+        assert_eq!(q.nchunksperloop, 4);
+        assert_eq!(q.input_chunk(0, 1, 0), 1);
+        assert_eq!(q.output_chunk(1, 0, 0), 1);
+        assert_eq!(q.output_chunk(0, 1, 2), 2);
+    }
+}

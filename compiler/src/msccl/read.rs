@@ -1,0 +1,655 @@
+//! The reader: MSCCL XML (Switchyard's and other tools') into an [`Algo`],
+//! and through a symbolic run into the Plan IR.
+//!
+//! The element tree is read with quick-xml, leniently as to layout (a prolog
+//! or indentation by tabs are [`super::exec`]'s to reject, not the reader's);
+//! numbers must be plain decimal, since the executor would read `010` as 8.
+//! A plan's transfers are the file's operations (a send met by its receive,
+//! or a local copy), found by [`super::exec::run`], with byte ranges from the
+//! chunk size and the traffic matrix.
+
+use quick_xml::events::{BytesStart, Event};
+use quick_xml::Reader;
+
+use super::exec::{self, Trace};
+use super::{Algo, BufRef, ChunkMap, Gpu, NameFacts, Protocol, Step, StepKind, Tb};
+use crate::error::{InputError, Result};
+use crate::plan::{Buffer, Chunking, Deps, Path, Plan, Transfer};
+use crate::topology::Topology;
+use crate::traffic::{Layout as ByteLayout, TrafficMatrix};
+
+/// Bytes of one peer block assumed when neither a traffic matrix nor the
+/// file says how large a chunk is (the traffic generator's default pair size).
+pub const DEFAULT_BLOCK_BYTES: u64 = 1 << 20;
+
+/// Reads an MSCCL XML all-to-all into a plan. With `traffic`, chunk `c` of
+/// block `(s, d)` carries bytes `c*u .. min((c+1)*u, M[s][d])` of that block
+/// (`u` from the file's name, else the largest pair over the chunks per
+/// block); without, the plan is for the matrix [`xml_traffic`] gives.
+/// Errors are [`InputError`]s naming the line.
+pub fn parse_xml(text: &str, file: &str, traffic: Option<&TrafficMatrix>) -> Result<Plan> {
+    let algo = parse_algo(text, file)?;
+    let trace = exec::run(&algo, file)?;
+    Ok(trace_to_plan(&algo, &trace, traffic, None, file)?.0)
+}
+
+/// The traffic matrix a file implies: its chunks per pair (uniform, or the
+/// counts Switchyard writes in comments) times its chunk size (from the
+/// name; else `maxBytes / nchunksperloop` when a window is set; else a
+/// 1 MiB peer block).
+pub fn xml_traffic(text: &str, file: &str) -> Result<TrafficMatrix> {
+    let algo = parse_algo(text, file)?;
+    let map = chunk_map(&algo, file)?;
+    let u = default_chunk_bytes(&algo, &map);
+    Ok(implied_matrix(&map, u))
+}
+
+/// Sets the plan's GPUs per node and every transfer's path as `topo` has
+/// them (a file read without a topology assumes 8 GPUs per node and rail
+/// NICs).
+pub fn assign_paths(plan: &mut Plan, topo: &Topology) {
+    plan.gpus_per_node = topo.gpus_per_node() as u32;
+    for t in &mut plan.transfers {
+        t.path = crate::sched::path_between(topo, t.src as usize, t.dst as usize);
+    }
+}
+
+fn implied_matrix(map: &ChunkMap, u: u64) -> TrafficMatrix {
+    let rows = map
+        .rows()
+        .into_iter()
+        .map(|r| r.into_iter().map(|k| k as u64 * u).collect())
+        .collect();
+    TrafficMatrix::from_rows(rows)
+}
+
+fn default_chunk_bytes(algo: &Algo, map: &ChunkMap) -> u64 {
+    if let Some(u) = NameFacts::parse(&algo.name).chunk_bytes {
+        return u.max(1);
+    }
+    if algo.max_bytes > 0 {
+        return (algo.max_bytes as u64 / map.nchunksperloop as u64).max(1);
+    }
+    let b = map.k.iter().copied().max().unwrap_or(1).max(1) as u64;
+    (DEFAULT_BLOCK_BYTES / b).max(1)
+}
+
+/// Chunks per pair and where they sit: from the file's chunk comments and
+/// the layout in its name, else the uniform all-to-all.
+pub(crate) fn chunk_map(algo: &Algo, file: &str) -> Result<ChunkMap> {
+    let n = algo.ngpus.max(1);
+    let bad = |reason: String| -> crate::error::Error {
+        InputError::at(file, format!("line {}", algo.line), reason).into()
+    };
+    let layout = NameFacts::parse(&algo.name).layout.unwrap_or_default();
+    match &algo.chunks {
+        Some(rows) => {
+            if rows.len() != n as usize || rows.iter().any(|r| r.len() != n as usize) {
+                return Err(bad(format!(
+                    "the chunk comments must give {n} rows of {n} counts"
+                )));
+            }
+            let m = ChunkMap::new(rows.clone(), layout);
+            if m.nchunksperloop as i64 != algo.nchunksperloop {
+                return Err(bad(format!(
+                    "nchunksperloop=\"{}\" but the chunk comments in {layout} layout need {}",
+                    algo.nchunksperloop, m.nchunksperloop
+                )));
+            }
+            Ok(m)
+        }
+        None => {
+            if algo.nchunksperloop < 1 || algo.nchunksperloop % n != 0 {
+                return Err(bad(format!(
+                    "nchunksperloop=\"{}\" is not a positive multiple of ngpus=\"{n}\": all-to-all blocks would split chunks",
+                    algo.nchunksperloop
+                )));
+            }
+            Ok(ChunkMap::uniform(
+                n as usize,
+                (algo.nchunksperloop / n) as u32,
+            ))
+        }
+    }
+}
+
+/// Converts a checked run into a plan (and the matrix it is a plan for).
+/// `chunk_bytes` overrides the chunk size (the executor model uses 1).
+pub(crate) fn trace_to_plan(
+    algo: &Algo,
+    trace: &Trace,
+    traffic: Option<&TrafficMatrix>,
+    chunk_bytes: Option<u64>,
+    file: &str,
+) -> Result<(Plan, TrafficMatrix)> {
+    let map = &trace.map;
+    let n = map.n;
+    let bmax = map.k.iter().copied().max().unwrap_or(0).max(1) as u64;
+    let u = match (chunk_bytes, trace.facts.chunk_bytes, traffic) {
+        (Some(u), _, _) | (None, Some(u), _) => u.max(1),
+        (None, None, Some(m)) => m.max_entry().div_ceil(bmax).max(1),
+        (None, None, None) => default_chunk_bytes(algo, map),
+    };
+    let m = match traffic {
+        Some(m) => {
+            if m.ranks() != n {
+                return Err(InputError::new(
+                    file,
+                    format!(
+                        "the plan is for {n} ranks but the traffic has {}",
+                        m.ranks()
+                    ),
+                )
+                .into());
+            }
+            for s in 0..n {
+                for d in 0..n {
+                    let cap = map.chunks(s, d) as u64 * u;
+                    if m.get(s, d) > cap {
+                        return Err(InputError::new(
+                            file,
+                            format!(
+                                "the traffic sends {} bytes from rank {s} to rank {d} but the plan carries {} chunks of {u} bytes there",
+                                m.get(s, d),
+                                map.chunks(s, d)
+                            ),
+                        )
+                        .into());
+                    }
+                }
+            }
+            m.clone()
+        }
+        None => implied_matrix(map, u),
+    };
+    let layout = ByteLayout::new(&m);
+    let gpn = trace
+        .facts
+        .gpus_per_node
+        .map(|g| g as usize)
+        .filter(|&g| g > 0 && n % g == 0)
+        .unwrap_or(if n % 8 == 0 { 8 } else { n });
+    let mut plan = Plan::new("msccl-xml", n, gpn);
+    for g in &algo.gpus {
+        if g.s_chunks > 0 {
+            plan.need_scratch(g.id as usize, g.s_chunks as u64 * u);
+        }
+    }
+    plan.chunking = Some(Chunking {
+        chunk_bytes: u,
+        layout: map.layout.name().to_string(),
+    });
+    let order = topo_order(trace);
+    let mut level = vec![0u32; trace.ops.len()];
+    // Transfers an operation stands for; an empty one stands for its deps.
+    let mut eff: Vec<Vec<u32>> = vec![Vec::new(); trace.ops.len()];
+    for &i in &order {
+        let op = &trace.ops[i as usize];
+        level[i as usize] = op
+            .deps
+            .iter()
+            .map(|&d| level[d as usize] + 1)
+            .max()
+            .unwrap_or(0);
+        let mut deps: Vec<u32> = op
+            .deps
+            .iter()
+            .flat_map(|&d| eff[d as usize].iter().copied())
+            .collect();
+        deps.sort_unstable();
+        deps.dedup();
+        let pieces = op_pieces(algo, op, map, &m, &layout, u, file)?;
+        if pieces.is_empty() {
+            eff[i as usize] = deps;
+            continue;
+        }
+        let path = path_of(op.src as usize, op.dst as usize, gpn);
+        for (src_off, dst_off, bytes) in pieces {
+            let t = plan.push(Transfer {
+                src: op.src,
+                src_buf: buffer(op.src_buf),
+                src_off,
+                dst: op.dst,
+                dst_buf: buffer(op.dst_buf),
+                dst_off,
+                bytes,
+                path,
+                step: level[i as usize],
+                deps: Deps::from_slice(&deps),
+            });
+            eff[i as usize].push(t);
+        }
+    }
+    Ok((plan, m))
+}
+
+/// Kahn's order of the operations by their dependencies (the run finished,
+/// so there is no cycle).
+fn topo_order(trace: &Trace) -> Vec<u32> {
+    let ops = &trace.ops;
+    let mut indeg: Vec<u32> = ops.iter().map(|o| o.deps.len() as u32).collect();
+    let mut succ: Vec<Vec<u32>> = vec![Vec::new(); ops.len()];
+    for (i, o) in ops.iter().enumerate() {
+        for &d in &o.deps {
+            succ[d as usize].push(i as u32);
+        }
+    }
+    let mut order: Vec<u32> = (0..ops.len() as u32)
+        .filter(|&i| indeg[i as usize] == 0)
+        .collect();
+    let mut head = 0;
+    while head < order.len() {
+        let v = order[head] as usize;
+        head += 1;
+        for &w in &succ[v] {
+            indeg[w as usize] -= 1;
+            if indeg[w as usize] == 0 {
+                order.push(w);
+            }
+        }
+    }
+    order
+}
+
+fn buffer(b: BufRef) -> Buffer {
+    match b {
+        BufRef::Input => Buffer::Input,
+        BufRef::Output => Buffer::Output,
+        BufRef::Scratch => Buffer::Scratch,
+    }
+}
+
+fn path_of(src: usize, dst: usize, gpn: usize) -> Path {
+    if src == dst {
+        Path::Local
+    } else if src / gpn == dst / gpn {
+        Path::Nvlink
+    } else {
+        Path::Rdma {
+            nic: (src % gpn) as u32,
+        }
+    }
+}
+
+/// An operation's byte ranges `(src_off, dst_off, bytes)`: one per chunk
+/// that carries data, merged where both sides are contiguous.
+fn op_pieces(
+    algo: &Algo,
+    op: &exec::Op,
+    map: &ChunkMap,
+    m: &TrafficMatrix,
+    layout: &ByteLayout,
+    u: u64,
+    file: &str,
+) -> Result<Vec<(u64, u64, u64)>> {
+    let mut out: Vec<(u64, u64, u64)> = Vec::new();
+    for (j, origin) in op.data.iter().enumerate() {
+        let s = origin.rank as usize;
+        let Some((d, c)) = map.input_origin(s, origin.idx) else {
+            continue; // padding: no data
+        };
+        let len = m.get(s, d).saturating_sub(c as u64 * u).min(u);
+        if len == 0 {
+            continue;
+        }
+        let at = |rank: u32, buf: BufRef, pos: u32| -> Result<u64> {
+            match buf {
+                BufRef::Input => Ok(layout.send_offset(s, d) + c as u64 * u),
+                BufRef::Scratch => Ok(pos as u64 * u),
+                BufRef::Output => {
+                    if rank as usize == d && pos == map.output_chunk(s, d, c) {
+                        Ok(layout.recv_offset(s, d) + c as u64 * u)
+                    } else {
+                        let r = if buf == BufRef::Output && rank == op.dst {
+                            op.to
+                        } else {
+                            op.from
+                        };
+                        let g = &algo.gpus[r.gpu as usize];
+                        Err(InputError::at(
+                            file,
+                            format!("line {}", g.tbs[r.tb as usize].steps[r.pos as usize].line),
+                            format!(
+                                "gpu {}, tb {}, step {}: keeps input chunk {} of gpu {s} in output chunk {pos} of gpu {rank}, a place that belongs to other data; stage it in scratch",
+                                g.id, g.tbs[r.tb as usize].id, r.pos, origin.idx
+                            ),
+                        )
+                        .into())
+                    }
+                }
+            }
+        };
+        let so = at(op.src, op.src_buf, op.src_off + j as u32)?;
+        let dof = at(op.dst, op.dst_buf, op.dst_off + j as u32)?;
+        match out.last_mut() {
+            Some(last) if last.0 + last.2 == so && last.1 + last.2 == dof => last.2 += len,
+            _ => out.push((so, dof, len)),
+        }
+    }
+    Ok(out)
+}
+
+/// Reads the element tree. Other elements are skipped with their content,
+/// as the executor does; a missing attribute or a non-decimal number is an
+/// error with its line.
+pub fn parse_algo(text: &str, file: &str) -> Result<Algo> {
+    let lines = LineIndex::new(text);
+    let mut r = Reader::from_str(text);
+    r.config_mut().trim_text(true);
+    let mut algo: Option<Algo> = None;
+    // Depth of the handled path: 0 outside, 1 algo, 2 gpu, 3 tb; `skip`
+    // counts open unknown elements.
+    let mut depth = 0usize;
+    let mut skip = 0usize;
+    let mut chunk_rows: Vec<(usize, Vec<u32>)> = Vec::new();
+    loop {
+        let before = r.buffer_position() as usize;
+        let ev = r.read_event().map_err(|e| {
+            let pos = r.error_position() as usize;
+            InputError::at(
+                file,
+                format!("line {}", lines.line_of(text, pos)),
+                format!("not well-formed XML: {e}"),
+            )
+        })?;
+        let line = lines.line_of(text, before);
+        let bad = |reason: String| -> crate::error::Error {
+            InputError::at(file, format!("line {line}"), reason).into()
+        };
+        match ev {
+            Event::Eof => break,
+            Event::Start(ref e) | Event::Empty(ref e) => {
+                let empty = matches!(ev, Event::Empty(_));
+                let name = e.name();
+                let name = name.as_ref().to_string();
+                if skip > 0 {
+                    if !empty {
+                        skip += 1;
+                    }
+                    continue;
+                }
+                let attrs = Attrs::new(e, line, file)?;
+                match (depth, name.as_str()) {
+                    (0, "algo") => {
+                        if algo.is_some() {
+                            return Err(bad("a second <algo>: one file holds one".into()));
+                        }
+                        algo = Some(read_algo_attrs(&attrs)?);
+                    }
+                    (1, "gpu") => {
+                        let a = algo.as_mut().expect("depth 1 is inside algo");
+                        a.gpus.push(Gpu {
+                            id: attrs.int("id")?,
+                            i_chunks: attrs.int("i_chunks")?,
+                            o_chunks: attrs.int("o_chunks")?,
+                            s_chunks: attrs.int("s_chunks")?,
+                            tbs: Vec::new(),
+                            line,
+                        });
+                    }
+                    (2, "tb") => {
+                        let gpu = last_gpu(&mut algo);
+                        gpu.tbs.push(Tb {
+                            id: attrs.int("id")?,
+                            send: attrs.int("send")?,
+                            recv: attrs.int("recv")?,
+                            chan: attrs.int("chan")?,
+                            steps: Vec::new(),
+                            line,
+                        });
+                    }
+                    (3, "step") => {
+                        if !empty {
+                            return Err(bad("<step> must be empty (`<step .../>`): the executor crashes on children of a step".into()));
+                        }
+                        let step = read_step(&attrs)?;
+                        let tb = last_gpu(&mut algo).tbs.last_mut().expect("depth 3 is inside tb");
+                        tb.steps.push(step);
+                        continue;
+                    }
+                    (0, _) => return Err(bad(format!("the first element is <{name}>, not <algo>"))),
+                    _ => {
+                        if !empty {
+                            skip = 1;
+                        }
+                        continue;
+                    }
+                }
+                if empty {
+                    continue;
+                }
+                depth += 1;
+            }
+            Event::End(_) => {
+                if skip > 0 {
+                    skip -= 1;
+                } else {
+                    depth = depth.saturating_sub(1);
+                }
+            }
+            Event::Comment(c) => {
+                let body: &str = &c;
+                if let Some(row) = parse_chunk_comment(body) {
+                    chunk_rows.push((line, row.1));
+                    if row.0 != chunk_rows.len() - 1 {
+                        return Err(bad(format!(
+                            "chunk comment for rank {} where rank {} was expected",
+                            row.0,
+                            chunk_rows.len() - 1
+                        )));
+                    }
+                }
+            }
+            Event::Text(t) => {
+                if skip == 0 && !t.chars().all(char::is_whitespace) {
+                    return Err(bad("text between elements: the executor's reader rejects it".into()));
+                }
+            }
+            Event::CData(_) => return Err(bad("CDATA: the executor's reader has none".into())),
+            Event::Decl(_) | Event::PI(_) | Event::DocType(_) | Event::GeneralRef(_) => {}
+        }
+    }
+    let mut algo = algo.ok_or_else(|| InputError::new(file, "no <algo> element"))?;
+    if !chunk_rows.is_empty() {
+        algo.chunks = Some(chunk_rows.into_iter().map(|(_, r)| r).collect());
+    }
+    Ok(algo)
+}
+
+fn last_gpu(algo: &mut Option<Algo>) -> &mut Gpu {
+    algo.as_mut()
+        .and_then(|a| a.gpus.last_mut())
+        .expect("depth 2 is inside gpu")
+}
+
+/// ` chunks from S: k0 k1 ... ` → `(S, [k...])`.
+fn parse_chunk_comment(body: &str) -> Option<(usize, Vec<u32>)> {
+    let rest = body.trim().strip_prefix("chunks from ")?;
+    let (s, cells) = rest.split_once(':')?;
+    let row = cells
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<std::result::Result<Vec<u32>, _>>()
+        .ok()?;
+    Some((s.parse().ok()?, row))
+}
+
+fn read_algo_attrs(a: &Attrs) -> Result<Algo> {
+    let proto = a.get("proto")?;
+    let proto: Protocol = proto.parse().map_err(|e: String| a.bad(e))?;
+    Ok(Algo {
+        name: a.opt("name").unwrap_or_default().to_string(),
+        proto,
+        nchannels: a.int("nchannels")?,
+        nchunksperloop: a.int("nchunksperloop")?,
+        ngpus: a.int("ngpus")?,
+        coll: a.get("coll")?.to_string(),
+        inplace: a.flag("inplace")?,
+        outofplace: a.flag("outofplace")?,
+        min_bytes: a.int("minBytes")?,
+        max_bytes: a.int("maxBytes")?,
+        gpus: Vec::new(),
+        chunks: None,
+        line: a.line,
+    })
+}
+
+fn read_step(a: &Attrs) -> Result<Step> {
+    let kind = a.get("type")?;
+    let kind = StepKind::parse(kind).ok_or_else(|| {
+        a.bad(format!(
+            "type=\"{kind}\" is not a step type (s r rcs rrs rrc rrcs cpy re nop)"
+        ))
+    })?;
+    let buf = |key: &str| -> Result<BufRef> {
+        let v = a.get(key)?;
+        BufRef::parse(v).ok_or_else(|| a.bad(format!("{key}=\"{v}\" must be i, o or s")).into())
+    };
+    Ok(Step {
+        s: a.int("s")?,
+        kind,
+        srcbuf: buf("srcbuf")?,
+        srcoff: a.int("srcoff")?,
+        dstbuf: buf("dstbuf")?,
+        dstoff: a.int("dstoff")?,
+        cnt: a.int("cnt")?,
+        depid: a.int("depid")?,
+        deps: a.int("deps")?,
+        hasdep: a.flag("hasdep")?,
+        line: a.line,
+    })
+}
+
+/// An element's attributes as raw strings (no entity decoding, as the
+/// executor), first occurrence wins.
+struct Attrs<'f> {
+    element: String,
+    pairs: Vec<(String, String)>,
+    line: usize,
+    file: &'f str,
+}
+
+impl<'f> Attrs<'f> {
+    fn new(e: &BytesStart<'_>, line: usize, file: &'f str) -> Result<Attrs<'f>> {
+        let element = e.name().as_ref().to_string();
+        let mut pairs = Vec::new();
+        for a in e.attributes() {
+            let a = a.map_err(|err| {
+                InputError::at(
+                    file,
+                    format!("line {line}"),
+                    format!("<{element}>: bad attribute: {err}"),
+                )
+            })?;
+            pairs.push((
+                a.key.as_ref().to_string(),
+                a.value.to_string(),
+            ));
+        }
+        Ok(Attrs {
+            element,
+            pairs,
+            line,
+            file,
+        })
+    }
+
+    fn bad(&self, reason: String) -> InputError {
+        InputError::at(
+            self.file,
+            format!("line {}", self.line),
+            format!("<{}>: {reason}", self.element),
+        )
+    }
+
+    fn opt(&self, key: &str) -> Option<&str> {
+        self.pairs
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn get(&self, key: &str) -> Result<&str> {
+        self.opt(key).ok_or_else(|| {
+            self.bad(format!(
+                "lacks attribute `{key}`, which the executor requires"
+            ))
+            .into()
+        })
+    }
+
+    /// A plain decimal integer: `strtol` would read `010` as octal and
+    /// `0x10` as hex, and junk as 0 without complaint.
+    fn int(&self, key: &str) -> Result<i64> {
+        let v = self.get(key)?;
+        let digits = v.strip_prefix('-').unwrap_or(v);
+        let plain = !digits.is_empty()
+            && digits.bytes().all(|b| b.is_ascii_digit())
+            && (digits == "0" || !digits.starts_with('0'));
+        match v.parse::<i64>() {
+            Ok(x) if plain => Ok(x),
+            _ => Err(self
+                .bad(format!(
+                    "{key}=\"{v}\" is not a plain decimal number (the executor reads numbers with strtol)"
+                ))
+                .into()),
+        }
+    }
+
+    fn flag(&self, key: &str) -> Result<bool> {
+        match self.get(key)? {
+            "0" => Ok(false),
+            "1" => Ok(true),
+            v => Err(self.bad(format!("{key}=\"{v}\" must be 0 or 1")).into()),
+        }
+    }
+}
+
+/// Byte offset to line number.
+struct LineIndex {
+    starts: Vec<usize>,
+}
+
+impl LineIndex {
+    fn new(text: &str) -> Self {
+        let mut starts = vec![0];
+        starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
+        LineIndex { starts }
+    }
+
+    /// The line of the first non-blank byte at or after `pos`.
+    fn line_of(&self, text: &str, pos: usize) -> usize {
+        let skip = text
+            .get(pos..)
+            .map_or(0, |t| t.len() - t.trim_start().len());
+        let p = pos + skip;
+        self.starts.partition_point(|&s| s <= p).max(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_must_be_plain_decimal() {
+        let text = r#"<algo name="x" proto="LL" nchannels="1" nchunksperloop="0x2" ngpus="2" coll="alltoall" inplace="0" outofplace="1" minBytes="0" maxBytes="0">
+</algo>"#;
+        let e = parse_algo(text, "f.xml").unwrap_err().to_string();
+        assert_eq!(e, "f.xml: line 1: <algo>: nchunksperloop=\"0x2\" is not a plain decimal number (the executor reads numbers with strtol)");
+        let e = parse_algo(&text.replace(" coll=\"alltoall\"", "").replace("0x2", "2"), "f.xml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("lacks attribute `coll`"), "{e}");
+    }
+
+    #[test]
+    fn line_numbers_and_skipped_elements() {
+        let text = "<algo name=\"x\" proto=\"LL\" nchannels=\"1\" nchunksperloop=\"2\" ngpus=\"2\" coll=\"alltoall\" inplace=\"0\" outofplace=\"1\" minBytes=\"0\" maxBytes=\"0\">\n  <meta><gpu id=\"9\"/></meta>\n  <gpu id=\"0\" i_chunks=\"2\" o_chunks=\"2\">\n  </gpu>\n</algo>\n";
+        let e = parse_algo(text, "f.xml").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "f.xml: line 3: <gpu>: lacks attribute `s_chunks`, which the executor requires"
+        );
+    }
+}
