@@ -80,8 +80,13 @@ fn uniform_traffic_given_explicitly() {
     verify(&plan, &m).unwrap();
     assert_eq!(plan.chunking.as_ref().unwrap().chunk_bytes, 500);
     let wrong = TrafficMatrix::uniform(4, 1000);
-    let e = parse_xml(&text, FILES[4], Some(&wrong)).unwrap_err().to_string();
-    assert!(e.contains("the plan is for 8 ranks but the traffic has 4"), "{e}");
+    let e = parse_xml(&text, FILES[4], Some(&wrong))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("the plan is for 8 ranks but the traffic has 4"),
+        "{e}"
+    );
 }
 
 /// Removes the `k`-th `<step>` line.
@@ -120,7 +125,8 @@ fn removing_any_step_is_caught() {
             // The step that lost its partner or its place, or (a removed
             // local copy) the output chunk nobody writes and whose it is.
             let precise = (e.contains("gpu ") && e.contains(", tb ") && e.contains(", step "))
-                || (e.contains("output chunk") && e.contains("is never written; it should hold input chunk"));
+                || (e.contains("output chunk")
+                    && e.contains("is never written; it should hold input chunk"));
             assert!(precise, "{name}, step {k} removed: imprecise message: {e}");
             assert!(parse_xml(&broken, name, None).is_err());
         }
@@ -135,9 +141,12 @@ fn removed_receive_names_the_sender_and_peer() {
     assert!(lines[3].contains("type=\"r\""));
     lines.remove(3);
     let broken = lines.join("\n");
-    let e = check_executable_with(&broken, "a2a2ll.xml").unwrap_err().to_string();
+    let e = check_executable_with(&broken, "a2a2ll.xml")
+        .unwrap_err()
+        .to_string();
     assert!(
-        e.contains("gpu 1, tb ") && e.contains("sends on channel 0 (1 -> 0) has no partner: gpu 0 receives 0 of 1"),
+        e.contains("gpu 1, tb ")
+            && e.contains("sends on channel 0 (1 -> 0) has no partner: gpu 0 receives 0 of 1"),
         "{e}"
     );
 }

@@ -70,7 +70,9 @@ pub fn check_executable_with(text: &str, file: &str) -> Result<ExecReport> {
     crate::verify::verify(&plan, &traffic).map_err(|e| {
         InputError::new(
             file,
-            format!("{e} (transfers are the file's operations in execution order, one byte per chunk)"),
+            format!(
+                "{e} (transfers are the file's operations in execution order, one byte per chunk)"
+            ),
         )
     })?;
     Ok(trace.report)
@@ -82,7 +84,10 @@ pub fn check_lexical(text: &str, file: &str) -> Result<()> {
         InputError::at(file, format!("line {line}"), reason).into()
     };
     if text.starts_with('\u{feff}') {
-        return Err(bad(1, "byte-order mark: the executor expects '<' first".into()));
+        return Err(bad(
+            1,
+            "byte-order mark: the executor expects '<' first".into(),
+        ));
     }
     let mut seen_element = false;
     for (i, raw) in text.split('\n').enumerate() {
@@ -91,7 +96,10 @@ pub fn check_lexical(text: &str, file: &str) -> Result<()> {
         if let Some(col) = l.find('\t') {
             return Err(bad(
                 line,
-                format!("tab at column {}: the executor's reader rejects tabs", col + 1),
+                format!(
+                    "tab at column {}: the executor's reader rejects tabs",
+                    col + 1
+                ),
             ));
         }
         let body = l.trim_start_matches(' ');
@@ -99,7 +107,11 @@ pub fn check_lexical(text: &str, file: &str) -> Result<()> {
             continue;
         }
         if body.starts_with("<?") {
-            return Err(bad(line, "XML prolog `<?...?>`: the executor reads it as an element and fails; write none".into()));
+            return Err(bad(
+                line,
+                "XML prolog `<?...?>`: the executor reads it as an element and fails; write none"
+                    .into(),
+            ));
         }
         if !body.starts_with('<') {
             return Err(bad(line, format!("text `{}` between elements", clip(body))));
@@ -109,16 +121,26 @@ pub fn check_lexical(text: &str, file: &str) -> Result<()> {
         }
         if let Some(c) = body.strip_prefix("<!--") {
             let Some(inner) = c.strip_suffix("-->") else {
-                return Err(bad(line, "a comment must open and close on one line".into()));
+                return Err(bad(
+                    line,
+                    "a comment must open and close on one line".into(),
+                ));
             };
-            let first = inner.trim_start_matches(' ').split(' ').next().unwrap_or("");
+            let first = inner
+                .trim_start_matches(' ')
+                .split(' ')
+                .next()
+                .unwrap_or("");
             if !c.starts_with(' ') || first.contains('=') || inner.contains("--") {
                 return Err(bad(line, "comment the executor misreads: start it with a space, no `=` in its first word, no `--` inside".into()));
             }
             continue;
         }
         if body.starts_with("<!") {
-            return Err(bad(line, "DOCTYPE or CDATA: the executor's reader has none".into()));
+            return Err(bad(
+                line,
+                "DOCTYPE or CDATA: the executor's reader has none".into(),
+            ));
         }
         lex_tag(body).map_err(|r| bad(line, r))?;
         seen_element = true;
@@ -170,10 +192,14 @@ fn lex_tag(body: &str) -> std::result::Result<(), String> {
             .split_once('"')
             .ok_or_else(|| format!("attribute `{key}` has no closing quote"))?;
         if value.len() > 255 {
-            return Err(format!("value of `{key}` is longer than the executor's 256-byte buffer"));
+            return Err(format!(
+                "value of `{key}` is longer than the executor's 256-byte buffer"
+            ));
         }
         if value.contains('&') || value.contains('<') {
-            return Err(format!("value of `{key}` holds `&` or `<`: the executor decodes no entities"));
+            return Err(format!(
+                "value of `{key}` holds `&` or `<`: the executor decodes no entities"
+            ));
         }
         count += 1;
         attrs = match rest.strip_prefix(' ') {
@@ -261,14 +287,17 @@ impl StepOps {
     }
 }
 
+/// A value per step: `[gpu][tb][position]`.
+type PerStep<T> = Vec<Vec<Vec<T>>>;
+
 /// The structure the loader builds: indices, pairing, dependencies.
 struct Loaded<'a> {
     algo: &'a Algo,
     file: &'a str,
-    step_ops: Vec<Vec<Vec<StepOps>>>,
+    step_ops: PerStep<StepOps>,
     ops: Vec<Op>,
     /// Per step: `(tb index, position)` flags it waits for, nops folded in.
-    waits: Vec<Vec<Vec<Vec<(u32, u32)>>>>,
+    waits: PerStep<Vec<(u32, u32)>>,
     /// Per connection `(chan, from gpu, to gpu)`: the owning tbs.
     fifo_ids: HashMap<(u32, u32, u32), usize>,
     /// Steps in the order the one-operation-per-step run completed them.
@@ -284,7 +313,10 @@ fn step_line(algo: &Algo, g: usize, t: usize, p: usize) -> usize {
 /// `gpu 3, tb 5, step 2`
 fn at(algo: &Algo, r: StepRef) -> String {
     let gpu = &algo.gpus[r.gpu as usize];
-    format!("gpu {}, tb {}, step {}", gpu.id, gpu.tbs[r.tb as usize].id, r.pos)
+    format!(
+        "gpu {}, tb {}, step {}",
+        gpu.id, gpu.tbs[r.tb as usize].id, r.pos
+    )
 }
 
 /// Validates, pairs, runs and checks a parsed file.
@@ -295,7 +327,12 @@ pub fn run(algo: &Algo, file: &str) -> Result<Trace> {
     execute(&mut l, Mode::PerChunk)?;
     check_outputs(&l)?;
     let facts = NameFacts::parse(&algo.name);
-    let steps: usize = algo.gpus.iter().flat_map(|g| &g.tbs).map(|t| t.steps.len()).sum();
+    let steps: usize = algo
+        .gpus
+        .iter()
+        .flat_map(|g| &g.tbs)
+        .map(|t| t.steps.len())
+        .sum();
     let nops = algo
         .gpus
         .iter()
@@ -350,8 +387,16 @@ fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
     }
     if algo.coll != "alltoall" {
         let known = [
-            "reduce", "broadcast", "allreduce", "reducescatter", "allgather", "send", "recv",
-            "gather", "scatter", "alltoallv",
+            "reduce",
+            "broadcast",
+            "allreduce",
+            "reducescatter",
+            "allgather",
+            "send",
+            "recv",
+            "gather",
+            "scatter",
+            "alltoallv",
         ];
         let why = if known.contains(&algo.coll.as_str()) {
             "only all-to-all plans are read"
@@ -363,41 +408,69 @@ fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
     if algo.nchunksperloop < 1 || algo.nchunksperloop > MAX_OFFSET + 1 {
         return Err(err(
             algo.line,
-            format!("nchunksperloop=\"{}\" must be in 1..={}", algo.nchunksperloop, MAX_OFFSET + 1),
+            format!(
+                "nchunksperloop=\"{}\" must be in 1..={}",
+                algo.nchunksperloop,
+                MAX_OFFSET + 1
+            ),
         ));
     }
     if algo.nchannels < 1 || algo.nchannels > MAX_CHANNELS as i64 {
         return Err(err(
             algo.line,
-            format!("nchannels=\"{}\" must be in 1..={MAX_CHANNELS}", algo.nchannels),
+            format!(
+                "nchannels=\"{}\" must be in 1..={MAX_CHANNELS}",
+                algo.nchannels
+            ),
         ));
     }
-    if algo.min_bytes < 0 || algo.max_bytes < 0 || (algo.max_bytes != 0 && algo.max_bytes < algo.min_bytes) {
+    if algo.min_bytes < 0
+        || algo.max_bytes < 0
+        || (algo.max_bytes != 0 && algo.max_bytes < algo.min_bytes)
+    {
         return Err(err(
             algo.line,
-            format!("size window minBytes=\"{}\" maxBytes=\"{}\" selects no message", algo.min_bytes, algo.max_bytes),
+            format!(
+                "size window minBytes=\"{}\" maxBytes=\"{}\" selects no message",
+                algo.min_bytes, algo.max_bytes
+            ),
         ));
     }
     if !algo.inplace && !algo.outofplace {
-        return Err(err(algo.line, "inplace=\"0\" and outofplace=\"0\": no call can use the plan".into()));
+        return Err(err(
+            algo.line,
+            "inplace=\"0\" and outofplace=\"0\": no call can use the plan".into(),
+        ));
     }
     let map = read::chunk_map(algo, file)?;
     // gpus: ids exactly 0..n-1, sorted by id for indexing.
     let mut gpu_at = vec![usize::MAX; n as usize];
     for (gi, g) in algo.gpus.iter().enumerate() {
         if g.id < 0 || g.id >= n {
-            return Err(err(g.line, format!("gpu id=\"{}\" is not a rank of ngpus=\"{n}\"", g.id)));
+            return Err(err(
+                g.line,
+                format!("gpu id=\"{}\" is not a rank of ngpus=\"{n}\"", g.id),
+            ));
         }
         if gpu_at[g.id as usize] != usize::MAX {
-            return Err(err(g.line, format!("gpu {} appears twice (the executor overlays them)", g.id)));
+            return Err(err(
+                g.line,
+                format!("gpu {} appears twice (the executor overlays them)", g.id),
+            ));
         }
         gpu_at[g.id as usize] = gi;
     }
     if let Some(missing) = gpu_at.iter().position(|&x| x == usize::MAX) {
-        return Err(err(algo.line, format!("no <gpu id=\"{missing}\">: that rank would run nothing")));
+        return Err(err(
+            algo.line,
+            format!("no <gpu id=\"{missing}\">: that rank would run nothing"),
+        ));
     }
     if algo.gpus.iter().enumerate().any(|(i, g)| g.id != i as i64) {
-        return Err(err(algo.line, "gpus must be listed in rank order 0..ngpus-1".into()));
+        return Err(err(
+            algo.line,
+            "gpus must be listed in rank order 0..ngpus-1".into(),
+        ));
     }
     let mut warnings = Vec::new();
     let mut tb_of_id = Vec::with_capacity(n as usize);
@@ -412,7 +485,10 @@ fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
             }
         }
         if g.s_chunks < 0 || g.s_chunks > MAX_OFFSET + 1 {
-            return Err(err(g.line, format!("gpu {}: s_chunks=\"{}\" out of range", g.id, g.s_chunks)));
+            return Err(err(
+                g.line,
+                format!("gpu {}: s_chunks=\"{}\" out of range", g.id, g.s_chunks),
+            ));
         }
         let steps: usize = g.tbs.iter().map(|t| t.steps.len()).sum();
         let nodes = 1 + algo.gpus.len() + g.tbs.len() + steps;
@@ -432,7 +508,13 @@ fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
         for (ti, tb) in g.tbs.iter().enumerate() {
             let here = format!("gpu {}, tb {}", g.id, tb.id);
             if tb.id < 0 || tb.id >= k as i64 {
-                return Err(err(tb.line, format!("{here}: tb ids must be 0..{} (the executor rejects holes)", k - 1)));
+                return Err(err(
+                    tb.line,
+                    format!(
+                        "{here}: tb ids must be 0..{} (the executor rejects holes)",
+                        k - 1
+                    ),
+                ));
             }
             if ids[tb.id as usize] != u32::MAX {
                 return Err(err(tb.line, format!("{here}: duplicate tb id")));
@@ -440,7 +522,10 @@ fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
             ids[tb.id as usize] = ti as u32;
             for (what, p) in [("send", tb.send), ("recv", tb.recv)] {
                 if p < -1 || p >= n || p == g.id {
-                    return Err(err(tb.line, format!("{here}: {what}=\"{p}\" must be -1 or another rank below {n}")));
+                    return Err(err(
+                        tb.line,
+                        format!("{here}: {what}=\"{p}\" must be -1 or another rank below {n}"),
+                    ));
                 }
             }
             if tb.chan < 0 || tb.chan >= algo.nchannels {
@@ -462,7 +547,13 @@ fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
                 *per_chan_recv.entry(tb.chan).or_default() += 1;
             }
             if tb.steps.len() > MAX_STEPS_PER_TB {
-                return Err(err(tb.line, format!("{here}: {} steps; the executor allows {MAX_STEPS_PER_TB} per tb", tb.steps.len())));
+                return Err(err(
+                    tb.line,
+                    format!(
+                        "{here}: {} steps; the executor allows {MAX_STEPS_PER_TB} per tb",
+                        tb.steps.len()
+                    ),
+                ));
             }
         }
         for (c, cnt) in per_chan_send.iter().chain(per_chan_recv.iter()) {
@@ -473,7 +564,7 @@ fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
         tb_of_id.push(ids);
     }
     // Steps: attributes, bounds, nops, dependencies.
-    let mut waits: Vec<Vec<Vec<Vec<(u32, u32)>>>> = Vec::with_capacity(algo.gpus.len());
+    let mut waits: PerStep<Vec<(u32, u32)>> = Vec::with_capacity(algo.gpus.len());
     let mut targets: HashMap<(u32, u32, u32), ()> = HashMap::new();
     for (gi, g) in algo.gpus.iter().enumerate() {
         let mut gw = Vec::with_capacity(g.tbs.len());
@@ -481,22 +572,38 @@ fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
             let mut tw = Vec::with_capacity(tb.steps.len());
             let mut pending: Vec<(u32, u32)> = Vec::new();
             for (p, st) in tb.steps.iter().enumerate() {
-                let here = at(algo, StepRef { gpu: gi as u32, tb: ti as u32, pos: p as u32 });
+                let here = at(
+                    algo,
+                    StepRef {
+                        gpu: gi as u32,
+                        tb: ti as u32,
+                        pos: p as u32,
+                    },
+                );
                 let e = |reason: String| err(st.line, format!("{here}: {reason}"));
                 if st.s != p as i64 {
                     return Err(e(format!("s=\"{}\" but it is step {p} of its tb: the kernel numbers steps by position, so a step is missing or out of order", st.s)));
                 }
                 if st.kind.reduces() {
-                    return Err(e(format!("type=\"{}\" reduces: not an all-to-all step", st.kind.code())));
+                    return Err(e(format!(
+                        "type=\"{}\" reduces: not an all-to-all step",
+                        st.kind.code()
+                    )));
                 }
                 if st.cnt < 0 || st.cnt > MAX_CNT as i64 {
                     return Err(e(format!("cnt=\"{}\" must be in 0..={MAX_CNT}", st.cnt)));
                 }
                 if st.kind.sends() && tb.send < 0 {
-                    return Err(e(format!("type=\"{}\" sends but the tb has send=\"-1\"", st.kind.code())));
+                    return Err(e(format!(
+                        "type=\"{}\" sends but the tb has send=\"-1\"",
+                        st.kind.code()
+                    )));
                 }
                 if st.kind.recvs() && tb.recv < 0 {
-                    return Err(e(format!("type=\"{}\" receives but the tb has recv=\"-1\"", st.kind.code())));
+                    return Err(e(format!(
+                        "type=\"{}\" receives but the tb has recv=\"-1\"",
+                        st.kind.code()
+                    )));
                 }
                 let size = |b: BufRef| match b {
                     BufRef::Input => g.i_chunks,
@@ -515,27 +622,41 @@ fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
                         }
                     }
                     if st.kind.sends() && !st.kind.reads_src() && st.dstbuf == BufRef::Input {
-                        return Err(e("forwards from the input buffer it would have to write".into()));
+                        return Err(e(
+                            "forwards from the input buffer it would have to write".into()
+                        ));
                     }
                     for (what, b, off) in operands {
                         let sz = size(b);
                         if off < 0 || off + st.cnt > sz {
-                            return Err(e(format!("{what} chunks {off}..{} lie outside {} ({sz} chunks)", off + st.cnt, b.name())));
+                            return Err(e(format!(
+                                "{what} chunks {off}..{} lie outside {} ({sz} chunks)",
+                                off + st.cnt,
+                                b.name()
+                            )));
                         }
                     }
                 }
                 if st.depid < -1 || st.depid >= g.tbs.len() as i64 {
-                    return Err(e(format!("depid=\"{}\" is not a tb of gpu {}", st.depid, g.id)));
+                    return Err(e(format!(
+                        "depid=\"{}\" is not a tb of gpu {}",
+                        st.depid, g.id
+                    )));
                 }
                 if st.depid >= 0 {
                     let target = tb_of_id[gi][st.depid as usize];
                     let tsteps = g.tbs[target as usize].steps.len() as i64;
                     if st.deps < 0 || st.deps >= tsteps {
-                        return Err(e(format!("deps=\"{}\" but tb {} has {tsteps} steps", st.deps, st.depid)));
+                        return Err(e(format!(
+                            "deps=\"{}\" but tb {} has {tsteps} steps",
+                            st.deps, st.depid
+                        )));
                     }
                     // The wait ends at the first step at or after `deps` that signals.
                     let steps = &g.tbs[target as usize].steps;
-                    let Some(sig) = (st.deps as usize..steps.len()).find(|&q| steps[q].hasdep && steps[q].kind != StepKind::Nop) else {
+                    let Some(sig) = (st.deps as usize..steps.len())
+                        .find(|&q| steps[q].hasdep && steps[q].kind != StepKind::Nop)
+                    else {
                         return Err(e(format!("waits for tb {} step {}, but no step of tb {} from there on has hasdep=\"1\": it would wait forever", st.depid, st.deps, st.depid)));
                     };
                     targets.insert((gi as u32, target, sig as u32), ());
@@ -549,7 +670,10 @@ fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
                     continue;
                 }
                 if !pending.is_empty() && st.depid < 0 {
-                    return Err(e("follows nops but has no dependency itself; the executor rejects that".into()));
+                    return Err(e(
+                        "follows nops but has no dependency itself; the executor rejects that"
+                            .into(),
+                    ));
                 }
                 tw.push(std::mem::take(&mut pending));
             }
@@ -560,8 +684,22 @@ fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
     for (gi, g) in algo.gpus.iter().enumerate() {
         for (ti, tb) in g.tbs.iter().enumerate() {
             for (p, st) in tb.steps.iter().enumerate() {
-                if st.hasdep && st.kind != StepKind::Nop && !targets.contains_key(&(gi as u32, ti as u32, p as u32)) {
-                    warnings.push(format!("{} (line {}): hasdep=\"1\" but no step waits for it", at(algo, StepRef { gpu: gi as u32, tb: ti as u32, pos: p as u32 }), st.line));
+                if st.hasdep
+                    && st.kind != StepKind::Nop
+                    && !targets.contains_key(&(gi as u32, ti as u32, p as u32))
+                {
+                    warnings.push(format!(
+                        "{} (line {}): hasdep=\"1\" but no step waits for it",
+                        at(
+                            algo,
+                            StepRef {
+                                gpu: gi as u32,
+                                tb: ti as u32,
+                                pos: p as u32
+                            }
+                        ),
+                        st.line
+                    ));
                 }
             }
         }
@@ -572,7 +710,12 @@ fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
         step_ops: algo
             .gpus
             .iter()
-            .map(|g| g.tbs.iter().map(|t| vec![StepOps::default(); t.steps.len()]).collect())
+            .map(|g| {
+                g.tbs
+                    .iter()
+                    .map(|t| vec![StepOps::default(); t.steps.len()])
+                    .collect()
+            })
             .collect(),
         ops: Vec::new(),
         waits,
@@ -615,17 +758,39 @@ fn pair(
         if sends.len() != recvs.len() {
             let (lonely, side, peer, verb) = if sends.len() > recvs.len() {
                 let &(g, t) = s.expect("more sends than receives means a sender");
-                (StepRef { gpu: g, tb: t, pos: sends[recvs.len()] }, "sends", to, "receives")
+                (
+                    StepRef {
+                        gpu: g,
+                        tb: t,
+                        pos: sends[recvs.len()],
+                    },
+                    "sends",
+                    to,
+                    "receives",
+                )
             } else {
                 let &(g, t) = r.expect("more receives than sends means a receiver");
-                (StepRef { gpu: g, tb: t, pos: recvs[sends.len()] }, "receives", from, "sends")
+                (
+                    StepRef {
+                        gpu: g,
+                        tb: t,
+                        pos: recvs[sends.len()],
+                    },
+                    "receives",
+                    from,
+                    "sends",
+                )
             };
             let other = if side == "sends" { r } else { s };
             let other_tb = match other {
                 Some(&(g, t)) => format!("its tb {} ", algo.gpus[g as usize].tbs[t as usize].id),
                 None => "no tb ".into(),
             };
-            let (have, want) = if side == "sends" { (recvs.len(), sends.len()) } else { (sends.len(), recvs.len()) };
+            let (have, want) = if side == "sends" {
+                (recvs.len(), sends.len())
+            } else {
+                (sends.len(), recvs.len())
+            };
             return Err(err(
                 step_line(algo, lonely.gpu as usize, lonely.tb as usize, lonely.pos as usize),
                 format!(
@@ -641,8 +806,16 @@ fn pair(
         for (k, (&ps, &pr)) in sends.iter().zip(&recvs).enumerate() {
             let a = &algo.gpus[sg as usize].tbs[st as usize].steps[ps as usize];
             let b = &algo.gpus[rg as usize].tbs[rt as usize].steps[pr as usize];
-            let from_ref = StepRef { gpu: sg, tb: st, pos: ps };
-            let to_ref = StepRef { gpu: rg, tb: rt, pos: pr };
+            let from_ref = StepRef {
+                gpu: sg,
+                tb: st,
+                pos: ps,
+            };
+            let to_ref = StepRef {
+                gpu: rg,
+                tb: rt,
+                pos: pr,
+            };
             if a.cnt != b.cnt {
                 return Err(err(b.line, format!(
                     "{}: receive {k} on channel {chan} from gpu {from} has cnt=\"{}\" but its send ({}, line {}) has cnt=\"{}\"",
@@ -650,7 +823,11 @@ fn pair(
                 )));
             }
             // A forwarding step sends what it just wrote into its dst.
-            let (src_buf, src_off) = if a.kind.reads_src() { (a.srcbuf, a.srcoff) } else { (a.dstbuf, a.dstoff) };
+            let (src_buf, src_off) = if a.kind.reads_src() {
+                (a.srcbuf, a.srcoff)
+            } else {
+                (a.dstbuf, a.dstoff)
+            };
             let id = l.ops.len() as u32;
             l.ops.push(Op {
                 src: from,
@@ -673,7 +850,11 @@ fn pair(
         for (ti, tb) in g.tbs.iter().enumerate() {
             for (p, st) in tb.steps.iter().enumerate() {
                 if st.kind == StepKind::Copy && st.cnt > 0 {
-                    let here = StepRef { gpu: gi as u32, tb: ti as u32, pos: p as u32 };
+                    let here = StepRef {
+                        gpu: gi as u32,
+                        tb: ti as u32,
+                        pos: p as u32,
+                    };
                     let id = l.ops.len() as u32;
                     l.ops.push(Op {
                         src: g.id as u32,
@@ -702,7 +883,7 @@ fn link_deps(l: &mut Loaded<'_>) {
     let mut deps: Vec<Vec<u32>> = vec![Vec::new(); l.ops.len()];
     // Per step: operations known done when it completes. Steps are visited
     // in the order the run completed them, so every wait's target is known.
-    let mut after: Vec<Vec<Vec<Vec<u32>>>> = l
+    let mut after: PerStep<Vec<u32>> = l
         .step_ops
         .iter()
         .map(|g| g.iter().map(|t| vec![Vec::new(); t.len()]).collect())
@@ -710,7 +891,11 @@ fn link_deps(l: &mut Loaded<'_>) {
     for &(gi, ti, p) in &l.step_log {
         let (gi, ti, p) = (gi as usize, ti as usize, p as usize);
         let so = l.step_ops[gi][ti][p];
-        let mut before: Vec<u32> = if p > 0 { after[gi][ti][p - 1].clone() } else { Vec::new() };
+        let mut before: Vec<u32> = if p > 0 {
+            after[gi][ti][p - 1].clone()
+        } else {
+            Vec::new()
+        };
         for &(target, q) in &l.waits[gi][ti][p] {
             before.extend_from_slice(&after[gi][target as usize][q as usize]);
         }
@@ -765,8 +950,19 @@ fn execute(l: &mut Loaded<'_>, mode: Mode) -> Result<()> {
         .gpus
         .iter()
         .map(|g| {
-            let input = (0..g.i_chunks as u32).map(|idx| Some(Origin { rank: g.id as u32, idx })).collect();
-            [input, vec![None; g.o_chunks as usize], vec![None; g.s_chunks as usize]]
+            let input = (0..g.i_chunks as u32)
+                .map(|idx| {
+                    Some(Origin {
+                        rank: g.id as u32,
+                        idx,
+                    })
+                })
+                .collect();
+            [
+                input,
+                vec![None; g.o_chunks as usize],
+                vec![None; g.s_chunks as usize],
+            ]
         })
         .collect();
     let bi = |b: BufRef| match b {
@@ -788,7 +984,9 @@ fn execute(l: &mut Loaded<'_>, mode: Mode) -> Result<()> {
                     let p = pc[gi][ti];
                     let st = &tb.steps[p];
                     if sub[gi][ti] == 0
-                        && !l.waits[gi][ti][p].iter().all(|&(t, q)| flag[gi][t as usize] >= q as i64)
+                        && !l.waits[gi][ti][p]
+                            .iter()
+                            .all(|&(t, q)| flag[gi][t as usize] >= q as i64)
                     {
                         break;
                     }
@@ -864,16 +1062,37 @@ fn execute(l: &mut Loaded<'_>, mode: Mode) -> Result<()> {
     for &(gi, ti) in stuck.iter().take(4) {
         let p = pc[gi][ti];
         let tb = &algo.gpus[gi].tbs[ti];
-        let here = at(algo, StepRef { gpu: gi as u32, tb: ti as u32, pos: p as u32 });
+        let here = at(
+            algo,
+            StepRef {
+                gpu: gi as u32,
+                tb: ti as u32,
+                pos: p as u32,
+            },
+        );
         let so = l.step_ops[gi][ti][p];
-        let why = if sub[gi][ti] == 0 && !l.waits[gi][ti][p].iter().all(|&(t, q)| flag[gi][t as usize] >= q as i64) {
-            let (t, q) = l.waits[gi][ti][p].iter().copied().find(|&(t, q)| flag[gi][t as usize] < q as i64).expect("a wait is open");
-            format!("waits for tb {} to finish step {q}", algo.gpus[gi].tbs[t as usize].id)
+        let why = if sub[gi][ti] == 0
+            && !l.waits[gi][ti][p]
+                .iter()
+                .all(|&(t, q)| flag[gi][t as usize] >= q as i64)
+        {
+            let (t, q) = l.waits[gi][ti][p]
+                .iter()
+                .copied()
+                .find(|&(t, q)| flag[gi][t as usize] < q as i64)
+                .expect("a wait is open");
+            format!(
+                "waits for tb {} to finish step {q}",
+                algo.gpus[gi].tbs[t as usize].id
+            )
         } else if let Some(op) = so.recv.filter(|&op| {
             let o = &l.ops[op as usize];
             fifos[l.fifo_ids[&(tb.chan as u32, o.src, o.dst)]].front() != Some(&(op, sub[gi][ti]))
         }) {
-            format!("waits for data from gpu {} on channel {}", l.ops[op as usize].src, tb.chan)
+            format!(
+                "waits for data from gpu {} on channel {}",
+                l.ops[op as usize].src, tb.chan
+            )
         } else {
             format!("cannot send to gpu {} on channel {}: its FIFO holds {depth} undelivered operations", tb.send, tb.chan)
         };
@@ -908,7 +1127,11 @@ fn move_data(
 ) -> Result<()> {
     let algo = l.algo;
     let st = &algo.gpus[gi].tbs[ti].steps[p];
-    let here = StepRef { gpu: gi as u32, tb: ti as u32, pos: p as u32 };
+    let here = StepRef {
+        gpu: gi as u32,
+        tb: ti as u32,
+        pos: p as u32,
+    };
     let cnt = st.cnt as usize;
     let read = |bufs: &Bufs, b: BufRef, off: i64| -> Result<Vec<Origin>> {
         let cells = &bufs[gi][bi(b)][off as usize..off as usize + cnt];
@@ -920,7 +1143,12 @@ fn move_data(
                     InputError::at(
                         l.file,
                         format!("line {}", st.line),
-                        format!("{}: reads {} chunk {} before anything is written there", at(algo, here), b.name(), off as usize + j),
+                        format!(
+                            "{}: reads {} chunk {} before anything is written there",
+                            at(algo, here),
+                            b.name(),
+                            off as usize + j
+                        ),
                     )
                     .into()
                 })
@@ -950,7 +1178,11 @@ fn check_outputs(l: &Loaded<'_>) -> Result<()> {
     let n = map.n;
     // Final output contents from the operations in any valid order: each
     // output chunk's last writer (double writes are the verifier's to report).
-    let mut out: Vec<Vec<Option<(Origin, StepRef)>>> = algo.gpus.iter().map(|g| vec![None; g.o_chunks as usize]).collect();
+    let mut out: Vec<Vec<Option<(Origin, StepRef)>>> = algo
+        .gpus
+        .iter()
+        .map(|g| vec![None; g.o_chunks as usize])
+        .collect();
     for op in &l.ops {
         if op.dst_buf == BufRef::Output {
             for (j, v) in op.data.iter().enumerate() {
@@ -958,13 +1190,16 @@ fn check_outputs(l: &Loaded<'_>) -> Result<()> {
             }
         }
     }
-    for r in 0..n {
+    for (r, out_r) in out.iter().enumerate() {
         for s in 0..n {
             for c in 0..map.chunks(s, r) {
                 let pos = map.output_chunk(s, r, c) as usize;
-                let want = Origin { rank: s as u32, idx: map.input_chunk(s, r, c) };
+                let want = Origin {
+                    rank: s as u32,
+                    idx: map.input_chunk(s, r, c),
+                };
                 let line = algo.gpus[r].line;
-                match out[r].get(pos).copied().flatten() {
+                match out_r.get(pos).copied().flatten() {
                     None => {
                         return Err(InputError::at(
                             l.file,
@@ -1035,7 +1270,10 @@ mod tests {
     fn lexical_rules() {
         assert!(err(&format!("<?xml version=\"1.0\"?>\n{TINY}")).contains("line 1: XML prolog"));
         assert!(err(&TINY.replacen("  <gpu", "\t<gpu", 1)).contains("line 2: tab"));
-        assert!(err(&TINY.replacen("name=\"t\" proto", "name=\"t\"  proto", 1)).contains("exactly one space"));
+        assert!(
+            err(&TINY.replacen("name=\"t\" proto", "name=\"t\"  proto", 1))
+                .contains("exactly one space")
+        );
         assert!(err(&TINY.replacen("name=\"t\"", "name='t'", 1)).contains("double quotes"));
         assert!(err(&TINY.replacen("cnt=\"1\"", "cnt=\"01\"", 1)).contains("decimal"));
         assert!(err(&TINY.replacen("/>\n", "/><!-- x -->\n", 1)).contains("one tag per line"));
@@ -1045,9 +1283,18 @@ mod tests {
     fn mispaired_and_wrong_plans_are_rejected() {
         // Gpu 0 receives into the wrong place.
         let e = err(&TINY.replacen("dstoff=\"1\" cnt=\"1\"", "dstoff=\"0\" cnt=\"1\"", 1));
-        assert!(e.contains("gpu 0: output chunk 1 is never written; it should hold input chunk 0 of gpu 1"), "{e}");
+        assert!(
+            e.contains(
+                "gpu 0: output chunk 1 is never written; it should hold input chunk 0 of gpu 1"
+            ),
+            "{e}"
+        );
         // Gpu 0 sends the wrong chunk.
-        let e = err(&TINY.replacen("srcoff=\"1\" dstbuf=\"o\" dstoff=\"0\"", "srcoff=\"0\" dstbuf=\"o\" dstoff=\"0\"", 1));
+        let e = err(&TINY.replacen(
+            "srcoff=\"1\" dstbuf=\"o\" dstoff=\"0\"",
+            "srcoff=\"0\" dstbuf=\"o\" dstoff=\"0\"",
+            1,
+        ));
         assert!(e.contains("gpu 1, tb 1, step 0: writes input chunk 0 of gpu 0 into output chunk 0 of gpu 1, which should hold input chunk 1 of gpu 0"), "{e}");
         // One receive removed: the send has no partner.
         let no_recv = TINY.replacen(
@@ -1058,7 +1305,11 @@ mod tests {
         let e = err(&no_recv);
         assert!(e.contains("gpu 1, tb 0, step 0: operation 1 it sends on channel 0 (1 -> 0) has no partner: gpu 0 receives 0 of 1"), "{e}");
         // A dependency on a step that never signals.
-        let e = err(&TINY.replacen("depid=\"-1\" deps=\"-1\" hasdep=\"0\"/>\n    </tb>\n    <tb id=\"2\"", "depid=\"0\" deps=\"0\" hasdep=\"0\"/>\n    </tb>\n    <tb id=\"2\"", 1));
+        let e = err(&TINY.replacen(
+            "depid=\"-1\" deps=\"-1\" hasdep=\"0\"/>\n    </tb>\n    <tb id=\"2\"",
+            "depid=\"0\" deps=\"0\" hasdep=\"0\"/>\n    </tb>\n    <tb id=\"2\"",
+            1,
+        ));
         assert!(e.contains("wait forever"), "{e}");
         assert!(err(&TINY.replacen("cnt=\"1\"", "cnt=\"72\"", 1)).contains("cnt=\"72\""));
     }
@@ -1067,8 +1318,10 @@ mod tests {
     fn send_then_receive_in_one_tb_deadlocks() {
         // Both gpus send three chunks one by one to each other, then receive,
         // from one tb: with FIFO depth 2 neither reaches its receives.
-        let mut text = String::from(r#"<algo name="t" proto="Simple" nchannels="1" nchunksperloop="6" ngpus="2" coll="alltoall" inplace="0" outofplace="1" minBytes="0" maxBytes="0">
-"#);
+        let mut text = String::from(
+            r#"<algo name="t" proto="Simple" nchannels="1" nchunksperloop="6" ngpus="2" coll="alltoall" inplace="0" outofplace="1" minBytes="0" maxBytes="0">
+"#,
+        );
         for g in 0..2 {
             let peer = 1 - g;
             text.push_str(&format!("  <gpu id=\"{g}\" i_chunks=\"6\" o_chunks=\"6\" s_chunks=\"0\">\n    <tb id=\"0\" send=\"{peer}\" recv=\"{peer}\" chan=\"0\">\n"));
@@ -1082,7 +1335,12 @@ mod tests {
         }
         text.push_str("</algo>\n");
         let e = err(&text);
-        assert!(e.contains("deadlock with one operation per step (small messages) (Simple FIFO depth 2)"), "{e}");
+        assert!(
+            e.contains(
+                "deadlock with one operation per step (small messages) (Simple FIFO depth 2)"
+            ),
+            "{e}"
+        );
         assert!(e.contains("cannot send to gpu 1 on channel 0"), "{e}");
         // LL's FIFO of 8 holds all three.
         check_executable(&text.replacen("proto=\"Simple\"", "proto=\"LL\"", 1)).unwrap();

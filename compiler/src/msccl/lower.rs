@@ -22,8 +22,8 @@
 //! The written text is then loaded and run by [`super::exec`], and read back
 //! into the requantised plan it encodes.
 
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 
 use super::exec;
 use super::read::{parse_algo, trace_to_plan};
@@ -135,12 +135,14 @@ pub fn to_xml(
     let base = match opts.chunk_bytes {
         Some(0) => return Err(unsupported("chunk size of 0 bytes".into())),
         Some(u) => u,
-        None => traffic
-            .max_entry()
-            .div_ceil(MAX_CNT as u64)
-            .div_ceil(CHUNK_ALIGN)
-            .max(1)
-            * CHUNK_ALIGN,
+        None => {
+            traffic
+                .max_entry()
+                .div_ceil(MAX_CNT as u64)
+                .div_ceil(CHUNK_ALIGN)
+                .max(1)
+                * CHUNK_ALIGN
+        }
     };
     let mut u = base;
     loop {
@@ -247,10 +249,16 @@ fn lower_with(
                 .map(|d| traffic.get(s, d).div_ceil(u))
                 .collect::<Vec<u64>>()
         })
-        .map(|row| row.into_iter().map(|c| c.min(u32::MAX as u64) as u32).collect())
+        .map(|row| {
+            row.into_iter()
+                .map(|c| c.min(u32::MAX as u64) as u32)
+                .collect()
+        })
         .collect();
     if k.iter().flatten().any(|&c| c > MAX_OFFSET as u32) {
-        return Err(LowerError::Limit("a pair needs more chunks than offsets can address".into()));
+        return Err(LowerError::Limit(
+            "a pair needs more chunks than offsets can address".into(),
+        ));
     }
     let map = ChunkMap::new(k.clone(), opts.layout);
     if map.nchunksperloop as i64 > MAX_OFFSET + 1 {
@@ -267,7 +275,12 @@ fn lower_with(
         .protocol
         .unwrap_or_else(|| protocol_for(nbytes, n as u64));
     let (min_bytes, max_bytes) = window(proto, n as u64);
-    let uniform_padded = opts.layout == Layout::Padded && k.iter().flatten().all(|&c| c == k[0][0]);
+    // Without chunk comments a reader assumes nchunksperloop / ngpus chunks
+    // for every pair.
+    let uniform_padded = opts.layout == Layout::Padded
+        && k.iter()
+            .flatten()
+            .all(|&c| c as usize * n == nchunks as usize);
     let algo = Algo {
         name: NameFacts::format(&plan.algorithm, opts.layout, u, topo.gpus_per_node() as u32),
         proto,
@@ -305,16 +318,24 @@ fn lower_with(
             )));
         }
         if g.s_chunks > MAX_OFFSET + 1 {
-            return Err(LowerError::Limit(format!("gpu {} needs {} scratch chunks", g.id, g.s_chunks)));
+            return Err(LowerError::Limit(format!(
+                "gpu {} needs {} scratch chunks",
+                g.id, g.s_chunks
+            )));
         }
     }
     let text = write_algo(&algo);
     let file = "<written XML>";
-    let internal = |e: Error| unsupported(format!("internal error, the written XML fails its own check: {e}"));
+    let internal = |e: Error| {
+        unsupported(format!(
+            "internal error, the written XML fails its own check: {e}"
+        ))
+    };
     exec::check_lexical(&text, file).map_err(internal)?;
     let parsed = parse_algo(&text, file).map_err(internal)?;
     let trace = exec::run(&parsed, file).map_err(internal)?;
-    let (encoded, _) = trace_to_plan(&parsed, &trace, Some(traffic), Some(u), file).map_err(internal)?;
+    let (encoded, _) =
+        trace_to_plan(&parsed, &trace, Some(traffic), Some(u), file).map_err(internal)?;
     let count_bytes = nbytes / n as u64;
     Ok(XmlPlan {
         text,
@@ -358,7 +379,9 @@ fn trace_chunks(
     let layout = ByteLayout::new(traffic);
     let ts = &plan.transfers;
     let bad = |i: usize, why: String| -> LowerError {
-        LowerError::Other(unsupported(format!("transfer {i}: {why} (is the plan verified?)")))
+        LowerError::Other(unsupported(format!(
+            "transfer {i}: {why} (is the plan verified?)"
+        )))
     };
     // Kahn's order, lowest (step, index) first: the order tbs list steps in.
     let mut indeg: Vec<u32> = ts.iter().map(|t| t.deps.len() as u32).collect();
@@ -394,7 +417,11 @@ fn trace_chunks(
             }
         }
         let t = &ts[i];
-        let mut deps: Vec<u32> = t.deps.iter().flat_map(|&d| eff[d as usize].iter().copied()).collect();
+        let mut deps: Vec<u32> = t
+            .deps
+            .iter()
+            .flat_map(|&d| eff[d as usize].iter().copied())
+            .collect();
         deps.sort_unstable();
         deps.dedup();
         // Origin pieces of the bytes read, in source order.
@@ -429,7 +456,14 @@ fn trace_chunks(
                     }
                 }
                 if at < end && t.bytes > 0 {
-                    return Err(bad(i, format!("reads bytes {at}..{end} of {} of rank {} before they are written", buf.name(), t.src)));
+                    return Err(bad(
+                        i,
+                        format!(
+                            "reads bytes {at}..{end} of {} of rank {} before they are written",
+                            buf.name(),
+                            t.src
+                        ),
+                    ));
                 }
             }
         }
@@ -438,7 +472,15 @@ fn trace_chunks(
             let m = written.entry((t.dst, t.dst_buf)).or_default();
             let mut at = t.dst_off;
             for &(s, d, a, b) in &pieces {
-                m.insert(at, Seg { end: at + (b - a), s, d, a });
+                m.insert(
+                    at,
+                    Seg {
+                        end: at + (b - a),
+                        s,
+                        d,
+                        a,
+                    },
+                );
                 at += b - a;
             }
         }
@@ -451,14 +493,23 @@ fn trace_chunks(
                 let src_idx = match t.src_buf {
                     Buffer::Input => map.input_chunk(su, du, c),
                     Buffer::Output => map.output_chunk(su, du, c),
-                    Buffer::Scratch => *slot
-                        .get(&(t.src, s, d, c))
-                        .ok_or_else(|| bad(i, format!("chunk {c} of block {s}->{d} is not in scratch of rank {}", t.src)))?,
+                    Buffer::Scratch => *slot.get(&(t.src, s, d, c)).ok_or_else(|| {
+                        bad(
+                            i,
+                            format!(
+                                "chunk {c} of block {s}->{d} is not in scratch of rank {}",
+                                t.src
+                            ),
+                        )
+                    })?,
                 };
                 let dst_idx = match t.dst_buf {
                     Buffer::Output => {
                         if t.dst != d {
-                            return Err(bad(i, format!("puts data for rank {d} into output of rank {}", t.dst)));
+                            return Err(bad(
+                                i,
+                                format!("puts data for rank {d} into output of rank {}", t.dst),
+                            ));
                         }
                         map.output_chunk(su, du, c)
                     }
@@ -502,7 +553,9 @@ fn trace_chunks(
         }
     }
     if done < ts.len() {
-        return Err(LowerError::Other(unsupported("the plan's dependencies have a cycle".into())));
+        return Err(LowerError::Other(unsupported(
+            "the plan's dependencies have a cycle".into(),
+        )));
     }
     Ok((ops, scratch))
 }
@@ -534,7 +587,9 @@ struct TbDraft {
 
 fn build_tbs(ops: &[ChunkOp], n: usize) -> std::result::Result<Built, LowerError> {
     // Channel groups keep at most 32 peer tbs per channel per direction.
-    let groups = (n.saturating_sub(1)).div_ceil(MAX_PEER_TBS_PER_CHANNEL).max(1) as u32;
+    let groups = (n.saturating_sub(1))
+        .div_ceil(MAX_PEER_TBS_PER_CHANNEL)
+        .max(1) as u32;
     let base_chan = |src: u32, dst: u32| -> u32 {
         let dist = (dst as usize + n - src as usize) % n;
         ((dist - 1) / MAX_PEER_TBS_PER_CHANNEL) as u32
@@ -550,7 +605,11 @@ fn build_tbs(ops: &[ChunkOp], n: usize) -> std::result::Result<Built, LowerError
     let mut channels = 1u32;
     for (o, op) in ops.iter().enumerate() {
         let o = o as u32;
-        let gpus: Vec<u32> = if op.src == op.dst { vec![op.src] } else { vec![op.src, op.dst] };
+        let gpus: Vec<u32> = if op.src == op.dst {
+            vec![op.src]
+        } else {
+            vec![op.src, op.dst]
+        };
         // Operations on each side's gpu this one must follow.
         let mut need: Vec<Vec<u32>> = Vec::new();
         for &g in &gpus {
@@ -568,16 +627,29 @@ fn build_tbs(ops: &[ChunkOp], n: usize) -> std::result::Result<Built, LowerError
         }
         loop {
             let keys: Vec<TbKey> = if op.src == op.dst {
-                vec![TbKey::Local { k: local_k[op.src as usize] }]
+                vec![TbKey::Local {
+                    k: local_k[op.src as usize],
+                }]
             } else {
-                let c = *chan_of.entry((op.src, op.dst)).or_insert_with(|| base_chan(op.src, op.dst));
+                let c = *chan_of
+                    .entry((op.src, op.dst))
+                    .or_insert_with(|| base_chan(op.src, op.dst));
                 if c >= MAX_CHANNELS {
                     return Err(LowerError::Limit(format!(
                         "operations from rank {} to rank {} need more than {MAX_CHANNELS} channels of {MAX_STEPS_PER_TB} steps",
                         op.src, op.dst
                     )));
                 }
-                vec![TbKey::Send { peer: op.dst, chan: c }, TbKey::Recv { peer: op.src, chan: c }]
+                vec![
+                    TbKey::Send {
+                        peer: op.dst,
+                        chan: c,
+                    },
+                    TbKey::Recv {
+                        peer: op.src,
+                        chan: c,
+                    },
+                ]
             };
             // Waits per side: (tb, pos) targets, own tb and implied ones removed.
             let mut fits = true;
@@ -587,7 +659,9 @@ fn build_tbs(ops: &[ChunkOp], n: usize) -> std::result::Result<Built, LowerError
                 let own = tb_index[gi].get(&key).copied();
                 let mut latest: BTreeMap<u32, u32> = BTreeMap::new();
                 for &x in &need[side] {
-                    let &(tb, pos) = at.get(&(x, g)).expect("an ancestor on this gpu has a step here");
+                    let &(tb, pos) = at
+                        .get(&(x, g))
+                        .expect("an ancestor on this gpu has a step here");
                     if Some(tb) == own {
                         continue;
                     }
@@ -622,7 +696,11 @@ fn build_tbs(ops: &[ChunkOp], n: usize) -> std::result::Result<Built, LowerError
                                 "rank {gi} needs more than {MAX_TBS_PER_GPU} threadblocks"
                             )));
                         }
-                        tbs[gi].push(TbDraft { key, steps: Vec::new(), waited: HashMap::new() });
+                        tbs[gi].push(TbDraft {
+                            key,
+                            steps: Vec::new(),
+                            waited: HashMap::new(),
+                        });
                         tb_index[gi].insert(key, t);
                         t
                     }
@@ -715,12 +793,23 @@ fn build_tbs(ops: &[ChunkOp], n: usize) -> std::result::Result<Built, LowerError
                     s
                 })
                 .collect();
-            tbv.push(Tb { id: new_id[old], send, recv, chan, steps, line: 0 });
+            tbv.push(Tb {
+                id: new_id[old],
+                send,
+                recv,
+                chan,
+                steps,
+                line: 0,
+            });
         }
         let _ = g;
         out.push(tbv);
     }
-    Ok(Built { tbs: out, channels, dropped })
+    Ok(Built {
+        tbs: out,
+        channels,
+        dropped,
+    })
 }
 
 /// The operations on gpu `g` among `x` and its ancestors, stopping at the
@@ -784,7 +873,10 @@ mod tests {
         m.set(7, 0, 1);
         let plan = direct(&topo, &m);
         for layout in [Layout::Padded, Layout::Packed] {
-            let opts = XmlOptions { layout, ..Default::default() };
+            let opts = XmlOptions {
+                layout,
+                ..Default::default()
+            };
             let x = to_xml(&plan, &topo, &m, &opts).unwrap();
             verify_on(&x.plan, &m, &topo).unwrap();
             let r = super::super::check_executable(&x.text).unwrap();

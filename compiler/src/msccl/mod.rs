@@ -15,6 +15,7 @@
 pub mod exec;
 pub mod lower;
 pub mod read;
+pub mod schedules;
 pub mod write;
 
 use std::fmt;

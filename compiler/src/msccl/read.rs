@@ -403,11 +403,16 @@ pub fn parse_algo(text: &str, file: &str) -> Result<Algo> {
                             return Err(bad("<step> must be empty (`<step .../>`): the executor crashes on children of a step".into()));
                         }
                         let step = read_step(&attrs)?;
-                        let tb = last_gpu(&mut algo).tbs.last_mut().expect("depth 3 is inside tb");
+                        let tb = last_gpu(&mut algo)
+                            .tbs
+                            .last_mut()
+                            .expect("depth 3 is inside tb");
                         tb.steps.push(step);
                         continue;
                     }
-                    (0, _) => return Err(bad(format!("the first element is <{name}>, not <algo>"))),
+                    (0, _) => {
+                        return Err(bad(format!("the first element is <{name}>, not <algo>")))
+                    }
                     _ => {
                         if !empty {
                             skip = 1;
@@ -442,7 +447,9 @@ pub fn parse_algo(text: &str, file: &str) -> Result<Algo> {
             }
             Event::Text(t) => {
                 if skip == 0 && !t.chars().all(char::is_whitespace) {
-                    return Err(bad("text between elements: the executor's reader rejects it".into()));
+                    return Err(bad(
+                        "text between elements: the executor's reader rejects it".into(),
+                    ));
                 }
             }
             Event::CData(_) => return Err(bad("CDATA: the executor's reader has none".into())),
@@ -541,10 +548,7 @@ impl<'f> Attrs<'f> {
                     format!("<{element}>: bad attribute: {err}"),
                 )
             })?;
-            pairs.push((
-                a.key.as_ref().to_string(),
-                a.value.to_string(),
-            ));
+            pairs.push((a.key.as_ref().to_string(), a.value.to_string()));
         }
         Ok(Attrs {
             element,
@@ -637,9 +641,12 @@ mod tests {
 </algo>"#;
         let e = parse_algo(text, "f.xml").unwrap_err().to_string();
         assert_eq!(e, "f.xml: line 1: <algo>: nchunksperloop=\"0x2\" is not a plain decimal number (the executor reads numbers with strtol)");
-        let e = parse_algo(&text.replace(" coll=\"alltoall\"", "").replace("0x2", "2"), "f.xml")
-            .unwrap_err()
-            .to_string();
+        let e = parse_algo(
+            &text.replace(" coll=\"alltoall\"", "").replace("0x2", "2"),
+            "f.xml",
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("lacks attribute `coll`"), "{e}");
     }
 
