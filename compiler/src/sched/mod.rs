@@ -30,7 +30,11 @@ pub enum Algorithm {
 
 impl Algorithm {
     /// Every algorithm, in the order reports list them.
-    pub const ALL: &'static [Algorithm] = &[Algorithm::Direct, Algorithm::Pairwise, Algorithm::Hierarchical];
+    pub const ALL: &'static [Algorithm] = &[
+        Algorithm::Direct,
+        Algorithm::Pairwise,
+        Algorithm::Hierarchical,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
