@@ -75,9 +75,9 @@ impl FromStr for Network {
 }
 
 /// Plans with at most this many transfers are simulated exactly by default.
-pub const EXACT_TRANSFERS: usize = 20_000;
+pub const EXACT_TRANSFERS: usize = 5_000;
 /// Default grouping tolerance above [`EXACT_TRANSFERS`].
-pub const DEFAULT_TOLERANCE: f64 = 0.01;
+pub const DEFAULT_TOLERANCE: f64 = 0.02;
 
 /// Knobs of the simulator.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -225,13 +225,76 @@ fn check_plan(topo: &Topology, plan: &Plan) -> Result<()> {
     Ok(())
 }
 
+/// Links crossed by exactly the same transfers as another link of no more
+/// capacity: at every instant they carry the same flows and the other one
+/// binds first, so the water-filling can skip them (on a DGX, a GPU's PCIe
+/// link to its own NIC twins the NIC's egress: half the work). Returns
+/// (dropped, kept) pairs. In congested mode NIC links are never dropped: the
+/// incast model acts on them.
+fn twin_links(topo: &Topology, paths: &Paths, congested: bool) -> Vec<(LinkId, LinkId)> {
+    use crate::topology::LinkClass;
+    use std::collections::HashMap;
+    // A set signature: count and two independent sums of mixed transfer ids.
+    let mix = |x: u64, k: u64| {
+        let mut z = x.wrapping_add(k).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    let links = topo.num_links();
+    let mut sig = vec![(0u64, 0u64, 0u64); links];
+    for t in 0..paths.off.len().saturating_sub(1) {
+        let (h1, h2) = (mix(t as u64, 1), mix(t as u64, 2));
+        for &l in paths.of(t as u32) {
+            let s = &mut sig[l as usize];
+            s.0 += 1;
+            s.1 = s.1.wrapping_add(h1);
+            s.2 = s.2.wrapping_add(h2);
+        }
+    }
+    let nic = |l: LinkId| matches!(topo.link(l).class, LinkClass::NicTx | LinkClass::NicRx);
+    let mut groups: HashMap<(u64, u64, u64), Vec<LinkId>> = HashMap::new();
+    for l in 0..links as LinkId {
+        if sig[l as usize].0 > 0 {
+            groups.entry(sig[l as usize]).or_default().push(l);
+        }
+    }
+    let mut twins = Vec::new();
+    for (_, mut g) in groups {
+        if g.len() < 2 {
+            continue;
+        }
+        // Keep the smallest capacity; on a tie, a NIC link (the incast model's).
+        g.sort_by(|&a, &b| {
+            topo.link(a)
+                .bandwidth
+                .total_cmp(&topo.link(b).bandwidth)
+                .then(nic(b).cmp(&nic(a)))
+                .then(a.cmp(&b))
+        });
+        let keep = g[0];
+        for &d in &g[1..] {
+            if congested && nic(d) {
+                continue;
+            }
+            twins.push((d, keep));
+        }
+    }
+    twins.sort_unstable();
+    twins
+}
+
 /// An arrival: a transfer whose latency ends at `time` and starts moving.
 type Arrival = Reverse<(Key, u32)>;
 
 struct Sim<'a> {
     plan: &'a Plan,
     eps: f64,
+    /// Routes as the rates see them: without twin links.
     paths: Paths,
+    /// (dropped, kept): links that carry exactly the flows of a kept link of
+    /// no more capacity, so never bind; they get the kept link's usage.
+    twins: Vec<(LinkId, LinkId)>,
     latency: Vec<f64>,
     /// Transfers waiting on each transfer (CSR).
     child_off: Vec<u32>,
@@ -290,12 +353,32 @@ impl<'a> Sim<'a> {
         let cap: Vec<f64> = (0..links as LinkId)
             .map(|l| topo.link(l).bandwidth)
             .collect();
-        let congestion = (opts.network == Network::Congested)
-            .then(|| Congestion::new(opts.congestion.clone(), topo, &paths, n));
+        let congested = opts.network == Network::Congested;
+        let congestion =
+            congested.then(|| Congestion::new(opts.congestion.clone(), topo, &paths, n));
+        let twins = twin_links(topo, &paths, congested);
+        if !twins.is_empty() {
+            let mut drop = vec![false; links];
+            for &(d, _) in &twins {
+                drop[d as usize] = true;
+            }
+            let mut kept = Paths {
+                off: Vec::with_capacity(n + 1),
+                links: Vec::with_capacity(paths.links.len()),
+            };
+            kept.off.push(0);
+            for t in 0..n as u32 {
+                kept.links
+                    .extend(paths.of(t).iter().filter(|&&l| !drop[l as usize]));
+                kept.off.push(kept.links.len() as u32);
+            }
+            paths = kept;
+        }
         Sim {
             plan,
             eps,
             paths,
+            twins,
             latency,
             child_off,
             children,
@@ -480,6 +563,9 @@ impl<'a> Sim<'a> {
                 reason: "never becomes ready: its dependencies form a cycle".to_string(),
             }
             .into());
+        }
+        for &(d, k) in &self.twins {
+            self.links[d as usize] = self.links[k as usize];
         }
         let completion_us = self.times.iter().map(|t| t.end_us).fold(0.0, f64::max);
         Ok(SimResult {
