@@ -31,6 +31,8 @@ enum Command {
     Compile(cmd::compile::CompileArgs),
     /// Check that a plan is a correct all-to-all of a traffic matrix.
     Verify(cmd::compile::VerifyArgs),
+    /// Execute a plan on real buffers (cpu or cuda backend) and check every byte.
+    Run(cmd::run::RunArgs),
 }
 
 fn main() -> ExitCode {
@@ -41,6 +43,7 @@ fn main() -> ExitCode {
         Command::Traffic(a) => cmd::io::traffic(a),
         Command::Compile(a) => cmd::compile::compile(a),
         Command::Verify(a) => cmd::compile::verify(a),
+        Command::Run(a) => cmd::run::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
