@@ -14,13 +14,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use switchyard_compiler::{Buffer, Layout, Plan, Transfer, TrafficMatrix};
+use switchyard_compiler::{Buffer, Layout, Plan, TrafficMatrix, Transfer};
 
 use crate::dag::Dag;
 use crate::pattern::{check_output, fill_input, Verdict};
-use crate::{
-    precheck, Backend, BackendKind, LinkBytes, Mode, RunOptions, RunReport, RuntimeError,
-};
+use crate::{precheck, Backend, BackendKind, LinkBytes, Mode, RunOptions, RunReport, RuntimeError};
 
 /// Byte written into output and scratch before a run, so that pages are
 /// touched outside the timed region and unwritten bytes are not zero.
@@ -81,7 +79,13 @@ impl Backend for CpuBackend {
         let mut reference = f64::INFINITY;
         for _ in 0..opts.iterations.max(1) {
             let t0 = Instant::now();
-            run_transfers(plan, &mut bufs, lanes, mode == Mode::Concurrent, opts.timeout)?;
+            run_transfers(
+                plan,
+                &mut bufs,
+                lanes,
+                mode == Mode::Concurrent,
+                opts.timeout,
+            )?;
             seconds = seconds.min(t0.elapsed().as_secs_f64());
             if let Some(p) = probe.as_mut() {
                 reference = reference.min(p.once());
@@ -496,7 +500,14 @@ mod tests {
         let t0 = Instant::now();
         let e = run_dag(&dag, 3, Duration::from_secs(30), |_| 1, |_, _| {}).unwrap_err();
         assert!(
-            matches!(e, RuntimeError::Deadlock { stuck: 2, total: 3, .. }),
+            matches!(
+                e,
+                RuntimeError::Deadlock {
+                    stuck: 2,
+                    total: 3,
+                    ..
+                }
+            ),
             "{e}"
         );
         assert!(t0.elapsed() < Duration::from_secs(5));
@@ -506,13 +517,29 @@ mod tests {
     fn pool_watchdog_fires_on_a_stuck_transfer() {
         let plan = chain_plan(&[&[], &[0]]);
         let dag = Dag::new(&plan).unwrap();
-        let e = run_dag(&dag, 2, Duration::from_millis(50), |_| 1, |i, _| {
-            if i == 0 {
-                std::thread::sleep(Duration::from_millis(400));
-            }
-        })
+        let e = run_dag(
+            &dag,
+            2,
+            Duration::from_millis(50),
+            |_| 1,
+            |i, _| {
+                if i == 0 {
+                    std::thread::sleep(Duration::from_millis(400));
+                }
+            },
+        )
         .unwrap_err();
-        assert!(matches!(e, RuntimeError::Timeout { done: 0, total: 2, .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                RuntimeError::Timeout {
+                    done: 0,
+                    total: 2,
+                    ..
+                }
+            ),
+            "{e}"
+        );
     }
 
     #[test]
@@ -527,14 +554,23 @@ mod tests {
         let clock = AtomicU32::new(1);
         // Three pieces per transfer: a transfer is done when its last piece is.
         let pieces_done: Vec<AtomicU32> = (0..200).map(|_| AtomicU32::new(0)).collect();
-        run_dag(&dag, 4, Duration::from_secs(5), |_| 3, |i, _| {
-            for &d in &deps[i as usize] {
-                assert!(stamp[d as usize].load(Ordering::SeqCst) > 0, "{i} before {d}");
-            }
-            if pieces_done[i as usize].fetch_add(1, Ordering::SeqCst) == 2 {
-                stamp[i as usize].store(clock.fetch_add(1, Ordering::SeqCst), Ordering::SeqCst);
-            }
-        })
+        run_dag(
+            &dag,
+            4,
+            Duration::from_secs(5),
+            |_| 3,
+            |i, _| {
+                for &d in &deps[i as usize] {
+                    assert!(
+                        stamp[d as usize].load(Ordering::SeqCst) > 0,
+                        "{i} before {d}"
+                    );
+                }
+                if pieces_done[i as usize].fetch_add(1, Ordering::SeqCst) == 2 {
+                    stamp[i as usize].store(clock.fetch_add(1, Ordering::SeqCst), Ordering::SeqCst);
+                }
+            },
+        )
         .unwrap();
         assert!(stamp.iter().all(|s| s.load(Ordering::SeqCst) > 0));
     }
@@ -545,7 +581,11 @@ mod tests {
         let topo = Topology::preset("dgx-h100", 1, Some(2)).unwrap();
         let m = TrafficMatrix::from_rows(vec![vec![5, 300], vec![7, 11]]);
         let mut plan = direct(&topo, &m);
-        let i = plan.transfers.iter().position(|t| t.src == 0 && t.dst == 1).unwrap();
+        let i = plan
+            .transfers
+            .iter()
+            .position(|t| t.src == 0 && t.dst == 1)
+            .unwrap();
         let hop = plan.transfers[i].clone();
         plan.need_scratch(1, 300);
         plan.transfers[i].dst_buf = Buffer::Scratch;

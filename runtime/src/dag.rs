@@ -149,7 +149,14 @@ pub(crate) mod tests {
         let p = chain_plan(&[&[], &[2], &[1]]);
         let e = Dag::new(&p).unwrap().topo_order().unwrap_err();
         assert!(
-            matches!(e, RuntimeError::Deadlock { stuck: 2, total: 3, .. }),
+            matches!(
+                e,
+                RuntimeError::Deadlock {
+                    stuck: 2,
+                    total: 3,
+                    ..
+                }
+            ),
             "{e}"
         );
         let p = chain_plan(&[&[7]]);

@@ -248,7 +248,7 @@ pub fn execute(
 ) -> Result<RunReport, RuntimeError> {
     match kind {
         BackendKind::Cpu => cpu::CpuBackend.run(plan, traffic, opts),
-        BackendKind::Cuda => cuda::CudaBackend::default().run(plan, traffic, opts),
+        BackendKind::Cuda => cuda::CudaBackend.run(plan, traffic, opts),
     }
 }
 

@@ -179,7 +179,10 @@ mod tests {
         let v = check_output(&out1, &m, &layout, 1);
         assert_eq!(v.bad_bytes, 2);
         let b = v.first_bad.unwrap();
-        assert_eq!((b.rank, b.start, b.end, b.src, b.src_start), (1, 9, 11, 0, 12));
+        assert_eq!(
+            (b.rank, b.start, b.end, b.src, b.src_start),
+            (1, 9, 11, 0, 12)
+        );
         assert_eq!(
             b.to_string(),
             "output of rank 1 bytes 9..11 are wrong: they should hold input bytes 12..14 of rank 0"

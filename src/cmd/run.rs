@@ -48,7 +48,9 @@ pub fn run(a: RunArgs) -> CliResult {
         .parse()
         .map_err(|e: String| CliError::Input(format!("--backend: {e}")))?;
     if !(a.timeout.is_finite() && a.timeout > 0.0) {
-        return Err(CliError::Input("--timeout: must be a positive number of seconds".into()));
+        return Err(CliError::Input(
+            "--timeout: must be a positive number of seconds".into(),
+        ));
     }
     let plan = load_plan(&a.plan)?;
     let m = TrafficMatrix::load(&a.traffic)?;

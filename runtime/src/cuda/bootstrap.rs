@@ -43,7 +43,9 @@ pub struct GroupEnv {
 
 impl GroupEnv {
     /// `None` when `WORLD_SIZE` is unset (a single process runs every rank).
-    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Option<GroupEnv>, RuntimeError> {
+    pub fn from_vars(
+        get: impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<GroupEnv>, RuntimeError> {
         let Some(world) = get("WORLD_SIZE") else {
             return Ok(None);
         };
@@ -141,6 +143,9 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
+/// One rank's verdict: wrong bytes, first wrong range.
+pub type RankVerdict = (u64, Option<String>);
+
 /// The open connections after the id exchange: rank 0 holds one per other
 /// rank (indexed by rank - 1), every other rank one to rank 0.
 pub struct Rendezvous {
@@ -164,8 +169,9 @@ impl Rendezvous {
         let deadline = Instant::now() + timeout;
         let addr = format!("{}:{}", env.master_addr, env.master_port);
         if env.rank == 0 {
-            let listener = TcpListener::bind(("0.0.0.0", env.master_port))
-                .map_err(io(&format!("rank 0 cannot listen on port {}", env.master_port)))?;
+            let listener = TcpListener::bind(("0.0.0.0", env.master_port)).map_err(io(
+                &format!("rank 0 cannot listen on port {}", env.master_port),
+            ))?;
             Self::serve(listener, env.world, plan_hash, deadline, make_id)
         } else {
             Self::join(&addr, env, plan_hash, deadline)
@@ -283,7 +289,7 @@ impl Rendezvous {
         bad_bytes: u64,
         first_bad: Option<&str>,
         timeout: Duration,
-    ) -> Result<Option<Vec<(u64, Option<String>)>>, RuntimeError> {
+    ) -> Result<Option<Vec<RankVerdict>>, RuntimeError> {
         let deadline = Instant::now() + timeout;
         if self.rank != 0 {
             let s = &mut self.peers[0];
@@ -353,7 +359,11 @@ mod tests {
         .unwrap();
         assert_eq!((e.rank, e.world, e.local_rank), (9, 16, 1));
         assert_eq!((e.master_addr.as_str(), e.master_port), ("node0", 29500));
-        let bad = GroupEnv::from_vars(vars(&[("WORLD_SIZE", "2"), ("RANK", "2"), ("MASTER_PORT", "1")]));
+        let bad = GroupEnv::from_vars(vars(&[
+            ("WORLD_SIZE", "2"),
+            ("RANK", "2"),
+            ("MASTER_PORT", "1"),
+        ]));
         assert_eq!(
             bad.unwrap_err().to_string(),
             "bootstrap: RANK=2 is not below WORLD_SIZE=2"
@@ -377,7 +387,10 @@ mod tests {
         assert!(decode_hello(&g).is_err());
         let mut g = b;
         g[4] = 9;
-        assert!(decode_hello(&g).unwrap_err().to_string().contains("version 9"));
+        assert!(decode_hello(&g)
+            .unwrap_err()
+            .to_string()
+            .contains("version 9"));
         let id: [u8; ID_LEN] = std::array::from_fn(|i| i as u8);
         assert_eq!(decode_welcome(&encode_welcome(&id)).unwrap(), id);
         assert_ne!(fnv1a(b"plan a"), fnv1a(b"plan b"));

@@ -54,7 +54,9 @@ fn open_driver() -> Result<usize, RuntimeError> {
         RuntimeError::Unavailable(format!("the CUDA driver is present but unusable: {e}"))
     })?;
     if n <= 0 {
-        return Err(RuntimeError::Unavailable("no CUDA device is visible".into()));
+        return Err(RuntimeError::Unavailable(
+            "no CUDA device is visible".into(),
+        ));
     }
     Ok(n as usize)
 }
@@ -97,7 +99,9 @@ fn alloc_rank(
         base[k] = ptr;
         if k == 0 {
             if !input.is_empty() {
-                stream.memcpy_htod(input, &mut s).map_err(cu("cuMemcpyHtoDAsync"))?;
+                stream
+                    .memcpy_htod(input, &mut s)
+                    .map_err(cu("cuMemcpyHtoDAsync"))?;
             }
         } else if len > 0 {
             stream
@@ -114,7 +118,11 @@ fn alloc_rank(
 }
 
 /// Copies a rank's output back to the host.
-fn download_output(stream: &Arc<CudaStream>, r: &DeviceRank, len: usize) -> Result<Vec<u8>, RuntimeError> {
+fn download_output(
+    stream: &Arc<CudaStream>,
+    r: &DeviceRank,
+    len: usize,
+) -> Result<Vec<u8>, RuntimeError> {
     let mut host = vec![0u8; len];
     if len > 0 {
         stream
@@ -143,7 +151,8 @@ fn enable_peer_access(ctxs: &[Arc<CudaContext>]) -> Result<(), RuntimeError> {
             a.bind_to_thread().map_err(cu("cuCtxSetCurrent"))?;
             // SAFETY: `b` is a live context.
             match unsafe { sys::cuCtxEnablePeerAccess(b.cu_ctx(), 0) }.result() {
-                Ok(()) | Err(DriverError(sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)) => {}
+                Ok(())
+                | Err(DriverError(sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)) => {}
                 Err(e) => return Err(cu("cuCtxEnablePeerAccess")(e)),
             }
         }
@@ -215,7 +224,9 @@ fn run_single(
         ];
         ranks.push(alloc_rank(&setup[dev], dev, &input, sizes)?);
         // The upload reads `input`: wait before it is dropped.
-        setup[dev].synchronize().map_err(cu("cuStreamSynchronize"))?;
+        setup[dev]
+            .synchronize()
+            .map_err(cu("cuStreamSynchronize"))?;
     }
     let sched = stream_schedule(plan, opts.channels, mode == Mode::Serial)?;
     let mut streams: HashMap<u32, Arc<CudaStream>> = HashMap::new();
@@ -339,7 +350,8 @@ fn run_group(
     // SAFETY: one stream carries every use of the buffers, in order.
     unsafe { ctx.disable_event_tracking() };
     let stream = ctx.new_stream().map_err(cu("cuStreamCreate"))?;
-    let hash = fnv1a(plan.to_json().as_bytes()) ^ fnv1a(traffic.to_json().as_bytes()).rotate_left(1);
+    let hash =
+        fnv1a(plan.to_json().as_bytes()) ^ fnv1a(traffic.to_json().as_bytes()).rotate_left(1);
     let (id, mut rendezvous) = Rendezvous::exchange(env, hash, opts.timeout, || {
         let id = Id::new().map_err(nccl("ncclGetUniqueId"))?;
         Ok(id.internal().map(|c| c as u8))
@@ -368,8 +380,10 @@ fn run_group(
                 let src = rank.base[slot(t.src_buf)] + t.src_off;
                 let dst = rank.base[slot(t.dst_buf)] + t.dst_off;
                 // SAFETY: ranges verified by `precheck`; one stream orders all uses.
-                unsafe { result::memcpy_dtod_async(dst, src, t.bytes as usize, stream.cu_stream()) }
-                    .map_err(cu("cuMemcpyDtoDAsync"))?;
+                unsafe {
+                    result::memcpy_dtod_async(dst, src, t.bytes as usize, stream.cu_stream())
+                }
+                .map_err(cu("cuMemcpyDtoDAsync"))?;
             }
             group_start().map_err(nccl("ncclGroupStart"))?;
             for &(i, peer) in &st.sends {
@@ -382,7 +396,8 @@ fn run_group(
                 let t = &plan.transfers[i as usize];
                 let (a, b) = (t.dst_off as usize, (t.dst_off + t.bytes) as usize);
                 let mut view = rank.bufs[slot(t.dst_buf)].slice_mut(a..b);
-                comm.recv(&mut view, peer as i32).map_err(nccl("ncclRecv"))?;
+                comm.recv(&mut view, peer as i32)
+                    .map_err(nccl("ncclRecv"))?;
             }
             group_end().map_err(nccl("ncclGroupEnd"))?;
         }
@@ -421,7 +436,9 @@ pub fn copy_rate(bytes: u64) -> Result<f64, RuntimeError> {
     let mut best = f32::INFINITY;
     for _ in 0..4 {
         let start = stream.record_event(timing).map_err(cu("cuEventRecord"))?;
-        stream.memcpy_dtod(&a, &mut b).map_err(cu("cuMemcpyDtoDAsync"))?;
+        stream
+            .memcpy_dtod(&a, &mut b)
+            .map_err(cu("cuMemcpyDtoDAsync"))?;
         let end = stream.record_event(timing).map_err(cu("cuEventRecord"))?;
         end.synchronize().map_err(cu("cuEventSynchronize"))?;
         best = best.min(start.elapsed_ms(&end).map_err(cu("cuEventElapsedTime"))?);

@@ -213,7 +213,11 @@ mod tests {
             dst_buf: Buffer::Output,
             dst_off: 0,
             bytes,
-            path: if src == dst { Path::Local } else { Path::Nvlink },
+            path: if src == dst {
+                Path::Local
+            } else {
+                Path::Nvlink
+            },
             step: 0,
             deps: deps.iter().copied().collect(),
         }
