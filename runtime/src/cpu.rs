@@ -18,7 +18,10 @@ use switchyard_compiler::{Buffer, Layout, Plan, TrafficMatrix, Transfer};
 
 use crate::dag::Dag;
 use crate::pattern::{check_output, fill_input, Verdict};
-use crate::{precheck, Backend, BackendKind, LinkBytes, Mode, RunOptions, RunReport, RuntimeError};
+use crate::{
+    iterations, precheck, Backend, BackendKind, LinkBytes, Mode, RunOptions, RunReport,
+    RuntimeError,
+};
 
 /// Byte written into output and scratch before a run, so that pages are
 /// touched outside the timed region and unwritten bytes are not zero.
@@ -77,7 +80,7 @@ impl Backend for CpuBackend {
             .then(|| MemcpyProbe::new(LinkBytes::of(plan).total() as usize));
         let mut seconds = f64::INFINITY;
         let mut reference = f64::INFINITY;
-        for _ in 0..opts.iterations.max(1) {
+        for _ in 0..iterations(mode, opts) {
             let t0 = Instant::now();
             run_transfers(
                 plan,
@@ -461,6 +464,9 @@ mod tests {
         plan.transfers[i].src_off += 8;
         let r = execute(&plan, &m, BackendKind::Cpu, &opts()).unwrap();
         assert!(!r.verified);
+        // Misplaced bytes, but race-free: it ran concurrently.
+        assert!(!r.serial);
+        assert!(r.bad_bytes > 990 && r.bad_bytes <= 1000, "{}", r.bad_bytes);
         assert_eq!(
             r.first_bad.as_deref(),
             Some("output of rank 5 bytes 2000..3000 are wrong: they should hold input bytes 5000..6000 of rank 2")

@@ -262,6 +262,15 @@ pub enum Mode {
     Serial,
 }
 
+/// How many times to run the transfers: a plan that could race runs once,
+/// since running it again may read what a later transfer wrote last time.
+pub(crate) fn iterations(mode: Mode, opts: &RunOptions) -> usize {
+    match mode {
+        Mode::Serial => 1,
+        Mode::Concurrent => opts.iterations.max(1),
+    }
+}
+
 /// Runs the verifier and decides whether and how the plan may run.
 pub fn precheck(plan: &Plan, traffic: &TrafficMatrix) -> Result<Mode, RuntimeError> {
     match verify(plan, traffic) {

@@ -31,7 +31,8 @@ fn err(msg: impl Into<String>) -> RuntimeError {
 }
 
 /// This process's place in the group, from `RANK`, `WORLD_SIZE`,
-/// `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`.
+/// `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT` (or `SWITCHYARD_PORT`, which
+/// takes precedence).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GroupEnv {
     pub rank: usize,
@@ -62,7 +63,11 @@ impl GroupEnv {
             None => rank,
         };
         let master_addr = get("MASTER_ADDR").unwrap_or_else(|| "127.0.0.1".into());
-        let port = num("MASTER_PORT", get("MASTER_PORT"))?;
+        // SWITCHYARD_PORT wins: a launcher's own store may already hold MASTER_PORT.
+        let port = match get("SWITCHYARD_PORT") {
+            Some(v) => num("SWITCHYARD_PORT", Some(v))?,
+            None => num("MASTER_PORT", get("MASTER_PORT"))?,
+        };
         let master_port =
             u16::try_from(port).map_err(|_| err(format!("MASTER_PORT={port} is not a port")))?;
         if world == 0 || rank >= world {
@@ -359,6 +364,18 @@ mod tests {
         .unwrap();
         assert_eq!((e.rank, e.world, e.local_rank), (9, 16, 1));
         assert_eq!((e.master_addr.as_str(), e.master_port), ("node0", 29500));
+        let e = GroupEnv::from_vars(vars(&[
+            ("WORLD_SIZE", "2"),
+            ("RANK", "1"),
+            ("MASTER_PORT", "29500"),
+            ("SWITCHYARD_PORT", "29611"),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (e.local_rank, e.master_addr.as_str(), e.master_port),
+            (1, "127.0.0.1", 29611)
+        );
         let bad = GroupEnv::from_vars(vars(&[
             ("WORLD_SIZE", "2"),
             ("RANK", "2"),

@@ -21,7 +21,7 @@ use switchyard_compiler::{Buffer, Layout, Plan, TrafficMatrix};
 use super::bootstrap::{fnv1a, GroupEnv, Rendezvous, ID_LEN};
 use super::schedule::{nccl_stages, stream_schedule, StreamSchedule};
 use crate::pattern::{check_output, fill_input, Verdict};
-use crate::{precheck, BackendKind, Mode, RunOptions, RunReport, RuntimeError};
+use crate::{iterations, precheck, BackendKind, Mode, RunOptions, RunReport, RuntimeError};
 
 const POISON: u8 = 0xA5;
 
@@ -242,7 +242,7 @@ fn run_single(
         }
     }
     let mut best = f64::INFINITY;
-    for _ in 0..opts.iterations.max(1) {
+    for _ in 0..iterations(mode, opts) {
         let t0 = Instant::now();
         issue_all(plan, &sched, &streams, &events, &ranks, &ctxs)?;
         let done: Vec<CudaEvent> = streams
