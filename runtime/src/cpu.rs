@@ -206,7 +206,9 @@ pub const PIECE: u64 = 1 << 20;
 /// Executes every transfer of `plan` on `bufs` with `workers` threads.
 /// `split` allows cutting large transfers into [`PIECE`]s (not for plans that
 /// may copy between overlapping ranges: a split `memmove` is not a `memmove`).
-pub fn run_transfers(
+/// Crate-private: it is only sound after [`precheck`] (more than one worker
+/// only in [`Mode::Concurrent`]).
+pub(crate) fn run_transfers(
     plan: &Plan,
     bufs: &mut [RankBuffers],
     workers: usize,
@@ -448,6 +450,19 @@ mod tests {
             assert_eq!(r.link_bytes.total(), m.total());
             assert_eq!(r.bytes_moved, m.off_diagonal_total());
             assert!(!r.serial);
+        }
+    }
+
+    #[test]
+    fn every_algorithm_verifies_on_skewed_traffic() {
+        use switchyard_compiler::sched::{schedule, Options};
+        use switchyard_compiler::Algorithm;
+        let topo = Topology::preset("dgx-h100", 2, Some(4)).unwrap();
+        let m = skewed(8, 11);
+        for &alg in Algorithm::ALL {
+            let plan = schedule(alg, &topo, &m, &Options::default()).unwrap();
+            let r = execute(&plan, &m, BackendKind::Cpu, &opts()).unwrap();
+            assert!(r.verified, "{alg}: {:?}", r.first_bad);
         }
     }
 

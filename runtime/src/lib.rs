@@ -48,8 +48,9 @@ pub enum RuntimeError {
         total: usize,
         reason: String,
     },
-    /// The watchdog saw no transfer finish for too long.
-    #[error("watchdog: no transfer finished for {seconds:.1} s ({done} of {total} done)")]
+    /// The watchdog saw nothing finish for too long: `done` of `total`
+    /// transfers (CPU) or streams (CUDA) had finished.
+    #[error("watchdog: nothing finished for {seconds:.1} s ({done} of {total} finished)")]
     Timeout {
         seconds: f64,
         done: usize,
