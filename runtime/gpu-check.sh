@@ -8,12 +8,12 @@
 # number of bytes. A CPU run of the smallest plan cross-checks the result.
 # Takes a few minutes, most of it the release build; the table comes last.
 #
-#   runtime/gpu-check.sh            # or: MIB_PER_RANK=32 runtime/gpu-check.sh
+#   runtime/gpu-check.sh            # or: MIB_PER_RANK=64 runtime/gpu-check.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 export CARGO_TERM_COLOR=never
-MIB_PER_RANK="${MIB_PER_RANK:-64}"
+MIB_PER_RANK="${MIB_PER_RANK:-256}"
 
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 echo "== build (release, --features cuda)"
