@@ -74,11 +74,77 @@ pub fn run(
     }
 }
 
-/// A rank's three buffers on its device, with their base addresses.
+/// A process-group rank's three buffers (cudarc slices, which NCCL calls
+/// take), with their base addresses.
 struct DeviceRank {
-    dev: usize,
     bufs: Vec<CudaSlice<u8>>,
     base: [sys::CUdeviceptr; 3],
+}
+
+/// Device memory from `cuMemAlloc` (not a stream-ordered pool), so that
+/// `cuCtxEnablePeerAccess` covers it and peer copies go straight over NVLink.
+struct DevBuf {
+    ctx: Arc<CudaContext>,
+    ptr: sys::CUdeviceptr,
+}
+
+impl DevBuf {
+    /// `len` bytes (at least one) on `ctx`'s device, every byte set to `fill`.
+    fn new(ctx: &Arc<CudaContext>, len: usize, fill: u8) -> Result<DevBuf, RuntimeError> {
+        ctx.bind_to_thread().map_err(cu("cuCtxSetCurrent"))?;
+        // SAFETY: plain allocation; the memset below initialises every byte.
+        let ptr = unsafe { result::malloc_sync(len.max(1)) }.map_err(cu("cuMemAlloc"))?;
+        let buf = DevBuf {
+            ctx: ctx.clone(),
+            ptr,
+        };
+        // SAFETY: `ptr` starts an allocation of at least `len` bytes.
+        unsafe { result::memset_d8_sync(ptr, fill, len.max(1)) }.map_err(cu("cuMemsetD8"))?;
+        Ok(buf)
+    }
+
+    fn upload(&self, host: &[u8]) -> Result<(), RuntimeError> {
+        if host.is_empty() {
+            return Ok(());
+        }
+        self.ctx.bind_to_thread().map_err(cu("cuCtxSetCurrent"))?;
+        // SAFETY: the allocation holds `host.len()` bytes; the copy is synchronous.
+        unsafe { result::memcpy_htod_sync(self.ptr, host) }.map_err(cu("cuMemcpyHtoD"))
+    }
+
+    fn download(&self, len: usize) -> Result<Vec<u8>, RuntimeError> {
+        let mut host = vec![0u8; len];
+        if len > 0 {
+            self.ctx.bind_to_thread().map_err(cu("cuCtxSetCurrent"))?;
+            // SAFETY: the allocation holds `len` bytes; the copy is synchronous.
+            unsafe { result::memcpy_dtoh_sync(&mut host, self.ptr) }.map_err(cu("cuMemcpyDtoH"))?;
+        }
+        Ok(host)
+    }
+}
+
+impl Drop for DevBuf {
+    fn drop(&mut self) {
+        // Errors cannot be reported from here; a failed free leaks device
+        // memory until the process ends.
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: allocated by `malloc_sync`, freed once; callers finish
+            // every stream that uses it before dropping it.
+            let _ = unsafe { result::free_sync(self.ptr) };
+        }
+    }
+}
+
+/// A rank of a single-process run: its device and its three buffers.
+struct SingleRank {
+    dev: usize,
+    bufs: [DevBuf; 3],
+}
+
+impl SingleRank {
+    fn base(&self, b: Buffer) -> sys::CUdeviceptr {
+        self.bufs[slot(b)].ptr
+    }
 }
 
 /// Allocates a rank's buffers on `stream`'s device, uploads its input and
@@ -86,7 +152,6 @@ struct DeviceRank {
 /// caller synchronises `stream` before dropping `input`.
 fn alloc_rank(
     stream: &Arc<CudaStream>,
-    dev: usize,
     input: &[u8],
     sizes: [usize; 3],
 ) -> Result<DeviceRank, RuntimeError> {
@@ -114,7 +179,7 @@ fn alloc_rank(
         }
         bufs.push(s);
     }
-    Ok(DeviceRank { dev, bufs, base })
+    Ok(DeviceRank { bufs, base })
 }
 
 /// Copies a rank's output back to the host.
@@ -207,26 +272,25 @@ fn run_single(
         unsafe { c.disable_event_tracking() };
     }
     enable_peer_access(&ctxs)?;
-    let setup: Vec<Arc<CudaStream>> = ctxs
-        .iter()
-        .map(|c| c.new_stream().map_err(cu("cuStreamCreate")))
-        .collect::<Result<_, _>>()?;
     let n = plan.ranks as usize;
     let mut ranks = Vec::with_capacity(n);
     for r in 0..n {
         let dev = r % ndev;
         let mut input = vec![0u8; layout.input_size(r) as usize];
         fill_input(&mut input, traffic, &layout, r);
-        let sizes = [
-            input.len(),
-            layout.output_size(r) as usize,
-            plan.scratch_bytes(r) as usize,
+        let ctx = &ctxs[dev];
+        let bufs = [
+            DevBuf::new(ctx, input.len(), 0)?,
+            DevBuf::new(ctx, layout.output_size(r) as usize, POISON)?,
+            DevBuf::new(ctx, plan.scratch_bytes(r) as usize, POISON)?,
         ];
-        ranks.push(alloc_rank(&setup[dev], dev, &input, sizes)?);
-        // The upload reads `input`: wait before it is dropped.
-        setup[dev]
-            .synchronize()
-            .map_err(cu("cuStreamSynchronize"))?;
+        bufs[0].upload(&input)?;
+        ranks.push(SingleRank { dev, bufs });
+    }
+    // The "synchronous" memset and upload may still be in flight on the
+    // legacy stream, which the (non-blocking) copy streams do not wait for.
+    for c in &ctxs {
+        c.synchronize().map_err(cu("cuCtxSynchronize"))?;
     }
     let sched = stream_schedule(plan, opts.channels, mode == Mode::Serial)?;
     let mut streams: HashMap<u32, Arc<CudaStream>> = HashMap::new();
@@ -254,7 +318,7 @@ fn run_single(
     }
     let mut verdict = Verdict::default();
     for (r, rank) in ranks.iter().enumerate() {
-        let out = download_output(&setup[rank.dev], rank, layout.output_size(r) as usize)?;
+        let out = rank.bufs[1].download(layout.output_size(r) as usize)?;
         verdict.merge(check_output(&out, traffic, &layout, r));
     }
     let mut report = RunReport::new(BackendKind::Cuda, plan, mode);
@@ -272,7 +336,7 @@ fn issue_all(
     sched: &StreamSchedule,
     streams: &HashMap<u32, Arc<CudaStream>>,
     events: &[Option<CudaEvent>],
-    ranks: &[DeviceRank],
+    ranks: &[SingleRank],
     ctxs: &[Arc<CudaContext>],
 ) -> Result<(), RuntimeError> {
     let event = |e: u32| -> Result<&CudaEvent, RuntimeError> {
@@ -287,8 +351,8 @@ fn issue_all(
             stream.wait(event(e)?).map_err(cu("cuStreamWaitEvent"))?;
         }
         let (s, d) = (&ranks[t.src as usize], &ranks[t.dst as usize]);
-        let src = s.base[slot(t.src_buf)] + t.src_off;
-        let dst = d.base[slot(t.dst_buf)] + t.dst_off;
+        let src = s.base(t.src_buf) + t.src_off;
+        let dst = d.base(t.dst_buf) + t.dst_off;
         stream
             .context()
             .bind_to_thread()
@@ -366,7 +430,7 @@ fn run_group(
         layout.output_size(me) as usize,
         plan.scratch_bytes(me) as usize,
     ];
-    let mut rank = alloc_rank(&stream, 0, &input, sizes)?;
+    let mut rank = alloc_rank(&stream, &input, sizes)?;
     stream.synchronize().map_err(cu("cuStreamSynchronize"))?;
     drop(input);
     let stages = nccl_stages(plan, me as u32)?;
