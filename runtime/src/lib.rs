@@ -285,17 +285,11 @@ pub fn precheck(plan: &Plan, traffic: &TrafficMatrix) -> Result<Mode, RuntimeErr
         }
         Err(VerifyError::Ranks { plan, traffic }) => Err(RuntimeError::Ranks { plan, traffic }),
         Err(e @ VerifyError::Transfer { .. }) => Err(RuntimeError::InvalidPlan(e.to_string())),
-        Err(e @ VerifyError::Cycle { .. }) => {
-            let stuck = match &e {
-                VerifyError::Cycle { cycle } => cycle.len(),
-                _ => 0,
-            };
-            Err(RuntimeError::Deadlock {
-                stuck,
-                total: plan.transfers.len(),
-                reason: e.to_string(),
-            })
-        }
+        Err(VerifyError::Cycle { cycle }) => Err(RuntimeError::Deadlock {
+            stuck: cycle.len(),
+            total: plan.transfers.len(),
+            reason: format!("dependency cycle through transfers {cycle:?}"),
+        }),
     }
 }
 
