@@ -509,3 +509,29 @@ pub fn copy_rate(bytes: u64) -> Result<f64, RuntimeError> {
     }
     Ok(len as f64 / (best as f64 / 1e3) / 1e9)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use switchyard_compiler::sched::direct;
+    use switchyard_compiler::Topology;
+
+    /// Without a driver every entry point returns one clear error, no panic.
+    /// (With a GPU the run must verify instead.)
+    #[test]
+    fn missing_driver_is_an_error_not_a_panic() {
+        let topo = Topology::preset("dgx-h100", 1, Some(2)).unwrap();
+        let m = TrafficMatrix::uniform(2, 64);
+        let plan = direct(&topo, &m);
+        // SAFETY: only tries to dlopen the library.
+        let present = unsafe { sys::is_culib_present() };
+        match run(&plan, &m, &RunOptions::default()) {
+            Err(RuntimeError::Unavailable(msg)) => {
+                assert!(msg.contains("CUDA"), "{msg}");
+                assert!(matches!(copy_rate(64), Err(RuntimeError::Unavailable(_))));
+            }
+            Ok(r) => assert!(present && r.verified, "{:?}", r.first_bad),
+            Err(e) => assert!(present, "{e}"),
+        }
+    }
+}
