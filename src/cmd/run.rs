@@ -12,8 +12,10 @@ use super::{CliError, CliResult};
 
 #[derive(Args)]
 pub struct RunArgs {
+    /// The plan (`.json` plan IR).
     #[arg(long)]
     plan: PathBuf,
+    /// The traffic matrix the plan was made for.
     #[arg(long)]
     traffic: PathBuf,
     /// cpu or cuda.

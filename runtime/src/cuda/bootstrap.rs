@@ -5,8 +5,9 @@
 //! (retrying until the deadline, since rank 0 may start later) and sends a
 //! hello: magic, protocol version, its rank, the world size and a hash of the
 //! plan, so that processes running different plans or sizes fail at once
-//! instead of hanging in NCCL. Rank 0 answers each with the 128-byte NCCL
-//! unique id. After the run, every rank sends its verdict (wrong-byte count
+//! instead of hanging in NCCL. Once every rank has said hello, rank 0
+//! answers each with the 128-byte NCCL unique id (a missing rank makes every
+//! process fail at the deadline, none waits inside NCCL). After the run, every rank sends its verdict (wrong-byte count
 //! and first wrong range) on the same connection and rank 0 merges them.
 //!
 //! Messages (little endian):
@@ -219,8 +220,6 @@ impl Rendezvous {
                     if slot.is_some() {
                         return Err(err(format!("two processes claim rank {}", h.rank)));
                     }
-                    s.write_all(&encode_welcome(&id))
-                        .map_err(io("sending the NCCL id"))?;
                     *slot = Some(s);
                     joined += 1;
                 }
@@ -237,13 +236,15 @@ impl Rendezvous {
                 Err(e) => return Err(err(format!("accept: {e}"))),
             }
         }
-        Ok((
-            id,
-            Rendezvous {
-                rank: 0,
-                peers: peers.into_iter().flatten().collect(),
-            },
-        ))
+        // Everyone is here: only now hand out the id, so that no rank enters
+        // NCCL's initialisation (which waits without a deadline) while
+        // another may still be missing.
+        let peers: Vec<TcpStream> = peers.into_iter().flatten().collect();
+        for (i, mut s) in peers.iter().enumerate() {
+            s.write_all(&encode_welcome(&id))
+                .map_err(io(&format!("sending the NCCL id to rank {}", i + 1)))?;
+        }
+        Ok((id, Rendezvous { rank: 0, peers }))
     }
 
     fn join(
@@ -454,6 +455,29 @@ mod tests {
             all,
             vec![(0, None), (1, None), (2, Some("rank 2 is wrong".into()))]
         );
+    }
+
+    #[test]
+    fn a_missing_rank_fails_everyone_at_the_deadline() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let client = std::thread::spawn(move || {
+            let env = GroupEnv {
+                rank: 1,
+                world: 3,
+                local_rank: 1,
+                master_addr: "127.0.0.1".into(),
+                master_port: port,
+            };
+            Rendezvous::exchange(&env, 5, Duration::from_millis(600), || Ok([0; ID_LEN])).is_err()
+        });
+        let deadline = Instant::now() + Duration::from_millis(300);
+        let e = Rendezvous::serve(listener, 3, 5, deadline, || Ok([1; ID_LEN]))
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("only 2 of 3 ranks joined"), "{e}");
+        // Rank 1 never got the id.
+        assert!(client.join().unwrap());
     }
 
     #[test]
