@@ -9,6 +9,7 @@ use crate::plan::{Buffer, Deps, Path, Transfer};
 use crate::sched::direct;
 use crate::topology::{FabricKind, FabricSpec, IntraKind, TopologySpec};
 use crate::traffic::TrafficMatrix;
+use crate::Error;
 
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
@@ -276,29 +277,48 @@ fn small_traffic(ranks: usize) -> impl Strategy<Value = TrafficMatrix> {
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
+    /// Every algorithm the crate has (schedulers that cannot handle an input
+    /// say so and are skipped), both network modes, exact and grouped.
     #[test]
     fn completion_respects_the_bound_and_bytes_are_conserved(
-        (topo, m, congested) in small_topology()
-            .prop_flat_map(|t| { let r = t.ranks(); (Just(t), small_traffic(r), any::<bool>()) })
+        (topo, m, congested, grouped) in small_topology()
+            .prop_flat_map(|t| {
+                let r = t.ranks();
+                (Just(t), small_traffic(r), any::<bool>(), any::<bool>())
+            })
     ) {
-        let plan = direct(&topo, &m);
-        let net = if congested { Network::Congested } else { Network::Ideal };
-        let r = simulate(&topo, &plan, &SimOptions::new(net)).unwrap();
         let lb = cut_bound(&topo, &m);
-        prop_assert!(r.completion_us >= lb.best_us() * (1.0 - 1e-9),
-            "completion {} below bound {:?}", r.completion_us, lb);
-        let mut want = vec![0.0f64; topo.num_links()];
-        for t in &plan.transfers {
-            for l in topo.path(t.src as usize, t.dst as usize) {
-                want[l as usize] += t.bytes as f64;
+        for &alg in crate::sched::Algorithm::ALL {
+            let plan = match crate::sched::schedule(alg, &topo, &m, &Default::default()) {
+                Ok(p) => p,
+                Err(Error::Unsupported { .. }) => continue,
+                Err(e) => return Err(TestCaseError::fail(format!("{alg}: {e}"))),
+            };
+            let opts = SimOptions {
+                network: if congested { Network::Congested } else { Network::Ideal },
+                tolerance: Some(if grouped { 0.05 } else { 0.0 }),
+                ..SimOptions::default()
+            };
+            let r = simulate(&topo, &plan, &opts).unwrap();
+            prop_assert!(r.completion_us >= lb.best_us() * (1.0 - 1e-9),
+                "{alg}: completion {} below bound {:?}", r.completion_us, lb);
+            let mut want = vec![0.0f64; topo.num_links()];
+            for t in &plan.transfers {
+                for l in topo.path(t.src as usize, t.dst as usize) {
+                    want[l as usize] += t.bytes as f64;
+                }
             }
-        }
-        for (l, w) in want.iter().enumerate() {
-            let got = r.links[l].bytes;
-            prop_assert!((got - w).abs() <= 1e-6 * w.max(1.0), "link {l}: {got} vs {w}");
-        }
-        for t in &r.transfers {
-            prop_assert!(t.end_us >= t.start_us);
+            for (l, w) in want.iter().enumerate() {
+                let got = r.links[l].bytes;
+                prop_assert!((got - w).abs() <= 1e-6 * w.max(1.0),
+                    "{alg}: link {l}: {got} vs {w}");
+            }
+            for (i, t) in r.transfers.iter().enumerate() {
+                prop_assert!(t.end_us >= t.start_us, "{alg}: transfer {i}");
+                for &d in &plan.transfers[i].deps {
+                    prop_assert!(t.start_us >= r.transfers[d as usize].end_us);
+                }
+            }
         }
     }
 }
