@@ -33,6 +33,8 @@ enum Command {
     Verify(cmd::compile::VerifyArgs),
     /// Simulate a plan: completion time, lower bound, hottest links.
     Simulate(cmd::simulate::SimulateArgs),
+    /// Run the benchmark suite: every algorithm on every cluster and workload, in both network modes.
+    Bench(cmd::bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -44,6 +46,7 @@ fn main() -> ExitCode {
         Command::Compile(a) => cmd::compile::compile(a),
         Command::Verify(a) => cmd::compile::verify(a),
         Command::Simulate(a) => cmd::simulate::simulate(a),
+        Command::Bench(a) => cmd::bench::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
