@@ -13,6 +13,7 @@
 
 mod congestion;
 mod fair;
+mod routes;
 #[cfg(test)]
 mod tests;
 
@@ -225,65 +226,6 @@ fn check_plan(topo: &Topology, plan: &Plan) -> Result<()> {
     Ok(())
 }
 
-/// Links crossed by exactly the same transfers as another link of no more
-/// capacity: at every instant they carry the same flows and the other one
-/// binds first, so the water-filling can skip them (on a DGX, a GPU's PCIe
-/// link to its own NIC twins the NIC's egress: half the work). Returns
-/// (dropped, kept) pairs. In congested mode NIC links are never dropped: the
-/// incast model acts on them.
-fn twin_links(topo: &Topology, paths: &Paths, congested: bool) -> Vec<(LinkId, LinkId)> {
-    use crate::topology::LinkClass;
-    use std::collections::HashMap;
-    // A set signature: count and two independent sums of mixed transfer ids.
-    let mix = |x: u64, k: u64| {
-        let mut z = x.wrapping_add(k).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    };
-    let links = topo.num_links();
-    let mut sig = vec![(0u64, 0u64, 0u64); links];
-    for t in 0..paths.off.len().saturating_sub(1) {
-        let (h1, h2) = (mix(t as u64, 1), mix(t as u64, 2));
-        for &l in paths.of(t as u32) {
-            let s = &mut sig[l as usize];
-            s.0 += 1;
-            s.1 = s.1.wrapping_add(h1);
-            s.2 = s.2.wrapping_add(h2);
-        }
-    }
-    let nic = |l: LinkId| matches!(topo.link(l).class, LinkClass::NicTx | LinkClass::NicRx);
-    let mut groups: HashMap<(u64, u64, u64), Vec<LinkId>> = HashMap::new();
-    for l in 0..links as LinkId {
-        if sig[l as usize].0 > 0 {
-            groups.entry(sig[l as usize]).or_default().push(l);
-        }
-    }
-    let mut twins = Vec::new();
-    for (_, mut g) in groups {
-        if g.len() < 2 {
-            continue;
-        }
-        // Keep the smallest capacity; on a tie, a NIC link (the incast model's).
-        g.sort_by(|&a, &b| {
-            topo.link(a)
-                .bandwidth
-                .total_cmp(&topo.link(b).bandwidth)
-                .then(nic(b).cmp(&nic(a)))
-                .then(a.cmp(&b))
-        });
-        let keep = g[0];
-        for &d in &g[1..] {
-            if congested && nic(d) {
-                continue;
-            }
-            twins.push((d, keep));
-        }
-    }
-    twins.sort_unstable();
-    twins
-}
-
 /// An arrival: a transfer whose latency ends at `time` and starts moving.
 type Arrival = Reverse<(Key, u32)>;
 
@@ -315,23 +257,7 @@ struct Sim<'a> {
 impl<'a> Sim<'a> {
     fn new(topo: &Topology, plan: &'a Plan, opts: &SimOptions, eps: f64) -> Self {
         let n = plan.transfers.len();
-        let mut paths = Paths {
-            off: Vec::with_capacity(n + 1),
-            links: Vec::with_capacity(n * 4),
-        };
-        paths.off.push(0);
-        let mut latency = Vec::with_capacity(n);
-        for t in &plan.transfers {
-            let before = paths.links.len();
-            topo.path_into(t.src as usize, t.dst as usize, &mut paths.links);
-            latency.push(
-                paths.links[before..]
-                    .iter()
-                    .map(|&l| topo.link(l).latency_us)
-                    .sum(),
-            );
-            paths.off.push(paths.links.len() as u32);
-        }
+        let (mut paths, latency) = routes::routes(topo, plan);
         let mut child_off = vec![0u32; n + 1];
         for t in &plan.transfers {
             for &d in &t.deps {
@@ -356,23 +282,9 @@ impl<'a> Sim<'a> {
         let congested = opts.network == Network::Congested;
         let congestion =
             congested.then(|| Congestion::new(opts.congestion.clone(), topo, &paths, n));
-        let twins = twin_links(topo, &paths, congested);
+        let twins = routes::twin_links(topo, &paths, congested);
         if !twins.is_empty() {
-            let mut drop = vec![false; links];
-            for &(d, _) in &twins {
-                drop[d as usize] = true;
-            }
-            let mut kept = Paths {
-                off: Vec::with_capacity(n + 1),
-                links: Vec::with_capacity(paths.links.len()),
-            };
-            kept.off.push(0);
-            for t in 0..n as u32 {
-                kept.links
-                    .extend(paths.of(t).iter().filter(|&&l| !drop[l as usize]));
-                kept.off.push(kept.links.len() as u32);
-            }
-            paths = kept;
+            paths = routes::without(&paths, &twins, links);
         }
         Sim {
             plan,
@@ -518,6 +430,8 @@ impl<'a> Sim<'a> {
             if tau == f64::NEG_INFINITY {
                 tau = limit; // only an arrival: advance to it
             }
+            // Rounding can put a projected finish a hair before now.
+            tau = tau.max(now);
             let dt = (tau - now).max(0.0);
             for &l in self.filler.touched() {
                 let used = self.filler_used(l);
