@@ -357,7 +357,12 @@ impl<'a> Sim<'a> {
         for (t, time) in std::mem::take(&mut stack) {
             self.finish(t, time);
         }
+        // Moving transfers; finished ones stay as dead entries until the
+        // next re-index, so a finish alone does not rebuild the link index.
         let mut active: Vec<u32> = Vec::new();
+        let mut dead: Vec<bool> = Vec::new();
+        let mut n_dead = 0usize;
+        let mut reindex = false;
         let mut rate: Vec<f64> = Vec::new();
         let mut finish_at: Vec<f64> = Vec::new();
         let mut now = 0.0f64;
@@ -373,8 +378,24 @@ impl<'a> Sim<'a> {
                     self.finish(t, at);
                 } else {
                     active.push(t);
+                    dead.push(false);
                     changed = true;
+                    reindex = true;
                 }
+            }
+            if reindex || n_dead * 2 > active.len() {
+                let mut keep = 0;
+                for pos in 0..active.len() {
+                    if !dead[pos] {
+                        active[keep] = active[pos];
+                        keep += 1;
+                    }
+                }
+                active.truncate(keep);
+                dead.clear();
+                dead.resize(keep, false);
+                n_dead = 0;
+                reindex = true;
             }
             if active.is_empty() {
                 match self.arrivals.peek() {
@@ -386,9 +407,10 @@ impl<'a> Sim<'a> {
                 }
             }
             if changed {
-                self.recompute(&active, &mut rate);
+                self.recompute(&active, &dead, reindex, &mut rate);
                 self.events += 1;
                 changed = false;
+                reindex = false;
             }
             let next_arrival = self
                 .arrivals
@@ -399,6 +421,10 @@ impl<'a> Sim<'a> {
             finish_at.clear();
             let mut limit = next_arrival;
             for (pos, &t) in active.iter().enumerate() {
+                if dead[pos] {
+                    finish_at.push(f64::INFINITY);
+                    continue;
+                }
                 let r = rate[pos];
                 let f = if r > 0.0 {
                     now + self.remaining[t as usize] / r
@@ -441,8 +467,10 @@ impl<'a> Sim<'a> {
                     u.busy_us += dt;
                 }
             }
-            let mut keep = 0;
             for pos in 0..active.len() {
+                if dead[pos] {
+                    continue;
+                }
                 let t = active[pos];
                 let moved = rate[pos] * dt;
                 if finish_at[pos] <= limit {
@@ -454,14 +482,14 @@ impl<'a> Sim<'a> {
                         }
                     }
                     self.remaining[t as usize] = 0.0;
+                    dead[pos] = true;
+                    n_dead += 1;
+                    self.filler.remove(t, &self.paths);
                     stack.push((t, tau));
                 } else {
                     self.remaining[t as usize] -= moved;
-                    active[keep] = t;
-                    keep += 1;
                 }
             }
-            active.truncate(keep);
             now = tau;
             if !stack.is_empty() {
                 changed = true;
@@ -499,11 +527,17 @@ impl<'a> Sim<'a> {
         self.filler.used(l, cap)
     }
 
-    fn recompute(&mut self, active: &[u32], rate: &mut Vec<f64>) {
-        self.filler.index(active, &self.paths);
+    /// Rates of the moving transfers; `reindex` after arrivals (the link
+    /// index gains flows), otherwise finished flows were only removed.
+    fn recompute(&mut self, active: &[u32], dead: &[bool], reindex: bool, rate: &mut Vec<f64>) {
+        if reindex {
+            self.filler.index(active, &self.paths);
+        }
         match &mut self.congestion {
-            Some(c) => c.fill(&mut self.filler, active, &self.paths, &self.cap, rate),
-            None => self.filler.fill(active, &self.paths, &self.cap, None, rate),
+            Some(c) => c.fill(&mut self.filler, active, &self.paths, &self.cap, dead, rate),
+            None => self
+                .filler
+                .fill(active, &self.paths, &self.cap, None, dead, rate),
         }
     }
 }
