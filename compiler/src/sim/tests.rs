@@ -322,3 +322,49 @@ proptest! {
         }
     }
 }
+
+/// A ring of switches, each with a few GPUs, as a `links` topology.
+fn ring_of_switches() -> impl Strategy<Value = Topology> {
+    (
+        2usize..=4,
+        proptest::collection::vec((1usize..=3, 1u32..=100, 0u32..=3), 4),
+    )
+        .prop_map(|(k, spec)| {
+            let mut links = Vec::new();
+            let mut gpu = 0;
+            for (s, &(gpus, bw, lat)) in spec.iter().take(k).enumerate() {
+                for _ in 0..gpus {
+                    links.push(format!(
+                        r#"{{"from":"gpu{gpu}","to":"sw{s}","bandwidth_GBps":{},"latency_us":{lat},"bidirectional":true}}"#,
+                        bw * 2
+                    ));
+                    gpu += 1;
+                }
+                links.push(format!(
+                    r#"{{"from":"sw{s}","to":"sw{}","bandwidth_GBps":{bw},"latency_us":{lat},"bidirectional":true}}"#,
+                    (s + 1) % k
+                ));
+            }
+            let text = format!(
+                r#"{{"name":"ring","nodes":{gpu},"gpus_per_node":1,"links":[{}]}}"#,
+                links.join(",")
+            );
+            Topology::from_json_str(&text, "ring").unwrap()
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+    /// The bound holds on `links` topologies too (GPU, hub and latency cuts).
+    #[test]
+    fn links_topologies_respect_the_bound(
+        (topo, m) in ring_of_switches()
+            .prop_flat_map(|t| { let r = t.ranks(); (Just(t), small_traffic(r)) })
+    ) {
+        let plan = direct(&topo, &m);
+        let r = simulate(&topo, &plan, &SimOptions::default()).unwrap();
+        let lb = cut_bound(&topo, &m);
+        prop_assert!(r.completion_us >= lb.best_us() * (1.0 - 1e-9),
+            "completion {} below bound {:?}", r.completion_us, lb);
+    }
+}
