@@ -76,9 +76,9 @@ impl FromStr for Network {
 }
 
 /// Plans with at most this many transfers are simulated exactly by default.
-pub const EXACT_TRANSFERS: usize = 5_000;
+pub const EXACT_TRANSFERS: usize = 20_000;
 /// Default grouping tolerance above [`EXACT_TRANSFERS`].
-pub const DEFAULT_TOLERANCE: f64 = 0.02;
+pub const DEFAULT_TOLERANCE: f64 = 0.01;
 
 /// Knobs of the simulator.
 #[derive(Clone, Debug, Default, PartialEq)]
