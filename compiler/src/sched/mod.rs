@@ -5,6 +5,8 @@
 //! may consult the topology's bandwidths and latencies to make choices.
 
 mod direct;
+mod hierarchical;
+mod pairwise;
 
 use std::fmt;
 use std::str::FromStr;
@@ -15,20 +17,30 @@ use crate::topology::Topology;
 use crate::traffic::TrafficMatrix;
 
 pub use direct::{direct, path_between};
+pub use hierarchical::hierarchical;
+pub use pairwise::pairwise;
 
 /// The algorithms the CLI knows (DESIGN.md "Algorithms").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Algorithm {
     Direct,
+    Pairwise,
+    Hierarchical,
 }
 
 impl Algorithm {
     /// Every algorithm, in the order reports list them.
-    pub const ALL: &'static [Algorithm] = &[Algorithm::Direct];
+    pub const ALL: &'static [Algorithm] = &[
+        Algorithm::Direct,
+        Algorithm::Pairwise,
+        Algorithm::Hierarchical,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Algorithm::Direct => "direct",
+            Algorithm::Pairwise => "pairwise",
+            Algorithm::Hierarchical => "hierarchical",
         }
     }
 }
@@ -70,5 +82,7 @@ pub fn schedule(
     traffic.check_ranks(topo.ranks(), "traffic")?;
     match alg {
         Algorithm::Direct => Ok(direct(topo, traffic)),
+        Algorithm::Pairwise => Ok(pairwise(topo, traffic)),
+        Algorithm::Hierarchical => Ok(hierarchical(topo, traffic)),
     }
 }
