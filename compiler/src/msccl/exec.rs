@@ -279,11 +279,15 @@ struct StepOps {
 }
 
 impl StepOps {
-    /// The operation known complete when this step is: its copy or its
-    /// receive. A send is done once its data is in the FIFO, which says
-    /// nothing about its delivery.
-    fn done(&self) -> Option<u32> {
-        self.local.or(self.recv)
+    /// The operation complete when this step is. A send step finishes once
+    /// its data is in the FIFO; with `delivered` it is taken to finish when
+    /// the data arrives, as it nearly does for messages larger than the FIFO.
+    fn done(&self, delivered: bool) -> Option<u32> {
+        if delivered {
+            self.local.or(self.send).or(self.recv)
+        } else {
+            self.local.or(self.recv)
+        }
     }
 }
 
@@ -877,9 +881,49 @@ fn pair(
     Ok(())
 }
 
-/// Happens-before between operations: program order in each tb, the
-/// dependency flags, and a forwarding step's receive before its send.
+/// Dependencies between operations: program order in each tb, the
+/// dependency flags, and a forwarding step's receive before its send. Sends
+/// count as delivered when they finish (what a plan's transfer means, and
+/// what the lowering intends) unless that makes a cycle, which a file whose
+/// sends only run ahead in the FIFO can have; then a send is only known to
+/// have left.
 fn link_deps(l: &mut Loaded<'_>) {
+    let strong = deps_with(l, true);
+    let deps = if acyclic(&strong) {
+        strong
+    } else {
+        deps_with(l, false)
+    };
+    for (op, d) in l.ops.iter_mut().zip(deps) {
+        op.deps = d;
+    }
+}
+
+fn acyclic(deps: &[Vec<u32>]) -> bool {
+    let mut indeg: Vec<usize> = deps.iter().map(Vec::len).collect();
+    let mut succ: Vec<Vec<u32>> = vec![Vec::new(); deps.len()];
+    for (i, d) in deps.iter().enumerate() {
+        for &x in d {
+            succ[x as usize].push(i as u32);
+        }
+    }
+    let mut ready: Vec<u32> = (0..deps.len() as u32)
+        .filter(|&i| indeg[i as usize] == 0)
+        .collect();
+    let mut seen = 0;
+    while let Some(v) = ready.pop() {
+        seen += 1;
+        for &w in &succ[v as usize] {
+            indeg[w as usize] -= 1;
+            if indeg[w as usize] == 0 {
+                ready.push(w);
+            }
+        }
+    }
+    seen == deps.len()
+}
+
+fn deps_with(l: &Loaded<'_>, delivered: bool) -> Vec<Vec<u32>> {
     let mut deps: Vec<Vec<u32>> = vec![Vec::new(); l.ops.len()];
     // Per step: operations known done when it completes. Steps are visited
     // in the order the run completed them, so every wait's target is known.
@@ -909,16 +953,16 @@ fn link_deps(l: &mut Loaded<'_>) {
         }
         // A step that completes an operation stands for everything before
         // it; a send-only step or a nop passes its knowledge on.
-        after[gi][ti][p] = match so.done() {
+        after[gi][ti][p] = match so.done(delivered) {
             Some(done) => vec![done],
             None => before,
         };
     }
-    for (op, mut d) in l.ops.iter_mut().zip(deps) {
+    for d in &mut deps {
         d.sort_unstable();
         d.dedup();
-        op.deps = d;
     }
+    deps
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -225,6 +225,8 @@ struct ChunkOp {
     dst_off: u32,
     cnt: u32,
     deps: Vec<u32>,
+    /// Index among the operations of its transfer.
+    part: u32,
 }
 
 fn bufref(b: Buffer) -> BufRef {
@@ -367,6 +369,9 @@ struct Seg {
     a: u64,
 }
 
+/// Bytes `a..b` of block `(s, d)`.
+type Piece = (u32, u32, u64, u64);
+
 /// Replays the plan and cuts it into chunk operations; returns them (in a
 /// topological order) and the scratch chunks each rank needs.
 fn trace_chunks(
@@ -407,6 +412,8 @@ fn trace_chunks(
     // Operations a transfer stands for (its deps' when it moves no chunk).
     let mut eff: Vec<Vec<u32>> = vec![Vec::new(); ts.len()];
     let mut done = 0;
+    // Transfers in order, with the origin pieces `(s, d, a, b)` they carry.
+    let mut traced: Vec<(usize, Vec<Piece>)> = Vec::new();
     while let Some(Reverse((_, i))) = heap.pop() {
         let i = i as usize;
         done += 1;
@@ -417,15 +424,8 @@ fn trace_chunks(
             }
         }
         let t = &ts[i];
-        let mut deps: Vec<u32> = t
-            .deps
-            .iter()
-            .flat_map(|&d| eff[d as usize].iter().copied())
-            .collect();
-        deps.sort_unstable();
-        deps.dedup();
         // Origin pieces of the bytes read, in source order.
-        let mut pieces: Vec<(u32, u32, u64, u64)> = Vec::new();
+        let mut pieces: Vec<Piece> = Vec::new();
         let (start, end) = (t.src_off, t.src_off + t.bytes);
         match t.src_buf {
             Buffer::Input => {
@@ -484,6 +484,45 @@ fn trace_chunks(
                 at += b - a;
             }
         }
+        traced.push((i, pieces));
+    }
+    if done < ts.len() {
+        return Err(LowerError::Other(unsupported(
+            "the plan's dependencies have a cycle".into(),
+        )));
+    }
+    // Scratch chunks in the order of the plan's scratch bytes, so a range the
+    // plan reads in one piece is one run of chunks.
+    let mut writes: Vec<(u32, u64, usize, u32, u32, u32)> = Vec::new();
+    for (order, (i, pieces)) in traced.iter().enumerate() {
+        let t = &ts[*i];
+        if t.dst_buf != Buffer::Scratch {
+            continue;
+        }
+        let mut at = t.dst_off;
+        for &(s, d, a, b) in pieces {
+            for c in a.div_ceil(u)..b.div_ceil(u) {
+                writes.push((t.dst, at + (c * u - a), order, s, d, c as u32));
+            }
+            at += b - a;
+        }
+    }
+    writes.sort_unstable();
+    let mut slot_of: HashMap<(usize, u32, u32, u32), u32> = HashMap::new();
+    for &(r, _, order, s, d, c) in &writes {
+        let x = scratch[r as usize];
+        scratch[r as usize] += 1;
+        slot_of.insert((order, s, d, c), x);
+    }
+    for (order, (i, pieces)) in traced.into_iter().enumerate() {
+        let t = &ts[i];
+        let mut deps: Vec<u32> = t
+            .deps
+            .iter()
+            .flat_map(|&d| eff[d as usize].iter().copied())
+            .collect();
+        deps.sort_unstable();
+        deps.dedup();
         // Chunk pairs (src index, dst index); chunk c goes with its first byte.
         let mut pairs: Vec<(u32, u32)> = Vec::new();
         for &(s, d, a, b) in &pieces {
@@ -514,9 +553,7 @@ fn trace_chunks(
                         map.output_chunk(su, du, c)
                     }
                     Buffer::Scratch => {
-                        let r = t.dst as usize;
-                        let x = scratch[r];
-                        scratch[r] += 1;
+                        let x = slot_of[&(order, s, d, c)];
                         slot.insert((t.dst, s, d, c), x);
                         x
                     }
@@ -525,8 +562,10 @@ fn trace_chunks(
                 pairs.push((src_idx, dst_idx));
             }
         }
-        // Runs of consecutive chunks, at most MAX_CNT each.
+        // Runs of consecutive chunks, at most MAX_CNT each; `part` numbers
+        // them so they can be spread over channels.
         let mut j = 0;
+        let mut part = 0;
         while j < pairs.len() {
             let mut len = 1;
             while j + len < pairs.len()
@@ -545,17 +584,14 @@ fn trace_chunks(
                 dst_off: pairs[j].1,
                 cnt: len as u32,
                 deps: deps.clone(),
+                part,
             });
             j += len;
+            part += 1;
         }
         if eff[i].is_empty() {
             eff[i] = deps;
         }
-    }
-    if done < ts.len() {
-        return Err(LowerError::Other(unsupported(
-            "the plan's dependencies have a cycle".into(),
-        )));
     }
     Ok((ops, scratch))
 }
@@ -596,7 +632,9 @@ fn build_tbs(ops: &[ChunkOp], n: usize) -> std::result::Result<Built, LowerError
     };
     let mut tbs: Vec<Vec<TbDraft>> = (0..n).map(|_| Vec::new()).collect();
     let mut tb_index: Vec<HashMap<TbKey, u32>> = vec![HashMap::new(); n];
-    let mut chan_of: HashMap<(u32, u32), u32> = HashMap::new();
+    let lanes = lanes_for(ops, n);
+    // Channel of each (src, dst, lane); lane `l` starts at group `l`.
+    let mut chan_of: HashMap<(u32, u32, u32), u32> = HashMap::new();
     let mut local_k = vec![0u32; n];
     // Where each operation's step sits on each gpu it touches: (tb, pos).
     let mut at: HashMap<(u32, u32), (u32, u32)> = HashMap::new();
@@ -611,19 +649,21 @@ fn build_tbs(ops: &[ChunkOp], n: usize) -> std::result::Result<Built, LowerError
             vec![op.src, op.dst]
         };
         // Operations on each side's gpu this one must follow.
-        let mut need: Vec<Vec<u32>> = Vec::new();
-        for &g in &gpus {
-            let mut v = Vec::new();
-            for &x in &op.deps {
-                let before = v.len();
-                ancestors_on(ops, x, g, &mut anc, &mut v);
-                if v.len() == before {
-                    dropped += 1;
-                }
+        let mut need: Vec<Vec<u32>> = vec![Vec::new(); gpus.len()];
+        for &x in &op.deps {
+            let mut found = false;
+            for (side, &g) in gpus.iter().enumerate() {
+                let before = need[side].len();
+                ancestors_on(ops, x, g, &mut anc, &mut need[side]);
+                found |= need[side].len() > before;
             }
+            if !found {
+                dropped += 1;
+            }
+        }
+        for v in &mut need {
             v.sort_unstable();
             v.dedup();
-            need.push(v);
         }
         loop {
             let keys: Vec<TbKey> = if op.src == op.dst {
@@ -631,9 +671,10 @@ fn build_tbs(ops: &[ChunkOp], n: usize) -> std::result::Result<Built, LowerError
                     k: local_k[op.src as usize],
                 }]
             } else {
+                let lane = op.part % lanes;
                 let c = *chan_of
-                    .entry((op.src, op.dst))
-                    .or_insert_with(|| base_chan(op.src, op.dst));
+                    .entry((op.src, op.dst, lane))
+                    .or_insert_with(|| base_chan(op.src, op.dst) + groups * lane);
                 if c >= MAX_CHANNELS {
                     return Err(LowerError::Limit(format!(
                         "operations from rank {} to rank {} need more than {MAX_CHANNELS} channels of {MAX_STEPS_PER_TB} steps",
@@ -682,7 +723,8 @@ fn build_tbs(ops: &[ChunkOp], n: usize) -> std::result::Result<Built, LowerError
                 if op.src == op.dst {
                     local_k[op.src as usize] += 1;
                 } else {
-                    *chan_of.get_mut(&(op.src, op.dst)).expect("set above") += groups;
+                    let lane = op.part % lanes;
+                    *chan_of.get_mut(&(op.src, op.dst, lane)).expect("set above") += groups * lanes;
                 }
                 continue;
             }
@@ -810,6 +852,43 @@ fn build_tbs(ops: &[ChunkOp], n: usize) -> std::result::Result<Built, LowerError
         channels,
         dropped,
     })
+}
+
+/// Threadblocks a gpu may use (all must be resident: an H100 has 132 SMs).
+const TB_BUDGET: usize = 100;
+/// Channels one transfer's operations are spread over at most.
+const MAX_LANES: u32 = 8;
+
+/// How many channels ("lanes") the operations of one transfer are spread
+/// over, so that a block cut into several runs (a gathered block landing in
+/// a padded output, a block over 71 chunks) moves in parallel rather than
+/// step after step: the most, up to [`MAX_LANES`], that keeps every gpu
+/// within [`TB_BUDGET`] threadblocks.
+fn lanes_for(ops: &[ChunkOp], n: usize) -> u32 {
+    // Largest number of parts of one transfer, per connection.
+    let mut parts: HashMap<(u32, u32), u32> = HashMap::new();
+    let mut locals = vec![0usize; n];
+    for op in ops {
+        if op.src == op.dst {
+            locals[op.src as usize] += 1;
+        } else {
+            let e = parts.entry((op.src, op.dst)).or_insert(0);
+            *e = (*e).max(op.part + 1);
+        }
+    }
+    let fits = |lanes: u32| -> bool {
+        let mut tbs: Vec<usize> = locals
+            .iter()
+            .map(|&l| l.div_ceil(MAX_STEPS_PER_TB))
+            .collect();
+        for (&(s, d), &p) in &parts {
+            let k = p.min(lanes) as usize;
+            tbs[s as usize] += k;
+            tbs[d as usize] += k;
+        }
+        tbs.iter().all(|&t| t <= TB_BUDGET)
+    };
+    (1..=MAX_LANES).rev().find(|&l| fits(l)).unwrap_or(1)
 }
 
 /// The operations on gpu `g` among `x` and its ancestors, stopping at the
