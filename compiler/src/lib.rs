@@ -8,6 +8,7 @@
 
 pub mod error;
 pub mod generate;
+pub mod lp;
 pub mod plan;
 pub mod sched;
 pub mod topology;

@@ -6,6 +6,7 @@
 
 mod direct;
 mod hierarchical;
+mod lp;
 mod pairwise;
 
 use std::fmt;
@@ -18,6 +19,7 @@ use crate::traffic::TrafficMatrix;
 
 pub use direct::{direct, path_between};
 pub use hierarchical::hierarchical;
+pub use lp::{lp, lp_with_report, LpReport};
 pub use pairwise::pairwise;
 
 /// The algorithms the CLI knows (DESIGN.md "Algorithms").
@@ -26,17 +28,19 @@ pub enum Algorithm {
     Direct,
     Pairwise,
     Hierarchical,
+    Lp,
 }
 
 impl Algorithm {
     /// Every algorithm, in the order reports list them.
-    pub const ALL: &'static [Algorithm] = &[Algorithm::Direct, Algorithm::Pairwise, Algorithm::Hierarchical];
+    pub const ALL: &'static [Algorithm] = &[Algorithm::Direct, Algorithm::Pairwise, Algorithm::Hierarchical, Algorithm::Lp];
 
     pub fn name(self) -> &'static str {
         match self {
             Algorithm::Direct => "direct",
             Algorithm::Pairwise => "pairwise",
             Algorithm::Hierarchical => "hierarchical",
+            Algorithm::Lp => "lp",
         }
     }
 }
@@ -65,20 +69,42 @@ impl FromStr for Algorithm {
 }
 
 /// Knobs shared by the schedulers; each uses what concerns it.
-#[derive(Clone, Debug, Default)]
-pub struct Options {}
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// `lp`: the solver's wall-clock limit, seconds.
+    pub time_limit_s: f64,
+    /// `lp`: print the solver's log.
+    pub verbose: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            time_limit_s: 60.0,
+            verbose: false,
+        }
+    }
+}
 
 /// Runs one scheduler.
 pub fn schedule(
     alg: Algorithm,
     topo: &Topology,
     traffic: &TrafficMatrix,
-    _opts: &Options,
+    opts: &Options,
 ) -> Result<Plan> {
     traffic.check_ranks(topo.ranks(), "traffic")?;
     match alg {
         Algorithm::Direct => Ok(direct(topo, traffic)),
         Algorithm::Pairwise => Ok(pairwise(topo, traffic)),
         Algorithm::Hierarchical => Ok(hierarchical(topo, traffic)),
+        Algorithm::Lp => lp(
+            topo,
+            traffic,
+            &crate::lp::LpOptions {
+                time_limit_s: opts.time_limit_s,
+                verbose: opts.verbose,
+            },
+        ),
     }
 }
