@@ -23,6 +23,12 @@ pub struct CompileArgs {
     /// Write a JSON report here.
     #[arg(long)]
     report: Option<PathBuf>,
+    /// `lp`: the solver's time limit in seconds (the best plan found by then is kept).
+    #[arg(long, default_value_t = 60.0)]
+    time_limit: f64,
+    /// `lp`: print the solver's log.
+    #[arg(long)]
+    verbose: bool,
 }
 
 /// Reads a topology and a traffic matrix that must fit it.
@@ -37,7 +43,11 @@ pub fn compile(a: CompileArgs) -> CliResult {
     let alg: Algorithm = a.algorithm.parse()?;
     let (topo, m) = load_inputs(&a.topology, &a.traffic)?;
     let t0 = Instant::now();
-    let plan = schedule(alg, &topo, &m, &Options::default())?;
+    let opts = Options {
+        time_limit_s: a.time_limit,
+        verbose: a.verbose,
+    };
+    let plan = schedule(alg, &topo, &m, &opts)?;
     let compile_us = t0.elapsed().as_secs_f64() * 1e6;
     verify_on(&plan, &m, &topo)
         .map_err(|e| CliError::Failed(format!("internal error: {alg} made a wrong plan: {e}")))?;

@@ -7,7 +7,7 @@ use crate::error::Result;
 use crate::topology::Topology;
 use crate::traffic::TrafficMatrix;
 
-use super::mcf::{solve_mcf, Objective, SolveStatus};
+use super::mcf::{solve_mcf, Formulation, Objective, SolveStatus};
 use super::LpOptions;
 
 /// Optimum makespan of the concurrent MCF plus the smallest path latency
@@ -16,7 +16,7 @@ use super::LpOptions;
 /// [`crate::Error::Solver`]: an unproven optimum is no bound.
 pub fn lp_bound(topo: &Topology, traffic: &TrafficMatrix, opts: &LpOptions) -> Result<f64> {
     traffic.check_ranks(topo.ranks(), "traffic")?;
-    let Some(sol) = solve_mcf(topo, traffic, opts, Objective::Makespan)? else {
+    let Some(sol) = solve_mcf(topo, traffic, opts, Formulation::Links, Objective::Makespan)? else {
         return Ok(0.0);
     };
     if sol.status != SolveStatus::Optimal {

@@ -14,11 +14,9 @@ use good_lp::{
     constraint, highs, variable, Expression, ProblemVariables, ResolutionError, Solution,
     SolutionStatus, SolverModel, Variable,
 };
-use petgraph::graph::NodeIndex;
 use petgraph::visit::EdgeRef;
-use petgraph::Direction;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, InputError, Result};
 use crate::topology::{LinkId, Topology, Vertex};
 use crate::traffic::TrafficMatrix;
 
@@ -38,17 +36,102 @@ pub enum SolveStatus {
     NoFlow,
 }
 
-/// The flow of one commodity (one source GPU), in bytes per link.
+/// The graph the flow lives on: vertices, and arcs that each load one or
+/// more topology links.
+#[derive(Clone, Debug)]
+pub struct FlowNetwork {
+    /// Rank of each vertex that is a GPU.
+    pub rank: Vec<Option<usize>>,
+    /// Vertex of each rank.
+    pub gpu: Vec<usize>,
+    pub arcs: Vec<Arc>,
+}
+
+/// One arc of a [`FlowNetwork`].
+#[derive(Clone, Debug)]
+pub struct Arc {
+    pub from: usize,
+    pub to: usize,
+    /// The topology links a byte on this arc crosses.
+    pub links: Vec<LinkId>,
+}
+
+/// Which network the LP routes on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Formulation {
+    /// Every link of the topology graph is an arc: the unrestricted flow,
+    /// hence the lower bound.
+    Links,
+    /// Arcs are GPU-to-GPU hops along the topology's own paths (those that
+    /// pass no other GPU): the routes a plan can take on a `links` topology,
+    /// where a transfer follows its fixed path and may only relay at GPUs.
+    Hops,
+}
+
+impl FlowNetwork {
+    pub fn new(topo: &Topology, formulation: Formulation) -> FlowNetwork {
+        let g = topo.graph();
+        let n = topo.ranks();
+        match formulation {
+            Formulation::Links => FlowNetwork {
+                rank: g.node_weights().map(vertex_rank).collect(),
+                gpu: (0..n).map(|r| topo.gpu_vertex(r).index()).collect(),
+                arcs: g
+                    .edge_references()
+                    .map(|e| Arc {
+                        from: e.source().index(),
+                        to: e.target().index(),
+                        links: vec![e.id().index() as LinkId],
+                    })
+                    .collect(),
+            },
+            Formulation::Hops => {
+                let mut arcs = Vec::new();
+                for a in 0..n {
+                    for b in 0..n {
+                        if a == b {
+                            continue;
+                        }
+                        let links = topo.path(a, b);
+                        let through_gpu = links.iter().any(|&l| {
+                            let (_, v) = topo.link_ends(l);
+                            matches!(v, Vertex::Gpu(r) if *r != b)
+                        });
+                        if !through_gpu {
+                            arcs.push(Arc {
+                                from: a,
+                                to: b,
+                                links,
+                            });
+                        }
+                    }
+                }
+                FlowNetwork {
+                    rank: (0..n).map(Some).collect(),
+                    gpu: (0..n).collect(),
+                    arcs,
+                }
+            }
+        }
+    }
+
+    pub fn vertices(&self) -> usize {
+        self.rank.len()
+    }
+}
+
+/// The flow of one commodity (one source GPU), in bytes per arc.
 #[derive(Clone, Debug)]
 pub struct CommodityFlow {
     pub source: usize,
-    /// `(link, bytes)` for every link that carries more than a negligible flow.
-    pub links: Vec<(LinkId, f64)>,
+    /// `(arc, bytes)` for every arc that carries more than a negligible flow.
+    pub arcs: Vec<(usize, f64)>,
 }
 
 /// An optimal (or, at the time limit, feasible) concurrent flow.
 #[derive(Clone, Debug)]
 pub struct McfSolution {
+    pub network: FlowNetwork,
     /// Optimum makespan `T` of eq. (1), microseconds, without latency.
     pub makespan_us: f64,
     pub flows: Vec<CommodityFlow>,
@@ -74,6 +157,7 @@ pub fn solve_mcf(
     topo: &Topology,
     traffic: &TrafficMatrix,
     opts: &LpOptions,
+    formulation: Formulation,
     objective: Objective,
 ) -> Result<Option<McfSolution>> {
     let n = traffic.ranks();
@@ -84,13 +168,18 @@ pub fn solve_mcf(
         return Ok(None);
     }
     if !(opts.time_limit_s > 0.0) {
-        return Err(Error::Solver(format!(
-            "time limit must be positive, got {} s",
-            opts.time_limit_s
-        )));
+        return Err(InputError::new(
+            "--time-limit",
+            format!(
+                "must be a positive number of seconds, got {}",
+                opts.time_limit_s
+            ),
+        )
+        .into());
     }
     let g = topo.graph();
     let links = g.edge_count();
+    let net = FlowNetwork::new(topo, formulation);
     // Scale to O(1) numbers: flow in units of the mean off-diagonal row, time
     // in units of that row over the fastest link.
     let unit_bytes = traffic.off_diagonal_total() as f64 / sources.len() as f64;
@@ -103,14 +192,15 @@ pub fn solve_mcf(
 
     let mut vars = ProblemVariables::new();
     let t = vars.add(variable().min(0.0));
-    // f[k][e]: flow of commodity k on link e (None: pruned, the link enters
+    // f[k][a]: flow of commodity k on arc a (None: pruned, the arc enters
     // the commodity's own source and could only carry a cycle).
     let mut f: Vec<Vec<Option<Variable>>> = Vec::with_capacity(sources.len());
     for &s in &sources {
-        let src_v = topo.gpu_vertex(s);
+        let src_v = net.gpu[s];
         f.push(
-            g.edge_references()
-                .map(|e| (e.target() != src_v).then(|| vars.add(variable().min(0.0))))
+            net.arcs
+                .iter()
+                .map(|a| (a.to != src_v).then(|| vars.add(variable().min(0.0))))
                 .collect(),
         );
     }
@@ -121,10 +211,15 @@ pub fn solve_mcf(
     let mut obj: Expression = t.into();
     if objective == Objective::MakespanThenRouting {
         let w = TIE_BREAK / (links as f64 * sources.len() as f64);
+        let arc_time: Vec<f64> = net
+            .arcs
+            .iter()
+            .map(|a| a.links.iter().map(|&l| 1.0 / cap[l as usize]).sum())
+            .collect();
         for fk in &f {
-            for (e, v) in fk.iter().enumerate() {
+            for (a, v) in fk.iter().enumerate() {
                 if let Some(v) = v {
-                    obj += (w / cap[e]) * *v;
+                    obj += (w * arc_time[a]) * *v;
                 }
             }
         }
@@ -135,31 +230,37 @@ pub fn solve_mcf(
     model.set_verbose(opts.verbose);
     let mut constraints = 0;
 
+    let mut out_arcs = vec![Vec::new(); net.vertices()];
+    let mut in_arcs = vec![Vec::new(); net.vertices()];
+    for (i, a) in net.arcs.iter().enumerate() {
+        out_arcs[a.from].push(i);
+        in_arcs[a.to].push(i);
+    }
     // (2) conservation: for every commodity k and vertex v,
-    //     Σ_{e ∈ out(v)} f_ke − Σ_{e ∈ in(v)} f_ke = b_k(v),
+    //     Σ_{a ∈ out(v)} f_ka − Σ_{a ∈ in(v)} f_ka = b_k(v),
     //     b_k(s_k) = Σ_d M[s_k][d], b_k(gpu d) = −M[s_k][d], 0 elsewhere.
     for (k, &s) in sources.iter().enumerate() {
-        for v in g.node_indices() {
+        for v in 0..net.vertices() {
             let mut flow = Expression::from(0.0);
             let mut any = false;
-            for e in g.edges_directed(v, Direction::Outgoing) {
-                if let Some(x) = f[k][e.id().index()] {
+            for &a in &out_arcs[v] {
+                if let Some(x) = f[k][a] {
                     flow += x;
                     any = true;
                 }
             }
-            for e in g.edges_directed(v, Direction::Incoming) {
-                if let Some(x) = f[k][e.id().index()] {
+            for &a in &in_arcs[v] {
+                if let Some(x) = f[k][a] {
                     flow -= x;
                     any = true;
                 }
             }
-            let supply = supply_of(topo, traffic, s, v) / unit_bytes;
+            let supply = supply_of(traffic, s, net.rank[v]) / unit_bytes;
             if !any {
                 if supply != 0.0 {
                     return Err(Error::Solver(format!(
                         "gpu{} has traffic but no link in the commodity of gpu{s}",
-                        vertex_rank(&g[v]).unwrap_or(usize::MAX)
+                        net.rank[v].unwrap_or(usize::MAX)
                     )));
                 }
                 continue;
@@ -168,14 +269,22 @@ pub fn solve_mcf(
             constraints += 1;
         }
     }
-    // (3) capacity: for every link e, Σ_k f_ke ≤ c_e · T.
+    // (3) capacity: for every link e, Σ_k Σ_{a ∋ e} f_ka ≤ c_e · T.
+    let mut on_link = vec![Vec::new(); links];
+    for (i, a) in net.arcs.iter().enumerate() {
+        for &l in &a.links {
+            on_link[l as usize].push(i);
+        }
+    }
     for e in 0..links {
         let mut load = Expression::from(0.0);
         let mut any = false;
         for fk in &f {
-            if let Some(x) = fk[e] {
-                load += x;
-                any = true;
+            for &a in &on_link[e] {
+                if let Some(x) = fk[a] {
+                    load += x;
+                    any = true;
+                }
             }
         }
         if any {
@@ -190,6 +299,7 @@ pub fn solve_mcf(
         // HiGHS stopped (time limit) holding no primal-feasible point.
         Err(ResolutionError::Other("NoSolutionFound")) => {
             return Ok(Some(McfSolution {
+                network: net,
                 makespan_us: f64::INFINITY,
                 flows: Vec::new(),
                 status: SolveStatus::NoFlow,
@@ -212,17 +322,18 @@ pub fn solve_mcf(
         .zip(&f)
         .map(|(&s, fk)| CommodityFlow {
             source: s,
-            links: fk
+            arcs: fk
                 .iter()
                 .enumerate()
-                .filter_map(|(e, v)| {
+                .filter_map(|(a, v)| {
                     let x = solution.value((*v)?);
-                    (x > eps).then(|| (e as LinkId, x * unit_bytes))
+                    (x > eps).then_some((a, x * unit_bytes))
                 })
                 .collect(),
         })
         .collect();
     Ok(Some(McfSolution {
+        network: net,
         makespan_us: solution.value(t) * unit_us,
         flows,
         status,
@@ -232,9 +343,10 @@ pub fn solve_mcf(
     }))
 }
 
-/// `b_k(v)` of eq. (2) in bytes: what commodity `s` injects at vertex `v`.
-fn supply_of(topo: &Topology, traffic: &TrafficMatrix, s: usize, v: NodeIndex) -> f64 {
-    match vertex_rank(&topo.graph()[v]) {
+/// `b_k(v)` of eq. (2) in bytes: what commodity `s` injects at a vertex
+/// (`v_rank`: its rank if it is a GPU).
+fn supply_of(traffic: &TrafficMatrix, s: usize, v_rank: Option<usize>) -> f64 {
+    match v_rank {
         Some(r) if r == s => (0..traffic.ranks())
             .filter(|&d| d != s)
             .map(|d| traffic.get(s, d) as f64)

@@ -9,9 +9,13 @@
 mod bound;
 mod mcf;
 mod routes;
+#[cfg(test)]
+mod tests;
 
 pub use bound::{lp_bound, min_latency};
-pub use mcf::{solve_mcf, CommodityFlow, McfSolution, Objective, SolveStatus};
+pub use mcf::{
+    solve_mcf, Arc, CommodityFlow, FlowNetwork, Formulation, McfSolution, Objective, SolveStatus,
+};
 pub use routes::{decompose, Route};
 
 /// Solver knobs.

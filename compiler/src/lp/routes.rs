@@ -6,13 +6,9 @@
 
 use std::collections::BTreeMap;
 
-use petgraph::graph::EdgeIndex;
-use petgraph::visit::EdgeRef;
-
-use crate::topology::{Topology, Vertex};
 use crate::traffic::TrafficMatrix;
 
-use super::mcf::CommodityFlow;
+use super::mcf::{CommodityFlow, FlowNetwork};
 
 /// A share of one block along a sequence of GPUs.
 #[derive(Clone, Debug, PartialEq)]
@@ -22,37 +18,48 @@ pub struct Route {
     pub bytes: f64,
 }
 
-/// Decomposes the flow of commodity `flow.source` into routes, grouped per
-/// destination: `result[d]` is the routes of block `(source, d)`, merged when
-/// they visit the same GPUs, in a deterministic order. Demand the flow does
-/// not explain (solver round-off) goes straight, `[s, d]`.
-pub fn decompose(topo: &Topology, traffic: &TrafficMatrix, flow: &CommodityFlow) -> Vec<Vec<Route>> {
-    let g = topo.graph();
+/// Decomposes the flow of commodity `flow.source` on `net` into routes,
+/// grouped per destination: `result[d]` is the routes of block
+/// `(source, d)`, merged when they visit the same GPUs, in a deterministic
+/// order. Demand the flow does not explain (solver round-off) goes
+/// straight, `[s, d]`.
+pub fn decompose(
+    net: &FlowNetwork,
+    traffic: &TrafficMatrix,
+    flow: &CommodityFlow,
+) -> Vec<Vec<Route>> {
     let n = traffic.ranks();
     let s = flow.source;
-    let mut rest = vec![0.0; g.edge_count()];
-    for &(e, x) in &flow.links {
-        rest[e as usize] = x;
+    let mut rest = vec![0.0; net.arcs.len()];
+    for &(a, x) in &flow.arcs {
+        rest[a] = x;
+    }
+    let mut out_arcs = vec![Vec::new(); net.vertices()];
+    for (i, a) in net.arcs.iter().enumerate() {
+        out_arcs[a.from].push(i);
     }
     let mut demand: Vec<f64> = (0..n)
-        .map(|d| if d == s { 0.0 } else { traffic.get(s, d) as f64 })
+        .map(|d| {
+            if d == s {
+                0.0
+            } else {
+                traffic.get(s, d) as f64
+            }
+        })
         .collect();
     let total: f64 = demand.iter().sum();
     let tol = total * 1e-9;
-    let rank_of = |v: petgraph::graph::NodeIndex| match &g[v] {
-        Vertex::Gpu(r) if *r < n => Some(*r),
-        _ => None,
-    };
-    let source_v = topo.gpu_vertex(s);
+    let rank_of = |v: usize| net.rank[v].filter(|&r| r < n);
+    let source_v = net.gpu[s];
     let mut found: BTreeMap<(usize, Vec<usize>), f64> = BTreeMap::new();
-    // Every pass ends a path (zeroing a link or a demand) or cancels a cycle
-    // (zeroing a link), so passes are bounded by links + destinations.
-    for _ in 0..(g.edge_count() + n + 1) * 2 {
+    // Every pass ends a path (zeroing an arc or a demand) or cancels a cycle
+    // (zeroing an arc), so passes are bounded by arcs + destinations.
+    for _ in 0..(net.arcs.len() + n + 1) * 2 {
         if demand.iter().all(|&r| r <= tol) {
             break;
         }
         let mut stack = vec![source_v];
-        let mut edges: Vec<EdgeIndex> = Vec::new();
+        let mut arcs: Vec<usize> = Vec::new();
         let end = loop {
             let v = *stack.last().expect("walk starts at the source");
             if let Some(r) = rank_of(v) {
@@ -60,42 +67,33 @@ pub fn decompose(topo: &Topology, traffic: &TrafficMatrix, flow: &CommodityFlow)
                     break Some(r);
                 }
             }
-            // Follow the fullest outgoing link (ties: lowest id).
-            let next = g
-                .edges(v)
-                .filter(|e| rest[e.id().index()] > tol)
-                .max_by(|a, b| {
-                    rest[a.id().index()]
-                        .total_cmp(&rest[b.id().index()])
-                        .then(b.id().cmp(&a.id()))
-                });
-            let Some(e) = next else { break None };
-            let w = e.target();
+            // Follow the fullest outgoing arc (ties: lowest index).
+            let next = out_arcs[v]
+                .iter()
+                .copied()
+                .filter(|&a| rest[a] > tol)
+                .max_by(|&a, &b| rest[a].total_cmp(&rest[b]).then(b.cmp(&a)));
+            let Some(a) = next else { break None };
+            let w = net.arcs[a].to;
             if let Some(pos) = stack.iter().position(|&x| x == w) {
                 // A cycle: cancel it and walk again.
-                let mut cycle: Vec<EdgeIndex> = edges[pos..].to_vec();
-                cycle.push(e.id());
-                let m = cycle
-                    .iter()
-                    .map(|c| rest[c.index()])
-                    .fold(f64::INFINITY, f64::min);
+                let mut cycle: Vec<usize> = arcs[pos..].to_vec();
+                cycle.push(a);
+                let m = cycle.iter().map(|&c| rest[c]).fold(f64::INFINITY, f64::min);
                 for c in cycle {
-                    rest[c.index()] -= m;
+                    rest[c] -= m;
                 }
                 stack.truncate(pos + 1);
-                edges.truncate(pos);
+                arcs.truncate(pos);
                 continue;
             }
             stack.push(w);
-            edges.push(e.id());
+            arcs.push(a);
         };
         let Some(d) = end else { break };
-        let amount = edges
-            .iter()
-            .map(|e| rest[e.index()])
-            .fold(demand[d], f64::min);
-        for e in &edges {
-            rest[e.index()] -= amount;
+        let amount = arcs.iter().map(|&a| rest[a]).fold(demand[d], f64::min);
+        for &a in &arcs {
+            rest[a] -= amount;
         }
         demand[d] -= amount;
         let gpus: Vec<usize> = stack.iter().filter_map(|&v| rank_of(v)).collect();

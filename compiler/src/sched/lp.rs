@@ -12,7 +12,9 @@
 //!    slice (a pipeline) instead of waiting for the whole lane.
 
 use crate::error::Result;
-use crate::lp::{decompose, solve_mcf, LpOptions, McfSolution, Objective, Route, SolveStatus};
+use crate::lp::{
+    decompose, solve_mcf, Formulation, LpOptions, McfSolution, Objective, Route, SolveStatus,
+};
 use crate::plan::{Buffer, Deps, Plan, Transfer};
 use crate::topology::Topology;
 use crate::traffic::{Layout, TrafficMatrix};
@@ -58,7 +60,22 @@ pub fn lp_with_report(
 ) -> Result<(Plan, LpReport)> {
     traffic.check_ranks(topo.ranks(), "traffic")?;
     let n = traffic.ranks();
-    let sol = solve_mcf(topo, traffic, opts, Objective::MakespanThenRouting)?;
+    // In the hierarchical form every GPU-to-GPU stretch of a graph path is
+    // the topology's own path (or NVLink where the flow looped through the
+    // fabric), so the flow on the graph is a plan; a `links` topology routes
+    // a transfer on its fixed path, so there the flow routes over those hops.
+    let formulation = if topo.is_hierarchical() {
+        Formulation::Links
+    } else {
+        Formulation::Hops
+    };
+    let sol = solve_mcf(
+        topo,
+        traffic,
+        opts,
+        formulation,
+        Objective::MakespanThenRouting,
+    )?;
     let mut routes: Vec<Vec<Vec<Route>>> = vec![Vec::new(); n];
     if let Some(sol) = &sol {
         if opts.verbose {
@@ -68,7 +85,7 @@ pub fn lp_with_report(
             );
         }
         for flow in &sol.flows {
-            routes[flow.source] = decompose(topo, traffic, flow);
+            routes[flow.source] = decompose(&sol.network, traffic, flow);
         }
     }
     let report = make_report(sol.as_ref());

@@ -33,7 +33,12 @@ pub enum Algorithm {
 
 impl Algorithm {
     /// Every algorithm, in the order reports list them.
-    pub const ALL: &'static [Algorithm] = &[Algorithm::Direct, Algorithm::Pairwise, Algorithm::Hierarchical, Algorithm::Lp];
+    pub const ALL: &'static [Algorithm] = &[
+        Algorithm::Direct,
+        Algorithm::Pairwise,
+        Algorithm::Hierarchical,
+        Algorithm::Lp,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {

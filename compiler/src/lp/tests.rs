@@ -1,0 +1,184 @@
+//! LP tests: hand-computed optima, and plans of random `links` graphs.
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::sched::lp_with_report;
+use crate::topology::{FabricKind, FabricSpec, Topology, TopologySpec};
+use crate::traffic::TrafficMatrix;
+use crate::verify::verify_on;
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-6 * a.abs().max(b.abs()).max(1.0)
+}
+
+/// 2 nodes of 2 GPUs, one node per leaf, 4:1: uplink = 2 NICs x 50 GB/s / 4.
+fn two_leaves_4to1() -> Topology {
+    let mut spec = TopologySpec::preset("dgx-h100", 2, Some(2)).unwrap();
+    spec.fabric = Some(FabricSpec {
+        kind: FabricKind::FatTree,
+        nodes_per_leaf: 1,
+        oversubscription: 4.0,
+        latency_us: 0.5,
+    });
+    Topology::from_spec(spec, "t").unwrap()
+}
+
+fn ring(gpus: usize, gbps: f64) -> Topology {
+    let links: Vec<String> = (0..gpus)
+        .map(|i| {
+            format!(
+                r#"{{"from":"gpu{i}","to":"gpu{}","bandwidth_GBps":{gbps},"latency_us":1,"bidirectional":true}}"#,
+                (i + 1) % gpus
+            )
+        })
+        .collect();
+    let text = format!(
+        r#"{{"name":"ring","nodes":{gpus},"gpus_per_node":1,"links":[{}]}}"#,
+        links.join(",")
+    );
+    Topology::from_json_str(&text, "ring.json").unwrap()
+}
+
+#[test]
+fn uplink_bottleneck_is_reached() {
+    let topo = two_leaves_4to1();
+    let m = TrafficMatrix::uniform(4, 1_000_000);
+    // Leaf 0 sends 2 GPUs x 2 remote GPUs x 1 MB over a 25 000 B/us uplink:
+    // 160 us, plus the smallest latency (NVLink inside a node, 1 us).
+    let b = lp_bound(&topo, &m, &LpOptions::default()).unwrap();
+    assert!(close(b, 161.0), "{b}");
+    let (plan, report) = lp_with_report(&topo, &m, &LpOptions::default()).unwrap();
+    verify_on(&plan, &m, &topo).unwrap();
+    assert!(close(report.makespan_us, 160.0), "{}", report.makespan_us);
+}
+
+#[test]
+fn ring_splits_the_far_block_both_ways() {
+    // Uniform 1 MB on a 4-ring of 10 GB/s links: every source puts 4 MB of
+    // link load (two neighbours, the far GPU two hops away), 16 MB over 8
+    // directed links, 200 us; the far block must split over both directions.
+    let topo = ring(4, 10.0);
+    let m = TrafficMatrix::uniform(4, 1_000_000);
+    let b = lp_bound(&topo, &m, &LpOptions::default()).unwrap();
+    assert!(close(b, 201.0), "{b}");
+    let (plan, report) = lp_with_report(&topo, &m, &LpOptions::default()).unwrap();
+    verify_on(&plan, &m, &topo).unwrap();
+    assert!(close(report.makespan_us, 200.0));
+    // The plan's link loads are the flow's, up to the folding of tiny routes.
+    assert!(
+        load_time(&topo, &plan) <= 200.0 * 1.02,
+        "{}",
+        load_time(&topo, &plan)
+    );
+}
+
+/// The longest any link needs for the bytes the plan puts on it, us.
+fn load_time(topo: &Topology, plan: &crate::plan::Plan) -> f64 {
+    let mut load = vec![0.0; topo.num_links()];
+    for t in &plan.transfers {
+        for l in topo.path(t.src as usize, t.dst as usize) {
+            load[l as usize] += t.bytes as f64;
+        }
+    }
+    load.iter()
+        .enumerate()
+        .map(|(l, b)| b / topo.link(l as u32).bandwidth)
+        .fold(0.0, f64::max)
+}
+
+#[test]
+fn no_traffic_no_bound() {
+    let topo = ring(3, 10.0);
+    let mut m = TrafficMatrix::zeros(3);
+    m.set(1, 1, 500);
+    assert_eq!(lp_bound(&topo, &m, &LpOptions::default()).unwrap(), 0.0);
+    let (plan, _) = lp_with_report(&topo, &m, &LpOptions::default()).unwrap();
+    verify_on(&plan, &m, &topo).unwrap();
+    assert_eq!(plan.transfers.len(), 1);
+}
+
+#[test]
+fn bad_time_limit_is_input_error() {
+    let topo = ring(3, 10.0);
+    let m = TrafficMatrix::uniform(3, 10);
+    let opts = LpOptions {
+        time_limit_s: 0.0,
+        verbose: false,
+    };
+    let e = lp_bound(&topo, &m, &opts).unwrap_err();
+    assert!(e.is_bad_input(), "{e}");
+    assert!(e.to_string().contains("--time-limit"), "{e}");
+}
+
+#[test]
+fn plans_are_deterministic() {
+    let topo = two_leaves_4to1();
+    let mut m = TrafficMatrix::uniform(4, 300_000);
+    m.set(0, 3, 2_000_000);
+    m.set(1, 3, 1_500_000);
+    let a = crate::sched::lp(&topo, &m, &LpOptions::default()).unwrap();
+    let b = crate::sched::lp(&topo, &m, &LpOptions::default()).unwrap();
+    assert_eq!(a, b);
+}
+
+/// A random connected `links` graph of `gpus` GPUs: a random spanning tree
+/// plus extra links, some one-way, with random bandwidths.
+fn arb_links() -> impl Strategy<Value = (Topology, TrafficMatrix)> {
+    (3usize..=5)
+        .prop_flat_map(|n| {
+            (
+                Just(n),
+                proptest::collection::vec(0usize..1000, n),
+                proptest::collection::vec((0usize..n, 0usize..n, 1u32..=8, any::<bool>()), 0..6),
+                proptest::collection::vec(0u64..2_000_000, n * n),
+            )
+        })
+        .prop_map(|(n, parents, extra, bytes)| {
+            let mut links = Vec::new();
+            for i in 1..n {
+                let p = parents[i] % i;
+                links.push(format!(
+                    r#"{{"from":"gpu{i}","to":"gpu{p}","bandwidth_GBps":{},"latency_us":1,"bidirectional":true}}"#,
+                    10 + parents[i] % 40
+                ));
+            }
+            for (a, b, bw, both) in extra {
+                if a != b {
+                    links.push(format!(
+                        r#"{{"from":"gpu{a}","to":"gpu{b}","bandwidth_GBps":{},"latency_us":0.5,"bidirectional":{both}}}"#,
+                        bw * 5
+                    ));
+                }
+            }
+            let text = format!(
+                r#"{{"name":"random","nodes":{n},"gpus_per_node":1,"links":[{}]}}"#,
+                links.join(",")
+            );
+            let topo = Topology::from_json_str(&text, "random.json").unwrap();
+            let rows = bytes.chunks(n).map(|r| r.to_vec()).collect();
+            (topo, TrafficMatrix::from_rows(rows))
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+    #[test]
+    fn random_links_plans_verify((topo, m) in arb_links()) {
+        let (plan, report) = lp_with_report(&topo, &m, &LpOptions::default()).unwrap();
+        prop_assert!(verify_on(&plan, &m, &topo).is_ok(), "{:?}", verify_on(&plan, &m, &topo));
+        let bound = lp_bound(&topo, &m, &LpOptions::default()).unwrap();
+        // The scheduler routes over the topology's own GPU-to-GPU hops, a
+        // restriction of the flow the bound optimises over.
+        prop_assert!(report.makespan_us + min_latency(&topo, &m) >= bound * (1.0 - 1e-6) - 1e-9);
+        // The plan keeps the flow's link loads (tiny routes folded in).
+        prop_assert!(load_time(&topo, &plan) <= report.makespan_us * 1.1 + 1e-9,
+            "{} > {}", load_time(&topo, &plan), report.makespan_us);
+        // No flow beats a source's own egress.
+        for s in 0..m.ranks() {
+            let out: f64 = topo.graph().edges(topo.gpu_vertex(s)).map(|e| e.weight().bandwidth).sum();
+            let row = (m.row_sum(s) - m.get(s, s)) as f64;
+            prop_assert!(report.makespan_us >= row / out * (1.0 - 1e-6));
+        }
+    }
+}
