@@ -167,7 +167,7 @@ pub fn solve_mcf(
     if sources.is_empty() {
         return Ok(None);
     }
-    if !(opts.time_limit_s > 0.0) {
+    if opts.time_limit_s.is_nan() || opts.time_limit_s <= 0.0 {
         return Err(InputError::new(
             "--time-limit",
             format!(

@@ -136,11 +136,11 @@ fn arb_links() -> impl Strategy<Value = (Topology, TrafficMatrix)> {
         })
         .prop_map(|(n, parents, extra, bytes)| {
             let mut links = Vec::new();
-            for i in 1..n {
-                let p = parents[i] % i;
+            for (i, &r) in parents.iter().enumerate().skip(1) {
+                let p = r % i;
                 links.push(format!(
                     r#"{{"from":"gpu{i}","to":"gpu{p}","bandwidth_GBps":{},"latency_us":1,"bidirectional":true}}"#,
-                    10 + parents[i] % 40
+                    10 + r % 40
                 ));
             }
             for (a, b, bw, both) in extra {
@@ -181,4 +181,38 @@ proptest! {
             prop_assert!(report.makespan_us >= row / out * (1.0 - 1e-6));
         }
     }
+}
+
+#[test]
+fn time_limit_still_gives_a_plan() {
+    // A limit HiGHS cannot meet: it stops early, and the plan keeps whatever
+    // flow it had (or goes straight when it had none), verified either way.
+    let topo = Topology::preset("dgx-h100", 4, Some(4)).unwrap();
+    let mut m = TrafficMatrix::uniform(16, 100_000);
+    m.set(0, 15, 3_000_000);
+    let opts = LpOptions {
+        time_limit_s: 1e-9,
+        verbose: false,
+    };
+    let (plan, report) = lp_with_report(&topo, &m, &opts).unwrap();
+    verify_on(&plan, &m, &topo).unwrap();
+    if report.status == SolveStatus::NoFlow {
+        assert!(report.makespan_us.is_infinite());
+        assert_eq!(report.relayed_bytes, 0);
+    }
+    // The bound refuses to report an unproven optimum.
+    match lp_bound(&topo, &m, &opts) {
+        Ok(b) => assert!(b > 0.0),
+        Err(e) => assert!(e.to_string().contains("time limit"), "{e}"),
+    }
+}
+
+#[test]
+fn scheduled_through_the_algorithm_table() {
+    let topo = ring(5, 20.0);
+    let m = TrafficMatrix::uniform(5, 50_000);
+    let alg: crate::sched::Algorithm = "lp".parse().unwrap();
+    let plan = crate::sched::schedule(alg, &topo, &m, &crate::sched::Options::default()).unwrap();
+    assert_eq!(plan.algorithm, "lp");
+    verify_on(&plan, &m, &topo).unwrap();
 }

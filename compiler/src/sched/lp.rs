@@ -101,13 +101,13 @@ pub fn lp_with_report(
         0.0
     };
     let mut builder = Builder::new(topo, traffic, &mut plan, makespan);
-    for s in 0..n {
+    for (s, from_s) in routes.iter().enumerate() {
         for d in 0..n {
             let bytes = traffic.get(s, d);
             if bytes == 0 {
                 continue;
             }
-            let mine = routes[s].get(d).map_or(&[][..], |r| r.as_slice());
+            let mine = from_s.get(d).map_or(&[][..], |r| r.as_slice());
             for (gpus, share) in apportion(s, d, bytes, mine) {
                 builder.route(&gpus, share);
             }
@@ -151,7 +151,7 @@ fn apportion(s: usize, d: usize, bytes: u64, routes: &[Route]) -> Vec<(Vec<usize
         .iter()
         .filter(|r| r.bytes >= MIN_ROUTE_SHARE * flow)
         .collect();
-    if s == d || kept.is_empty() || !(flow > 0.0) {
+    if s == d || kept.is_empty() || flow.is_nan() || flow <= 0.0 {
         return vec![(vec![s, d], bytes)];
     }
     let kept_flow: f64 = kept.iter().map(|r| r.bytes).sum();
