@@ -31,6 +31,8 @@ enum Command {
     Compile(cmd::compile::CompileArgs),
     /// Check that a plan is a correct all-to-all of a traffic matrix.
     Verify(cmd::compile::VerifyArgs),
+    /// Simulate a plan: completion time, lower bound, hottest links.
+    Simulate(cmd::simulate::SimulateArgs),
 }
 
 fn main() -> ExitCode {
@@ -41,6 +43,7 @@ fn main() -> ExitCode {
         Command::Traffic(a) => cmd::io::traffic(a),
         Command::Compile(a) => cmd::compile::compile(a),
         Command::Verify(a) => cmd::compile::verify(a),
+        Command::Simulate(a) => cmd::simulate::simulate(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -4,7 +4,10 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::Args;
+use switchyard::compiler::lp::{lower_bound, LpOptions};
+use switchyard::compiler::report::Report;
 use switchyard::compiler::sched::{schedule, Options};
+use switchyard::compiler::sim::{Network, SimOptions};
 use switchyard::compiler::{verify_on, Algorithm, Plan, Topology, TrafficMatrix};
 
 use super::{write_out, CliError, CliResult};
@@ -23,6 +26,9 @@ pub struct CompileArgs {
     /// Write a JSON report here.
     #[arg(long)]
     report: Option<PathBuf>,
+    /// Network mode of the report's simulation: ideal or congested.
+    #[arg(long, default_value = "ideal")]
+    network: String,
     /// `lp`: the solver's time limit in seconds (the best plan found by then is kept).
     #[arg(long, default_value_t = 60.0)]
     time_limit: f64,
@@ -41,6 +47,7 @@ pub fn load_inputs(topology: &Path, traffic: &Path) -> Result<(Topology, Traffic
 
 pub fn compile(a: CompileArgs) -> CliResult {
     let alg: Algorithm = a.algorithm.parse()?;
+    let network: Network = a.network.parse()?;
     let (topo, m) = load_inputs(&a.topology, &a.traffic)?;
     let t0 = Instant::now();
     let opts = Options {
@@ -61,19 +68,17 @@ pub fn compile(a: CompileArgs) -> CliResult {
         }
     };
     write_out(Some(&a.out), &text)?;
-    let report = serde_json::json!({
-        "algorithm": alg.name(),
-        "ranks": m.ranks(),
-        "total_bytes": m.total(),
-        "compile_us": compile_us,
-        "steps": plan.steps(),
-        "transfers": plan.transfers.len(),
-    });
     if let Some(r) = &a.report {
-        write_out(
-            Some(r),
-            &(serde_json::to_string_pretty(&report).unwrap_or_default() + "\n"),
+        let report = Report::measure(
+            alg.name(),
+            &topo,
+            &m,
+            &plan,
+            Some(&lower_bound(&topo, &m, &LpOptions::default())?),
+            Some(compile_us),
+            &SimOptions::new(network),
         )?;
+        write_out(Some(r), &(report.to_json() + "\n"))?;
     }
     eprintln!(
         "{}: {} transfers in {} steps, compiled in {:.0} us",

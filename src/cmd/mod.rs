@@ -4,6 +4,7 @@
 pub mod compile;
 pub mod demo;
 pub mod io;
+pub mod simulate;
 
 use std::fmt;
 use std::path::Path;

@@ -3,6 +3,7 @@
 //! path latency. No schedule on this topology, whatever its routes, relays
 //! or timing, finishes sooner in the fluid model.
 
+use crate::bound::{cut_bound, LowerBound};
 use crate::error::Result;
 use crate::topology::Topology;
 use crate::traffic::TrafficMatrix;
@@ -26,6 +27,22 @@ pub fn lp_bound(topo: &Topology, traffic: &TrafficMatrix, opts: &LpOptions) -> R
         )));
     }
     Ok(sol.makespan_us + min_latency(topo, traffic))
+}
+
+/// The report's bound: the cut bound, and for a `links` topology (whose
+/// cuts the cut bound does not know beyond each GPU) the LP bound too. In
+/// the hierarchical form the LP adds a second of solving for a figure
+/// that equals the cut bound's moving time, so it is left out there.
+pub fn lower_bound(
+    topo: &Topology,
+    traffic: &TrafficMatrix,
+    opts: &LpOptions,
+) -> Result<LowerBound> {
+    let mut b = cut_bound(topo, traffic);
+    if !topo.is_hierarchical() {
+        b.lp_us = Some(lp_bound(topo, traffic, opts)?);
+    }
+    Ok(b)
 }
 
 /// Smallest latency of any route between a pair with traffic, microseconds.

@@ -12,7 +12,7 @@ mod routes;
 #[cfg(test)]
 mod tests;
 
-pub use bound::{lp_bound, min_latency};
+pub use bound::{lower_bound, lp_bound, min_latency};
 pub use mcf::{
     solve_mcf, Arc, CommodityFlow, FlowNetwork, Formulation, McfSolution, Objective, SolveStatus,
 };
