@@ -346,3 +346,88 @@ fn fat_tree_8x8_targets() {
         }
     }
 }
+
+/// `links` topologies at measurement size: a ring, a torus and a mesh of
+/// GPUs, a ring and a torus of 4-GPU nodes (a switch per node). Prints the
+/// completion over the LP bound, checks the plan and the bound:
+/// `cargo test --release -p switchyard-compiler --lib links_measured -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn links_measured() {
+    let link = |a: String, b: String, bw: f64, lat: f64| {
+        format!(
+            r#"{{"from":"{a}","to":"{b}","bandwidth_GBps":{bw},"latency_us":{lat},"bidirectional":true}}"#
+        )
+    };
+    let topo = |name: &str, nodes: usize, g: usize, links: Vec<String>| {
+        let t = format!(
+            r#"{{"name":"{name}","nodes":{nodes},"gpus_per_node":{g},"links":[{}]}}"#,
+            links.join(",")
+        );
+        Topology::from_json_str(&t, name).unwrap()
+    };
+    let gpu = |i: usize| format!("gpu{i}");
+    let sw = |i: usize| format!("sw{i}");
+    let mut cases = vec![topo(
+        "ring of 8 GPUs",
+        8,
+        1,
+        (0..8)
+            .map(|i| link(gpu(i), gpu((i + 1) % 8), 50.0, 1.0))
+            .collect(),
+    )];
+    let mut l = Vec::new();
+    for x in 0..4 {
+        for y in 0..4 {
+            l.push(link(gpu(x * 4 + y), gpu((x + 1) % 4 * 4 + y), 50.0, 1.0));
+            l.push(link(gpu(x * 4 + y), gpu(x * 4 + (y + 1) % 4), 50.0, 1.0));
+        }
+    }
+    cases.push(topo("4x4 torus of GPUs", 16, 1, l));
+    let mut l = Vec::new();
+    for a in 0..8 {
+        for b in a + 1..8 {
+            l.push(link(gpu(a), gpu(b), 25.0, 1.0));
+        }
+    }
+    cases.push(topo("8-GPU direct mesh", 8, 1, l));
+    let mut l = Vec::new();
+    for n in 0..4 {
+        for k in 0..4 {
+            l.push(link(gpu(n * 4 + k), sw(n), 200.0, 1.0));
+        }
+        l.push(link(sw(n), sw((n + 1) % 4), 100.0, 2.0));
+    }
+    cases.push(topo("ring of 4 nodes x 4 GPUs", 4, 4, l));
+    let mut l = Vec::new();
+    for x in 0..2 {
+        for y in 0..4 {
+            let n = x * 4 + y;
+            for k in 0..4 {
+                l.push(link(gpu(n * 4 + k), sw(n), 200.0, 1.0));
+            }
+            l.push(link(sw(n), sw((x + 1) % 2 * 4 + y), 100.0, 2.0));
+            l.push(link(sw(n), sw(x * 4 + (y + 1) % 4), 100.0, 2.0));
+        }
+    }
+    cases.push(topo("2x4 torus of 8 nodes x 4 GPUs", 8, 4, l));
+    for t in &cases {
+        for skew in [0.0, 1.0] {
+            let m = generate(&TrafficSpec::new(t.ranks(), Pattern::Zipf(skew))).unwrap();
+            let (plan, report) = lp_with_report(t, &m, &LpOptions::default()).unwrap();
+            verify_on(&plan, &m, t).unwrap();
+            let bound = lp_bound(t, &m, &LpOptions::default()).unwrap();
+            let c = simulate(t, &plan, &SimOptions::default())
+                .unwrap()
+                .completion_us;
+            println!(
+                "{} zipf {skew}: solve {:.2} s, LP bound {bound:.1} us, completion {c:.1} us, ratio {:.3}, {} transfers",
+                t.name(),
+                report.solve_s,
+                c / bound,
+                plan.transfers.len()
+            );
+            assert!(c >= bound);
+        }
+    }
+}
