@@ -4,7 +4,7 @@
 //! or timing, finishes sooner in the fluid model.
 
 use crate::bound::{cut_bound, LowerBound};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::topology::Topology;
 use crate::traffic::TrafficMatrix;
 
@@ -21,7 +21,7 @@ pub fn lp_bound(topo: &Topology, traffic: &TrafficMatrix, opts: &LpOptions) -> R
         return Ok(0.0);
     };
     if sol.status != SolveStatus::Optimal {
-        return Err(crate::Error::Solver(format!(
+        return Err(Error::Solver(format!(
             "LP bound not proven optimal within the time limit of {} s",
             opts.time_limit_s
         )));
@@ -32,7 +32,9 @@ pub fn lp_bound(topo: &Topology, traffic: &TrafficMatrix, opts: &LpOptions) -> R
 /// The report's bound: the cut bound, and for a `links` topology (whose
 /// cuts the cut bound does not know beyond each GPU) the LP bound too. In
 /// the hierarchical form the LP adds a second of solving for a figure
-/// that equals the cut bound's moving time, so it is left out there.
+/// that equals the cut bound's moving time, so it is left out there. A
+/// solve that does not prove its optimum in time leaves the LP figure out
+/// rather than failing the report; bad input is still an error.
 pub fn lower_bound(
     topo: &Topology,
     traffic: &TrafficMatrix,
@@ -40,7 +42,12 @@ pub fn lower_bound(
 ) -> Result<LowerBound> {
     let mut b = cut_bound(topo, traffic);
     if !topo.is_hierarchical() {
-        b.lp_us = Some(lp_bound(topo, traffic, opts)?);
+        b.lp_us = match lp_bound(topo, traffic, opts) {
+            Ok(lp) => Some(lp),
+            // Not proven optimal in time: report the cut bound alone.
+            Err(Error::Solver(_)) => None,
+            Err(e) => return Err(e),
+        };
     }
     Ok(b)
 }

@@ -431,3 +431,75 @@ fn links_measured() {
         }
     }
 }
+
+#[test]
+fn lower_bound_adds_the_lp_on_links_topologies() {
+    let topo = ring(4, 10.0);
+    let m = TrafficMatrix::uniform(4, 1_000_000);
+    let b = lower_bound(&topo, &m, &LpOptions::default()).unwrap();
+    assert!(close(b.lp_us.unwrap(), 201.0));
+    assert!(b.best_us() >= b.cut_us);
+    let h = lower_bound(&two_leaves_4to1(), &m, &LpOptions::default()).unwrap();
+    assert_eq!(h.lp_us, None);
+}
+
+/// `lp` against `direct` and `hierarchical` on the bench's clusters and
+/// workloads, completion over the cut bound in both network modes:
+/// `cargo test --release -p switchyard-compiler --lib workloads_measured -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn workloads_measured() {
+    use crate::sim::Network;
+    let mut topos = vec![
+        Topology::preset("dgx-h100", 2, None).unwrap(),
+        Topology::preset("dgx-h100", 4, None).unwrap(),
+        Topology::preset("mi300x", 2, None).unwrap(),
+    ];
+    for over in [2.0, 4.0] {
+        let mut spec = TopologySpec::preset("dgx-h100", 8, None).unwrap();
+        spec.fabric = Some(FabricSpec {
+            kind: FabricKind::FatTree,
+            nodes_per_leaf: 4,
+            oversubscription: over,
+            latency_us: 1.0,
+        });
+        topos.push(Topology::from_spec(spec, "t").unwrap());
+    }
+    let patterns = [
+        Pattern::Uniform,
+        Pattern::Zipf(0.8),
+        Pattern::Zipf(1.2),
+        Pattern::Lognormal(1.0),
+        Pattern::Hotspot(0.3),
+        Pattern::IntraSkew(1.0),
+    ];
+    for t in &topos {
+        for p in patterns {
+            let m = generate(&TrafficSpec::new(t.ranks(), p)).unwrap();
+            let b = cut_bound(t, &m).cut_us;
+            let plans = [
+                crate::sched::lp(t, &m, &LpOptions::default()).unwrap(),
+                crate::sched::direct(t, &m),
+                crate::sched::hierarchical(t, &m),
+            ];
+            let r = |net| -> Vec<String> {
+                plans
+                    .iter()
+                    .map(|plan| {
+                        let c = simulate(t, plan, &SimOptions::new(net))
+                            .unwrap()
+                            .completion_us;
+                        format!("{} {:.3}", plan.algorithm, c / b)
+                    })
+                    .collect()
+            };
+            println!(
+                "{} (fabric {:?}) {p:?}: ideal [{}] congested [{}]",
+                t.name(),
+                t.spec().fabric.as_ref().map(|f| f.oversubscription),
+                r(Network::Ideal).join(", "),
+                r(Network::Congested).join(", ")
+            );
+        }
+    }
+}
