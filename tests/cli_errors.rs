@@ -9,7 +9,11 @@ fn bin() -> Command {
 }
 
 fn example(rel: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples").join(rel).display().to_string()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join(rel)
+        .display()
+        .to_string()
 }
 
 /// A scratch directory unique to one test.
@@ -48,7 +52,15 @@ fn expect_input_error(args: &[&str], needles: &[&str]) {
 fn compile_with_traffic(dir: &std::path::Path, traffic: &str) -> Vec<String> {
     let topo = example("topologies/dgx-h100-2x8.json");
     let out = dir.join("plan.json").display().to_string();
-    vec!["compile".into(), "--topology".into(), topo, "--traffic".into(), traffic.into(), "--out".into(), out]
+    vec![
+        "compile".into(),
+        "--topology".into(),
+        topo,
+        "--traffic".into(),
+        traffic.into(),
+        "--out".into(),
+        out,
+    ]
 }
 
 fn args(v: &[String]) -> Vec<&str> {
@@ -59,12 +71,36 @@ fn args(v: &[String]) -> Vec<&str> {
 fn bad_traffic_values_name_row_and_column() {
     let dir = scratch("traffic");
     let cases = [
-        ("notsquare.json", r#"{"ranks":2,"matrix":[[1,2],[3]]}"#, vec!["notsquare.json", "row 1", "square"]),
-        ("negative.json", r#"{"ranks":2,"matrix":[[1,2],[3,-4]]}"#, vec!["row 1, column 1", "negative"]),
-        ("fraction.json", r#"{"ranks":2,"matrix":[[1,2.5],[3,4]]}"#, vec!["row 0, column 1", "fractional"]),
-        ("word.json", r#"{"ranks":2,"matrix":[[1,2],["x",4]]}"#, vec!["row 1, column 0", "not a byte count"]),
-        ("truncated.json", r#"{"ranks":2,"matrix":[[1,2],[3,4]"#, vec!["truncated.json", "line 1", "truncated"]),
-        ("bad.csv", "1,2\n3,four\n", vec!["bad.csv", "row 1, column 1", "not a byte count"]),
+        (
+            "notsquare.json",
+            r#"{"ranks":2,"matrix":[[1,2],[3]]}"#,
+            vec!["notsquare.json", "row 1", "square"],
+        ),
+        (
+            "negative.json",
+            r#"{"ranks":2,"matrix":[[1,2],[3,-4]]}"#,
+            vec!["row 1, column 1", "negative"],
+        ),
+        (
+            "fraction.json",
+            r#"{"ranks":2,"matrix":[[1,2.5],[3,4]]}"#,
+            vec!["row 0, column 1", "fractional"],
+        ),
+        (
+            "word.json",
+            r#"{"ranks":2,"matrix":[[1,2],["x",4]]}"#,
+            vec!["row 1, column 0", "not a byte count"],
+        ),
+        (
+            "truncated.json",
+            r#"{"ranks":2,"matrix":[[1,2],[3,4]"#,
+            vec!["truncated.json", "line 1", "truncated"],
+        ),
+        (
+            "bad.csv",
+            "1,2\n3,four\n",
+            vec!["bad.csv", "row 1, column 1", "not a byte count"],
+        ),
     ];
     for (name, text, needles) in cases {
         let path = write(&dir, name, text);
@@ -100,7 +136,18 @@ fn bad_topologies() {
     for (name, text, needles) in cases {
         let topo = write(&dir, name, &text);
         let out = dir.join("p.json").display().to_string();
-        expect_input_error(&["compile", "--topology", &topo, "--traffic", &traffic, "--out", &out], &needles);
+        expect_input_error(
+            &[
+                "compile",
+                "--topology",
+                &topo,
+                "--traffic",
+                &traffic,
+                "--out",
+                &out,
+            ],
+            &needles,
+        );
     }
 }
 
@@ -111,17 +158,53 @@ fn missing_files_unknown_names() {
     let topo = example("topologies/dgx-h100-2x8.json");
     let traffic = example("traffic/moe-16.json");
     expect_input_error(
-        &["compile", "--topology", "/nonexistent/t.json", "--traffic", &traffic, "--out", &out],
+        &[
+            "compile",
+            "--topology",
+            "/nonexistent/t.json",
+            "--traffic",
+            &traffic,
+            "--out",
+            &out,
+        ],
         &["/nonexistent/t.json", "no such file"],
     );
     expect_input_error(
-        &["compile", "--topology", &topo, "--traffic", &traffic, "--algorithm", "magic", "--out", &out],
+        &[
+            "compile",
+            "--topology",
+            &topo,
+            "--traffic",
+            &traffic,
+            "--algorithm",
+            "magic",
+            "--out",
+            &out,
+        ],
         &["unknown algorithm `magic`", "direct"],
     );
-    expect_input_error(&["topology", "--preset", "tpu-v5", "--nodes", "2"], &["unknown preset"]);
-    expect_input_error(&["topology", "--preset", "dgx-h100", "--nodes", "0"], &["nodes", "at least 1"]);
-    expect_input_error(&["traffic", "--ranks", "4", "--pattern", "zipf"], &["--pattern", "needs a parameter"]);
-    expect_input_error(&["verify", "--plan", "/nonexistent/p.json", "--traffic", &traffic], &["no such file"]);
+    expect_input_error(
+        &["topology", "--preset", "tpu-v5", "--nodes", "2"],
+        &["unknown preset"],
+    );
+    expect_input_error(
+        &["topology", "--preset", "dgx-h100", "--nodes", "0"],
+        &["nodes", "at least 1"],
+    );
+    expect_input_error(
+        &["traffic", "--ranks", "4", "--pattern", "zipf"],
+        &["--pattern", "needs a parameter"],
+    );
+    expect_input_error(
+        &[
+            "verify",
+            "--plan",
+            "/nonexistent/p.json",
+            "--traffic",
+            &traffic,
+        ],
+        &["no such file"],
+    );
 }
 
 #[test]
@@ -130,15 +213,35 @@ fn wrong_plan_fails_verification_with_exit_1() {
     let topo = example("topologies/dgx-h100-2x8.json");
     let traffic = example("traffic/moe-16.json");
     let out = dir.join("p.json").display().to_string();
-    let (code, err) = run(&["compile", "--topology", &topo, "--traffic", &traffic, "--out", &out]);
+    let (code, err) = run(&[
+        "compile",
+        "--topology",
+        &topo,
+        "--traffic",
+        &traffic,
+        "--out",
+        &out,
+    ]);
     assert_eq!(code, 0, "{err}");
-    let (code, _) = run(&["verify", "--plan", &out, "--traffic", &traffic, "--topology", &topo]);
+    let (code, _) = run(&[
+        "verify",
+        "--plan",
+        &out,
+        "--traffic",
+        &traffic,
+        "--topology",
+        &topo,
+    ]);
     assert_eq!(code, 0);
     // Drop the last transfer: its bytes never arrive.
-    let mut plan: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let mut plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     plan["transfers"].as_array_mut().unwrap().pop();
     let broken = write(&dir, "broken.json", &plan.to_string());
     let (code, err) = run(&["verify", "--plan", &broken, "--traffic", &traffic]);
     assert_eq!(code, 1, "{err}");
-    assert!(err.contains("broken.json") && err.contains("never written"), "{err}");
+    assert!(
+        err.contains("broken.json") && err.contains("never written"),
+        "{err}"
+    );
 }

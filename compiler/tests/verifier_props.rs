@@ -14,7 +14,11 @@ fn cluster() -> impl Strategy<Value = Topology> {
             nodes,
             gpus_per_node: gpus,
             intra: Some(IntraSpec {
-                kind: if mesh { IntraKind::Mesh } else { IntraKind::Switch },
+                kind: if mesh {
+                    IntraKind::Mesh
+                } else {
+                    IntraKind::Switch
+                },
                 bandwidth_gbps: 300.0,
                 latency_us: 1.0,
             }),
@@ -43,7 +47,8 @@ fn case() -> impl Strategy<Value = (Topology, TrafficMatrix, usize)> {
 }
 
 fn plan_for(topo: &Topology, m: &TrafficMatrix, alg: usize) -> Plan {
-    schedule(Algorithm::ALL[alg], topo, m, &Options::default()).expect("baselines schedule any cluster")
+    schedule(Algorithm::ALL[alg], topo, m, &Options::default())
+        .expect("baselines schedule any cluster")
 }
 
 proptest! {

@@ -30,7 +30,9 @@ pub fn hierarchical(topo: &Topology, traffic: &TrafficMatrix) -> Plan {
             let mut off = 0;
             for b in (0..nodes).filter(|&b| b != a) {
                 region_off[relay * nodes + b] = off;
-                off += (0..g).map(|i| traffic.get(a * g + i, b * g + j)).sum::<u64>();
+                off += (0..g)
+                    .map(|i| traffic.get(a * g + i, b * g + j))
+                    .sum::<u64>();
             }
             if off > 0 {
                 plan.need_scratch(relay, off);

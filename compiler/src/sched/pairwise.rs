@@ -30,7 +30,10 @@ pub fn pairwise(topo: &Topology, traffic: &TrafficMatrix) -> Plan {
             }
             let mut deps: Deps = smallvec![];
             // The sender waits for its own previous round, the receiver for its own.
-            for prev in [last_send[s], last_recv[s], last_send[d], last_recv[d]].into_iter().flatten() {
+            for prev in [last_send[s], last_recv[s], last_send[d], last_recv[d]]
+                .into_iter()
+                .flatten()
+            {
                 if !deps.contains(&prev) {
                     deps.push(prev);
                 }
@@ -71,7 +74,11 @@ mod tests {
         assert_eq!(p.transfers.len(), 15);
         verify_on(&p, &m, &topo).unwrap();
         // Round 1 of rank 0 (0 -> 1) waits for round 0 of ranks 0 and 1.
-        let t = p.transfers.iter().find(|t| t.src == 0 && t.dst == 1).unwrap();
+        let t = p
+            .transfers
+            .iter()
+            .find(|t| t.src == 0 && t.dst == 1)
+            .unwrap();
         assert_eq!(t.step, 1);
         assert_eq!(t.deps.len(), 2);
     }

@@ -13,6 +13,7 @@
 
 mod congestion;
 mod fair;
+mod routes;
 #[cfg(test)]
 mod tests;
 
@@ -231,7 +232,11 @@ type Arrival = Reverse<(Key, u32)>;
 struct Sim<'a> {
     plan: &'a Plan,
     eps: f64,
+    /// Routes as the rates see them: without twin links.
     paths: Paths,
+    /// (dropped, kept): links that carry exactly the flows of a kept link of
+    /// no more capacity, so never bind; they get the kept link's usage.
+    twins: Vec<(LinkId, LinkId)>,
     latency: Vec<f64>,
     /// Transfers waiting on each transfer (CSR).
     child_off: Vec<u32>,
@@ -252,23 +257,7 @@ struct Sim<'a> {
 impl<'a> Sim<'a> {
     fn new(topo: &Topology, plan: &'a Plan, opts: &SimOptions, eps: f64) -> Self {
         let n = plan.transfers.len();
-        let mut paths = Paths {
-            off: Vec::with_capacity(n + 1),
-            links: Vec::with_capacity(n * 4),
-        };
-        paths.off.push(0);
-        let mut latency = Vec::with_capacity(n);
-        for t in &plan.transfers {
-            let before = paths.links.len();
-            topo.path_into(t.src as usize, t.dst as usize, &mut paths.links);
-            latency.push(
-                paths.links[before..]
-                    .iter()
-                    .map(|&l| topo.link(l).latency_us)
-                    .sum(),
-            );
-            paths.off.push(paths.links.len() as u32);
-        }
+        let (mut paths, latency) = routes::routes(topo, plan);
         let mut child_off = vec![0u32; n + 1];
         for t in &plan.transfers {
             for &d in &t.deps {
@@ -290,12 +279,18 @@ impl<'a> Sim<'a> {
         let cap: Vec<f64> = (0..links as LinkId)
             .map(|l| topo.link(l).bandwidth)
             .collect();
-        let congestion = (opts.network == Network::Congested)
-            .then(|| Congestion::new(opts.congestion.clone(), topo, &paths, n));
+        let congested = opts.network == Network::Congested;
+        let congestion =
+            congested.then(|| Congestion::new(opts.congestion.clone(), topo, &paths, n));
+        let twins = routes::twin_links(topo, &paths, congested);
+        if !twins.is_empty() {
+            paths = routes::without(&paths, &twins, links);
+        }
         Sim {
             plan,
             eps,
             paths,
+            twins,
             latency,
             child_off,
             children,
@@ -362,7 +357,12 @@ impl<'a> Sim<'a> {
         for (t, time) in std::mem::take(&mut stack) {
             self.finish(t, time);
         }
+        // Moving transfers; finished ones stay as dead entries until the
+        // next re-index, so a finish alone does not rebuild the link index.
         let mut active: Vec<u32> = Vec::new();
+        let mut dead: Vec<bool> = Vec::new();
+        let mut n_dead = 0usize;
+        let mut reindex = false;
         let mut rate: Vec<f64> = Vec::new();
         let mut finish_at: Vec<f64> = Vec::new();
         let mut now = 0.0f64;
@@ -378,8 +378,24 @@ impl<'a> Sim<'a> {
                     self.finish(t, at);
                 } else {
                     active.push(t);
+                    dead.push(false);
                     changed = true;
+                    reindex = true;
                 }
+            }
+            if reindex || n_dead * 2 > active.len() {
+                let mut keep = 0;
+                for pos in 0..active.len() {
+                    if !dead[pos] {
+                        active[keep] = active[pos];
+                        keep += 1;
+                    }
+                }
+                active.truncate(keep);
+                dead.clear();
+                dead.resize(keep, false);
+                n_dead = 0;
+                reindex = true;
             }
             if active.is_empty() {
                 match self.arrivals.peek() {
@@ -391,9 +407,10 @@ impl<'a> Sim<'a> {
                 }
             }
             if changed {
-                self.recompute(&active, &mut rate);
+                self.recompute(&active, &dead, reindex, &mut rate);
                 self.events += 1;
                 changed = false;
+                reindex = false;
             }
             let next_arrival = self
                 .arrivals
@@ -404,6 +421,10 @@ impl<'a> Sim<'a> {
             finish_at.clear();
             let mut limit = next_arrival;
             for (pos, &t) in active.iter().enumerate() {
+                if dead[pos] {
+                    finish_at.push(f64::INFINITY);
+                    continue;
+                }
                 let r = rate[pos];
                 let f = if r > 0.0 {
                     now + self.remaining[t as usize] / r
@@ -435,6 +456,8 @@ impl<'a> Sim<'a> {
             if tau == f64::NEG_INFINITY {
                 tau = limit; // only an arrival: advance to it
             }
+            // Rounding can put a projected finish a hair before now.
+            tau = tau.max(now);
             let dt = (tau - now).max(0.0);
             for &l in self.filler.touched() {
                 let used = self.filler_used(l);
@@ -444,8 +467,10 @@ impl<'a> Sim<'a> {
                     u.busy_us += dt;
                 }
             }
-            let mut keep = 0;
             for pos in 0..active.len() {
+                if dead[pos] {
+                    continue;
+                }
                 let t = active[pos];
                 let moved = rate[pos] * dt;
                 if finish_at[pos] <= limit {
@@ -457,14 +482,14 @@ impl<'a> Sim<'a> {
                         }
                     }
                     self.remaining[t as usize] = 0.0;
+                    dead[pos] = true;
+                    n_dead += 1;
+                    self.filler.remove(t, &self.paths);
                     stack.push((t, tau));
                 } else {
                     self.remaining[t as usize] -= moved;
-                    active[keep] = t;
-                    keep += 1;
                 }
             }
-            active.truncate(keep);
             now = tau;
             if !stack.is_empty() {
                 changed = true;
@@ -480,6 +505,9 @@ impl<'a> Sim<'a> {
                 reason: "never becomes ready: its dependencies form a cycle".to_string(),
             }
             .into());
+        }
+        for &(d, k) in &self.twins {
+            self.links[d as usize] = self.links[k as usize];
         }
         let completion_us = self.times.iter().map(|t| t.end_us).fold(0.0, f64::max);
         Ok(SimResult {
@@ -499,11 +527,17 @@ impl<'a> Sim<'a> {
         self.filler.used(l, cap)
     }
 
-    fn recompute(&mut self, active: &[u32], rate: &mut Vec<f64>) {
-        self.filler.index(active, &self.paths);
+    /// Rates of the moving transfers; `reindex` after arrivals (the link
+    /// index gains flows), otherwise finished flows were only removed.
+    fn recompute(&mut self, active: &[u32], dead: &[bool], reindex: bool, rate: &mut Vec<f64>) {
+        if reindex {
+            self.filler.index(active, &self.paths);
+        }
         match &mut self.congestion {
-            Some(c) => c.fill(&mut self.filler, active, &self.paths, &self.cap, rate),
-            None => self.filler.fill(active, &self.paths, &self.cap, None, rate),
+            Some(c) => c.fill(&mut self.filler, active, &self.paths, &self.cap, dead, rate),
+            None => self
+                .filler
+                .fill(active, &self.paths, &self.cap, None, dead, rate),
         }
     }
 }
