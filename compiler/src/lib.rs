@@ -9,6 +9,7 @@
 pub mod error;
 pub mod generate;
 pub mod plan;
+pub mod planner;
 pub mod sched;
 pub mod topology;
 pub mod traffic;

@@ -5,6 +5,8 @@
 //! may consult the topology's bandwidths and latencies to make choices.
 
 mod direct;
+pub mod fast;
+mod spray;
 
 use std::fmt;
 use std::str::FromStr;
@@ -15,20 +17,26 @@ use crate::topology::Topology;
 use crate::traffic::TrafficMatrix;
 
 pub use direct::{direct, path_between};
+pub use fast::fast;
+pub use spray::spray;
 
 /// The algorithms the CLI knows (DESIGN.md "Algorithms").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Algorithm {
     Direct,
+    Fast,
+    Spray,
 }
 
 impl Algorithm {
     /// Every algorithm, in the order reports list them.
-    pub const ALL: &'static [Algorithm] = &[Algorithm::Direct];
+    pub const ALL: &'static [Algorithm] = &[Algorithm::Direct, Algorithm::Fast, Algorithm::Spray];
 
     pub fn name(self) -> &'static str {
         match self {
             Algorithm::Direct => "direct",
+            Algorithm::Fast => "fast",
+            Algorithm::Spray => "spray",
         }
     }
 }
@@ -70,5 +78,7 @@ pub fn schedule(
     traffic.check_ranks(topo.ranks(), "traffic")?;
     match alg {
         Algorithm::Direct => Ok(direct(topo, traffic)),
+        Algorithm::Fast => fast(topo, traffic),
+        Algorithm::Spray => spray(topo, traffic),
     }
 }

@@ -1,0 +1,881 @@
+//! The per-batch Planner: `fast` (and its ablation `spray`) as a reusable
+//! object for training and inference loops that re-plan every batch.
+//!
+//! [`Planner::new`] derives everything that depends on the topology only
+//! (lane weights, rates, latencies); [`Planner::plan_into`] turns one traffic
+//! matrix into a [`Plan`], reusing every buffer of the previous call, the
+//! plan's own vectors included, so a steady-state call allocates nothing but
+//! the rare dependency lists longer than four.
+//!
+//! The plan has four kinds of transfers (docs/algorithms.md, `fast`):
+//! - intra-node traffic, NVLink (or a local copy), at once, no dependencies;
+//! - balancing moves ("pieces"): NVLink from a GPU with more than its share of
+//!   what its node sends to one node, into the scratch of a GPU with less;
+//! - inter-node sends, one or two per (GPU, stage): rail-aligned RDMA from GPU
+//!   `l` of node A to GPU `l` of node B, into B's scratch;
+//! - forwards: NVLink (or local) copies from that scratch to the final outputs.
+
+use crate::error::{Error, Result};
+use crate::plan::{Buffer, Deps, Path, Plan, Transfer};
+use crate::sched::fast::balance::{balance_pair, Lane, LaneWeights, Piece};
+use crate::sched::fast::stages::Decomposer;
+pub use crate::sched::fast::stages::{check_partial_permutation, StagePair};
+use crate::topology::Topology;
+use crate::traffic::TrafficMatrix;
+
+/// Knobs of the planner. The defaults are what `fast` uses.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlannerOptions {
+    /// Stages in flight per GPU: the send of stage `k` waits for the GPU's
+    /// send of stage `k - depth`. `None` derives it from the alpha-beta cost
+    /// (enough stages in flight to cover the inter-node latency).
+    pub pipeline_depth: Option<u32>,
+    /// Target stages per node: the decomposition's stage floor is
+    /// `θ = M / (stages_per_node · (N − 1))`; larger means finer, exacter stages.
+    pub stages_per_node: f64,
+    /// Balance each node's traffic over its GPUs and NICs (`false`: every GPU
+    /// sends its own bytes, an ablation).
+    pub balance: bool,
+    /// Permutation stages (`false`: every inter-node send at once: `spray`).
+    pub staged: bool,
+}
+
+impl Default for PlannerOptions {
+    fn default() -> Self {
+        PlannerOptions {
+            pipeline_depth: None,
+            stages_per_node: 2.0,
+            balance: true,
+            staged: true,
+        }
+    }
+}
+
+/// Reusable planner for one topology.
+#[derive(Clone, Debug)]
+pub struct Planner {
+    opts: PlannerOptions,
+    nodes: usize,
+    gpus: usize,
+    nics: usize,
+    weights: LaneWeights,
+    /// Bytes/us of one NIC, and of all the NICs a node uses.
+    nic_rate: f64,
+    node_rate: f64,
+    /// Latency of one inter-node transfer and of one NVLink hop, us.
+    inter_latency: f64,
+    intra_latency: f64,
+    // Per-plan buffers, kept between calls.
+    /// `send_off[s * (n + 1) + d]`: offset of block (s, d) in input of s; the
+    /// last entry of a row is the row's total.
+    send_off: Vec<u64>,
+    /// `recv_off[s * n + d]`: offset of block (s, d) in output of d.
+    recv_off: Vec<u64>,
+    col_acc: Vec<u64>,
+    node_bytes: Vec<u64>,
+    lanes: Vec<Lane>,
+    pieces: Vec<Piece>,
+    sent: Vec<u64>,
+    scratch_gather: Vec<u64>,
+    decomposer: Decomposer,
+    stages: Vec<StagePair>,
+    stage_count: u32,
+    depth: u32,
+    taken: Vec<u64>,
+    /// Inter-node sends of each GPU, per stage slot (second is NONE if one).
+    slots: Vec<Vec<[u32; 2]>>,
+}
+
+const NONE: u32 = u32::MAX;
+
+impl Planner {
+    /// Precomputes what depends on the topology. `links` topologies are not
+    /// supported (the planner needs nodes, rails and an intra-node fabric).
+    pub fn new(topo: &Topology, opts: PlannerOptions) -> Result<Planner> {
+        let name = if opts.staged { "fast" } else { "spray" };
+        if !topo.is_hierarchical() {
+            return Err(Error::Unsupported {
+                algorithm: name.into(),
+                reason: "needs a hierarchical topology (intra, nic, fabric), not a `links` graph; use `lp`".into(),
+            });
+        }
+        if !(opts.stages_per_node.is_finite() && opts.stages_per_node > 0.0) {
+            return Err(Error::Unsupported {
+                algorithm: name.into(),
+                reason: format!(
+                    "stages_per_node must be positive, got {}",
+                    opts.stages_per_node
+                ),
+            });
+        }
+        let (nodes, gpus) = (topo.nodes(), topo.gpus_per_node());
+        let nics = topo.nics_per_node().max(1);
+        let rails = nics.min(gpus) as f64;
+        let nic_rate = topo.nic_bandwidth().max(f64::MIN_POSITIVE);
+        let inter_latency = if nodes > 1 {
+            topo.path_latency(0, gpus)
+        } else {
+            0.0
+        };
+        let intra_latency = if gpus > 1 {
+            topo.path_latency(0, 1)
+        } else {
+            0.0
+        };
+        let ranks = nodes * gpus;
+        Ok(Planner {
+            nodes,
+            gpus,
+            nics,
+            weights: LaneWeights::new(gpus, nics),
+            nic_rate,
+            node_rate: nic_rate * rails,
+            inter_latency,
+            intra_latency,
+            send_off: Vec::with_capacity(ranks * (ranks + 1)),
+            recv_off: Vec::with_capacity(ranks * ranks),
+            col_acc: Vec::with_capacity(ranks),
+            node_bytes: Vec::with_capacity(nodes * nodes),
+            lanes: Vec::with_capacity(nodes * nodes * gpus),
+            pieces: Vec::new(),
+            sent: Vec::with_capacity(gpus),
+            scratch_gather: Vec::with_capacity(ranks),
+            decomposer: Decomposer::default(),
+            stages: Vec::new(),
+            stage_count: 0,
+            depth: 1,
+            taken: Vec::with_capacity(nodes * nodes),
+            slots: vec![Vec::new(); ranks],
+            opts,
+        })
+    }
+
+    pub fn options(&self) -> &PlannerOptions {
+        &self.opts
+    }
+
+    fn ranks(&self) -> usize {
+        self.nodes * self.gpus
+    }
+
+    /// Plans one all-to-all (allocates a fresh plan; see [`Planner::plan_into`]).
+    pub fn plan(&mut self, traffic: &TrafficMatrix) -> Result<Plan> {
+        let mut plan = Plan::new("", 0, 0);
+        self.plan_into(traffic, &mut plan)?;
+        Ok(plan)
+    }
+
+    /// Plans one all-to-all into `out`, reusing its allocations.
+    pub fn plan_into(&mut self, traffic: &TrafficMatrix, out: &mut Plan) -> Result<()> {
+        traffic.check_ranks(self.ranks(), "traffic")?;
+        out.clear();
+        out.algorithm.clear();
+        out.algorithm
+            .push_str(if self.opts.staged { "fast" } else { "spray" });
+        out.ranks = self.ranks() as u32;
+        out.gpus_per_node = self.gpus as u32;
+        self.offsets(traffic);
+        self.emit_intra_node(traffic, out);
+        self.balance();
+        self.layout_scratch(out);
+        self.decompose();
+        self.emit_inter_node(out);
+        Ok(())
+    }
+
+    /// The stages of the last plan: node pairs with their bytes, in stage order.
+    pub fn stages(&self) -> &[StagePair] {
+        &self.stages
+    }
+
+    /// Number of stages of the last plan.
+    pub fn stage_count(&self) -> u32 {
+        self.stage_count
+    }
+
+    /// Pipeline depth the last plan used (stages in flight per GPU).
+    pub fn pipeline_depth(&self) -> u32 {
+        self.depth
+    }
+
+    /// Block offsets of the all-to-all(v) layout, and the node matrix.
+    fn offsets(&mut self, m: &TrafficMatrix) {
+        let n = self.ranks();
+        let (nn, g) = (self.nodes, self.gpus);
+        self.send_off.clear();
+        self.recv_off.clear();
+        self.recv_off.resize(n * n, 0);
+        self.col_acc.clear();
+        self.col_acc.resize(n, 0);
+        self.node_bytes.clear();
+        self.node_bytes.resize(nn * nn, 0);
+        for s in 0..n {
+            let row = m.row(s);
+            let mut acc = 0u64;
+            let recv = &mut self.recv_off[s * n..(s + 1) * n];
+            for (d, &b) in row.iter().enumerate() {
+                self.send_off.push(acc);
+                acc += b;
+                recv[d] = self.col_acc[d];
+                self.col_acc[d] += b;
+            }
+            self.send_off.push(acc);
+            let so = &self.send_off[s * (n + 1)..];
+            let a = s / g;
+            for b in 0..nn {
+                self.node_bytes[a * nn + b] += so[(b + 1) * g] - so[b * g];
+            }
+        }
+    }
+
+    /// Bytes rank `s` sends to node `b`: a contiguous range of its input.
+    fn to_node(&self, s: usize, b: usize) -> (u64, u64) {
+        let row = &self.send_off[s * (self.ranks() + 1)..];
+        (
+            row[b * self.gpus],
+            row[(b + 1) * self.gpus] - row[b * self.gpus],
+        )
+    }
+
+    /// Traffic inside a node: one transfer per block, at once.
+    fn emit_intra_node(&self, m: &TrafficMatrix, out: &mut Plan) {
+        let (n, g) = (self.ranks(), self.gpus);
+        for s in 0..n {
+            let first = s / g * g;
+            for d in first..first + g {
+                let bytes = m.get(s, d);
+                if bytes == 0 {
+                    continue;
+                }
+                out.transfers.push(Transfer {
+                    src: s as u32,
+                    src_buf: Buffer::Input,
+                    src_off: self.send_off[s * (n + 1) + d],
+                    dst: d as u32,
+                    dst_buf: Buffer::Output,
+                    dst_off: self.recv_off[s * n + d],
+                    bytes,
+                    path: if s == d { Path::Local } else { Path::Nvlink },
+                    step: 0,
+                    deps: Deps::new(),
+                });
+            }
+        }
+    }
+
+    fn lane_index(&self, a: usize, b: usize, l: usize) -> usize {
+        (a * self.nodes + b) * self.gpus + l
+    }
+
+    /// Balances every node pair (module [`crate::sched::fast::balance`]).
+    fn balance(&mut self) {
+        let (nn, g) = (self.nodes, self.gpus);
+        self.lanes.clear();
+        self.lanes.resize(nn * nn * g, Lane::default());
+        self.pieces.clear();
+        // A move is worth it when it saves more than the extra NVLink hop costs.
+        let min_gain = if self.opts.balance {
+            self.intra_latency
+        } else {
+            f64::INFINITY
+        };
+        for a in 0..nn {
+            for b in 0..nn {
+                if a == b {
+                    continue;
+                }
+                self.sent.clear();
+                for l in 0..g {
+                    let x = self.to_node(a * g + l, b).1;
+                    self.sent.push(x);
+                }
+                let at = self.lane_index(a, b, 0);
+                balance_pair(
+                    &self.sent,
+                    (a * g) as u32,
+                    &self.weights,
+                    self.nic_rate,
+                    min_gain,
+                    &mut self.lanes[at..at + g],
+                    &mut self.pieces,
+                );
+            }
+        }
+    }
+
+    /// Scratch of each GPU: its gather regions (one per destination node),
+    /// then its landing regions (one per source node).
+    fn layout_scratch(&mut self, out: &mut Plan) {
+        let (nn, g) = (self.nodes, self.gpus);
+        self.scratch_gather.clear();
+        for a in 0..nn {
+            for l in 0..g {
+                let mut at = 0;
+                for b in 0..nn {
+                    let i = self.lane_index(a, b, l);
+                    self.lanes[i].gather_base = at;
+                    at += self.lanes[i].gathered;
+                }
+                self.scratch_gather.push(at);
+            }
+        }
+        let mut total = 0u64;
+        out.scratch.resize(self.ranks(), 0);
+        for b in 0..nn {
+            for l in 0..g {
+                let r = b * g + l;
+                let mut at = self.scratch_gather[r];
+                for a in 0..nn {
+                    let i = self.lane_index(a, b, l);
+                    self.lanes[i].recv_base = at;
+                    at += self.lanes[i].len();
+                }
+                out.scratch[r] = at;
+                total += at;
+            }
+        }
+        if total == 0 {
+            out.scratch.clear();
+        }
+    }
+
+    /// Stages (or one stage of everything for `spray`) and the pipeline depth.
+    fn decompose(&mut self) {
+        self.stages.clear();
+        let nn = self.nodes;
+        if !self.opts.staged {
+            for a in 0..nn {
+                for b in 0..nn {
+                    let bytes = self.node_bytes[a * nn + b];
+                    if a != b && bytes > 0 {
+                        self.stages.push(StagePair {
+                            stage: 0,
+                            src_node: a as u32,
+                            dst_node: b as u32,
+                            bytes,
+                        });
+                    }
+                }
+            }
+            self.stage_count = u32::from(!self.stages.is_empty());
+            self.depth = u32::MAX;
+            return;
+        }
+        let per = self.opts.stages_per_node * (nn.saturating_sub(1)).max(1) as f64;
+        self.stage_count = self.decomposer.decompose(
+            nn,
+            &self.node_bytes,
+            |m| (m as f64 / per).ceil() as u64,
+            &mut self.stages,
+        );
+        self.depth = match self.opts.pipeline_depth {
+            Some(d) => d.max(1),
+            None => {
+                // beta: the average stage's transfer time on a node's NICs.
+                let moved: u64 = self.stages.iter().map(|p| p.bytes).sum();
+                let per_stage = moved as f64 / (nn as f64 * self.stage_count.max(1) as f64);
+                let beta = per_stage / self.node_rate;
+                let cover = if beta > 0.0 {
+                    (self.inter_latency / beta).ceil()
+                } else {
+                    f64::INFINITY
+                };
+                (1.0 + cover).min(self.stage_count.max(1) as f64) as u32
+            }
+        };
+    }
+
+    fn emit_inter_node(&mut self, out: &mut Plan) {
+        let nn = self.nodes;
+        self.taken.clear();
+        self.taken.resize(nn * nn, 0);
+        for s in &mut self.slots {
+            s.clear();
+        }
+        for i in 0..self.stages.len() {
+            let p = self.stages[i];
+            let (a, b) = (p.src_node as usize, p.dst_node as usize);
+            let before = self.taken[a * nn + b];
+            let after = before + p.bytes;
+            self.taken[a * nn + b] = after;
+            let total = self.node_bytes[a * nn + b];
+            for l in 0..self.gpus {
+                let li = self.lane_index(a, b, l);
+                let len = self.lanes[li].len();
+                let cut = |c: u64| (c as u128 * len as u128 / total as u128) as u64;
+                let (from, to) = (cut(before), cut(after));
+                if from < to {
+                    self.emit_slice(out, a, b, l, from, to, p.stage);
+                }
+            }
+        }
+    }
+
+    /// The sends of bytes `from..to` of lane `l` of pair (a, b) in stage
+    /// `stage`, the balancing moves they need first, and the forwards after.
+    #[allow(clippy::too_many_arguments)]
+    fn emit_slice(
+        &mut self,
+        out: &mut Plan,
+        a: usize,
+        b: usize,
+        l: usize,
+        from: u64,
+        to: u64,
+        stage: u32,
+    ) {
+        let g = self.gpus;
+        let (c, r) = (a * g + l, b * g + l);
+        let lane = self.lanes[self.lane_index(a, b, l)];
+        let slot = self.slots[c].len();
+        let depth = self.depth as usize;
+        let mut chain = Deps::new();
+        let mut gate = Deps::new();
+        if self.opts.staged {
+            if slot >= depth {
+                push_ops(&mut chain, self.slots[c][slot - depth]);
+            }
+            // Moves for this slot start as the previous slot starts.
+            if slot > depth {
+                push_ops(&mut gate, self.slots[c][slot - depth - 1]);
+            }
+        }
+        // GPU `l` sends through its rail NIC `l % nics` (Topology::rail_of).
+        let path = Path::Rdma {
+            nic: (l % self.nics) as u32,
+        };
+        let mut ops = [NONE; 2];
+        if from < lane.own {
+            let end = to.min(lane.own);
+            let (base, _) = self.to_node(c, b);
+            ops[0] = out.push(Transfer {
+                src: c as u32,
+                src_buf: Buffer::Input,
+                src_off: base + from,
+                dst: r as u32,
+                dst_buf: Buffer::Scratch,
+                dst_off: lane.recv_base + from,
+                bytes: end - from,
+                path,
+                step: stage,
+                deps: chain.clone(),
+            });
+        }
+        if to > lane.own {
+            let (g0, g1) = (from.max(lane.own) - lane.own, to - lane.own);
+            let mut deps = chain;
+            let mut at = 0;
+            for pi in lane.pieces_start as usize..lane.pieces_end as usize {
+                let piece = self.pieces[pi];
+                let (p0, p1) = (at, at + piece.len);
+                at = p1;
+                if p1 <= g0 {
+                    continue;
+                }
+                if p0 >= g1 {
+                    break;
+                }
+                if piece.moved_by == NONE {
+                    let (base, _) = self.to_node(piece.src as usize, b);
+                    let idx = out.push(Transfer {
+                        src: piece.src,
+                        src_buf: Buffer::Input,
+                        src_off: base + piece.row_off,
+                        dst: c as u32,
+                        dst_buf: Buffer::Scratch,
+                        dst_off: lane.gather_base + p0,
+                        bytes: piece.len,
+                        path: Path::Nvlink,
+                        step: stage,
+                        deps: gate.clone(),
+                    });
+                    self.pieces[pi].moved_by = idx;
+                }
+                deps.push(self.pieces[pi].moved_by);
+            }
+            ops[1] = out.push(Transfer {
+                src: c as u32,
+                src_buf: Buffer::Scratch,
+                src_off: lane.gather_base + g0,
+                dst: r as u32,
+                dst_buf: Buffer::Scratch,
+                dst_off: lane.recv_base + lane.own + g0,
+                bytes: g1 - g0,
+                path,
+                step: stage,
+                deps,
+            });
+        }
+        self.slots[c].push(ops);
+        if ops[0] != NONE {
+            self.emit_forwards(out, &lane, a, b, l, from, to.min(lane.own), ops[0], stage);
+        }
+        if ops[1] != NONE {
+            self.emit_forwards(out, &lane, a, b, l, from.max(lane.own), to, ops[1], stage);
+        }
+    }
+
+    /// Copies bytes `from..to` of a lane's stream, landed in the receiver's
+    /// scratch by transfer `landed`, to their places in the outputs.
+    #[allow(clippy::too_many_arguments)]
+    fn emit_forwards(
+        &self,
+        out: &mut Plan,
+        lane: &Lane,
+        a: usize,
+        b: usize,
+        l: usize,
+        from: u64,
+        to: u64,
+        landed: u32,
+        stage: u32,
+    ) {
+        let g = self.gpus;
+        let r = b * g + l;
+        // The stream: the carrier's own head, then the pieces in order.
+        let own = Piece {
+            src: (a * g + l) as u32,
+            row_off: 0,
+            len: lane.own,
+            moved_by: NONE,
+        };
+        let pieces = std::iter::once(&own)
+            .chain(&self.pieces[lane.pieces_start as usize..lane.pieces_end as usize]);
+        let mut at = 0u64;
+        for piece in pieces {
+            let (p0, p1) = (at, at + piece.len);
+            at = p1;
+            if p1 <= from {
+                continue;
+            }
+            if p0 >= to {
+                break;
+            }
+            let (lo, hi) = (from.max(p0), to.min(p1));
+            // Row range of the piece's source covered by lo..hi.
+            let (u, v) = (piece.row_off + (lo - p0), piece.row_off + (hi - p0));
+            self.forward_blocks(
+                out,
+                piece.src as usize,
+                b,
+                r,
+                u,
+                v,
+                lane.recv_base + lo,
+                landed,
+                stage,
+            );
+        }
+    }
+
+    /// Forwards row range `u..v` of what rank `s` sends to node `b`, sitting
+    /// at `scratch_off` of rank `r`, block by block.
+    #[allow(clippy::too_many_arguments)]
+    fn forward_blocks(
+        &self,
+        out: &mut Plan,
+        s: usize,
+        b: usize,
+        r: usize,
+        u: u64,
+        v: u64,
+        scratch_off: u64,
+        landed: u32,
+        stage: u32,
+    ) {
+        let (n, g) = (self.ranks(), self.gpus);
+        let row = &self.send_off[s * (n + 1) + b * g..s * (n + 1) + (b + 1) * g + 1];
+        let base = row[0];
+        for j in 0..g {
+            let (b0, b1) = (row[j] - base, row[j + 1] - base);
+            if b1 <= u || b0 == b1 {
+                continue;
+            }
+            if b0 >= v {
+                break;
+            }
+            let (lo, hi) = (u.max(b0), v.min(b1));
+            let d = b * g + j;
+            let mut deps = Deps::new();
+            deps.push(landed);
+            out.transfers.push(Transfer {
+                src: r as u32,
+                src_buf: Buffer::Scratch,
+                src_off: scratch_off + (lo - u),
+                dst: d as u32,
+                dst_buf: Buffer::Output,
+                dst_off: self.recv_off[s * n + d] + (lo - b0),
+                bytes: hi - lo,
+                path: if d == r { Path::Local } else { Path::Nvlink },
+                step: stage + 1,
+                deps,
+            });
+        }
+    }
+}
+
+fn push_ops(deps: &mut Deps, ops: [u32; 2]) {
+    for op in ops {
+        if op != NONE {
+            deps.push(op);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::generate::{generate, Pattern, TrafficSpec};
+    use crate::topology::{IntraKind, IntraSpec, NicSpec, TopologySpec};
+    use crate::verify::verify_on;
+    use proptest::prelude::*;
+
+    fn topo(nodes: usize, gpus: usize, nics: usize, kind: IntraKind) -> Topology {
+        let spec = TopologySpec {
+            name: "t".into(),
+            nodes,
+            gpus_per_node: gpus,
+            intra: Some(IntraSpec {
+                kind,
+                bandwidth_gbps: 450.0,
+                latency_us: 1.0,
+            }),
+            nic: Some(NicSpec {
+                per_node: nics,
+                bandwidth_gbps: 50.0,
+                latency_us: 3.0,
+            }),
+            fabric: None,
+            links: None,
+        };
+        Topology::from_spec(spec, "t").unwrap()
+    }
+
+    /// The node pairs of every inter-node transfer, by step.
+    fn rdma_stages(plan: &Plan, g: usize) -> Vec<StagePair> {
+        plan.transfers
+            .iter()
+            .filter(|t| matches!(t.path, Path::Rdma { .. }))
+            .map(|t| StagePair {
+                stage: t.step,
+                src_node: t.src / g as u32,
+                dst_node: t.dst / g as u32,
+                bytes: t.bytes,
+            })
+            .collect()
+    }
+
+    fn moe(ranks: usize, seed: u64) -> TrafficMatrix {
+        let mut spec = TrafficSpec::new(ranks, Pattern::Zipf(1.0));
+        spec.seed = seed;
+        spec.moe.tokens_per_rank = 256;
+        spec.moe.hidden = 128;
+        generate(&spec).unwrap()
+    }
+
+    #[test]
+    fn fast_and_spray_verify_on_presets() {
+        for (preset, nodes) in [
+            ("dgx-h100", 2),
+            ("dgx-h100", 4),
+            ("mi300x", 3),
+            ("dgx-a100", 1),
+        ] {
+            let t = Topology::preset(preset, nodes, None).unwrap();
+            let m = moe(t.ranks(), 7);
+            for staged in [true, false] {
+                let opts = PlannerOptions {
+                    staged,
+                    ..PlannerOptions::default()
+                };
+                let mut p = Planner::new(&t, opts).unwrap();
+                let plan = p.plan(&m).unwrap();
+                verify_on(&plan, &m, &t).unwrap_or_else(|e| panic!("{preset} {nodes}: {e}"));
+                if staged {
+                    check_partial_permutation(&rdma_stages(&plan, 8), nodes).unwrap();
+                    check_partial_permutation(p.stages(), nodes).unwrap();
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn stages_stay_near_node_count() {
+        let t = Topology::preset("dgx-h100", 8, None).unwrap();
+        let m = moe(t.ranks(), 3);
+        let mut p = Planner::new(&t, PlannerOptions::default()).unwrap();
+        let plan = p.plan(&m).unwrap();
+        verify_on(&plan, &m, &t).unwrap();
+        let k = p.stage_count() as usize;
+        assert!((7..=3 * 8).contains(&k), "{k} stages");
+        assert_eq!(plan.steps(), k + 1); // forwards of the last stage run one step later
+                                         // Every pair's bytes appear in the stages exactly.
+        let mut moved = vec![0u64; 64];
+        for s in p.stages() {
+            moved[(s.src_node * 8 + s.dst_node) as usize] += s.bytes;
+        }
+        for a in 0..8 {
+            for b in 0..8 {
+                let want: u64 = if a == b {
+                    0
+                } else {
+                    (0..8)
+                        .flat_map(|i| (0..8).map(move |j| (a * 8 + i, b * 8 + j)))
+                        .map(|(s, d)| m.get(s, d))
+                        .sum()
+                };
+                assert_eq!(moved[a * 8 + b], want);
+            }
+        }
+    }
+
+    #[test]
+    fn sends_are_balanced_over_rails() {
+        // Node 0's GPU 0 sends everything; its 4 NICs must share it evenly.
+        let t = topo(2, 4, 4, IntraKind::Switch);
+        let mut m = TrafficMatrix::zeros(8);
+        m.set(0, 5, 4_000_000);
+        m.set(1, 6, 8);
+        let mut p = Planner::new(&t, PlannerOptions::default()).unwrap();
+        let plan = p.plan(&m).unwrap();
+        verify_on(&plan, &m, &t).unwrap();
+        let mut per_nic = [0u64; 4];
+        for tr in &plan.transfers {
+            if let Path::Rdma { nic } = tr.path {
+                per_nic[nic as usize] += tr.bytes;
+            }
+        }
+        assert_eq!(per_nic.iter().sum::<u64>(), 4_000_008);
+        assert!(per_nic.iter().all(|&b| b == 1_000_002), "{per_nic:?}");
+        // Without balancing, one NIC carries it all.
+        let opts = PlannerOptions {
+            balance: false,
+            ..PlannerOptions::default()
+        };
+        let plan = Planner::new(&t, opts).unwrap().plan(&m).unwrap();
+        verify_on(&plan, &m, &t).unwrap();
+        let on_nic0: u64 = plan
+            .transfers
+            .iter()
+            .filter(|tr| tr.path == Path::Rdma { nic: 0 })
+            .map(|tr| tr.bytes)
+            .sum();
+        assert_eq!(on_nic0, 4_000_000);
+    }
+
+    #[test]
+    fn tiny_messages_are_not_balanced() {
+        let t = topo(2, 4, 4, IntraKind::Switch);
+        let mut m = TrafficMatrix::zeros(8);
+        m.set(0, 5, 4000); // 0.08 us on a NIC: not worth a 1 us NVLink hop
+        let plan = Planner::new(&t, PlannerOptions::default())
+            .unwrap()
+            .plan(&m)
+            .unwrap();
+        verify_on(&plan, &m, &t).unwrap();
+        assert!(plan.transfers.iter().all(|tr| tr.src_buf != Buffer::Scratch
+            || tr.path != Path::Nvlink
+            || tr.dst_buf == Buffer::Output));
+        let rdma: Vec<_> = plan
+            .transfers
+            .iter()
+            .filter(|tr| matches!(tr.path, Path::Rdma { .. }))
+            .collect();
+        assert_eq!(rdma.len(), 1);
+        assert_eq!(rdma[0].src, 0);
+    }
+
+    #[test]
+    fn planner_reuse_gives_the_same_plans() {
+        let t = Topology::preset("dgx-h100", 4, Some(4)).unwrap();
+        let (m1, m2) = (moe(16, 1), moe(16, 2));
+        let mut p = Planner::new(&t, PlannerOptions::default()).unwrap();
+        let mut plan = Plan::new("", 0, 0);
+        p.plan_into(&m1, &mut plan).unwrap();
+        p.plan_into(&m2, &mut plan).unwrap();
+        let fresh = Planner::new(&t, PlannerOptions::default())
+            .unwrap()
+            .plan(&m2)
+            .unwrap();
+        assert_eq!(plan, fresh);
+        verify_on(&plan, &m2, &t).unwrap();
+    }
+
+    #[test]
+    fn rejects_links_topologies_and_wrong_sizes() {
+        let text = r#"{"name":"ring","nodes":2,"gpus_per_node":1,"links":[
+            {"from":"gpu0","to":"gpu1","bandwidth_GBps":10,"bidirectional":true}]}"#;
+        let t = Topology::from_json_str(text, "ring.json").unwrap();
+        let e = Planner::new(&t, PlannerOptions::default()).unwrap_err();
+        assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+        let t = Topology::preset("dgx-h100", 2, None).unwrap();
+        let mut p = Planner::new(&t, PlannerOptions::default()).unwrap();
+        let e = p.plan(&TrafficMatrix::zeros(4)).unwrap_err();
+        assert!(e.is_bad_input(), "{e}");
+    }
+
+    #[test]
+    fn explicit_depth_one_chains_every_stage() {
+        let t = Topology::preset("dgx-h100", 4, Some(2)).unwrap();
+        let m = moe(8, 5);
+        let opts = PlannerOptions {
+            pipeline_depth: Some(1),
+            ..PlannerOptions::default()
+        };
+        let mut p = Planner::new(&t, opts).unwrap();
+        let plan = p.plan(&m).unwrap();
+        verify_on(&plan, &m, &t).unwrap();
+        // Each GPU's later sends wait for one of its sends of an earlier stage.
+        for tr in plan
+            .transfers
+            .iter()
+            .filter(|t| matches!(t.path, Path::Rdma { .. }))
+        {
+            for &d in &tr.deps {
+                let dep = &plan.transfers[d as usize];
+                if matches!(dep.path, Path::Rdma { .. }) {
+                    assert_eq!(dep.src, tr.src);
+                    assert!(dep.step < tr.step);
+                }
+            }
+        }
+    }
+
+    fn arb_case() -> impl Strategy<Value = (usize, usize, usize, bool, Vec<u64>)> {
+        (1usize..=4, 1usize..=4, 1usize..=4, any::<bool>()).prop_flat_map(|(n, g, p, mesh)| {
+            let r = n * g;
+            let cell = prop_oneof![3 => Just(0u64), 3 => 0u64..64, 2 => 0u64..5_000_000];
+            (
+                Just(n),
+                Just(g),
+                Just(p),
+                Just(mesh),
+                prop::collection::vec(cell, r * r),
+            )
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(96))]
+        #[test]
+        fn every_plan_verifies_and_stages_are_permutations(
+            (n, g, p, mesh, cells) in arb_case(),
+            staged in any::<bool>(),
+            depth in prop::option::of(1u32..4),
+        ) {
+            let kind = if mesh { IntraKind::Mesh } else { IntraKind::Switch };
+            let t = topo(n, g, p, kind);
+            let r = n * g;
+            let m = TrafficMatrix::from_rows(cells.chunks(r).map(<[u64]>::to_vec).collect());
+            let opts = PlannerOptions { staged, pipeline_depth: depth, ..PlannerOptions::default() };
+            let mut planner = Planner::new(&t, opts).unwrap();
+            let plan = planner.plan(&m).unwrap();
+            let stats = verify_on(&plan, &m, &t);
+            prop_assert!(stats.is_ok(), "{:?}", stats);
+            if staged {
+                prop_assert!(check_partial_permutation(&rdma_stages(&plan, g), n).is_ok());
+                prop_assert!(check_partial_permutation(planner.stages(), n).is_ok());
+            }
+        }
+    }
+}
