@@ -38,6 +38,10 @@ pub struct PlannerOptions {
     pub balance: bool,
     /// Permutation stages (`false`: every inter-node send at once: `spray`).
     pub staged: bool,
+    /// Largest inter-node send: a GPU's share of a stage is cut into chunks
+    /// of at most this many bytes, so the NVLink hops before the first chunk
+    /// and after the last are short. `None` derives it from the cost model.
+    pub chunk_bytes: Option<u64>,
 }
 
 impl Default for PlannerOptions {
@@ -47,6 +51,7 @@ impl Default for PlannerOptions {
             stages_per_node: 2.0,
             balance: true,
             staged: true,
+            chunk_bytes: None,
         }
     }
 }
@@ -65,6 +70,8 @@ pub struct Planner {
     /// Latency of one inter-node transfer and of one NVLink hop, us.
     inter_latency: f64,
     intra_latency: f64,
+    /// Bytes/us of one GPU's NVLink (switch) or one mesh link.
+    intra_rate: f64,
     // Per-plan buffers, kept between calls.
     /// `send_off[s * (n + 1) + d]`: offset of block (s, d) in input of s; the
     /// last entry of a row is the row's total.
@@ -76,11 +83,13 @@ pub struct Planner {
     lanes: Vec<Lane>,
     pieces: Vec<Piece>,
     sent: Vec<u64>,
+    targets: Vec<u64>,
     scratch_gather: Vec<u64>,
     decomposer: Decomposer,
     stages: Vec<StagePair>,
     stage_count: u32,
     depth: u32,
+    chunk: u64,
     taken: Vec<u64>,
     /// Inter-node sends of each GPU, per stage slot (second is NONE if one).
     slots: Vec<Vec<[u32; 2]>>,
@@ -132,6 +141,7 @@ impl Planner {
             node_rate: nic_rate * rails,
             inter_latency,
             intra_latency,
+            intra_rate: topo.intra_bandwidth().max(f64::MIN_POSITIVE),
             send_off: Vec::with_capacity(ranks * (ranks + 1)),
             recv_off: Vec::with_capacity(ranks * ranks),
             col_acc: Vec::with_capacity(ranks),
@@ -139,11 +149,13 @@ impl Planner {
             lanes: Vec::with_capacity(nodes * nodes * gpus),
             pieces: Vec::new(),
             sent: Vec::with_capacity(gpus),
+            targets: Vec::with_capacity(gpus),
             scratch_gather: Vec::with_capacity(ranks),
             decomposer: Decomposer::default(),
             stages: Vec::new(),
             stage_count: 0,
             depth: 1,
+            chunk: u64::MAX,
             taken: Vec::with_capacity(nodes * nodes),
             slots: vec![Vec::new(); ranks],
             opts,
@@ -191,6 +203,11 @@ impl Planner {
     /// Number of stages of the last plan.
     pub fn stage_count(&self) -> u32 {
         self.stage_count
+    }
+
+    /// Chunk size the last plan used (bytes).
+    pub fn chunk_bytes(&self) -> u64 {
+        self.chunk
     }
 
     /// Pipeline depth the last plan used (stages in flight per GPU).
@@ -298,6 +315,7 @@ impl Planner {
                     min_gain,
                     &mut self.lanes[at..at + g],
                     &mut self.pieces,
+                    &mut self.targets,
                 );
             }
         }
@@ -385,8 +403,35 @@ impl Planner {
         };
     }
 
+    /// Chunk size: the un-overlapped NVLink hop before the first chunk and
+    /// after the last should cost about half a percent of the whole exchange
+    /// (`M / node_rate`), and a chunk should take a few latencies on its NIC so
+    /// that the pipeline hides them.
+    fn chunk_size(&self) -> u64 {
+        if let Some(c) = self.opts.chunk_bytes {
+            return c.max(1);
+        }
+        let nn = self.nodes;
+        let max_line = (0..nn)
+            .map(|a| {
+                let (row, col) = (0..nn).fold((0, 0), |(r, c), b| {
+                    (r + self.node_bytes[a * nn + b], c + self.node_bytes[b * nn + a])
+                });
+                let own = self.node_bytes[a * nn + a];
+                (row - own).max(col - own)
+            })
+            .max()
+            .unwrap_or(0);
+        let exchange_us = max_line as f64 / self.node_rate;
+        let lane_rate = self.nic_rate / self.weights.max_sharing() as f64;
+        let by_hop = 0.005 * exchange_us * self.intra_rate;
+        let by_latency = 4.0 * self.inter_latency * lane_rate;
+        by_hop.max(by_latency).max(1.0) as u64
+    }
+
     fn emit_inter_node(&mut self, out: &mut Plan) {
         let nn = self.nodes;
+        self.chunk = self.chunk_size();
         self.taken.clear();
         self.taken.resize(nn * nn, 0);
         for s in &mut self.slots {
@@ -402,10 +447,16 @@ impl Planner {
             for l in 0..self.gpus {
                 let li = self.lane_index(a, b, l);
                 let len = self.lanes[li].len();
-                let cut = |c: u64| (c as u128 * len as u128 / total as u128) as u64;
+                let cut = |c: u64| match c.checked_mul(len) {
+                    Some(x) => x / total,
+                    None => (c as u128 * len as u128 / total as u128) as u64,
+                };
                 let (from, to) = (cut(before), cut(after));
-                if from < to {
-                    self.emit_slice(out, a, b, l, from, to, p.stage);
+                let parts = (to - from).div_ceil(self.chunk);
+                for k in 0..parts {
+                    let at = |k: u64| from + ((to - from) as u128 * k as u128 / parts as u128) as u64;
+                    let (lo, hi) = (at(k), at(k + 1));
+                    self.emit_slice(out, a, b, l, lo, hi, p.stage);
                 }
             }
         }
@@ -862,12 +913,18 @@ mod tests {
             (n, g, p, mesh, cells) in arb_case(),
             staged in any::<bool>(),
             depth in prop::option::of(1u32..4),
+            chunk in prop::option::of(1u64..200_000),
         ) {
             let kind = if mesh { IntraKind::Mesh } else { IntraKind::Switch };
             let t = topo(n, g, p, kind);
             let r = n * g;
             let m = TrafficMatrix::from_rows(cells.chunks(r).map(<[u64]>::to_vec).collect());
-            let opts = PlannerOptions { staged, pipeline_depth: depth, ..PlannerOptions::default() };
+            let opts = PlannerOptions {
+                staged,
+                pipeline_depth: depth,
+                chunk_bytes: chunk,
+                ..PlannerOptions::default()
+            };
             let mut planner = Planner::new(&t, opts).unwrap();
             let plan = planner.plan(&m).unwrap();
             let stats = verify_on(&plan, &m, &t);

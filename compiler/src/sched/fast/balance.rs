@@ -75,17 +75,42 @@ impl LaneWeights {
     /// Target bytes of lane `l` when the pair carries `total` bytes (the
     /// targets of all lanes sum to `total` exactly).
     pub fn target(&self, total: u64, l: usize) -> u64 {
-        let all = *self.cum.last().unwrap_or(&1) as u128;
-        let at = |i: usize| (total as u128 * self.cum[i] as u128 / all) as u64;
-        at(l + 1) - at(l)
+        self.upto(total, l + 1) - self.upto(total, l)
+    }
+
+    /// Targets of lanes `0..i` together.
+    fn upto(&self, total: u64, i: usize) -> u64 {
+        let all = *self.cum.last().unwrap_or(&1);
+        match total.checked_mul(self.cum[i]) {
+            Some(x) => x / all,
+            None => (total as u128 * self.cum[i] as u128 / all as u128) as u64,
+        }
+    }
+
+    /// The most GPUs sharing one NIC.
+    pub fn max_sharing(&self) -> u64 {
+        self.sharing.iter().copied().max().unwrap_or(1)
+    }
+
+    /// Every lane's target, into `out`.
+    pub fn targets(&self, total: u64, out: &mut Vec<u64>) {
+        out.clear();
+        let mut prev = 0;
+        for i in 1..self.cum.len() {
+            let at = self.upto(total, i);
+            out.push(at - prev);
+            prev = at;
+        }
     }
 }
 
 /// Balances one node pair. `sent[l]` is what GPU `l` of the sending node has
 /// for the receiving node; `first_rank` the rank of its GPU 0. Appends the
-/// pieces to `pieces` and fills `lanes` (one per GPU). Balancing is skipped
+/// pieces to `pieces` and fills `lanes` (one per GPU); `targets` is a
+/// reusable buffer. Balancing is skipped
 /// (every lane sends its own bytes) when the time it saves on the slowest
 /// lane, at `lane_rate` bytes/us per unshared NIC, is below `min_gain_us`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn balance_pair(
     sent: &[u64],
     first_rank: u32,
@@ -94,13 +119,20 @@ pub(crate) fn balance_pair(
     min_gain_us: f64,
     lanes: &mut [Lane],
     pieces: &mut Vec<Piece>,
+    targets: &mut Vec<u64>,
 ) {
     let total: u64 = sent.iter().sum();
     let g = sent.len();
-    let slowest = |f: &dyn Fn(usize) -> u64| {
-        (0..g).map(|l| f(l) * weights.sharing[l]).max().unwrap_or(0) as f64 / nic_rate
+    weights.targets(total, targets);
+    let slowest = |x: &[u64]| {
+        x.iter()
+            .zip(&weights.sharing)
+            .map(|(&b, &c)| b * c)
+            .max()
+            .unwrap_or(0) as f64
+            / nic_rate
     };
-    let gain = slowest(&|l| sent[l]) - slowest(&|l| weights.target(total, l));
+    let gain = slowest(sent) - slowest(targets);
     if gain <= min_gain_us {
         for (lane, &x) in lanes.iter_mut().zip(sent) {
             let at = pieces.len() as u32;
@@ -116,9 +148,9 @@ pub(crate) fn balance_pair(
     // Two pointers: deficit lanes outermost, so each lane's pieces are contiguous.
     let mut e = 0usize;
     let mut moved_from_e = 0u64;
-    let excess = |l: usize| sent[l].saturating_sub(weights.target(total, l));
+    let excess = |l: usize| sent[l].saturating_sub(targets[l]);
     for d in 0..g {
-        let target = weights.target(total, d);
+        let target = targets[d];
         let start = pieces.len() as u32;
         let mut need = target.saturating_sub(sent[d]);
         let mut gathered = 0;
@@ -132,7 +164,7 @@ pub(crate) fn balance_pair(
             let take = avail.min(need);
             pieces.push(Piece {
                 src: first_rank + e as u32,
-                row_off: weights.target(total, e) + moved_from_e,
+                row_off: targets[e] + moved_from_e,
                 len: take,
                 moved_by: u32::MAX,
             });
@@ -158,7 +190,16 @@ mod tests {
         let w = LaneWeights::new(sent.len(), nics);
         let mut lanes = vec![Lane::default(); sent.len()];
         let mut pieces = Vec::new();
-        balance_pair(sent, 10, &w, 50_000.0, gain, &mut lanes, &mut pieces);
+        balance_pair(
+            sent,
+            10,
+            &w,
+            50_000.0,
+            gain,
+            &mut lanes,
+            &mut pieces,
+            &mut Vec::new(),
+        );
         (lanes, pieces)
     }
 

@@ -36,7 +36,6 @@ pub(crate) struct Decomposer {
     seen: Vec<u32>,
     epoch: u32,
     order: Vec<u32>,
-    line: Vec<u64>,
 }
 
 const NONE: u32 = u32::MAX;
@@ -170,34 +169,37 @@ impl Decomposer {
         m
     }
 
-    /// Completes the matching with augmenting paths: first through entries of
-    /// at least `theta` (so stages take large, even amounts), then through any.
-    /// Rows with the most real bytes left try first.
+    /// Completes the matching: each free row first takes its heaviest free
+    /// column of at least `theta` (so stages take large, even amounts), then
+    /// augmenting paths complete it.
     fn augment(&mut self, n: usize, theta: u64) {
         self.order.clear();
-        self.order
-            .extend((0..n as u32).filter(|&a| self.match_row[a as usize] == NONE));
-        if self.order.is_empty() {
-            return;
-        }
-        self.line.clear();
-        self.line
-            .extend((0..n).map(|a| self.real[a * n..(a + 1) * n].iter().sum::<u64>()));
-        let line = std::mem::take(&mut self.line);
-        self.order
-            .sort_unstable_by_key(|&a| std::cmp::Reverse(line[a as usize]));
-        self.line = line;
-        for heavy in [theta, 1] {
-            let order = std::mem::take(&mut self.order);
-            for &a in &order {
-                if self.match_row[a as usize] != NONE {
-                    continue;
-                }
-                self.epoch += 1;
-                self.try_row(n, a as usize, heavy);
+        for a in 0..n {
+            if self.match_row[a] != NONE {
+                continue;
             }
-            self.order = order;
+            let mut best = (0, NONE);
+            for b in 0..n {
+                let x = self.total(n, a, b);
+                if self.match_col[b] == NONE && x >= theta.max(1) && x > best.0 {
+                    best = (x, b as u32);
+                }
+            }
+            if best.1 != NONE {
+                self.match_row[a] = best.1;
+                self.match_col[best.1 as usize] = a as u32;
+            } else {
+                self.order.push(a as u32);
+            }
         }
+        // A failed search explores every reachable row, so only one pass
+        // through any positive entry: the greedy step already took the heavy ones.
+        let order = std::mem::take(&mut self.order);
+        for &a in &order {
+            self.epoch += 1;
+            self.try_row(n, a as usize, 1);
+        }
+        self.order = order;
     }
 
     /// Kuhn's augmenting path from row `a` through entries `>= min`.
