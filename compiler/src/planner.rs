@@ -93,6 +93,10 @@ pub struct Planner {
     taken: Vec<u64>,
     /// Inter-node sends of each GPU, per stage slot (second is NONE if one).
     slots: Vec<Vec<[u32; 2]>>,
+    /// Inter-node sends into each GPU, per slot (the receive-side chain).
+    rslots: Vec<Vec<[u32; 2]>>,
+    /// Chunks of the lane slice being emitted.
+    chunks: Vec<(u64, u64)>,
 }
 
 const NONE: u32 = u32::MAX;
@@ -158,6 +162,8 @@ impl Planner {
             chunk: u64::MAX,
             taken: Vec::with_capacity(nodes * nodes),
             slots: vec![Vec::new(); ranks],
+            rslots: vec![Vec::new(); ranks],
+            chunks: Vec::new(),
             opts,
         })
     }
@@ -386,21 +392,6 @@ impl Planner {
             |m| (m as f64 / per).ceil() as u64,
             &mut self.stages,
         );
-        self.depth = match self.opts.pipeline_depth {
-            Some(d) => d.max(1),
-            None => {
-                // beta: the average stage's transfer time on a node's NICs.
-                let moved: u64 = self.stages.iter().map(|p| p.bytes).sum();
-                let per_stage = moved as f64 / (nn as f64 * self.stage_count.max(1) as f64);
-                let beta = per_stage / self.node_rate;
-                let cover = if beta > 0.0 {
-                    (self.inter_latency / beta).ceil()
-                } else {
-                    f64::INFINITY
-                };
-                (1.0 + cover).min(self.stage_count.max(1) as f64) as u32
-            }
-        };
     }
 
     /// Chunk size: the un-overlapped NVLink hop before the first chunk and
@@ -429,12 +420,36 @@ impl Planner {
         by_hop.max(by_latency).max(1.0) as u64
     }
 
+    /// Sends in flight per GPU: enough that one send's transfer time covers
+    /// the next one's latency (alpha-beta: `1 + ceil(alpha / beta)` with beta
+    /// the time of an average send on its NIC). Tiny, latency-bound sends get
+    /// a deep pipeline, i.e. the stages merge; large ones keep two in flight.
+    fn depth_for_chunks(&self) -> u32 {
+        if !self.opts.staged {
+            return u32::MAX;
+        }
+        if let Some(d) = self.opts.pipeline_depth {
+            return d.max(1);
+        }
+        let moved: u64 = self.stages.iter().map(|p| p.bytes).sum();
+        let pairs = self.stages.len().max(1) as f64;
+        let lane_share = moved as f64 / pairs / self.gpus as f64;
+        let send = lane_share.min(self.chunk as f64);
+        let lane_rate = self.nic_rate / self.weights.max_sharing() as f64;
+        let beta = send / lane_rate;
+        if beta <= 0.0 {
+            return u32::MAX;
+        }
+        (1.0 + (self.inter_latency / beta).ceil()).min(1e6) as u32
+    }
+
     fn emit_inter_node(&mut self, out: &mut Plan) {
         let nn = self.nodes;
         self.chunk = self.chunk_size();
+        self.depth = self.depth_for_chunks();
         self.taken.clear();
         self.taken.resize(nn * nn, 0);
-        for s in &mut self.slots {
+        for s in self.slots.iter_mut().chain(&mut self.rslots) {
             s.clear();
         }
         for i in 0..self.stages.len() {
@@ -452,13 +467,38 @@ impl Planner {
                     None => (c as u128 * len as u128 / total as u128) as u64,
                 };
                 let (from, to) = (cut(before), cut(after));
-                let parts = (to - from).div_ceil(self.chunk);
-                for k in 0..parts {
-                    let at = |k: u64| from + ((to - from) as u128 * k as u128 / parts as u128) as u64;
-                    let (lo, hi) = (at(k), at(k + 1));
+                self.cut_chunks(a * self.gpus + l, l, from, to);
+                for k in 0..self.chunks.len() {
+                    let (lo, hi) = self.chunks[k];
                     self.emit_slice(out, a, b, l, lo, hi, p.stage);
                 }
             }
+        }
+    }
+
+    /// Cuts bytes `from..to` of lane `l` (GPU `c`) into sends of at most a
+    /// chunk, in the order they go.
+    fn cut_chunks(&mut self, c: usize, l: usize, from: u64, to: u64) {
+        self.chunks.clear();
+        if from >= to {
+            return;
+        }
+        let parts = (to - from).div_ceil(self.chunk);
+        let at = |k: u64| from + ((to - from) as u128 * k as u128 / parts as u128) as u64;
+        // Lanes start at different chunks, so their last chunks (and the
+        // forwards that follow them) go to different GPUs.
+        let rotate = l as u64 * parts / self.gpus as u64;
+        self.chunks
+            .extend((0..parts).map(|k| (k + rotate) % parts).map(|k| (at(k), at(k + 1))));
+        // A GPU's first send is cut in two, the halves going first and last:
+        // with several sends in flight, a first send shorter than the next
+        // staggers them, so one's latency overlaps another's transfer
+        // instead of all starting (and waiting) in lockstep.
+        if self.slots[c].is_empty() && self.depth >= 2 && self.depth != u32::MAX && parts >= 2 {
+            let (lo, hi) = self.chunks[0];
+            let mid = lo + (hi - lo) / 2;
+            self.chunks[0] = (lo, mid);
+            self.chunks.push((mid, hi));
         }
     }
 
@@ -485,6 +525,13 @@ impl Planner {
         if self.opts.staged {
             if slot >= depth {
                 push_ops(&mut chain, self.slots[c][slot - depth]);
+            }
+            // The receiving NIC too takes one stage at a time: a sender that
+            // runs ahead (its previous pair was light) waits rather than
+            // joining another sender at its next receiver (incast).
+            let rslot = self.rslots[r].len();
+            if rslot >= depth {
+                push_ops(&mut chain, self.rslots[r][rslot - depth]);
             }
             // Moves for this slot start as the previous slot starts.
             if slot > depth {
@@ -558,6 +605,7 @@ impl Planner {
             });
         }
         self.slots[c].push(ops);
+        self.rslots[r].push(ops);
         if ops[0] != NONE {
             self.emit_forwards(out, &lane, a, b, l, from, to.min(lane.own), ops[0], stage);
         }
