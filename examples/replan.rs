@@ -19,7 +19,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let topo = Topology::preset("dgx-h100", nodes, None)?;
     let mut planner = Planner::new(&topo, PlannerOptions::default())?;
     let mut plan = Plan::new("", 0, 0);
-    println!("{}: {} GPUs, re-planning {batches} batches", topo.name(), topo.ranks());
+    println!(
+        "{}: {} GPUs, re-planning {batches} batches",
+        topo.name(),
+        topo.ranks()
+    );
     println!("batch  skew  total_MB  plan_us  stages  transfers");
     for batch in 0..batches {
         // The router's popularity skew drifts as training goes on.

@@ -48,7 +48,7 @@ impl Default for PlannerOptions {
     fn default() -> Self {
         PlannerOptions {
             pipeline_depth: None,
-            stages_per_node: 2.0,
+            stages_per_node: 4.0,
             balance: true,
             staged: true,
             chunk_bytes: None,
@@ -406,7 +406,10 @@ impl Planner {
         let max_line = (0..nn)
             .map(|a| {
                 let (row, col) = (0..nn).fold((0, 0), |(r, c), b| {
-                    (r + self.node_bytes[a * nn + b], c + self.node_bytes[b * nn + a])
+                    (
+                        r + self.node_bytes[a * nn + b],
+                        c + self.node_bytes[b * nn + a],
+                    )
                 });
                 let own = self.node_bytes[a * nn + a];
                 (row - own).max(col - own)
@@ -421,9 +424,11 @@ impl Planner {
     }
 
     /// Sends in flight per GPU: enough that one send's transfer time covers
-    /// the next one's latency (alpha-beta: `1 + ceil(alpha / beta)` with beta
-    /// the time of an average send on its NIC). Tiny, latency-bound sends get
-    /// a deep pipeline, i.e. the stages merge; large ones keep two in flight.
+    /// the next one's latency (alpha-beta: `ceil(alpha / beta)` with beta the
+    /// time of an average send on its NIC), plus two: one in transfer, one to
+    /// absorb the jitter between the sending and the receiving chain.
+    /// Tiny, latency-bound sends get a deep pipeline, i.e. the stages merge;
+    /// large ones keep three in flight (below the fabric's incast threshold).
     fn depth_for_chunks(&self) -> u32 {
         if !self.opts.staged {
             return u32::MAX;
@@ -440,7 +445,7 @@ impl Planner {
         if beta <= 0.0 {
             return u32::MAX;
         }
-        (1.0 + (self.inter_latency / beta).ceil()).min(1e6) as u32
+        (2.0 + (self.inter_latency / beta).ceil()).min(1e6) as u32
     }
 
     fn emit_inter_node(&mut self, out: &mut Plan) {
@@ -488,8 +493,11 @@ impl Planner {
         // Lanes start at different chunks, so their last chunks (and the
         // forwards that follow them) go to different GPUs.
         let rotate = l as u64 * parts / self.gpus as u64;
-        self.chunks
-            .extend((0..parts).map(|k| (k + rotate) % parts).map(|k| (at(k), at(k + 1))));
+        self.chunks.extend(
+            (0..parts)
+                .map(|k| (k + rotate) % parts)
+                .map(|k| (at(k), at(k + 1))),
+        );
         // A GPU's first send is cut in two, the halves going first and last:
         // with several sends in flight, a first send shorter than the next
         // staggers them, so one's latency overlaps another's transfer
@@ -806,7 +814,8 @@ mod tests {
         let plan = p.plan(&m).unwrap();
         verify_on(&plan, &m, &t).unwrap();
         let k = p.stage_count() as usize;
-        assert!((7..=3 * 8).contains(&k), "{k} stages");
+        // About stages_per_node * (N - 1), far below the exact decomposition's N^2 - 2N + 2.
+        assert!((7..=5 * 8).contains(&k), "{k} stages");
         assert_eq!(plan.steps(), k + 1); // forwards of the last stage run one step later
                                          // Every pair's bytes appear in the stages exactly.
         let mut moved = vec![0u64; 64];
@@ -924,7 +933,9 @@ mod tests {
         let mut p = Planner::new(&t, opts).unwrap();
         let plan = p.plan(&m).unwrap();
         verify_on(&plan, &m, &t).unwrap();
-        // Each GPU's later sends wait for one of its sends of an earlier stage.
+        // A send waits only for a send of the same GPU or into the same GPU
+        // (the chains), never for a later stage.
+        let mut chained = 0;
         for tr in plan
             .transfers
             .iter()
@@ -933,11 +944,13 @@ mod tests {
             for &d in &tr.deps {
                 let dep = &plan.transfers[d as usize];
                 if matches!(dep.path, Path::Rdma { .. }) {
-                    assert_eq!(dep.src, tr.src);
-                    assert!(dep.step < tr.step);
+                    assert!(dep.src == tr.src || dep.dst == tr.dst, "{dep:?} -> {tr:?}");
+                    assert!(dep.step <= tr.step);
+                    chained += 1;
                 }
             }
         }
+        assert!(chained > 0);
     }
 
     fn arb_case() -> impl Strategy<Value = (usize, usize, usize, bool, Vec<u64>)> {

@@ -74,6 +74,7 @@ impl LaneWeights {
 
     /// Target bytes of lane `l` when the pair carries `total` bytes (the
     /// targets of all lanes sum to `total` exactly).
+    #[cfg(test)]
     pub fn target(&self, total: u64, l: usize) -> u64 {
         self.upto(total, l + 1) - self.upto(total, l)
     }
