@@ -95,6 +95,8 @@ pub struct Planner {
     slots: Vec<Vec<[u32; 2]>>,
     /// Inter-node sends into each GPU, per slot (the receive-side chain).
     rslots: Vec<Vec<[u32; 2]>>,
+    /// Last balancing move into each GPU's scratch.
+    last_move: Vec<u32>,
     /// Chunks of the lane slice being emitted.
     chunks: Vec<(u64, u64)>,
 }
@@ -163,6 +165,7 @@ impl Planner {
             taken: Vec::with_capacity(nodes * nodes),
             slots: vec![Vec::new(); ranks],
             rslots: vec![Vec::new(); ranks],
+            last_move: Vec::with_capacity(ranks),
             chunks: Vec::new(),
             opts,
         })
@@ -193,11 +196,11 @@ impl Planner {
         out.ranks = self.ranks() as u32;
         out.gpus_per_node = self.gpus as u32;
         self.offsets(traffic);
-        self.emit_intra_node(traffic, out);
         self.balance();
         self.layout_scratch(out);
         self.decompose();
         self.emit_inter_node(out);
+        self.emit_intra_node(traffic, out);
         Ok(())
     }
 
@@ -260,10 +263,19 @@ impl Planner {
         )
     }
 
-    /// Traffic inside a node: one transfer per block, at once.
+    /// Traffic inside a node: one transfer per block. With stages, a GPU's
+    /// blocks wait for its first inter-node send: NVLink has the whole
+    /// exchange to carry them, but the balancing moves that feed the first
+    /// sends must not share it with them.
     fn emit_intra_node(&self, m: &TrafficMatrix, out: &mut Plan) {
         let (n, g) = (self.ranks(), self.gpus);
         for s in 0..n {
+            let mut deps = Deps::new();
+            if self.opts.staged {
+                if let Some(&first) = self.slots[s].first() {
+                    push_ops(&mut deps, first);
+                }
+            }
             let first = s / g * g;
             for d in first..first + g {
                 let bytes = m.get(s, d);
@@ -280,7 +292,7 @@ impl Planner {
                     bytes,
                     path: if s == d { Path::Local } else { Path::Nvlink },
                     step: 0,
-                    deps: Deps::new(),
+                    deps: deps.clone(),
                 });
             }
         }
@@ -457,6 +469,8 @@ impl Planner {
         for s in self.slots.iter_mut().chain(&mut self.rslots) {
             s.clear();
         }
+        self.last_move.clear();
+        self.last_move.resize(self.ranks(), NONE);
         for i in 0..self.stages.len() {
             let p = self.stages[i];
             let (a, b) = (p.src_node as usize, p.dst_node as usize);
@@ -583,6 +597,13 @@ impl Planner {
                 }
                 if piece.moved_by == NONE {
                     let (base, _) = self.to_node(piece.src as usize, b);
+                    // A carrier's moves arrive in the order its sends use
+                    // them, so the first send's bytes do not share NVLink
+                    // with moves needed much later.
+                    let mut move_deps = gate.clone();
+                    if self.opts.staged {
+                        push_ops(&mut move_deps, [self.last_move[c], NONE]);
+                    }
                     let idx = out.push(Transfer {
                         src: piece.src,
                         src_buf: Buffer::Input,
@@ -593,11 +614,12 @@ impl Planner {
                         bytes: piece.len,
                         path: Path::Nvlink,
                         step: stage,
-                        deps: gate.clone(),
+                        deps: move_deps,
                     });
                     self.pieces[pi].moved_by = idx;
+                    self.last_move[c] = idx;
                 }
-                deps.push(self.pieces[pi].moved_by);
+                push_ops(&mut deps, [self.pieces[pi].moved_by, NONE]);
             }
             ops[1] = out.push(Transfer {
                 src: c as u32,
@@ -723,7 +745,7 @@ impl Planner {
 
 fn push_ops(deps: &mut Deps, ops: [u32; 2]) {
     for op in ops {
-        if op != NONE {
+        if op != NONE && !deps.contains(&op) {
             deps.push(op);
         }
     }
