@@ -31,6 +31,10 @@ enum Command {
     Compile(cmd::compile::CompileArgs),
     /// Check that a plan is a correct all-to-all of a traffic matrix.
     Verify(cmd::compile::VerifyArgs),
+    /// Simulate a plan: completion time, lower bound, hottest links.
+    Simulate(cmd::simulate::SimulateArgs),
+    /// Run the benchmark suite: every algorithm on every cluster and workload, in both network modes.
+    Bench(cmd::bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -41,6 +45,8 @@ fn main() -> ExitCode {
         Command::Traffic(a) => cmd::io::traffic(a),
         Command::Compile(a) => cmd::compile::compile(a),
         Command::Verify(a) => cmd::compile::verify(a),
+        Command::Simulate(a) => cmd::simulate::simulate(a),
+        Command::Bench(a) => cmd::bench::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

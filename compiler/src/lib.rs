@@ -6,11 +6,14 @@
 //! simulator, the lower bounds, the MSCCL lowering). No module reaches back
 //! upstream. See docs/architecture.md for the code map.
 
+pub mod bound;
 pub mod error;
 pub mod generate;
 pub mod plan;
 pub mod planner;
+pub mod report;
 pub mod sched;
+pub mod sim;
 pub mod topology;
 pub mod traffic;
 pub mod verify;

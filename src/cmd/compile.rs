@@ -4,7 +4,9 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::Args;
+use switchyard::compiler::report::Report;
 use switchyard::compiler::sched::{schedule, Options};
+use switchyard::compiler::sim::{Network, SimOptions};
 use switchyard::compiler::{verify_on, Algorithm, Plan, Topology, TrafficMatrix};
 
 use super::{write_out, CliError, CliResult};
@@ -23,6 +25,9 @@ pub struct CompileArgs {
     /// Write a JSON report here.
     #[arg(long)]
     report: Option<PathBuf>,
+    /// Network mode of the report's simulation: ideal or congested.
+    #[arg(long, default_value = "ideal")]
+    network: String,
 }
 
 /// Reads a topology and a traffic matrix that must fit it.
@@ -35,6 +40,7 @@ pub fn load_inputs(topology: &Path, traffic: &Path) -> Result<(Topology, Traffic
 
 pub fn compile(a: CompileArgs) -> CliResult {
     let alg: Algorithm = a.algorithm.parse()?;
+    let network: Network = a.network.parse()?;
     let (topo, m) = load_inputs(&a.topology, &a.traffic)?;
     let t0 = Instant::now();
     let plan = schedule(alg, &topo, &m, &Options::default())?;
@@ -51,19 +57,17 @@ pub fn compile(a: CompileArgs) -> CliResult {
         }
     };
     write_out(Some(&a.out), &text)?;
-    let report = serde_json::json!({
-        "algorithm": alg.name(),
-        "ranks": m.ranks(),
-        "total_bytes": m.total(),
-        "compile_us": compile_us,
-        "steps": plan.steps(),
-        "transfers": plan.transfers.len(),
-    });
     if let Some(r) = &a.report {
-        write_out(
-            Some(r),
-            &(serde_json::to_string_pretty(&report).unwrap_or_default() + "\n"),
+        let report = Report::measure(
+            alg.name(),
+            &topo,
+            &m,
+            &plan,
+            None,
+            Some(compile_us),
+            &SimOptions::new(network),
         )?;
+        write_out(Some(r), &(report.to_json() + "\n"))?;
     }
     eprintln!(
         "{}: {} transfers in {} steps, compiled in {:.0} us",

@@ -1,9 +1,12 @@
 //! One module per command. Each turns its arguments into library calls and
 //! prints the result; none holds domain logic.
 
+pub mod bench;
 pub mod compile;
 pub mod demo;
 pub mod io;
+pub mod plot;
+pub mod simulate;
 
 use std::fmt;
 use std::path::Path;

@@ -6,6 +6,8 @@
 
 mod direct;
 pub mod fast;
+mod hierarchical;
+mod pairwise;
 mod spray;
 
 use std::fmt;
@@ -18,23 +20,35 @@ use crate::traffic::TrafficMatrix;
 
 pub use direct::{direct, path_between};
 pub use fast::fast;
+pub use hierarchical::hierarchical;
+pub use pairwise::pairwise;
 pub use spray::spray;
 
 /// The algorithms the CLI knows (DESIGN.md "Algorithms").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Algorithm {
     Direct,
+    Pairwise,
+    Hierarchical,
     Fast,
     Spray,
 }
 
 impl Algorithm {
     /// Every algorithm, in the order reports list them.
-    pub const ALL: &'static [Algorithm] = &[Algorithm::Direct, Algorithm::Fast, Algorithm::Spray];
+    pub const ALL: &'static [Algorithm] = &[
+        Algorithm::Direct,
+        Algorithm::Pairwise,
+        Algorithm::Hierarchical,
+        Algorithm::Fast,
+        Algorithm::Spray,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Algorithm::Direct => "direct",
+            Algorithm::Pairwise => "pairwise",
+            Algorithm::Hierarchical => "hierarchical",
             Algorithm::Fast => "fast",
             Algorithm::Spray => "spray",
         }
@@ -78,6 +92,8 @@ pub fn schedule(
     traffic.check_ranks(topo.ranks(), "traffic")?;
     match alg {
         Algorithm::Direct => Ok(direct(topo, traffic)),
+        Algorithm::Pairwise => Ok(pairwise(topo, traffic)),
+        Algorithm::Hierarchical => Ok(hierarchical(topo, traffic)),
         Algorithm::Fast => fast(topo, traffic),
         Algorithm::Spray => spray(topo, traffic),
     }

@@ -1,0 +1,184 @@
+//! The report of one plan: what `compile --report`, `simulate --json` and
+//! the benchmark write (DESIGN.md "CLI"). One constructor, so the commands
+//! cannot disagree: the same plan on the same inputs gives the same numbers.
+//!
+//! `compile_us` is known only to whoever compiled the plan: `compile` fills
+//! it in, `simulate` (which reads a finished plan) writes `null`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::bound::{cut_bound, LowerBound};
+use crate::error::Result;
+use crate::plan::Plan;
+use crate::sim::{simulate, Network, SimOptions, SimResult};
+use crate::topology::Topology;
+use crate::traffic::TrafficMatrix;
+
+/// One link among the hottest.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct HotLink {
+    pub link: String,
+    /// Bytes over (bandwidth × completion).
+    pub utilisation: f64,
+}
+
+/// Everything a report states about one plan.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Report {
+    pub algorithm: String,
+    pub topology: String,
+    pub ranks: usize,
+    /// Bytes of the traffic matrix, diagonal included.
+    pub total_bytes: u64,
+    /// Bytes the plan copies between different ranks (relays count twice).
+    pub bytes_moved: u64,
+    pub network: Network,
+    pub completion_us: f64,
+    /// The best lower bound: the larger of the cut and LP bounds.
+    pub lower_bound_us: f64,
+    pub cut_bound_us: f64,
+    /// The binding cut, in words.
+    pub bound_cut: String,
+    pub lp_bound_us: Option<f64>,
+    /// completion / lower bound (1 when the bound is 0: no traffic between ranks).
+    pub ratio_to_bound: f64,
+    /// Time the scheduler took; `null` when the plan was read from a file.
+    pub compile_us: Option<f64>,
+    pub steps: usize,
+    pub transfers: usize,
+    /// The three links of highest utilisation.
+    pub hottest_links: Vec<HotLink>,
+}
+
+impl Report {
+    /// Assembles a report from a simulation and a bound already computed.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        algorithm: &str,
+        topo: &Topology,
+        traffic: &TrafficMatrix,
+        plan: &Plan,
+        sim: &SimResult,
+        bound: &LowerBound,
+        compile_us: Option<f64>,
+        network: Network,
+    ) -> Report {
+        let lower = bound.best_us();
+        // With nothing to move between ranks the bound is 0; any plan for
+        // such traffic is optimal up to latency, so the ratio is 1.
+        let ratio = if lower > 0.0 {
+            sim.completion_us / lower
+        } else {
+            1.0
+        };
+        Report {
+            algorithm: algorithm.to_string(),
+            topology: topo.name().to_string(),
+            ranks: traffic.ranks(),
+            total_bytes: traffic.total(),
+            bytes_moved: plan.bytes_moved(),
+            network,
+            completion_us: sim.completion_us,
+            lower_bound_us: lower,
+            cut_bound_us: bound.cut_us,
+            bound_cut: bound.cut.clone(),
+            lp_bound_us: bound.lp_us,
+            ratio_to_bound: ratio,
+            compile_us,
+            steps: plan.steps(),
+            transfers: plan.transfers.len(),
+            hottest_links: sim
+                .hottest_links(topo, 3)
+                .into_iter()
+                .map(|(_, link, utilisation)| HotLink { link, utilisation })
+                .collect(),
+        }
+    }
+
+    /// Simulates `plan` and bounds `traffic`, then assembles the report.
+    /// `bound` may carry an LP figure computed by the caller; without one the
+    /// cut bound is computed here.
+    pub fn measure(
+        algorithm: &str,
+        topo: &Topology,
+        traffic: &TrafficMatrix,
+        plan: &Plan,
+        bound: Option<&LowerBound>,
+        compile_us: Option<f64>,
+        opts: &SimOptions,
+    ) -> Result<Report> {
+        traffic.check_ranks(topo.ranks(), "traffic")?;
+        let sim = simulate(topo, plan, opts)?;
+        let own;
+        let bound = match bound {
+            Some(b) => b,
+            None => {
+                own = cut_bound(topo, traffic);
+                &own
+            }
+        };
+        Ok(Report::new(
+            algorithm,
+            topo,
+            traffic,
+            plan,
+            &sim,
+            bound,
+            compile_us,
+            opts.network,
+        ))
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("report serialises")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sched::direct;
+
+    #[test]
+    fn report_round_trips_and_has_the_fields() {
+        let topo = Topology::preset("dgx-h100", 2, Some(2)).unwrap();
+        let m = TrafficMatrix::uniform(4, 1 << 20);
+        let plan = direct(&topo, &m);
+        let r = Report::measure(
+            "direct",
+            &topo,
+            &m,
+            &plan,
+            None,
+            Some(12.0),
+            &SimOptions::default(),
+        )
+        .unwrap();
+        assert!(r.ratio_to_bound >= 1.0 - 1e-9, "{r:?}");
+        assert_eq!(r.transfers, 16); // 12 between ranks, 4 local copies
+        let text = r.to_json();
+        for key in [
+            "algorithm",
+            "ranks",
+            "total_bytes",
+            "completion_us",
+            "lower_bound_us",
+            "ratio_to_bound",
+            "compile_us",
+            "steps",
+            "transfers",
+            "network",
+        ] {
+            assert!(
+                text.contains(&format!("\"{key}\"")),
+                "{key} missing: {text}"
+            );
+        }
+        assert!(text.contains("\"network\": \"ideal\""), "{text}");
+        // serde_json parses floats to within an ulp, not always exactly.
+        let back: Report = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.bound_cut, r.bound_cut);
+        assert_eq!(back.hottest_links.len(), 3);
+        assert!((back.completion_us - r.completion_us).abs() <= 1e-12 * r.completion_us);
+    }
+}

@@ -1,0 +1,271 @@
+//! Max-min fair rates by progressive filling (water-filling).
+//!
+//! Owns the per-recompute work of the simulator: indexing the active flows
+//! by link, and raising every flow's rate together until a link (or a flow's
+//! own cap) saturates, freezing the flows it carries, and repeating. Buffers
+//! are kept between calls: a recompute allocates nothing once warm.
+//!
+//! Cost per call: O(F·p) to index and freeze F flows of p links each, plus
+//! O(L log L) heap work over the L links in use. Link shares only grow as
+//! flows freeze (a flow frozen at the smallest share s takes at most s from a
+//! link whose share is at least s), so stale heap keys are refreshed lazily
+//! when popped instead of on every update.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use crate::topology::LinkId;
+
+/// The links of every transfer, flattened: `links[off[t]..off[t + 1]]`.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Paths {
+    pub off: Vec<u32>,
+    pub links: Vec<LinkId>,
+}
+
+impl Paths {
+    pub fn of(&self, t: u32) -> &[LinkId] {
+        &self.links[self.off[t as usize] as usize..self.off[t as usize + 1] as usize]
+    }
+}
+
+/// A totally ordered f64 key for the heaps (no NaN ever enters them).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Key(pub f64);
+
+impl Eq for Key {}
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Key {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+/// Reusable state of the water-filling. Flows are named by their position in
+/// the active list passed to [`Filler::index`].
+#[derive(Debug, Default)]
+pub(crate) struct Filler {
+    /// Per link: active flows crossing it, and where they sit in `link_flows`.
+    count: Vec<u32>,
+    start: Vec<u32>,
+    /// Per link during a fill: capacity not yet given out, flows not yet frozen.
+    rem_cap: Vec<f64>,
+    unfrozen: Vec<u32>,
+    /// Links with at least one active flow, in first-seen order.
+    touched: Vec<LinkId>,
+    /// Flow positions grouped by link (CSR over `start`).
+    link_flows: Vec<u32>,
+    frozen: Vec<bool>,
+    heap: BinaryHeap<Reverse<(Key, LinkId)>>,
+    capped: Vec<(f64, u32)>,
+}
+
+impl Filler {
+    pub fn new(num_links: usize) -> Self {
+        Filler {
+            count: vec![0; num_links],
+            start: vec![0; num_links],
+            rem_cap: vec![0.0; num_links],
+            unfrozen: vec![0; num_links],
+            ..Filler::default()
+        }
+    }
+
+    /// Links carrying at least one active flow (valid after [`Filler::index`]).
+    pub fn touched(&self) -> &[LinkId] {
+        &self.touched
+    }
+
+    /// Positions of the active flows crossing link `l`.
+    pub fn flows_on(&self, l: LinkId) -> &[u32] {
+        let s = self.start[l as usize] as usize;
+        &self.link_flows[s..s + self.count[l as usize] as usize]
+    }
+
+    /// Rate in use on link `l` after the last fill: capacity minus what is left.
+    pub fn used(&self, l: LinkId, cap: f64) -> f64 {
+        (cap - self.rem_cap[l as usize]).max(0.0)
+    }
+
+    /// Groups the active flows (transfer ids) by the links they cross.
+    pub fn index(&mut self, flows: &[u32], paths: &Paths) {
+        for &l in &self.touched {
+            self.count[l as usize] = 0;
+        }
+        self.touched.clear();
+        for &t in flows {
+            for &l in paths.of(t) {
+                if self.count[l as usize] == 0 {
+                    self.touched.push(l);
+                }
+                self.count[l as usize] += 1;
+            }
+        }
+        let mut acc = 0u32;
+        for &l in &self.touched {
+            self.start[l as usize] = acc;
+            acc += self.count[l as usize];
+        }
+        self.link_flows.clear();
+        self.link_flows.resize(acc as usize, 0);
+        // `unfrozen` doubles as the fill cursor here; fill() resets it.
+        for &l in &self.touched {
+            self.unfrozen[l as usize] = 0;
+        }
+        for (pos, &t) in flows.iter().enumerate() {
+            for &l in paths.of(t) {
+                let k = self.start[l as usize] + self.unfrozen[l as usize];
+                self.link_flows[k as usize] = pos as u32;
+                self.unfrozen[l as usize] += 1;
+            }
+        }
+    }
+
+    /// Max-min fair rates of the indexed flows into `rate` (by position), on
+    /// link capacities `cap` (indexed by link), each flow also held to
+    /// `flow_cap[pos]` when given.
+    pub fn fill(
+        &mut self,
+        flows: &[u32],
+        paths: &Paths,
+        cap: &[f64],
+        flow_cap: Option<&[f64]>,
+        rate: &mut Vec<f64>,
+    ) {
+        let n = flows.len();
+        rate.clear();
+        rate.resize(n, 0.0);
+        self.frozen.clear();
+        self.frozen.resize(n, false);
+        self.heap.clear();
+        for &l in &self.touched {
+            let (c, k) = (cap[l as usize], self.count[l as usize]);
+            self.rem_cap[l as usize] = c;
+            self.unfrozen[l as usize] = k;
+            self.heap.push(Reverse((Key(c / k as f64), l)));
+        }
+        self.capped.clear();
+        if let Some(fc) = flow_cap {
+            self.capped.extend(
+                fc.iter()
+                    .enumerate()
+                    .filter(|(_, c)| c.is_finite())
+                    .map(|(p, &c)| (c, p as u32)),
+            );
+            self.capped.sort_by(|a, b| a.0.total_cmp(&b.0));
+        }
+        let mut ci = 0;
+        loop {
+            // The smallest current link share, refreshing stale keys.
+            let link = loop {
+                let Some(&Reverse((Key(key), l))) = self.heap.peek() else {
+                    break None;
+                };
+                let u = self.unfrozen[l as usize];
+                if u == 0 {
+                    self.heap.pop();
+                    continue;
+                }
+                let cur = (self.rem_cap[l as usize] / u as f64).max(0.0);
+                if cur > key * (1.0 + 1e-12) {
+                    self.heap.pop();
+                    self.heap.push(Reverse((Key(cur), l)));
+                    continue;
+                }
+                break Some((cur, l));
+            };
+            while ci < self.capped.len() && self.frozen[self.capped[ci].1 as usize] {
+                ci += 1;
+            }
+            let cap_next = self.capped.get(ci).copied();
+            match (link, cap_next) {
+                (None, None) => break,
+                (Some((share, _)), Some((c, pos))) if c <= share => {
+                    self.freeze(pos, c, flows, paths, rate);
+                    ci += 1;
+                }
+                (None, Some((c, pos))) => {
+                    self.freeze(pos, c, flows, paths, rate);
+                    ci += 1;
+                }
+                (Some((share, l)), _) => {
+                    self.heap.pop();
+                    let s = self.start[l as usize] as usize;
+                    for k in s..s + self.count[l as usize] as usize {
+                        let pos = self.link_flows[k];
+                        if !self.frozen[pos as usize] {
+                            self.freeze(pos, share, flows, paths, rate);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn freeze(&mut self, pos: u32, r: f64, flows: &[u32], paths: &Paths, rate: &mut [f64]) {
+        self.frozen[pos as usize] = true;
+        rate[pos as usize] = r;
+        for &l in paths.of(flows[pos as usize]) {
+            self.rem_cap[l as usize] -= r;
+            self.unfrozen[l as usize] -= 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paths(ps: &[&[LinkId]]) -> Paths {
+        let mut p = Paths {
+            off: vec![0],
+            links: vec![],
+        };
+        for x in ps {
+            p.links.extend_from_slice(x);
+            p.off.push(p.links.len() as u32);
+        }
+        p
+    }
+
+    #[test]
+    fn classic_max_min() {
+        // Link 0 (cap 1): flows 0, 1. Link 1 (cap 2): flows 1, 2.
+        // Max-min: flows 0 and 1 get 1/2 on link 0; flow 2 takes the rest, 3/2.
+        let p = paths(&[&[0], &[0, 1], &[1]]);
+        let flows = [0, 1, 2];
+        let mut f = Filler::new(2);
+        let mut rate = Vec::new();
+        f.index(&flows, &p);
+        f.fill(&flows, &p, &[1.0, 2.0], None, &mut rate);
+        assert_eq!(rate, [0.5, 0.5, 1.5]);
+        assert!((f.used(1, 2.0) - 2.0).abs() < 1e-12);
+        // A cap on flow 0 frees link 0 for flow 1, which then splits link 1 evenly.
+        f.fill(
+            &flows,
+            &p,
+            &[1.0, 2.0],
+            Some(&[0.2, f64::INFINITY, f64::INFINITY]),
+            &mut rate,
+        );
+        assert!((rate[0] - 0.2).abs() < 1e-12);
+        assert!((rate[1] - 0.8).abs() < 1e-12);
+        assert!((rate[2] - 1.2).abs() < 1e-12);
+    }
+
+    #[test]
+    fn reindex_after_removal() {
+        let p = paths(&[&[0], &[0, 1], &[1]]);
+        let mut f = Filler::new(2);
+        let mut rate = Vec::new();
+        f.index(&[0, 1, 2], &p);
+        f.index(&[1, 2], &p);
+        assert_eq!(f.flows_on(0), &[0]);
+        f.fill(&[1, 2], &p, &[1.0, 2.0], None, &mut rate);
+        assert_eq!(rate, [1.0, 1.0]);
+    }
+}

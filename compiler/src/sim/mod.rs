@@ -1,0 +1,595 @@
+//! The cost model: an event-driven fluid simulator of a plan on a topology.
+//!
+//! Owns the only place where bytes become time (DESIGN.md "Cost model",
+//! docs/cost-model.md). A transfer becomes ready when all its dependencies
+//! have finished, waits its path latency (the sum of its links' latencies),
+//! then moves its bytes at its max-min fair rate over the links of its path;
+//! rates are recomputed whenever the set of moving transfers changes. Local
+//! copies (`src == dst`) cross no link and are modelled as instantaneous;
+//! zero-byte transfers finish after their latency.
+//!
+//! The route of a transfer is the topology's ([`Topology::path_into`]); the
+//! plan's `path` field is checked by the verifier, not here.
+
+mod congestion;
+mod fair;
+#[cfg(test)]
+mod tests;
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use congestion::Congestion;
+pub use congestion::CongestionModel;
+/// Totally ordered f64 for heaps, shared with the bounds.
+pub(crate) use fair::Key as OrdKey;
+use fair::{Filler, Key, Paths};
+
+use crate::error::{Error, InputError, Result};
+use crate::plan::Plan;
+use crate::topology::{LinkId, Topology};
+use crate::verify::VerifyError;
+
+/// Network mode of the cost model (DESIGN.md "Cost model").
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum Network {
+    /// Max-min fair sharing only.
+    #[default]
+    Ideal,
+    /// Adds receiver incast and PFC head-of-line blocking.
+    Congested,
+}
+
+impl Network {
+    pub fn name(self) -> &'static str {
+        match self {
+            Network::Ideal => "ideal",
+            Network::Congested => "congested",
+        }
+    }
+}
+
+impl fmt::Display for Network {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Network {
+    type Err = InputError;
+    fn from_str(s: &str) -> std::result::Result<Self, InputError> {
+        match s {
+            "ideal" => Ok(Network::Ideal),
+            "congested" => Ok(Network::Congested),
+            other => Err(InputError::new(
+                "--network",
+                format!("unknown network mode `{other}` (known: ideal, congested)"),
+            )),
+        }
+    }
+}
+
+/// Plans with at most this many transfers are simulated exactly by default.
+pub const EXACT_TRANSFERS: usize = 5_000;
+/// Default grouping tolerance above [`EXACT_TRANSFERS`].
+pub const DEFAULT_TOLERANCE: f64 = 0.02;
+
+/// Knobs of the simulator.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SimOptions {
+    pub network: Network,
+    /// Event-grouping tolerance ε ≥ 0: a transfer may be finished together
+    /// with others up to ε of its own duration after its true finish (never
+    /// before it). `None`: 0 (exact) for plans of at most
+    /// [`EXACT_TRANSFERS`] transfers, [`DEFAULT_TOLERANCE`] above.
+    pub tolerance: Option<f64>,
+    /// Parameters of the `congested` mode.
+    pub congestion: CongestionModel,
+}
+
+impl SimOptions {
+    pub fn new(network: Network) -> Self {
+        SimOptions {
+            network,
+            ..SimOptions::default()
+        }
+    }
+
+    /// The tolerance used for a plan of `transfers` transfers.
+    pub fn tolerance_for(&self, transfers: usize) -> f64 {
+        match self.tolerance {
+            Some(e) => e,
+            None if transfers <= EXACT_TRANSFERS => 0.0,
+            None => DEFAULT_TOLERANCE,
+        }
+    }
+}
+
+/// When one transfer ran, microseconds from the start of the collective.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+pub struct TransferTime {
+    /// All dependencies done.
+    pub start_us: f64,
+    /// Last byte delivered.
+    pub end_us: f64,
+}
+
+/// What one link carried.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq)]
+pub struct LinkUsage {
+    pub bytes: f64,
+    /// Time during which some transfer moved bytes over the link.
+    pub busy_us: f64,
+}
+
+/// The simulator's answer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimResult {
+    /// When the last transfer finished (0 for an empty plan).
+    pub completion_us: f64,
+    /// Indexed like the plan's transfers.
+    pub transfers: Vec<TransferTime>,
+    /// Indexed by [`LinkId`].
+    pub links: Vec<LinkUsage>,
+    /// Nominal bandwidth of every link, bytes/us (for utilisation).
+    bandwidth: Vec<f64>,
+    /// Rate recomputations the run needed (a measure of its cost).
+    pub events: usize,
+}
+
+impl SimResult {
+    /// Mean fraction of a link's capacity used over the whole collective:
+    /// bytes / (bandwidth × completion).
+    pub fn utilisation(&self, link: LinkId) -> f64 {
+        let (Some(u), Some(&bw)) = (
+            self.links.get(link as usize),
+            self.bandwidth.get(link as usize),
+        ) else {
+            return 0.0;
+        };
+        if self.completion_us <= 0.0 {
+            return 0.0;
+        }
+        u.bytes / (bw * self.completion_us)
+    }
+
+    /// The `k` links of highest utilisation, hottest first, with their names.
+    pub fn hottest_links(&self, topo: &Topology, k: usize) -> Vec<(LinkId, String, f64)> {
+        let mut v: Vec<(LinkId, f64)> = (0..self.links.len() as LinkId)
+            .filter(|&l| self.links[l as usize].bytes > 0.0)
+            .map(|l| (l, self.utilisation(l)))
+            .collect();
+        v.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        v.truncate(k);
+        v.into_iter()
+            .map(|(l, u)| (l, topo.link_name(l), u))
+            .collect()
+    }
+}
+
+/// Simulates `plan` on `topo`. Errors if the plan does not fit the topology
+/// or its dependencies are malformed (an index out of range, a cycle).
+pub fn simulate(topo: &Topology, plan: &Plan, opts: &SimOptions) -> Result<SimResult> {
+    check_plan(topo, plan)?;
+    let eps = opts.tolerance_for(plan.transfers.len());
+    if !(eps.is_finite() && eps >= 0.0) {
+        return Err(InputError::new(
+            "--tolerance",
+            format!("must be a non-negative number, got {eps}"),
+        )
+        .into());
+    }
+    Sim::new(topo, plan, opts, eps).run()
+}
+
+fn check_plan(topo: &Topology, plan: &Plan) -> Result<()> {
+    let bad = |reason: String| -> Error { InputError::new("plan", reason).into() };
+    if plan.ranks as usize != topo.ranks() || plan.gpus_per_node as usize != topo.gpus_per_node() {
+        return Err(bad(format!(
+            "plan is for {} ranks of {} GPUs per node, the topology `{}` has {} of {}",
+            plan.ranks,
+            plan.gpus_per_node,
+            topo.name(),
+            topo.ranks(),
+            topo.gpus_per_node()
+        )));
+    }
+    let n = plan.transfers.len();
+    if n >= u32::MAX as usize {
+        return Err(bad(format!("too many transfers ({n})")));
+    }
+    for (i, t) in plan.transfers.iter().enumerate() {
+        if t.src >= plan.ranks || t.dst >= plan.ranks {
+            return Err(bad(format!(
+                "transfer {i}: rank {} out of range (plan has {} ranks)",
+                t.src.max(t.dst),
+                plan.ranks
+            )));
+        }
+        if let Some(&d) = t.deps.iter().find(|&&d| d as usize >= n || d as usize == i) {
+            return Err(bad(format!(
+                "transfer {i}: depends on transfer {d}, which {}",
+                if d as usize == i {
+                    "is itself"
+                } else {
+                    "does not exist"
+                }
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Links crossed by exactly the same transfers as another link of no more
+/// capacity: at every instant they carry the same flows and the other one
+/// binds first, so the water-filling can skip them (on a DGX, a GPU's PCIe
+/// link to its own NIC twins the NIC's egress: half the work). Returns
+/// (dropped, kept) pairs. In congested mode NIC links are never dropped: the
+/// incast model acts on them.
+fn twin_links(topo: &Topology, paths: &Paths, congested: bool) -> Vec<(LinkId, LinkId)> {
+    use crate::topology::LinkClass;
+    use std::collections::HashMap;
+    // A set signature: count and two independent sums of mixed transfer ids.
+    let mix = |x: u64, k: u64| {
+        let mut z = x.wrapping_add(k).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    let links = topo.num_links();
+    let mut sig = vec![(0u64, 0u64, 0u64); links];
+    for t in 0..paths.off.len().saturating_sub(1) {
+        let (h1, h2) = (mix(t as u64, 1), mix(t as u64, 2));
+        for &l in paths.of(t as u32) {
+            let s = &mut sig[l as usize];
+            s.0 += 1;
+            s.1 = s.1.wrapping_add(h1);
+            s.2 = s.2.wrapping_add(h2);
+        }
+    }
+    let nic = |l: LinkId| matches!(topo.link(l).class, LinkClass::NicTx | LinkClass::NicRx);
+    let mut groups: HashMap<(u64, u64, u64), Vec<LinkId>> = HashMap::new();
+    for l in 0..links as LinkId {
+        if sig[l as usize].0 > 0 {
+            groups.entry(sig[l as usize]).or_default().push(l);
+        }
+    }
+    let mut twins = Vec::new();
+    for (_, mut g) in groups {
+        if g.len() < 2 {
+            continue;
+        }
+        // Keep the smallest capacity; on a tie, a NIC link (the incast model's).
+        g.sort_by(|&a, &b| {
+            topo.link(a)
+                .bandwidth
+                .total_cmp(&topo.link(b).bandwidth)
+                .then(nic(b).cmp(&nic(a)))
+                .then(a.cmp(&b))
+        });
+        let keep = g[0];
+        for &d in &g[1..] {
+            if congested && nic(d) {
+                continue;
+            }
+            twins.push((d, keep));
+        }
+    }
+    twins.sort_unstable();
+    twins
+}
+
+/// An arrival: a transfer whose latency ends at `time` and starts moving.
+type Arrival = Reverse<(Key, u32)>;
+
+struct Sim<'a> {
+    plan: &'a Plan,
+    eps: f64,
+    /// Routes as the rates see them: without twin links.
+    paths: Paths,
+    /// (dropped, kept): links that carry exactly the flows of a kept link of
+    /// no more capacity, so never bind; they get the kept link's usage.
+    twins: Vec<(LinkId, LinkId)>,
+    latency: Vec<f64>,
+    /// Transfers waiting on each transfer (CSR).
+    child_off: Vec<u32>,
+    children: Vec<u32>,
+    waiting: Vec<u32>,
+    /// Nominal capacity per link.
+    cap: Vec<f64>,
+    filler: Filler,
+    congestion: Option<Congestion>,
+    times: Vec<TransferTime>,
+    remaining: Vec<f64>,
+    arrivals: BinaryHeap<Arrival>,
+    finished: usize,
+    links: Vec<LinkUsage>,
+    events: usize,
+}
+
+impl<'a> Sim<'a> {
+    fn new(topo: &Topology, plan: &'a Plan, opts: &SimOptions, eps: f64) -> Self {
+        let n = plan.transfers.len();
+        let mut paths = Paths {
+            off: Vec::with_capacity(n + 1),
+            links: Vec::with_capacity(n * 4),
+        };
+        paths.off.push(0);
+        let mut latency = Vec::with_capacity(n);
+        for t in &plan.transfers {
+            let before = paths.links.len();
+            topo.path_into(t.src as usize, t.dst as usize, &mut paths.links);
+            latency.push(
+                paths.links[before..]
+                    .iter()
+                    .map(|&l| topo.link(l).latency_us)
+                    .sum(),
+            );
+            paths.off.push(paths.links.len() as u32);
+        }
+        let mut child_off = vec![0u32; n + 1];
+        for t in &plan.transfers {
+            for &d in &t.deps {
+                child_off[d as usize + 1] += 1;
+            }
+        }
+        for i in 0..n {
+            child_off[i + 1] += child_off[i];
+        }
+        let mut children = vec![0u32; child_off[n] as usize];
+        let mut fill = child_off.clone();
+        for (i, t) in plan.transfers.iter().enumerate() {
+            for &d in &t.deps {
+                children[fill[d as usize] as usize] = i as u32;
+                fill[d as usize] += 1;
+            }
+        }
+        let links = topo.num_links();
+        let cap: Vec<f64> = (0..links as LinkId)
+            .map(|l| topo.link(l).bandwidth)
+            .collect();
+        let congested = opts.network == Network::Congested;
+        let congestion =
+            congested.then(|| Congestion::new(opts.congestion.clone(), topo, &paths, n));
+        let twins = twin_links(topo, &paths, congested);
+        if !twins.is_empty() {
+            let mut drop = vec![false; links];
+            for &(d, _) in &twins {
+                drop[d as usize] = true;
+            }
+            let mut kept = Paths {
+                off: Vec::with_capacity(n + 1),
+                links: Vec::with_capacity(paths.links.len()),
+            };
+            kept.off.push(0);
+            for t in 0..n as u32 {
+                kept.links
+                    .extend(paths.of(t).iter().filter(|&&l| !drop[l as usize]));
+                kept.off.push(kept.links.len() as u32);
+            }
+            paths = kept;
+        }
+        Sim {
+            plan,
+            eps,
+            paths,
+            twins,
+            latency,
+            child_off,
+            children,
+            waiting: plan.transfers.iter().map(|t| t.deps.len() as u32).collect(),
+            cap,
+            filler: Filler::new(links),
+            congestion,
+            times: vec![
+                TransferTime {
+                    start_us: f64::NAN,
+                    end_us: f64::NAN,
+                };
+                n
+            ],
+            remaining: plan.transfers.iter().map(|t| t.bytes as f64).collect(),
+            arrivals: BinaryHeap::new(),
+            finished: 0,
+            links: vec![LinkUsage::default(); links],
+            events: 0,
+        }
+    }
+
+    /// Marks `t` ready at `time`: local copies finish at once, the others
+    /// start moving after their latency.
+    fn ready(&mut self, t: u32, time: f64, stack: &mut Vec<(u32, f64)>) {
+        self.times[t as usize].start_us = time;
+        if self.paths.of(t).is_empty() {
+            stack.push((t, time));
+        } else {
+            let at = time + self.latency[t as usize];
+            self.arrivals.push(Reverse((Key(at), t)));
+        }
+    }
+
+    /// Finishes `t` at `time` and readies every transfer that was waiting
+    /// only on it (and, transitively, local copies that then finish).
+    fn finish(&mut self, t: u32, time: f64) {
+        let mut stack = vec![(t, time)];
+        while let Some((t, time)) = stack.pop() {
+            self.times[t as usize].end_us = time;
+            self.finished += 1;
+            let (a, b) = (
+                self.child_off[t as usize] as usize,
+                self.child_off[t as usize + 1] as usize,
+            );
+            for k in a..b {
+                let c = self.children[k];
+                self.waiting[c as usize] -= 1;
+                if self.waiting[c as usize] == 0 {
+                    self.ready(c, time, &mut stack);
+                }
+            }
+        }
+    }
+
+    fn run(mut self) -> Result<SimResult> {
+        let n = self.plan.transfers.len();
+        let mut stack = Vec::new();
+        for t in 0..n as u32 {
+            if self.waiting[t as usize] == 0 {
+                self.ready(t, 0.0, &mut stack);
+            }
+        }
+        for (t, time) in std::mem::take(&mut stack) {
+            self.finish(t, time);
+        }
+        let mut active: Vec<u32> = Vec::new();
+        let mut rate: Vec<f64> = Vec::new();
+        let mut finish_at: Vec<f64> = Vec::new();
+        let mut now = 0.0f64;
+        let mut changed = false;
+        loop {
+            // Admit every transfer whose latency has elapsed.
+            while let Some(&Reverse((Key(at), t))) = self.arrivals.peek() {
+                if at > now {
+                    break;
+                }
+                self.arrivals.pop();
+                if self.plan.transfers[t as usize].bytes == 0 {
+                    self.finish(t, at);
+                } else {
+                    active.push(t);
+                    changed = true;
+                }
+            }
+            if active.is_empty() {
+                match self.arrivals.peek() {
+                    Some(&Reverse((Key(at), _))) => {
+                        now = now.max(at);
+                        continue;
+                    }
+                    None => break,
+                }
+            }
+            if changed {
+                self.recompute(&active, &mut rate);
+                self.events += 1;
+                changed = false;
+            }
+            let next_arrival = self
+                .arrivals
+                .peek()
+                .map_or(f64::INFINITY, |&Reverse((Key(at), _))| at);
+            // Projected finishes, and the latest instant that delays no
+            // transfer by more than eps of its own duration.
+            finish_at.clear();
+            let mut limit = next_arrival;
+            for (pos, &t) in active.iter().enumerate() {
+                let r = rate[pos];
+                let f = if r > 0.0 {
+                    now + self.remaining[t as usize] / r
+                } else {
+                    f64::INFINITY
+                };
+                finish_at.push(f);
+                let slack = self.eps * (f - self.times[t as usize].start_us);
+                limit = limit.min(f + slack);
+            }
+            // Near-ties (rounding) finish together rather than one by one.
+            let first = finish_at.iter().copied().fold(f64::INFINITY, f64::min);
+            if first < next_arrival {
+                limit = limit.max(first + first.abs() * 1e-12).min(next_arrival);
+            }
+            if !limit.is_finite() {
+                return Err(Error::Solver(
+                    "simulator stalled: transfers with no bandwidth".to_string(),
+                ));
+            }
+            // Every transfer projected to end by `limit` ends at the group's
+            // latest projected finish (never before its own).
+            let mut tau = f64::NEG_INFINITY;
+            for &f in &finish_at {
+                if f <= limit {
+                    tau = tau.max(f);
+                }
+            }
+            if tau == f64::NEG_INFINITY {
+                tau = limit; // only an arrival: advance to it
+            }
+            let dt = (tau - now).max(0.0);
+            for &l in self.filler.touched() {
+                let used = self.filler_used(l);
+                if used > 0.0 {
+                    let u = &mut self.links[l as usize];
+                    u.bytes += used * dt;
+                    u.busy_us += dt;
+                }
+            }
+            let mut keep = 0;
+            for pos in 0..active.len() {
+                let t = active[pos];
+                let moved = rate[pos] * dt;
+                if finish_at[pos] <= limit {
+                    // Credit back what the flow did not need.
+                    let over = moved - self.remaining[t as usize];
+                    if over != 0.0 {
+                        for &l in self.paths.of(t) {
+                            self.links[l as usize].bytes -= over;
+                        }
+                    }
+                    self.remaining[t as usize] = 0.0;
+                    stack.push((t, tau));
+                } else {
+                    self.remaining[t as usize] -= moved;
+                    active[keep] = t;
+                    keep += 1;
+                }
+            }
+            active.truncate(keep);
+            now = tau;
+            if !stack.is_empty() {
+                changed = true;
+                for (t, time) in std::mem::take(&mut stack) {
+                    self.finish(t, time);
+                }
+            }
+        }
+        if self.finished < n {
+            let stuck = (0..n).find(|&i| self.times[i].end_us.is_nan()).unwrap_or(0);
+            return Err(VerifyError::Transfer {
+                index: stuck,
+                reason: "never becomes ready: its dependencies form a cycle".to_string(),
+            }
+            .into());
+        }
+        for &(d, k) in &self.twins {
+            self.links[d as usize] = self.links[k as usize];
+        }
+        let completion_us = self.times.iter().map(|t| t.end_us).fold(0.0, f64::max);
+        Ok(SimResult {
+            completion_us,
+            transfers: self.times,
+            links: self.links,
+            bandwidth: self.cap,
+            events: self.events,
+        })
+    }
+
+    fn filler_used(&self, l: LinkId) -> f64 {
+        let cap = match &self.congestion {
+            Some(c) => c.cap[l as usize],
+            None => self.cap[l as usize],
+        };
+        self.filler.used(l, cap)
+    }
+
+    fn recompute(&mut self, active: &[u32], rate: &mut Vec<f64>) {
+        self.filler.index(active, &self.paths);
+        match &mut self.congestion {
+            Some(c) => c.fill(&mut self.filler, active, &self.paths, &self.cap, rate),
+            None => self.filler.fill(active, &self.paths, &self.cap, None, rate),
+        }
+    }
+}

@@ -1,0 +1,304 @@
+//! Hand-computable cases and invariants of the simulator.
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::bound::cut_bound;
+use crate::generate::{generate, Pattern, TrafficSpec};
+use crate::plan::{Buffer, Deps, Path, Transfer};
+use crate::sched::direct;
+use crate::topology::{FabricKind, FabricSpec, IntraKind, TopologySpec};
+use crate::traffic::TrafficMatrix;
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
+}
+
+fn transfer(src: u32, dst: u32, bytes: u64, deps: &[u32]) -> Transfer {
+    Transfer {
+        src,
+        src_buf: Buffer::Input,
+        src_off: 0,
+        dst,
+        dst_buf: Buffer::Output,
+        dst_off: 0,
+        bytes,
+        path: Path::Nvlink,
+        step: 0,
+        deps: Deps::from_slice(deps),
+    }
+}
+
+fn plan_of(topo: &Topology, ts: Vec<Transfer>) -> Plan {
+    let mut p = Plan::new("test", topo.ranks(), topo.gpus_per_node());
+    p.transfers = ts;
+    p
+}
+
+fn ideal(topo: &Topology, plan: &Plan) -> SimResult {
+    simulate(topo, plan, &SimOptions::default()).unwrap()
+}
+
+#[test]
+fn one_transfer_pays_latency_then_bytes_over_bandwidth() {
+    // Two DGX-H100 nodes of one GPU: PCIe, NIC (3 us), NIC, PCIe at 50 GB/s.
+    let topo = Topology::preset("dgx-h100", 2, Some(1)).unwrap();
+    let r = ideal(&topo, &plan_of(&topo, vec![transfer(0, 1, 5_000_000, &[])]));
+    assert!(
+        close(r.completion_us, 3.0 + 5e6 / 50_000.0),
+        "{}",
+        r.completion_us
+    );
+    assert_eq!(r.transfers[0].start_us, 0.0);
+    let path = topo.path(0, 1);
+    for &l in &path {
+        assert!(close(r.links[l as usize].bytes, 5e6));
+        assert!(close(r.links[l as usize].busy_us, 100.0));
+        assert!(close(r.utilisation(l), 100.0 / 103.0));
+    }
+    let hot = r.hottest_links(&topo, 3);
+    assert_eq!(hot.len(), 3);
+    assert!(hot[0].1.contains("->"));
+}
+
+#[test]
+fn two_transfers_share_one_link_at_half_rate() {
+    // GPU 0 sends to GPUs 1 and 2 of its node: both cross GPU 0's NVLink egress.
+    let topo = Topology::preset("dgx-h100", 1, Some(4)).unwrap();
+    let b = 9_000_000u64;
+    let r = ideal(
+        &topo,
+        &plan_of(&topo, vec![transfer(0, 1, b, &[]), transfer(0, 2, b, &[])]),
+    );
+    let each = 1.0 + b as f64 / 225_000.0;
+    assert!(close(r.transfers[0].end_us, each));
+    assert!(close(r.transfers[1].end_us, each));
+    // A third transfer that waits on the first starts when it ends.
+    let r = ideal(
+        &topo,
+        &plan_of(
+            &topo,
+            vec![
+                transfer(0, 1, b, &[]),
+                transfer(0, 2, b, &[]),
+                transfer(3, 0, b, &[0]),
+            ],
+        ),
+    );
+    assert!(close(r.transfers[2].start_us, each));
+    assert!(close(r.completion_us, each + 1.0 + b as f64 / 450_000.0));
+}
+
+#[test]
+fn local_copies_are_instant_and_zero_bytes_pay_latency() {
+    let topo = Topology::preset("dgx-h100", 2, Some(1)).unwrap();
+    let r = ideal(
+        &topo,
+        &plan_of(
+            &topo,
+            vec![transfer(0, 0, 1 << 30, &[]), transfer(0, 1, 0, &[0])],
+        ),
+    );
+    assert_eq!(r.transfers[0].end_us, 0.0);
+    assert!(close(r.transfers[1].end_us, 3.0));
+    assert!(r.links.iter().all(|l| l.bytes == 0.0));
+}
+
+#[test]
+fn uniform_all_to_all_on_full_bisection_meets_the_bound() {
+    let topo = Topology::preset("dgx-h100", 4, None).unwrap();
+    let b = 1 << 20;
+    let m = TrafficMatrix::uniform(32, b);
+    let r = ideal(&topo, &direct(&topo, &m));
+    let lb = cut_bound(&topo, &m);
+    // Each NIC carries its GPU's 24 remote blocks at 50 GB/s after 3 us.
+    let want = 3.0 + 24.0 * b as f64 / 50_000.0;
+    assert!(
+        (r.completion_us - want).abs() <= 1e-6 * want,
+        "{}",
+        r.completion_us
+    );
+    assert!((lb.cut_us - want).abs() <= 1e-6 * want, "{lb:?}");
+}
+
+fn two_leaf_4_to_1() -> Topology {
+    let mut spec = TopologySpec::preset("dgx-h100", 4, Some(1)).unwrap();
+    spec.fabric = Some(FabricSpec {
+        kind: FabricKind::FatTree,
+        nodes_per_leaf: 2,
+        oversubscription: 4.0,
+        latency_us: 1.0,
+    });
+    Topology::from_spec(spec, "t").unwrap()
+}
+
+#[test]
+fn oversubscribed_uplink_is_the_bottleneck() {
+    let topo = two_leaf_4_to_1();
+    let b = 2_000_000u64;
+    let m = TrafficMatrix::uniform(4, b);
+    let r = ideal(&topo, &direct(&topo, &m));
+    // Four cross-leaf flows share an uplink of 2 x 50 / 4 = 25 GB/s; path
+    // latency 3 + 1 (NIC, fabric) + 1 (uplink).
+    let want = 5.0 + 4.0 * b as f64 / 25_000.0;
+    assert!(close(r.completion_us, want), "{}", r.completion_us);
+    let lb = cut_bound(&topo, &m);
+    assert!(close(lb.cut_us, want), "{lb:?}");
+    let hot = r.hottest_links(&topo, 1);
+    assert!(
+        hot[0].1.contains("spine"),
+        "hottest link should be an uplink or downlink: {hot:?}"
+    );
+}
+
+/// Nine one-GPU nodes: `incast` sends 8 x `b` into rank 0 from ranks 1..=8;
+/// `permutation` sends the same 8 x `b` from rank 1 to rank 0 in one transfer.
+fn incast_and_permutation(b: u64) -> (Topology, Plan, Plan) {
+    let topo = Topology::preset("dgx-h100", 9, Some(1)).unwrap();
+    let incast = plan_of(&topo, (1..=8).map(|s| transfer(s, 0, b, &[])).collect());
+    let perm = plan_of(&topo, vec![transfer(1, 0, 8 * b, &[])]);
+    (topo, incast, perm)
+}
+
+#[test]
+fn incast_is_free_in_ideal_mode_and_slow_in_congested_mode() {
+    let b = 4_000_000;
+    let (topo, incast, perm) = incast_and_permutation(b);
+    let want = 3.0 + 8.0 * b as f64 / 50_000.0;
+    let i = ideal(&topo, &incast).completion_us;
+    let p = ideal(&topo, &perm).completion_us;
+    assert!(close(i, want) && close(p, want), "{i} {p} {want}");
+    let cong = SimOptions::new(Network::Congested);
+    let ic = simulate(&topo, &incast, &cong).unwrap().completion_us;
+    let pc = simulate(&topo, &perm, &cong).unwrap().completion_us;
+    assert!(close(pc, want), "a single sender is no incast: {pc}");
+    let eff = cong.congestion.efficiency(8);
+    assert!(close(ic, 3.0 + 8.0 * b as f64 / (50_000.0 * eff)), "{ic}");
+    assert!(ic > 1.2 * i, "incast should be clearly slower: {ic} vs {i}");
+}
+
+#[test]
+fn head_of_line_blocking_slows_a_senders_other_flows() {
+    // Ranks 1..=8 all send to rank 0 (incast); rank 1 also sends to rank 2,
+    // which is uncongested but shares rank 1's NIC queue.
+    let b = 4_000_000;
+    let (topo, mut plan, _) = incast_and_permutation(b);
+    plan.transfers.push(transfer(1, 2, 8 * b, &[]));
+    let victim = plan.transfers.len() - 1;
+    let i = ideal(&topo, &plan).transfers[victim].end_us;
+    let cong = simulate(&topo, &plan, &SimOptions::new(Network::Congested)).unwrap();
+    let c = cong.transfers[victim].end_us;
+    assert!(c > 1.5 * i, "victim flow should slow down: {c} vs {i}");
+    let mut no_hol = SimOptions::new(Network::Congested);
+    no_hol.congestion.head_of_line = false;
+    let n = simulate(&topo, &plan, &no_hol).unwrap().transfers[victim].end_us;
+    assert!(n < c, "{n} {c}");
+}
+
+#[test]
+fn bad_plans_are_errors() {
+    let topo = Topology::preset("dgx-h100", 2, Some(1)).unwrap();
+    let cyc = plan_of(
+        &topo,
+        vec![transfer(0, 1, 1, &[1]), transfer(1, 0, 1, &[0])],
+    );
+    let e = simulate(&topo, &cyc, &SimOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("cycle"), "{e}");
+    let out = plan_of(&topo, vec![transfer(0, 1, 1, &[7])]);
+    let e = simulate(&topo, &out, &SimOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("does not exist"), "{e}");
+    let other = Topology::preset("dgx-h100", 3, Some(1)).unwrap();
+    let e = simulate(&other, &cyc, &SimOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("ranks"), "{e}");
+    assert!("fast".parse::<Network>().is_err());
+    assert_eq!("congested".parse::<Network>().unwrap(), Network::Congested);
+}
+
+#[test]
+fn grouping_tolerance_never_finishes_early() {
+    let topo = Topology::preset("dgx-h100", 4, Some(4)).unwrap();
+    let mut spec = TrafficSpec::new(16, Pattern::Zipf(1.2));
+    spec.seed = 3;
+    spec.moe.tokens_per_rank = 256;
+    let m = generate(&spec).unwrap();
+    let plan = direct(&topo, &m);
+    let exact = ideal(&topo, &plan);
+    let opts = SimOptions {
+        tolerance: Some(0.05),
+        ..SimOptions::default()
+    };
+    let grouped = simulate(&topo, &plan, &opts).unwrap();
+    assert!(grouped.events <= exact.events);
+    let (e, g) = (exact.completion_us, grouped.completion_us);
+    assert!(g >= cut_bound(&topo, &m).cut_us * (1.0 - 1e-9));
+    assert!((g - e).abs() <= 0.05 * e, "{g} vs {e}");
+}
+
+fn small_topology() -> impl Strategy<Value = Topology> {
+    (1usize..=4, 1usize..=4, any::<bool>(), 0usize..3).prop_map(|(nodes, g, mesh, fab)| {
+        let mut spec =
+            TopologySpec::preset(if mesh { "mi300x" } else { "dgx-h100" }, nodes, Some(g)).unwrap();
+        if let Some(i) = spec.intra.as_mut() {
+            i.kind = if mesh {
+                IntraKind::Mesh
+            } else {
+                IntraKind::Switch
+            };
+        }
+        if fab > 0 && nodes > 1 {
+            spec.fabric = Some(FabricSpec {
+                kind: FabricKind::FatTree,
+                nodes_per_leaf: 1 + nodes / 3,
+                oversubscription: fab as f64 * 1.5,
+                latency_us: 0.5,
+            });
+        }
+        Topology::from_spec(spec, "prop").unwrap()
+    })
+}
+
+fn small_traffic(ranks: usize) -> impl Strategy<Value = TrafficMatrix> {
+    (0u64..1000, 0usize..4).prop_map(move |(seed, pat)| {
+        let pattern = match pat {
+            0 => Pattern::Uniform,
+            1 => Pattern::Zipf(1.0),
+            2 => Pattern::Hotspot(0.5),
+            _ => Pattern::Lognormal(1.0),
+        };
+        let mut spec = TrafficSpec::new(ranks, pattern);
+        spec.seed = seed;
+        spec.bytes = 1 << 16;
+        spec.moe.tokens_per_rank = 64;
+        spec.moe.hidden = 256;
+        generate(&spec).unwrap()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    #[test]
+    fn completion_respects_the_bound_and_bytes_are_conserved(
+        (topo, m, congested) in small_topology()
+            .prop_flat_map(|t| { let r = t.ranks(); (Just(t), small_traffic(r), any::<bool>()) })
+    ) {
+        let plan = direct(&topo, &m);
+        let net = if congested { Network::Congested } else { Network::Ideal };
+        let r = simulate(&topo, &plan, &SimOptions::new(net)).unwrap();
+        let lb = cut_bound(&topo, &m);
+        prop_assert!(r.completion_us >= lb.best_us() * (1.0 - 1e-9),
+            "completion {} below bound {:?}", r.completion_us, lb);
+        let mut want = vec![0.0f64; topo.num_links()];
+        for t in &plan.transfers {
+            for l in topo.path(t.src as usize, t.dst as usize) {
+                want[l as usize] += t.bytes as f64;
+            }
+        }
+        for (l, w) in want.iter().enumerate() {
+            let got = r.links[l].bytes;
+            prop_assert!((got - w).abs() <= 1e-6 * w.max(1.0), "link {l}: {got} vs {w}");
+        }
+        for t in &r.transfers {
+            prop_assert!(t.end_us >= t.start_us);
+        }
+    }
+}

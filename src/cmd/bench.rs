@@ -1,0 +1,130 @@
+//! `bench`: run the suite, print the table, write JSON and an SVG.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use switchyard::bench::{median, run_case, suite, Row};
+use switchyard::compiler::Algorithm;
+
+use super::{write_out, CliError, CliResult};
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// A smaller suite that finishes in under a minute.
+    #[arg(long)]
+    quick: bool,
+    /// Write every row as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Draw ratio to bound against MoE skew per algorithm here.
+    #[arg(long)]
+    svg: Option<PathBuf>,
+    /// Only these algorithms (comma-separated); `direct` is always run as the reference.
+    #[arg(long, value_delimiter = ',')]
+    algorithms: Vec<String>,
+}
+
+pub fn run(a: BenchArgs) -> CliResult {
+    let mut algs: Vec<Algorithm> = Algorithm::ALL.to_vec();
+    if !a.algorithms.is_empty() {
+        algs = a
+            .algorithms
+            .iter()
+            .map(|s| s.parse())
+            .collect::<Result<_, _>>()?;
+        if !algs.contains(&Algorithm::Direct) {
+            algs.insert(0, Algorithm::Direct);
+        }
+    }
+    let cases = suite(a.quick)?;
+    let bar = ProgressBar::new(cases.len() as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut rows: Vec<Row> = Vec::new();
+    for case in &cases {
+        bar.set_message(format!("{} / {}", case.cluster, case.workload));
+        rows.extend(run_case(case, &algs)?);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    print_table(&rows);
+    print_summary(&rows, &algs);
+    if let Some(p) = &a.json {
+        let text =
+            serde_json::to_string_pretty(&rows).map_err(|e| CliError::Failed(e.to_string()))?;
+        write_out(Some(p), &(text + "\n"))?;
+    }
+    if let Some(p) = &a.svg {
+        super::plot::ratio_vs_skew(&rows, &algs, p)
+            .map_err(|e| CliError::Failed(format!("{}: {e}", p.display())))?;
+    }
+    Ok(())
+}
+
+fn print_table(rows: &[Row]) {
+    println!(
+        "{:<28} {:<15} {:<13} {:>8} {:>8} {:>8} {:>8} {:>11} {:>6}",
+        "cluster",
+        "workload",
+        "algorithm",
+        "ideal/LB",
+        "cong/LB",
+        "x direct",
+        "x dir(c)",
+        "compile_us",
+        "steps"
+    );
+    for r in rows {
+        println!(
+            "{:<28} {:<15} {:<13} {:>8.3} {:>8.3} {:>8.2} {:>8.2} {:>11.0} {:>6}",
+            r.cluster,
+            r.workload,
+            r.algorithm,
+            r.ratio_ideal,
+            r.ratio_congested,
+            r.speedup_ideal,
+            r.speedup_congested,
+            r.compile_us,
+            r.steps
+        );
+    }
+}
+
+fn print_summary(rows: &[Row], algs: &[Algorithm]) {
+    println!();
+    println!("summary over skewed workloads on full-bisection clusters (uniform and oversubscribed fabrics excluded):");
+    println!(
+        "{:<13} {:>12} {:>11} {:>12} {:>14} {:>14}",
+        "algorithm", "median ideal", "worst ideal", "median cong", "median x dir", "min x dir"
+    );
+    for alg in algs {
+        let sel: Vec<&Row> = rows
+            .iter()
+            .filter(|r| {
+                r.algorithm == alg.name()
+                    && r.workload != "uniform"
+                    && !r.cluster.contains("fat-tree")
+            })
+            .collect();
+        if sel.is_empty() {
+            continue;
+        }
+        let ideal: Vec<f64> = sel.iter().map(|r| r.ratio_ideal).collect();
+        let worst = ideal.iter().copied().fold(f64::MIN, f64::max);
+        let cong: Vec<f64> = sel.iter().map(|r| r.ratio_congested).collect();
+        let sp: Vec<f64> = sel.iter().map(|r| r.speedup_ideal).collect();
+        let min_sp = sp.iter().copied().fold(f64::MAX, f64::min);
+        println!(
+            "{:<13} {:>12.3} {:>11.3} {:>12.3} {:>14.2} {:>14.2}",
+            alg.name(),
+            median(ideal),
+            worst,
+            median(cong),
+            median(sp),
+            min_sp
+        );
+    }
+}

@@ -1,0 +1,77 @@
+//! `simulate`: the cost model on a finished plan.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use switchyard::compiler::report::Report;
+use switchyard::compiler::sim::{Network, SimOptions};
+use switchyard::compiler::verify_on;
+
+use super::compile::{load_inputs, load_plan};
+use super::{CliError, CliResult};
+
+#[derive(Args)]
+pub struct SimulateArgs {
+    #[arg(long)]
+    topology: PathBuf,
+    #[arg(long)]
+    traffic: PathBuf,
+    /// The plan: `.json` (plan IR).
+    #[arg(long)]
+    plan: PathBuf,
+    /// Print the JSON report instead of a summary.
+    #[arg(long)]
+    json: bool,
+    /// ideal or congested.
+    #[arg(long, default_value = "ideal")]
+    network: String,
+}
+
+pub fn simulate(a: SimulateArgs) -> CliResult {
+    let network: Network = a.network.parse()?;
+    let (topo, m) = load_inputs(&a.topology, &a.traffic)?;
+    let plan = load_plan(&a.plan)?;
+    verify_on(&plan, &m, &topo)
+        .map_err(|e| CliError::Failed(format!("{}: {e}", a.plan.display())))?;
+    // A plan read from a file has no compile time: the report says null.
+    let report = Report::measure(
+        &plan.algorithm,
+        &topo,
+        &m,
+        &plan,
+        None,
+        None,
+        &SimOptions::new(network),
+    )?;
+    if a.json {
+        println!("{}", report.to_json());
+    } else {
+        print!("{}", summary(&report));
+    }
+    Ok(())
+}
+
+/// A few human lines: completion, bound, ratio, hottest links.
+pub fn summary(r: &Report) -> String {
+    let mut s = format!(
+        "{} on {}: {} transfers in {} steps, {:.1} MiB moved between ranks\n",
+        r.algorithm,
+        r.topology,
+        r.transfers,
+        r.steps,
+        r.bytes_moved as f64 / (1 << 20) as f64
+    );
+    s += &format!(
+        "completion {:.1} us ({} network), lower bound {:.1} us ({}), ratio {:.3}\n",
+        r.completion_us, r.network, r.lower_bound_us, r.bound_cut, r.ratio_to_bound
+    );
+    let hot: Vec<String> = r
+        .hottest_links
+        .iter()
+        .map(|h| format!("{} {:.1}%", h.link, 100.0 * h.utilisation))
+        .collect();
+    if !hot.is_empty() {
+        s += &format!("hottest links: {}\n", hot.join(", "));
+    }
+    s
+}

@@ -1,0 +1,247 @@
+//! Every kind of bad input gets one line naming the file, the place and the
+//! reason, and exit code 2; a failed check exits 1; nothing panics.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_switchyard"))
+}
+
+fn example(rel: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join(rel)
+        .display()
+        .to_string()
+}
+
+/// A scratch directory unique to one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("switchyard-cli-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn write(dir: &std::path::Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
+}
+
+/// Runs the binary and returns (exit code, stderr), asserting one line and no panic.
+fn run(args: &[&str]) -> (i32, String) {
+    let out = bin().args(args).output().expect("binary runs");
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!err.contains("panicked"), "panic: {err}");
+    let code = out.status.code().expect("exited normally");
+    if code != 0 {
+        assert_eq!(err.trim_end().lines().count(), 1, "not one line: {err}");
+    }
+    (code, err)
+}
+
+fn expect_input_error(args: &[&str], needles: &[&str]) {
+    let (code, err) = run(args);
+    assert_eq!(code, 2, "exit code for {args:?}: {err}");
+    for n in needles {
+        assert!(err.contains(n), "{err:?} lacks {n:?}");
+    }
+}
+
+fn compile_with_traffic(dir: &std::path::Path, traffic: &str) -> Vec<String> {
+    let topo = example("topologies/dgx-h100-2x8.json");
+    let out = dir.join("plan.json").display().to_string();
+    vec![
+        "compile".into(),
+        "--topology".into(),
+        topo,
+        "--traffic".into(),
+        traffic.into(),
+        "--out".into(),
+        out,
+    ]
+}
+
+fn args(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+#[test]
+fn bad_traffic_values_name_row_and_column() {
+    let dir = scratch("traffic");
+    let cases = [
+        (
+            "notsquare.json",
+            r#"{"ranks":2,"matrix":[[1,2],[3]]}"#,
+            vec!["notsquare.json", "row 1", "square"],
+        ),
+        (
+            "negative.json",
+            r#"{"ranks":2,"matrix":[[1,2],[3,-4]]}"#,
+            vec!["row 1, column 1", "negative"],
+        ),
+        (
+            "fraction.json",
+            r#"{"ranks":2,"matrix":[[1,2.5],[3,4]]}"#,
+            vec!["row 0, column 1", "fractional"],
+        ),
+        (
+            "word.json",
+            r#"{"ranks":2,"matrix":[[1,2],["x",4]]}"#,
+            vec!["row 1, column 0", "not a byte count"],
+        ),
+        (
+            "truncated.json",
+            r#"{"ranks":2,"matrix":[[1,2],[3,4]"#,
+            vec!["truncated.json", "line 1", "truncated"],
+        ),
+        (
+            "bad.csv",
+            "1,2\n3,four\n",
+            vec!["bad.csv", "row 1, column 1", "not a byte count"],
+        ),
+    ];
+    for (name, text, needles) in cases {
+        let path = write(&dir, name, text);
+        let a = compile_with_traffic(&dir, &path);
+        expect_input_error(&args(&a), &needles);
+    }
+}
+
+#[test]
+fn ranks_must_match_the_topology() {
+    let dir = scratch("ranks");
+    let a = compile_with_traffic(&dir, &example("traffic/moe-32.json"));
+    expect_input_error(&args(&a), &["moe-32.json", "32 ranks", "16 GPUs"]);
+}
+
+#[test]
+fn bad_topologies() {
+    let dir = scratch("topo");
+    let traffic = example("traffic/lognormal-4.json");
+    let base = r#""intra":{"kind":"switch","bandwidth_GBps":100,"latency_us":1},"nic":{"per_node":2,"bandwidth_GBps":BW,"latency_us":1}"#;
+    let cases = [
+        ("zero-bw.json", format!(r#"{{"name":"x","nodes":2,"gpus_per_node":2,{}}}"#, base.replace("BW", "0")), vec!["nic.bandwidth_GBps", "positive"]),
+        ("neg-bw.json", format!(r#"{{"name":"x","nodes":2,"gpus_per_node":2,{}}}"#, base.replace("BW", "-5")), vec!["nic.bandwidth_GBps", "-5"]),
+        ("zero-nodes.json", format!(r#"{{"name":"x","nodes":0,"gpus_per_node":2,{}}}"#, base.replace("BW", "5")), vec!["zero-nodes.json: nodes"]),
+        ("zero-gpus.json", format!(r#"{{"name":"x","nodes":2,"gpus_per_node":0,{}}}"#, base.replace("BW", "5")), vec!["gpus_per_node"]),
+        (
+            "islands.json",
+            r#"{"name":"x","nodes":4,"gpus_per_node":1,"links":[{"from":"gpu0","to":"gpu1","bandwidth_GBps":1,"bidirectional":true},{"from":"gpu2","to":"gpu3","bandwidth_GBps":1,"bidirectional":true}]}"#.to_string(),
+            vec!["islands.json: links", "disconnected"],
+        ),
+        ("unknown-field.json", r#"{"name":"x","nodes":1,"gpus_per_node":4,"intra":{"kind":"switch","bandwidth_GBps":1,"latency_us":0},"nics":3}"#.to_string(), vec!["unknown field"]),
+    ];
+    for (name, text, needles) in cases {
+        let topo = write(&dir, name, &text);
+        let out = dir.join("p.json").display().to_string();
+        expect_input_error(
+            &[
+                "compile",
+                "--topology",
+                &topo,
+                "--traffic",
+                &traffic,
+                "--out",
+                &out,
+            ],
+            &needles,
+        );
+    }
+}
+
+#[test]
+fn missing_files_unknown_names() {
+    let dir = scratch("names");
+    let out = dir.join("p.json").display().to_string();
+    let topo = example("topologies/dgx-h100-2x8.json");
+    let traffic = example("traffic/moe-16.json");
+    expect_input_error(
+        &[
+            "compile",
+            "--topology",
+            "/nonexistent/t.json",
+            "--traffic",
+            &traffic,
+            "--out",
+            &out,
+        ],
+        &["/nonexistent/t.json", "no such file"],
+    );
+    expect_input_error(
+        &[
+            "compile",
+            "--topology",
+            &topo,
+            "--traffic",
+            &traffic,
+            "--algorithm",
+            "magic",
+            "--out",
+            &out,
+        ],
+        &["unknown algorithm `magic`", "direct"],
+    );
+    expect_input_error(
+        &["topology", "--preset", "tpu-v5", "--nodes", "2"],
+        &["unknown preset"],
+    );
+    expect_input_error(
+        &["topology", "--preset", "dgx-h100", "--nodes", "0"],
+        &["nodes", "at least 1"],
+    );
+    expect_input_error(
+        &["traffic", "--ranks", "4", "--pattern", "zipf"],
+        &["--pattern", "needs a parameter"],
+    );
+    expect_input_error(
+        &[
+            "verify",
+            "--plan",
+            "/nonexistent/p.json",
+            "--traffic",
+            &traffic,
+        ],
+        &["no such file"],
+    );
+}
+
+#[test]
+fn wrong_plan_fails_verification_with_exit_1() {
+    let dir = scratch("verify");
+    let topo = example("topologies/dgx-h100-2x8.json");
+    let traffic = example("traffic/moe-16.json");
+    let out = dir.join("p.json").display().to_string();
+    let (code, err) = run(&[
+        "compile",
+        "--topology",
+        &topo,
+        "--traffic",
+        &traffic,
+        "--out",
+        &out,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _) = run(&[
+        "verify",
+        "--plan",
+        &out,
+        "--traffic",
+        &traffic,
+        "--topology",
+        &topo,
+    ]);
+    assert_eq!(code, 0);
+    // Drop the last transfer: its bytes never arrive.
+    let mut plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    plan["transfers"].as_array_mut().unwrap().pop();
+    let broken = write(&dir, "broken.json", &plan.to_string());
+    let (code, err) = run(&["verify", "--plan", &broken, "--traffic", &traffic]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("broken.json") && err.contains("never written"),
+        "{err}"
+    );
+}
