@@ -35,6 +35,8 @@ enum Command {
     Simulate(cmd::simulate::SimulateArgs),
     /// Run the benchmark suite: every algorithm on every cluster and workload, in both network modes.
     Bench(cmd::bench::BenchArgs),
+    /// Execute a plan on real buffers (cpu or cuda backend) and check every byte.
+    Run(cmd::run::RunArgs),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +49,7 @@ fn main() -> ExitCode {
         Command::Verify(a) => cmd::compile::verify(a),
         Command::Simulate(a) => cmd::simulate::simulate(a),
         Command::Bench(a) => cmd::bench::run(a),
+        Command::Run(a) => cmd::run::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -12,6 +12,8 @@
 //!   crossed by all that leaves or enters the node;
 //! - each leaf's uplink and downlink, crossed by all that leaves or enters
 //!   the leaf;
+//! - around each hub (a switch of a `links` topology and the GPUs that hang
+//!   only off it), its links to the rest of the graph;
 //!
 //! and at least the longest shortest-latency path of a non-empty pair.
 //! The LP bound for `links` topologies (`lp_us`) is computed elsewhere.
@@ -139,6 +141,7 @@ fn cuts(topo: &Topology, m: &TrafficMatrix, ranks: usize) -> Vec<Cut> {
             bytes: (0..ranks).map(|s| m.get(s, r)).sum::<u64>() - diag,
         });
     }
+    out.extend(hub_cuts(topo, m, ranks));
     if !topo.is_hierarchical() || topo.nodes() < 2 {
         return out;
     }
@@ -214,6 +217,75 @@ fn cuts(topo: &Topology, m: &TrafficMatrix, ranks: usize) -> Vec<Cut> {
             links: down[l].clone(),
             bytes: leaf_in[l],
         });
+    }
+    out
+}
+
+/// Cuts around a hub: a non-GPU vertex `w` and the GPUs whose every outgoing
+/// (incoming) link goes to (comes from) `w`, such as a switch of a `links`
+/// topology with its GPUs. Whatever those GPUs send outside the group must
+/// leave through `w`'s links to the rest of the graph (and likewise in).
+fn hub_cuts(topo: &Topology, m: &TrafficMatrix, ranks: usize) -> Vec<Cut> {
+    let graph = topo.graph();
+    let only_neighbour = |r: usize, dir: Direction| {
+        let mut ends = graph
+            .edges_directed(topo.gpu_vertex(r), dir)
+            .map(|e| match dir {
+                Direction::Outgoing => e.target(),
+                Direction::Incoming => e.source(),
+            });
+        let first = ends.next()?;
+        let single = ends.all(|v| v == first) && !matches!(graph[first], Vertex::Gpu(_));
+        single.then_some(first)
+    };
+    let mut out = Vec::new();
+    for (dir, what) in [
+        (Direction::Outgoing, "egress"),
+        (Direction::Incoming, "ingress"),
+    ] {
+        let mut groups: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+        for r in 0..ranks {
+            if let Some(w) = only_neighbour(r, dir) {
+                groups.entry(w.index()).or_default().push(r);
+            }
+        }
+        for (w, gpus) in groups {
+            let hub = petgraph::graph::NodeIndex::new(w);
+            let mut inside = vec![false; ranks];
+            gpus.iter().for_each(|&r| inside[r] = true);
+            let is_inside = |v: petgraph::graph::NodeIndex| match graph[v] {
+                Vertex::Gpu(r) => r < ranks && inside[r],
+                _ => v == hub,
+            };
+            let links: Vec<LinkId> = graph
+                .edges_directed(hub, dir)
+                .filter(|e| {
+                    !is_inside(match dir {
+                        Direction::Outgoing => e.target(),
+                        Direction::Incoming => e.source(),
+                    })
+                })
+                .map(|e| e.id().index() as LinkId)
+                .collect();
+            let mut bytes = 0u64;
+            for &r in &gpus {
+                for x in (0..ranks).filter(|&x| !inside[x]) {
+                    bytes += match dir {
+                        Direction::Outgoing => m.get(r, x),
+                        Direction::Incoming => m.get(x, r),
+                    };
+                }
+            }
+            out.push(Cut {
+                name: format!(
+                    "{what} of the {} GPUs at {}",
+                    gpus.len(),
+                    crate::topology::vertex_name(&graph[hub])
+                ),
+                links,
+                bytes,
+            });
+        }
     }
     out
 }
@@ -315,6 +387,32 @@ mod tests {
         let want = 4e6 / 25_000.0 + 5.0;
         assert!((lb.cut_us - want).abs() < 1e-9, "{lb:?}");
         assert!(lb.cut.contains("leaf"), "{}", lb.cut);
+    }
+
+    #[test]
+    fn links_topology_hub_cut_binds() {
+        // Two switches of two GPUs each (100 GB/s), joined by a 10 GB/s link.
+        let text = r#"{"name":"two-switch","nodes":4,"gpus_per_node":1,"links":[
+            {"from":"gpu0","to":"sw0","bandwidth_GBps":100,"latency_us":1,"bidirectional":true},
+            {"from":"gpu1","to":"sw0","bandwidth_GBps":100,"latency_us":1,"bidirectional":true},
+            {"from":"gpu2","to":"sw1","bandwidth_GBps":100,"latency_us":1,"bidirectional":true},
+            {"from":"gpu3","to":"sw1","bandwidth_GBps":100,"latency_us":1,"bidirectional":true},
+            {"from":"sw0","to":"sw1","bandwidth_GBps":10,"latency_us":2,"bidirectional":true}]}"#;
+        let t = Topology::from_json_str(text, "t.json").unwrap();
+        let b = 1_000_000u64;
+        let m = TrafficMatrix::uniform(4, b);
+        let lb = cut_bound(&t, &m);
+        // 4 blocks cross the 10 GB/s link; a crossing route pays 1 + 2 + 1 us.
+        let want = 4.0 * b as f64 / 10_000.0 + 4.0;
+        assert!((lb.cut_us - want).abs() < 1e-9, "{lb:?}");
+        assert_eq!(lb.cut, "egress of the 2 GPUs at sw0");
+        let plan = crate::sched::direct(&t, &m);
+        let r = crate::sim::simulate(&t, &plan, &Default::default()).unwrap();
+        assert!(
+            (r.completion_us - want).abs() < 1e-9 * want,
+            "{}",
+            r.completion_us
+        );
     }
 
     #[test]

@@ -1,5 +1,307 @@
-//! Switchyard's runtime: executes a [`Plan`](switchyard_compiler::Plan).
+//! Switchyard's runtime: executes a [`Plan`] on real buffers and checks every
+//! byte it delivers.
 //!
-//! The CPU backend (always built) is the reference; the CUDA backend sits
-//! behind the `cuda` feature. This crate knows plans and buffers, never how a
-//! plan was scheduled.
+//! Owns: the [`Backend`] trait, the CPU reference backend ([`cpu`]), the CUDA
+//! backend ([`cuda`], device code behind the `cuda` feature), the input
+//! pattern and the byte-for-byte check ([`pattern`]), and the dependency-graph
+//! helpers both backends share ([`dag`]). It knows plans and buffers, never how
+//! a plan was scheduled, and it never turns bytes into modelled time (the
+//! simulator does that): the seconds it reports are measured.
+//!
+//! Safety contract: before moving a byte, every backend runs the compiler's
+//! verifier on the plan itself ([`precheck`]); callers need not verify. A plan
+//! whose ranges lie outside their buffers is refused, a plan with a dependency
+//! cycle is reported as a deadlock, a plan that could race (two writers of one
+//! byte, or a read not ordered after its write) runs one transfer at a time,
+//! and a plan that merely puts bytes in the wrong place runs normally and fails
+//! the output check.
+
+pub mod cpu;
+pub mod cuda;
+pub mod dag;
+pub mod pattern;
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::Serialize;
+use switchyard_compiler::{verify, Path, Plan, TrafficMatrix, VerifyError};
+use thiserror::Error;
+
+pub use pattern::BadRange;
+
+/// Why a run could not produce a verdict. A run that completes but delivers
+/// wrong bytes is not an error: it is a [`RunReport`] with `verified: false`.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum RuntimeError {
+    #[error("plan is for {plan} ranks but the traffic has {traffic}")]
+    Ranks { plan: usize, traffic: usize },
+    /// The plan cannot be executed at all (a range outside its buffer, a
+    /// dependency on a transfer that does not exist).
+    #[error("plan cannot run: {0}")]
+    InvalidPlan(String),
+    /// Transfers that can never start: a dependency cycle.
+    #[error("deadlock: {stuck} of {total} transfers can never start ({reason})")]
+    Deadlock {
+        stuck: usize,
+        total: usize,
+        reason: String,
+    },
+    /// The watchdog saw nothing finish for too long: `done` of `total`
+    /// transfers (CPU) or streams (CUDA) had finished.
+    #[error("watchdog: nothing finished for {seconds:.1} s ({done} of {total} finished)")]
+    Timeout {
+        seconds: f64,
+        done: usize,
+        total: usize,
+    },
+    /// The backend cannot run here (not built, no driver, no GPU).
+    #[error("{0}")]
+    Unavailable(String),
+    /// A CUDA driver or NCCL call failed.
+    #[error("{0}")]
+    Device(String),
+    /// Process-group bootstrap (environment, TCP exchange) failed.
+    #[error("bootstrap: {0}")]
+    Bootstrap(String),
+}
+
+/// Which backend runs the plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    Cpu,
+    Cuda,
+}
+
+impl BackendKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Cpu => "cpu",
+            BackendKind::Cuda => "cuda",
+        }
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for BackendKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "cpu" => Ok(BackendKind::Cpu),
+            "cuda" => Ok(BackendKind::Cuda),
+            _ => Err(format!("unknown backend `{s}` (known: cpu, cuda)")),
+        }
+    }
+}
+
+/// Knobs of a run; each backend uses what concerns it.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// CPU worker threads; 0 means one per available core.
+    pub threads: usize,
+    /// Watchdog: fail when no transfer finishes for this long.
+    pub timeout: Duration,
+    /// CUDA: streams (channels) per issuing rank.
+    pub channels: usize,
+    /// CUDA, single process: how many devices to spread the ranks over
+    /// (rank `r` lives on device `r % devices`); 0 means every visible device.
+    pub devices: usize,
+    /// Run the transfers this many times (outputs are simply rewritten) and
+    /// report the fastest; the first run pays for page mapping and warm-up.
+    pub iterations: usize,
+    /// Also measure a plain copy of the same number of bytes
+    /// ([`RunReport::reference_gbps`]).
+    pub reference: bool,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            threads: 0,
+            timeout: Duration::from_secs(60),
+            channels: 4,
+            devices: 0,
+            iterations: 1,
+            reference: false,
+        }
+    }
+}
+
+/// Bytes per link class.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LinkBytes {
+    /// Copies inside one rank's memory.
+    pub local: u64,
+    /// Intra-node copies between ranks.
+    pub nvlink: u64,
+    /// Inter-node transfers.
+    pub rdma: u64,
+}
+
+impl LinkBytes {
+    pub fn of(plan: &Plan) -> Self {
+        let mut b = LinkBytes::default();
+        for t in &plan.transfers {
+            match t.path {
+                Path::Local => b.local += t.bytes,
+                Path::Nvlink => b.nvlink += t.bytes,
+                Path::Rdma { .. } => b.rdma += t.bytes,
+            }
+        }
+        b
+    }
+
+    pub fn total(&self) -> u64 {
+        self.local + self.nvlink + self.rdma
+    }
+}
+
+/// What a run did and whether every output byte is right.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunReport {
+    pub backend: BackendKind,
+    pub algorithm: String,
+    pub ranks: usize,
+    pub transfers: usize,
+    /// Every output byte holds the input byte the all-to-all(v) layout puts there.
+    pub verified: bool,
+    /// The first wrong byte range, in rank then source order.
+    pub first_bad: Option<String>,
+    /// How many output bytes are wrong.
+    pub bad_bytes: u64,
+    /// Bytes moved between different ranks.
+    pub bytes_moved: u64,
+    /// Every byte copied, local copies included, by link class.
+    pub link_bytes: LinkBytes,
+    /// Measured wall time of the transfers (buffer set-up and the check excluded).
+    pub seconds: f64,
+    /// `link_bytes.total() / seconds`, in GB/s (1e9 bytes/s).
+    pub copy_rate_gbps: f64,
+    /// With [`RunOptions::reference`]: the rate of one plain copy of
+    /// `link_bytes.total()` bytes on this machine (CPU: one thread's `memcpy`;
+    /// CUDA: one device-to-device copy), in GB/s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reference_gbps: Option<f64>,
+    /// Workers (CPU threads) or streams (CUDA) the transfers ran on.
+    pub lanes: usize,
+    /// The plan could race, so it ran one transfer at a time (see [`precheck`]).
+    pub serial: bool,
+}
+
+impl RunReport {
+    fn new(backend: BackendKind, plan: &Plan, mode: Mode) -> Self {
+        RunReport {
+            backend,
+            algorithm: plan.algorithm.clone(),
+            ranks: plan.ranks as usize,
+            transfers: plan.transfers.len(),
+            verified: false,
+            first_bad: None,
+            bad_bytes: 0,
+            bytes_moved: plan.bytes_moved(),
+            link_bytes: LinkBytes::of(plan),
+            seconds: 0.0,
+            copy_rate_gbps: 0.0,
+            reference_gbps: None,
+            lanes: 0,
+            serial: mode == Mode::Serial,
+        }
+    }
+
+    fn finish(&mut self, seconds: f64, verdict: pattern::Verdict) {
+        self.seconds = seconds;
+        self.copy_rate_gbps = if seconds > 0.0 {
+            self.link_bytes.total() as f64 / seconds / 1e9
+        } else {
+            0.0
+        };
+        self.verified = verdict.first_bad.is_none();
+        self.bad_bytes = verdict.bad_bytes;
+        self.first_bad = verdict.first_bad.map(|b| b.to_string());
+    }
+}
+
+/// A way to execute plans.
+pub trait Backend {
+    fn kind(&self) -> BackendKind;
+    /// Runs `plan` as an all-to-all(v) of `traffic` and checks the result.
+    fn run(
+        &mut self,
+        plan: &Plan,
+        traffic: &TrafficMatrix,
+        opts: &RunOptions,
+    ) -> Result<RunReport, RuntimeError>;
+}
+
+/// Runs `plan` on the backend `kind` and checks every output byte.
+pub fn execute(
+    plan: &Plan,
+    traffic: &TrafficMatrix,
+    kind: BackendKind,
+    opts: &RunOptions,
+) -> Result<RunReport, RuntimeError> {
+    match kind {
+        BackendKind::Cpu => cpu::CpuBackend.run(plan, traffic, opts),
+        BackendKind::Cuda => cuda::CudaBackend.run(plan, traffic, opts),
+    }
+}
+
+/// How a plan may be executed, decided by [`precheck`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Race-free: transfers run concurrently as their dependencies allow.
+    Concurrent,
+    /// The plan has a double write or an unordered read: concurrent transfers
+    /// could touch the same bytes, so they run one at a time, in dependency order.
+    Serial,
+}
+
+/// How many times to run the transfers: a plan that could race runs once,
+/// since running it again may read what a later transfer wrote last time.
+pub(crate) fn iterations(mode: Mode, opts: &RunOptions) -> usize {
+    match mode {
+        Mode::Serial => 1,
+        Mode::Concurrent => opts.iterations.max(1),
+    }
+}
+
+/// Runs the verifier and decides whether and how the plan may run.
+pub fn precheck(plan: &Plan, traffic: &TrafficMatrix) -> Result<Mode, RuntimeError> {
+    match verify(plan, traffic) {
+        Ok(_) | Err(VerifyError::Missing { .. }) | Err(VerifyError::Misplaced { .. }) => {
+            // The replay finished: bounds, ordering and single writes all hold,
+            // only the final placement is wrong, which the byte check will show.
+            Ok(Mode::Concurrent)
+        }
+        Err(VerifyError::ReadBeforeWrite { .. }) | Err(VerifyError::DoubleWrite { .. }) => {
+            Ok(Mode::Serial)
+        }
+        Err(VerifyError::Ranks { plan, traffic }) => Err(RuntimeError::Ranks { plan, traffic }),
+        Err(e @ VerifyError::Transfer { .. }) => Err(RuntimeError::InvalidPlan(e.to_string())),
+        Err(VerifyError::Cycle { cycle }) => Err(RuntimeError::Deadlock {
+            stuck: cycle.len(),
+            total: plan.transfers.len(),
+            reason: format!("dependency cycle through transfers {cycle:?}"),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backend_names_round_trip() {
+        for k in [BackendKind::Cpu, BackendKind::Cuda] {
+            assert_eq!(k.name().parse::<BackendKind>().unwrap(), k);
+        }
+        assert!("tpu".parse::<BackendKind>().is_err());
+    }
+}

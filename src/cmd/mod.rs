@@ -7,6 +7,7 @@ pub mod demo;
 pub mod io;
 pub mod plot;
 pub mod simulate;
+pub mod run;
 
 use std::fmt;
 use std::path::Path;

@@ -114,6 +114,7 @@ impl Congestion {
         flows: &[u32],
         paths: &Paths,
         base: &[f64],
+        dead: &[bool],
         rate: &mut Vec<f64>,
     ) {
         self.congested.clear();
@@ -127,6 +128,9 @@ impl Congestion {
             self.stamp += 1;
             let mut fan_in = 0u32;
             for &pos in on {
+                if dead[pos as usize] {
+                    continue;
+                }
                 let tx = self.tx_of[flows[pos as usize] as usize];
                 if tx != NONE && self.mark[tx as usize] != self.stamp {
                     self.mark[tx as usize] = self.stamp;
@@ -139,14 +143,14 @@ impl Congestion {
                 self.congested.push(l);
             }
         }
-        filler.fill(flows, paths, &self.cap, None, rate);
+        filler.fill(flows, paths, &self.cap, None, dead, rate);
         if !self.model.head_of_line || self.congested.is_empty() {
             return;
         }
         for &l in &self.congested {
             for &pos in filler.flows_on(l) {
                 let tx = self.tx_of[flows[pos as usize] as usize];
-                if tx == NONE {
+                if tx == NONE || dead[pos as usize] {
                     continue;
                 }
                 let h = &mut self.hol[tx as usize];
@@ -169,7 +173,7 @@ impl Congestion {
             self.hol[tx as usize] = f64::INFINITY;
         }
         self.hol_set.clear();
-        filler.fill(flows, paths, &self.cap, Some(&self.flow_cap), rate);
+        filler.fill(flows, paths, &self.cap, Some(&self.flow_cap), dead, rate);
     }
 }
 

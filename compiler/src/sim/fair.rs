@@ -49,8 +49,10 @@ impl Ord for Key {
 /// the active list passed to [`Filler::index`].
 #[derive(Debug, Default)]
 pub(crate) struct Filler {
-    /// Per link: active flows crossing it, and where they sit in `link_flows`.
+    /// Per link: indexed flows crossing it, and where they sit in `link_flows`.
     count: Vec<u32>,
+    /// Per link: indexed flows not removed since (see [`Filler::remove`]).
+    alive: Vec<u32>,
     start: Vec<u32>,
     /// Per link during a fill: capacity not yet given out, flows not yet frozen.
     rem_cap: Vec<f64>,
@@ -68,6 +70,7 @@ impl Filler {
     pub fn new(num_links: usize) -> Self {
         Filler {
             count: vec![0; num_links],
+            alive: vec![0; num_links],
             start: vec![0; num_links],
             rem_cap: vec![0.0; num_links],
             unfrozen: vec![0; num_links],
@@ -108,6 +111,7 @@ impl Filler {
         let mut acc = 0u32;
         for &l in &self.touched {
             self.start[l as usize] = acc;
+            self.alive[l as usize] = self.count[l as usize];
             acc += self.count[l as usize];
         }
         self.link_flows.clear();
@@ -125,28 +129,39 @@ impl Filler {
         }
     }
 
+    /// Takes an indexed flow (transfer `t`) out of the link counts without
+    /// re-indexing: the caller marks its position dead for [`Filler::fill`].
+    pub fn remove(&mut self, t: u32, paths: &Paths) {
+        for &l in paths.of(t) {
+            self.alive[l as usize] -= 1;
+        }
+    }
+
     /// Max-min fair rates of the indexed flows into `rate` (by position), on
     /// link capacities `cap` (indexed by link), each flow also held to
-    /// `flow_cap[pos]` when given.
+    /// `flow_cap[pos]` when given. Positions marked `dead` get rate 0.
     pub fn fill(
         &mut self,
         flows: &[u32],
         paths: &Paths,
         cap: &[f64],
         flow_cap: Option<&[f64]>,
+        dead: &[bool],
         rate: &mut Vec<f64>,
     ) {
         let n = flows.len();
         rate.clear();
         rate.resize(n, 0.0);
         self.frozen.clear();
-        self.frozen.resize(n, false);
+        self.frozen.extend_from_slice(dead);
         self.heap.clear();
         for &l in &self.touched {
-            let (c, k) = (cap[l as usize], self.count[l as usize]);
+            let (c, k) = (cap[l as usize], self.alive[l as usize]);
             self.rem_cap[l as usize] = c;
             self.unfrozen[l as usize] = k;
-            self.heap.push(Reverse((Key(c / k as f64), l)));
+            if k > 0 {
+                self.heap.push(Reverse((Key(c / k as f64), l)));
+            }
         }
         self.capped.clear();
         if let Some(fc) = flow_cap {
@@ -241,7 +256,7 @@ mod tests {
         let mut f = Filler::new(2);
         let mut rate = Vec::new();
         f.index(&flows, &p);
-        f.fill(&flows, &p, &[1.0, 2.0], None, &mut rate);
+        f.fill(&flows, &p, &[1.0, 2.0], None, &[false; 3], &mut rate);
         assert_eq!(rate, [0.5, 0.5, 1.5]);
         assert!((f.used(1, 2.0) - 2.0).abs() < 1e-12);
         // A cap on flow 0 frees link 0 for flow 1, which then splits link 1 evenly.
@@ -250,6 +265,7 @@ mod tests {
             &p,
             &[1.0, 2.0],
             Some(&[0.2, f64::INFINITY, f64::INFINITY]),
+            &[false; 3],
             &mut rate,
         );
         assert!((rate[0] - 0.2).abs() < 1e-12);
@@ -265,7 +281,15 @@ mod tests {
         f.index(&[0, 1, 2], &p);
         f.index(&[1, 2], &p);
         assert_eq!(f.flows_on(0), &[0]);
-        f.fill(&[1, 2], &p, &[1.0, 2.0], None, &mut rate);
+        f.fill(&[1, 2], &p, &[1.0, 2.0], None, &[false; 2], &mut rate);
         assert_eq!(rate, [1.0, 1.0]);
+        // Removing flow 2 without re-indexing frees link 1 for flow 1 alone.
+        f.remove(2, &p);
+        f.fill(&[1, 2], &p, &[1.0, 2.0], None, &[false, true], &mut rate);
+        assert_eq!(rate, [1.0, 0.0]);
+        f.remove(1, &p);
+        f.fill(&[1, 2], &p, &[1.0, 2.0], None, &[true, true], &mut rate);
+        assert_eq!(rate, [0.0, 0.0]);
+        assert_eq!(f.used(0, 1.0), 0.0);
     }
 }

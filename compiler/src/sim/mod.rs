@@ -13,6 +13,7 @@
 
 mod congestion;
 mod fair;
+mod routes;
 #[cfg(test)]
 mod tests;
 
@@ -75,9 +76,9 @@ impl FromStr for Network {
 }
 
 /// Plans with at most this many transfers are simulated exactly by default.
-pub const EXACT_TRANSFERS: usize = 5_000;
+pub const EXACT_TRANSFERS: usize = 20_000;
 /// Default grouping tolerance above [`EXACT_TRANSFERS`].
-pub const DEFAULT_TOLERANCE: f64 = 0.02;
+pub const DEFAULT_TOLERANCE: f64 = 0.01;
 
 /// Knobs of the simulator.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -225,65 +226,6 @@ fn check_plan(topo: &Topology, plan: &Plan) -> Result<()> {
     Ok(())
 }
 
-/// Links crossed by exactly the same transfers as another link of no more
-/// capacity: at every instant they carry the same flows and the other one
-/// binds first, so the water-filling can skip them (on a DGX, a GPU's PCIe
-/// link to its own NIC twins the NIC's egress: half the work). Returns
-/// (dropped, kept) pairs. In congested mode NIC links are never dropped: the
-/// incast model acts on them.
-fn twin_links(topo: &Topology, paths: &Paths, congested: bool) -> Vec<(LinkId, LinkId)> {
-    use crate::topology::LinkClass;
-    use std::collections::HashMap;
-    // A set signature: count and two independent sums of mixed transfer ids.
-    let mix = |x: u64, k: u64| {
-        let mut z = x.wrapping_add(k).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    };
-    let links = topo.num_links();
-    let mut sig = vec![(0u64, 0u64, 0u64); links];
-    for t in 0..paths.off.len().saturating_sub(1) {
-        let (h1, h2) = (mix(t as u64, 1), mix(t as u64, 2));
-        for &l in paths.of(t as u32) {
-            let s = &mut sig[l as usize];
-            s.0 += 1;
-            s.1 = s.1.wrapping_add(h1);
-            s.2 = s.2.wrapping_add(h2);
-        }
-    }
-    let nic = |l: LinkId| matches!(topo.link(l).class, LinkClass::NicTx | LinkClass::NicRx);
-    let mut groups: HashMap<(u64, u64, u64), Vec<LinkId>> = HashMap::new();
-    for l in 0..links as LinkId {
-        if sig[l as usize].0 > 0 {
-            groups.entry(sig[l as usize]).or_default().push(l);
-        }
-    }
-    let mut twins = Vec::new();
-    for (_, mut g) in groups {
-        if g.len() < 2 {
-            continue;
-        }
-        // Keep the smallest capacity; on a tie, a NIC link (the incast model's).
-        g.sort_by(|&a, &b| {
-            topo.link(a)
-                .bandwidth
-                .total_cmp(&topo.link(b).bandwidth)
-                .then(nic(b).cmp(&nic(a)))
-                .then(a.cmp(&b))
-        });
-        let keep = g[0];
-        for &d in &g[1..] {
-            if congested && nic(d) {
-                continue;
-            }
-            twins.push((d, keep));
-        }
-    }
-    twins.sort_unstable();
-    twins
-}
-
 /// An arrival: a transfer whose latency ends at `time` and starts moving.
 type Arrival = Reverse<(Key, u32)>;
 
@@ -315,23 +257,7 @@ struct Sim<'a> {
 impl<'a> Sim<'a> {
     fn new(topo: &Topology, plan: &'a Plan, opts: &SimOptions, eps: f64) -> Self {
         let n = plan.transfers.len();
-        let mut paths = Paths {
-            off: Vec::with_capacity(n + 1),
-            links: Vec::with_capacity(n * 4),
-        };
-        paths.off.push(0);
-        let mut latency = Vec::with_capacity(n);
-        for t in &plan.transfers {
-            let before = paths.links.len();
-            topo.path_into(t.src as usize, t.dst as usize, &mut paths.links);
-            latency.push(
-                paths.links[before..]
-                    .iter()
-                    .map(|&l| topo.link(l).latency_us)
-                    .sum(),
-            );
-            paths.off.push(paths.links.len() as u32);
-        }
+        let (mut paths, latency) = routes::routes(topo, plan);
         let mut child_off = vec![0u32; n + 1];
         for t in &plan.transfers {
             for &d in &t.deps {
@@ -356,23 +282,9 @@ impl<'a> Sim<'a> {
         let congested = opts.network == Network::Congested;
         let congestion =
             congested.then(|| Congestion::new(opts.congestion.clone(), topo, &paths, n));
-        let twins = twin_links(topo, &paths, congested);
+        let twins = routes::twin_links(topo, &paths, congested);
         if !twins.is_empty() {
-            let mut drop = vec![false; links];
-            for &(d, _) in &twins {
-                drop[d as usize] = true;
-            }
-            let mut kept = Paths {
-                off: Vec::with_capacity(n + 1),
-                links: Vec::with_capacity(paths.links.len()),
-            };
-            kept.off.push(0);
-            for t in 0..n as u32 {
-                kept.links
-                    .extend(paths.of(t).iter().filter(|&&l| !drop[l as usize]));
-                kept.off.push(kept.links.len() as u32);
-            }
-            paths = kept;
+            paths = routes::without(&paths, &twins, links);
         }
         Sim {
             plan,
@@ -445,7 +357,12 @@ impl<'a> Sim<'a> {
         for (t, time) in std::mem::take(&mut stack) {
             self.finish(t, time);
         }
+        // Moving transfers; finished ones stay as dead entries until the
+        // next re-index, so a finish alone does not rebuild the link index.
         let mut active: Vec<u32> = Vec::new();
+        let mut dead: Vec<bool> = Vec::new();
+        let mut n_dead = 0usize;
+        let mut reindex = false;
         let mut rate: Vec<f64> = Vec::new();
         let mut finish_at: Vec<f64> = Vec::new();
         let mut now = 0.0f64;
@@ -461,8 +378,24 @@ impl<'a> Sim<'a> {
                     self.finish(t, at);
                 } else {
                     active.push(t);
+                    dead.push(false);
                     changed = true;
+                    reindex = true;
                 }
+            }
+            if reindex || n_dead * 2 > active.len() {
+                let mut keep = 0;
+                for pos in 0..active.len() {
+                    if !dead[pos] {
+                        active[keep] = active[pos];
+                        keep += 1;
+                    }
+                }
+                active.truncate(keep);
+                dead.clear();
+                dead.resize(keep, false);
+                n_dead = 0;
+                reindex = true;
             }
             if active.is_empty() {
                 match self.arrivals.peek() {
@@ -474,9 +407,10 @@ impl<'a> Sim<'a> {
                 }
             }
             if changed {
-                self.recompute(&active, &mut rate);
+                self.recompute(&active, &dead, reindex, &mut rate);
                 self.events += 1;
                 changed = false;
+                reindex = false;
             }
             let next_arrival = self
                 .arrivals
@@ -487,6 +421,10 @@ impl<'a> Sim<'a> {
             finish_at.clear();
             let mut limit = next_arrival;
             for (pos, &t) in active.iter().enumerate() {
+                if dead[pos] {
+                    finish_at.push(f64::INFINITY);
+                    continue;
+                }
                 let r = rate[pos];
                 let f = if r > 0.0 {
                     now + self.remaining[t as usize] / r
@@ -518,6 +456,8 @@ impl<'a> Sim<'a> {
             if tau == f64::NEG_INFINITY {
                 tau = limit; // only an arrival: advance to it
             }
+            // Rounding can put a projected finish a hair before now.
+            tau = tau.max(now);
             let dt = (tau - now).max(0.0);
             for &l in self.filler.touched() {
                 let used = self.filler_used(l);
@@ -527,8 +467,10 @@ impl<'a> Sim<'a> {
                     u.busy_us += dt;
                 }
             }
-            let mut keep = 0;
             for pos in 0..active.len() {
+                if dead[pos] {
+                    continue;
+                }
                 let t = active[pos];
                 let moved = rate[pos] * dt;
                 if finish_at[pos] <= limit {
@@ -540,14 +482,14 @@ impl<'a> Sim<'a> {
                         }
                     }
                     self.remaining[t as usize] = 0.0;
+                    dead[pos] = true;
+                    n_dead += 1;
+                    self.filler.remove(t, &self.paths);
                     stack.push((t, tau));
                 } else {
                     self.remaining[t as usize] -= moved;
-                    active[keep] = t;
-                    keep += 1;
                 }
             }
-            active.truncate(keep);
             now = tau;
             if !stack.is_empty() {
                 changed = true;
@@ -585,11 +527,17 @@ impl<'a> Sim<'a> {
         self.filler.used(l, cap)
     }
 
-    fn recompute(&mut self, active: &[u32], rate: &mut Vec<f64>) {
-        self.filler.index(active, &self.paths);
+    /// Rates of the moving transfers; `reindex` after arrivals (the link
+    /// index gains flows), otherwise finished flows were only removed.
+    fn recompute(&mut self, active: &[u32], dead: &[bool], reindex: bool, rate: &mut Vec<f64>) {
+        if reindex {
+            self.filler.index(active, &self.paths);
+        }
         match &mut self.congestion {
-            Some(c) => c.fill(&mut self.filler, active, &self.paths, &self.cap, rate),
-            None => self.filler.fill(active, &self.paths, &self.cap, None, rate),
+            Some(c) => c.fill(&mut self.filler, active, &self.paths, &self.cap, dead, rate),
+            None => self
+                .filler
+                .fill(active, &self.paths, &self.cap, None, dead, rate),
         }
     }
 }

@@ -9,6 +9,7 @@ use crate::plan::{Buffer, Deps, Path, Transfer};
 use crate::sched::direct;
 use crate::topology::{FabricKind, FabricSpec, IntraKind, TopologySpec};
 use crate::traffic::TrafficMatrix;
+use crate::Error;
 
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
@@ -276,29 +277,94 @@ fn small_traffic(ranks: usize) -> impl Strategy<Value = TrafficMatrix> {
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
+    /// Every algorithm the crate has (schedulers that cannot handle an input
+    /// say so and are skipped), both network modes, exact and grouped.
     #[test]
     fn completion_respects_the_bound_and_bytes_are_conserved(
-        (topo, m, congested) in small_topology()
-            .prop_flat_map(|t| { let r = t.ranks(); (Just(t), small_traffic(r), any::<bool>()) })
+        (topo, m, congested, grouped) in small_topology()
+            .prop_flat_map(|t| {
+                let r = t.ranks();
+                (Just(t), small_traffic(r), any::<bool>(), any::<bool>())
+            })
+    ) {
+        let lb = cut_bound(&topo, &m);
+        for &alg in crate::sched::Algorithm::ALL {
+            let plan = match crate::sched::schedule(alg, &topo, &m, &Default::default()) {
+                Ok(p) => p,
+                Err(Error::Unsupported { .. }) => continue,
+                Err(e) => return Err(TestCaseError::fail(format!("{alg}: {e}"))),
+            };
+            let opts = SimOptions {
+                network: if congested { Network::Congested } else { Network::Ideal },
+                tolerance: Some(if grouped { 0.05 } else { 0.0 }),
+                ..SimOptions::default()
+            };
+            let r = simulate(&topo, &plan, &opts).unwrap();
+            prop_assert!(r.completion_us >= lb.best_us() * (1.0 - 1e-9),
+                "{alg}: completion {} below bound {:?}", r.completion_us, lb);
+            let mut want = vec![0.0f64; topo.num_links()];
+            for t in &plan.transfers {
+                for l in topo.path(t.src as usize, t.dst as usize) {
+                    want[l as usize] += t.bytes as f64;
+                }
+            }
+            for (l, w) in want.iter().enumerate() {
+                let got = r.links[l].bytes;
+                prop_assert!((got - w).abs() <= 1e-6 * w.max(1.0),
+                    "{alg}: link {l}: {got} vs {w}");
+            }
+            for (i, t) in r.transfers.iter().enumerate() {
+                prop_assert!(t.end_us >= t.start_us, "{alg}: transfer {i}");
+                for &d in &plan.transfers[i].deps {
+                    prop_assert!(t.start_us >= r.transfers[d as usize].end_us);
+                }
+            }
+        }
+    }
+}
+
+/// A ring of switches, each with a few GPUs, as a `links` topology.
+fn ring_of_switches() -> impl Strategy<Value = Topology> {
+    (
+        2usize..=4,
+        proptest::collection::vec((1usize..=3, 1u32..=100, 0u32..=3), 4),
+    )
+        .prop_map(|(k, spec)| {
+            let mut links = Vec::new();
+            let mut gpu = 0;
+            for (s, &(gpus, bw, lat)) in spec.iter().take(k).enumerate() {
+                for _ in 0..gpus {
+                    links.push(format!(
+                        r#"{{"from":"gpu{gpu}","to":"sw{s}","bandwidth_GBps":{},"latency_us":{lat},"bidirectional":true}}"#,
+                        bw * 2
+                    ));
+                    gpu += 1;
+                }
+                links.push(format!(
+                    r#"{{"from":"sw{s}","to":"sw{}","bandwidth_GBps":{bw},"latency_us":{lat},"bidirectional":true}}"#,
+                    (s + 1) % k
+                ));
+            }
+            let text = format!(
+                r#"{{"name":"ring","nodes":{gpu},"gpus_per_node":1,"links":[{}]}}"#,
+                links.join(",")
+            );
+            Topology::from_json_str(&text, "ring").unwrap()
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+    /// The bound holds on `links` topologies too (GPU, hub and latency cuts).
+    #[test]
+    fn links_topologies_respect_the_bound(
+        (topo, m) in ring_of_switches()
+            .prop_flat_map(|t| { let r = t.ranks(); (Just(t), small_traffic(r)) })
     ) {
         let plan = direct(&topo, &m);
-        let net = if congested { Network::Congested } else { Network::Ideal };
-        let r = simulate(&topo, &plan, &SimOptions::new(net)).unwrap();
+        let r = simulate(&topo, &plan, &SimOptions::default()).unwrap();
         let lb = cut_bound(&topo, &m);
         prop_assert!(r.completion_us >= lb.best_us() * (1.0 - 1e-9),
             "completion {} below bound {:?}", r.completion_us, lb);
-        let mut want = vec![0.0f64; topo.num_links()];
-        for t in &plan.transfers {
-            for l in topo.path(t.src as usize, t.dst as usize) {
-                want[l as usize] += t.bytes as f64;
-            }
-        }
-        for (l, w) in want.iter().enumerate() {
-            let got = r.links[l].bytes;
-            prop_assert!((got - w).abs() <= 1e-6 * w.max(1.0), "link {l}: {got} vs {w}");
-        }
-        for t in &r.transfers {
-            prop_assert!(t.end_us >= t.start_us);
-        }
     }
 }

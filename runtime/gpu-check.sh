@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# GPU check of the CUDA backend on a machine with one NVIDIA GPU (docs/runtime.md).
+#
+# Builds with --features cuda, maps all 16 ranks of 2 x DGX-H100 `direct` plans
+# onto the one device (every rank's buffers on GPU 0, copies on several streams
+# per rank, events for dependencies), verifies every output byte, and prints
+# the achieved copy rate next to one plain device-to-device copy of the same
+# number of bytes. A CPU run of the smallest plan cross-checks the result.
+# Takes a few minutes, most of it the release build; the table comes last.
+#
+#   runtime/gpu-check.sh            # or: MIB_PER_RANK=64 runtime/gpu-check.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
+export CARGO_TERM_COLOR=never
+MIB_PER_RANK="${MIB_PER_RANK:-256}"
+
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+echo "== build (release, --features cuda)"
+cargo build --release --features cuda --bin switchyard 2>&1 | tail -n 2
+S="$CARGO_TARGET_DIR/release/switchyard"
+W="$(mktemp -d)"
+trap 'rm -rf "$W"' EXIT
+
+$S topology --preset dgx-h100 --nodes 2 --out "$W/topo.json"
+# uniform: MIB_PER_RANK spread evenly over the 16 peers; moe: Zipf 1.2 expert
+# routing, tokens sized so every rank routes about MIB_PER_RANK MiB of bf16.
+PAIR=$(( MIB_PER_RANK * 1024 * 1024 / 16 ))
+TOKENS=$(( MIB_PER_RANK * 1024 * 1024 / (2 * 4096 * 2) ))
+$S traffic --ranks 16 --pattern uniform --bytes "$PAIR" --out "$W/uniform.json"
+$S traffic --ranks 16 --pattern zipf:1.2 --tokens "$TOKENS" --hidden 4096 --bytes-per-elem 2 --out "$W/moe.json"
+$S traffic --ranks 16 --pattern zipf:1.2 --tokens 64 --hidden 512 --out "$W/small.json"
+for m in uniform moe small; do
+  $S compile --topology "$W/topo.json" --traffic "$W/$m.json" --out "$W/$m.plan.json" 2>/dev/null
+done
+
+field() { sed -n "s/^  \"$2\": \([^,]*\),\{0,1\}$/\1/p" "$1"; }
+
+echo "== cpu cross-check (small plan)"
+timeout 120 $S run --plan "$W/small.plan.json" --traffic "$W/small.json" --backend cpu
+
+rows=()
+status=0
+for m in small uniform moe; do
+  for ch in 1 4 8; do
+    out="$W/$m.$ch.json"
+    echo "== cuda: $m, $ch streams per rank"
+    if ! timeout 300 $S run --plan "$W/$m.plan.json" --traffic "$W/$m.json" --backend cuda \
+        --devices 1 --channels "$ch" --iterations 5 --reference --json >"$out" 2>"$W/err"; then
+      status=1
+      cat "$W/err"
+      # No driver or device: every other run would say the same.
+      if grep -q "no CUDA\|not built\|driver is present but unusable" "$W/err"; then
+        break 2
+      fi
+    fi
+    cat "$out" 2>/dev/null | tr -d '\n' | cut -c1-400; echo
+    [ -s "$out" ] || { rows+=("| $m | - | $ch | run failed | - | - | - |"); continue; }
+    bytes=$(awk '/^    "(local|nvlink|rdma)":/ { gsub(/[^0-9]/, "", $2); s += $2 } END { print s + 0 }' "$out")
+    rows+=("$(awk -v m="$m" -v b="$bytes" -v l="$(field "$out" lanes)" -v v="$(field "$out" verified)" \
+      -v r="$(field "$out" copy_rate_gbps)" -v ref="$(field "$out" reference_gbps)" \
+      'BEGIN { printf "| %s | %.0f | %s | %s | %.1f | %.1f | %.2f |", m, b / 1048576, l, v, r, ref, (ref > 0 ? r / ref : 0) }')")
+  done
+done
+
+echo
+echo "GPU check: all 16 ranks of 2 x DGX-H100 direct plans on one GPU (best of 5 runs)"
+echo "| traffic | MiB | streams | verified | plan GB/s | one d2d copy GB/s | ratio |"
+echo "|---|---|---|---|---|---|---|"
+printf '%s\n' "${rows[@]}"
+exit $status

@@ -1,0 +1,114 @@
+//! `run`: execute a plan on real buffers (CPU or CUDA) and check every byte.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use switchyard::compiler::TrafficMatrix;
+use switchyard_runtime::{execute, BackendKind, RunOptions, RuntimeError};
+
+use super::compile::load_plan;
+use super::{CliError, CliResult};
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// The plan (`.json` plan IR).
+    #[arg(long)]
+    plan: PathBuf,
+    /// The traffic matrix the plan was made for.
+    #[arg(long)]
+    traffic: PathBuf,
+    /// cpu or cuda.
+    #[arg(long, default_value = "cpu")]
+    backend: String,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// CPU worker threads (0 = one per core).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+    /// CUDA streams per rank.
+    #[arg(long, default_value_t = 4)]
+    channels: usize,
+    /// CUDA, single process: spread ranks over this many devices (0 = all visible).
+    #[arg(long, default_value_t = 0)]
+    devices: usize,
+    /// Run the transfers this many times and report the fastest.
+    #[arg(long, default_value_t = 1)]
+    iterations: usize,
+    /// Also time a plain copy of the same bytes (one-thread memcpy, or one device copy).
+    #[arg(long)]
+    reference: bool,
+    /// Watchdog: fail when nothing finishes for this many seconds.
+    #[arg(long, default_value_t = 60.0)]
+    timeout: f64,
+}
+
+pub fn run(a: RunArgs) -> CliResult {
+    let kind: BackendKind = a
+        .backend
+        .parse()
+        .map_err(|e: String| CliError::Input(format!("--backend: {e}")))?;
+    if !(a.timeout.is_finite() && a.timeout > 0.0) {
+        return Err(CliError::Input(
+            "--timeout: must be a positive number of seconds".into(),
+        ));
+    }
+    let plan = load_plan(&a.plan)?;
+    let m = TrafficMatrix::load(&a.traffic)?;
+    let opts = RunOptions {
+        threads: a.threads,
+        timeout: Duration::from_secs_f64(a.timeout),
+        channels: a.channels.max(1),
+        devices: a.devices,
+        iterations: a.iterations.max(1),
+        reference: a.reference,
+    };
+    let report = execute(&plan, &m, kind, &opts).map_err(|e| match e {
+        RuntimeError::Ranks { .. } => CliError::Input(format!("{}: {e}", a.traffic.display())),
+        e => CliError::Failed(format!("{} ({kind}): {e}", a.plan.display())),
+    })?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).unwrap_or_default()
+        );
+    } else {
+        let mut line = format!(
+            "{}: {} transfers, {} bytes moved between ranks ({} local, {} nvlink, {} rdma) in {:.3} ms = {:.2} GB/s on {} {}",
+            kind,
+            report.transfers,
+            report.bytes_moved,
+            report.link_bytes.local,
+            report.link_bytes.nvlink,
+            report.link_bytes.rdma,
+            report.seconds * 1e3,
+            report.copy_rate_gbps,
+            report.lanes,
+            if kind == BackendKind::Cpu { "threads" } else { "streams" },
+        );
+        if let Some(r) = report.reference_gbps {
+            line += &format!(
+                "; a plain copy of the same bytes: {r:.2} GB/s (ratio {:.2})",
+                report.copy_rate_gbps / r
+            );
+        }
+        if report.serial {
+            line += "; the plan could race, so it ran one transfer at a time";
+        }
+        println!("{line}");
+    }
+    match report.first_bad {
+        None => {
+            if !a.json {
+                println!("ok: every output byte verified");
+            }
+            Ok(())
+        }
+        Some(bad) => Err(CliError::Failed(format!(
+            "{}: verification failed ({} wrong bytes): {bad}",
+            a.plan.display(),
+            report.bad_bytes
+        ))),
+    }
+}

@@ -1,0 +1,132 @@
+//! `switchyard run` end to end, through the built binary.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_switchyard"))
+}
+
+/// A fresh directory with a 2 x 4 topology, a skewed traffic matrix and the
+/// `direct` plan for them.
+fn setup(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("switchyard-run-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let ok = |o: Output| assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    ok(bin()
+        .args([
+            "topology", "--preset", "dgx-h100", "--nodes", "2", "--gpus", "4", "--out",
+        ])
+        .arg(dir.join("topo.json"))
+        .output()
+        .unwrap());
+    ok(bin()
+        .args([
+            "traffic",
+            "--ranks",
+            "8",
+            "--pattern",
+            "zipf:1.5",
+            "--tokens",
+            "64",
+            "--hidden",
+            "96",
+        ])
+        .arg("--out")
+        .arg(dir.join("m.json"))
+        .output()
+        .unwrap());
+    ok(bin()
+        .arg("compile")
+        .arg("--topology")
+        .arg(dir.join("topo.json"))
+        .arg("--traffic")
+        .arg(dir.join("m.json"))
+        .arg("--out")
+        .arg(dir.join("plan.json"))
+        .output()
+        .unwrap());
+    dir
+}
+
+fn run(dir: &Path, plan: &str, extra: &[&str]) -> Output {
+    bin()
+        .arg("run")
+        .arg("--plan")
+        .arg(dir.join(plan))
+        .arg("--traffic")
+        .arg(dir.join("m.json"))
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn cpu_run_verifies_and_prints_json() {
+    let dir = setup("ok");
+    let o = run(&dir, "plan.json", &["--backend", "cpu", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["verified"], true);
+    assert!(v["bytes_moved"].as_u64().unwrap() > 0);
+    assert!(v["seconds"].as_f64().unwrap() > 0.0);
+    assert!(v["link_bytes"]["rdma"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn a_corrupted_plan_fails_with_the_first_bad_range() {
+    let dir = setup("bad");
+    let text = std::fs::read_to_string(dir.join("plan.json")).unwrap();
+    let mut plan: serde_json::Value = serde_json::from_str(&text).unwrap();
+    // Shift the read of the largest inter-node transfer by one byte.
+    let ts = plan["transfers"].as_array_mut().unwrap();
+    let t = ts
+        .iter_mut()
+        .filter(|t| t["path"]["kind"] == "rdma" && t["src_off"].as_u64().unwrap() > 0)
+        .max_by_key(|t| t["bytes"].as_u64().unwrap())
+        .unwrap();
+    let (dst, off) = (t["dst"].as_u64().unwrap(), t["dst_off"].as_u64().unwrap());
+    t["src_off"] = (t["src_off"].as_u64().unwrap() - 1).into();
+    std::fs::write(dir.join("bad.json"), plan.to_string()).unwrap();
+    let o = run(&dir, "bad.json", &["--json"]);
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["verified"], false);
+    let first = v["first_bad"].as_str().unwrap();
+    assert!(
+        first.starts_with(&format!("output of rank {dst} bytes {off}..")),
+        "{first}"
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("verification failed"), "{err}");
+}
+
+#[test]
+fn cuda_without_a_gpu_fails_cleanly() {
+    let dir = setup("cuda");
+    let o = run(&dir, "plan.json", &["--backend", "cuda"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    if o.status.success() {
+        // A machine with a GPU (and the cuda feature): then it must verify.
+        assert!(String::from_utf8_lossy(&o.stdout).contains("every output byte verified"));
+        return;
+    }
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        err.contains("not built") || err.contains("CUDA") || err.contains("NCCL"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_arguments_exit_2() {
+    let dir = setup("args");
+    let o = run(&dir, "plan.json", &["--backend", "tpu"]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = run(&dir, "missing.json", &[]);
+    assert_eq!(o.status.code(), Some(2));
+}
