@@ -11,6 +11,7 @@ pub mod error;
 pub mod generate;
 pub mod lp;
 pub mod plan;
+pub mod planner;
 pub mod report;
 pub mod sched;
 pub mod sim;

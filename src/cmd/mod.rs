@@ -6,8 +6,8 @@ pub mod compile;
 pub mod demo;
 pub mod io;
 pub mod plot;
-pub mod simulate;
 pub mod run;
+pub mod simulate;
 
 use std::fmt;
 use std::path::Path;

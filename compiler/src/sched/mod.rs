@@ -5,9 +5,11 @@
 //! may consult the topology's bandwidths and latencies to make choices.
 
 mod direct;
+pub mod fast;
 mod hierarchical;
 mod lp;
 mod pairwise;
+mod spray;
 
 use std::fmt;
 use std::str::FromStr;
@@ -18,9 +20,11 @@ use crate::topology::Topology;
 use crate::traffic::TrafficMatrix;
 
 pub use direct::{direct, path_between};
+pub use fast::fast;
 pub use hierarchical::hierarchical;
 pub use lp::{lp, lp_with_report, LpReport};
 pub use pairwise::pairwise;
+pub use spray::spray;
 
 /// The algorithms the CLI knows (DESIGN.md "Algorithms").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -28,6 +32,8 @@ pub enum Algorithm {
     Direct,
     Pairwise,
     Hierarchical,
+    Fast,
+    Spray,
     Lp,
 }
 
@@ -37,6 +43,8 @@ impl Algorithm {
         Algorithm::Direct,
         Algorithm::Pairwise,
         Algorithm::Hierarchical,
+        Algorithm::Fast,
+        Algorithm::Spray,
         Algorithm::Lp,
     ];
 
@@ -45,6 +53,8 @@ impl Algorithm {
             Algorithm::Direct => "direct",
             Algorithm::Pairwise => "pairwise",
             Algorithm::Hierarchical => "hierarchical",
+            Algorithm::Fast => "fast",
+            Algorithm::Spray => "spray",
             Algorithm::Lp => "lp",
         }
     }
@@ -103,6 +113,8 @@ pub fn schedule(
         Algorithm::Direct => Ok(direct(topo, traffic)),
         Algorithm::Pairwise => Ok(pairwise(topo, traffic)),
         Algorithm::Hierarchical => Ok(hierarchical(topo, traffic)),
+        Algorithm::Fast => fast(topo, traffic),
+        Algorithm::Spray => spray(topo, traffic),
         Algorithm::Lp => lp(
             topo,
             traffic,
