@@ -9,8 +9,10 @@
 pub mod bound;
 pub mod error;
 pub mod generate;
+pub mod lp;
 pub mod msccl;
 pub mod plan;
+pub mod planner;
 pub mod report;
 pub mod sched;
 pub mod sim;

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::Args;
+use switchyard::compiler::lp::{lower_bound, LpOptions};
 use switchyard::compiler::report::Report;
 use switchyard::compiler::sched::{schedule, Options};
 use switchyard::compiler::sim::{Network, SimOptions};
@@ -28,6 +29,12 @@ pub struct CompileArgs {
     /// Network mode of the report's simulation: ideal or congested.
     #[arg(long, default_value = "ideal")]
     network: String,
+    /// `lp`: the solver's time limit in seconds (the best plan found by then is kept).
+    #[arg(long, default_value_t = 60.0)]
+    time_limit: f64,
+    /// `lp`: print the solver's log.
+    #[arg(long)]
+    verbose: bool,
 }
 
 /// Reads a topology and a traffic matrix that must fit it.
@@ -43,7 +50,11 @@ pub fn compile(a: CompileArgs) -> CliResult {
     let network: Network = a.network.parse()?;
     let (topo, m) = load_inputs(&a.topology, &a.traffic)?;
     let t0 = Instant::now();
-    let plan = schedule(alg, &topo, &m, &Options::default())?;
+    let opts = Options {
+        time_limit_s: a.time_limit,
+        verbose: a.verbose,
+    };
+    let plan = schedule(alg, &topo, &m, &opts)?;
     let compile_us = t0.elapsed().as_secs_f64() * 1e6;
     verify_on(&plan, &m, &topo)
         .map_err(|e| CliError::Failed(format!("internal error: {alg} made a wrong plan: {e}")))?;
@@ -63,7 +74,7 @@ pub fn compile(a: CompileArgs) -> CliResult {
             &topo,
             &m,
             &plan,
-            None,
+            Some(&lower_bound(&topo, &m, &LpOptions::default())?),
             Some(compile_us),
             &SimOptions::new(network),
         )?;

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use switchyard::compiler::lp::{lower_bound, LpOptions};
 use switchyard::compiler::report::Report;
 use switchyard::compiler::sim::{Network, SimOptions};
 use switchyard::compiler::verify_on;
@@ -39,7 +40,7 @@ pub fn simulate(a: SimulateArgs) -> CliResult {
         &topo,
         &m,
         &plan,
-        None,
+        Some(&lower_bound(&topo, &m, &LpOptions::default())?),
         None,
         &SimOptions::new(network),
     )?;

@@ -5,8 +5,11 @@
 //! may consult the topology's bandwidths and latencies to make choices.
 
 mod direct;
+pub mod fast;
 mod hierarchical;
+mod lp;
 mod pairwise;
+mod spray;
 
 use std::fmt;
 use std::str::FromStr;
@@ -17,8 +20,11 @@ use crate::topology::Topology;
 use crate::traffic::TrafficMatrix;
 
 pub use direct::{direct, path_between};
+pub use fast::fast;
 pub use hierarchical::hierarchical;
+pub use lp::{lp, lp_with_report, LpReport};
 pub use pairwise::pairwise;
+pub use spray::spray;
 
 /// The algorithms the CLI knows (DESIGN.md "Algorithms").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -26,6 +32,9 @@ pub enum Algorithm {
     Direct,
     Pairwise,
     Hierarchical,
+    Fast,
+    Spray,
+    Lp,
 }
 
 impl Algorithm {
@@ -34,6 +43,9 @@ impl Algorithm {
         Algorithm::Direct,
         Algorithm::Pairwise,
         Algorithm::Hierarchical,
+        Algorithm::Fast,
+        Algorithm::Spray,
+        Algorithm::Lp,
     ];
 
     pub fn name(self) -> &'static str {
@@ -41,6 +53,9 @@ impl Algorithm {
             Algorithm::Direct => "direct",
             Algorithm::Pairwise => "pairwise",
             Algorithm::Hierarchical => "hierarchical",
+            Algorithm::Fast => "fast",
+            Algorithm::Spray => "spray",
+            Algorithm::Lp => "lp",
         }
     }
 }
@@ -69,20 +84,44 @@ impl FromStr for Algorithm {
 }
 
 /// Knobs shared by the schedulers; each uses what concerns it.
-#[derive(Clone, Debug, Default)]
-pub struct Options {}
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// `lp`: the solver's wall-clock limit, seconds.
+    pub time_limit_s: f64,
+    /// `lp`: print the solver's log.
+    pub verbose: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            time_limit_s: 60.0,
+            verbose: false,
+        }
+    }
+}
 
 /// Runs one scheduler.
 pub fn schedule(
     alg: Algorithm,
     topo: &Topology,
     traffic: &TrafficMatrix,
-    _opts: &Options,
+    opts: &Options,
 ) -> Result<Plan> {
     traffic.check_ranks(topo.ranks(), "traffic")?;
     match alg {
         Algorithm::Direct => Ok(direct(topo, traffic)),
         Algorithm::Pairwise => Ok(pairwise(topo, traffic)),
         Algorithm::Hierarchical => Ok(hierarchical(topo, traffic)),
+        Algorithm::Fast => fast(topo, traffic),
+        Algorithm::Spray => spray(topo, traffic),
+        Algorithm::Lp => lp(
+            topo,
+            traffic,
+            &crate::lp::LpOptions {
+                time_limit_s: opts.time_limit_s,
+                verbose: opts.verbose,
+            },
+        ),
     }
 }

@@ -1,0 +1,50 @@
+//! Synthesis time of the per-batch Planner (issue 4 targets: 8x8 <= 40 us,
+//! 16x8 <= 200 us, 32x8 <= 1 ms, 64x8 <= 10 ms), on MoE zipf s=1.0 traffic
+//! over dgx-h100 clusters. One `plan_into` per iteration, buffers reused, as
+//! a training loop calls it.
+//!
+//! cargo bench -p switchyard-compiler --bench compile
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use switchyard_compiler::generate::{generate, Pattern, TrafficSpec};
+use switchyard_compiler::planner::{Planner, PlannerOptions};
+use switchyard_compiler::{Plan, Topology};
+
+fn plan_time(c: &mut Criterion) {
+    let mut group = c.benchmark_group("plan_into");
+    for nodes in [8usize, 16, 32, 64] {
+        let topo = Topology::preset("dgx-h100", nodes, None).expect("preset");
+        let mut spec = TrafficSpec::new(topo.ranks(), Pattern::Zipf(1.0));
+        spec.seed = 1;
+        let traffic = generate(&spec).expect("traffic");
+        group.bench_with_input(
+            BenchmarkId::new("direct", format!("{nodes}x8")),
+            &traffic,
+            |b, m| b.iter(|| switchyard_compiler::sched::direct(&topo, m)),
+        );
+        for (name, staged) in [("fast", true), ("spray", false)] {
+            let opts = PlannerOptions {
+                staged,
+                ..PlannerOptions::default()
+            };
+            let mut planner = Planner::new(&topo, opts).expect("planner");
+            let mut plan = Plan::new("", 0, 0);
+            planner.plan_into(&traffic, &mut plan).expect("plan");
+            eprintln!(
+                "{name} {nodes}x8: {} transfers, {} stages, depth {}",
+                plan.transfers.len(),
+                planner.stage_count(),
+                planner.pipeline_depth()
+            );
+            group.bench_with_input(
+                BenchmarkId::new(name, format!("{nodes}x8")),
+                &traffic,
+                |b, m| b.iter(|| planner.plan_into(m, &mut plan).expect("plan")),
+            );
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, plan_time);
+criterion_main!(benches);

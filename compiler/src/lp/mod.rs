@@ -1,0 +1,37 @@
+//! Linear programming on the topology graph: the concurrent multi-commodity
+//! flow model (good_lp + HiGHS), the LP lower bound, and the decomposition of
+//! a flow into GPU-to-GPU routes that the `lp` scheduler turns into a plan.
+//!
+//! Owns the LP and its reading; knows nothing of plans (the scheduler in
+//! `sched::lp` does) or of time beyond the makespan the LP optimises.
+//! The equations are written out, numbered, in docs/algorithms-lp.md.
+
+mod bound;
+mod mcf;
+mod routes;
+#[cfg(test)]
+mod tests;
+
+pub use bound::{lower_bound, lp_bound, min_latency};
+pub use mcf::{
+    solve_mcf, Arc, CommodityFlow, FlowNetwork, Formulation, McfSolution, Objective, SolveStatus,
+};
+pub use routes::{decompose, Route};
+
+/// Solver knobs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LpOptions {
+    /// Wall-clock limit handed to HiGHS, seconds.
+    pub time_limit_s: f64,
+    /// Print the solver's log to the console.
+    pub verbose: bool,
+}
+
+impl Default for LpOptions {
+    fn default() -> Self {
+        LpOptions {
+            time_limit_s: 60.0,
+            verbose: false,
+        }
+    }
+}

@@ -1,0 +1,1153 @@
+//! The per-batch Planner: `fast` (and its ablation `spray`) as a reusable
+//! object for training and inference loops that re-plan every batch.
+//!
+//! [`Planner::new`] derives everything that depends on the topology only
+//! (lane weights, rates, latencies); [`Planner::plan_into`] turns one traffic
+//! matrix into a [`Plan`], reusing every buffer of the previous call, the
+//! plan's own vectors included, so a steady-state call allocates nothing but
+//! the rare dependency lists longer than four.
+//!
+//! The plan has four kinds of transfers (docs/algorithms.md, `fast`):
+//! - intra-node traffic, NVLink (or a local copy), at once, no dependencies;
+//! - balancing moves ("pieces"): NVLink from a GPU with more than its share of
+//!   what its node sends to one node, into the scratch of a GPU with less;
+//! - inter-node sends, one or two per (GPU, stage): rail-aligned RDMA from GPU
+//!   `l` of node A to GPU `l` of node B, into B's scratch;
+//! - forwards: NVLink (or local) copies from that scratch to the final outputs.
+
+use crate::error::{Error, Result};
+use crate::plan::{Buffer, Deps, Path, Plan, Transfer};
+use crate::sched::fast::balance::{balance_pair, Lane, LaneWeights, Piece};
+use crate::sched::fast::stages::Decomposer;
+pub use crate::sched::fast::stages::{check_partial_permutation, StagePair};
+use crate::topology::Topology;
+use crate::traffic::TrafficMatrix;
+
+/// Knobs of the planner. The defaults are what `fast` uses.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlannerOptions {
+    /// Stages in flight per GPU: the send of stage `k` waits for the GPU's
+    /// send of stage `k - depth`. `None` derives it from the alpha-beta cost
+    /// (enough stages in flight to cover the inter-node latency).
+    pub pipeline_depth: Option<u32>,
+    /// Target stages per node: the decomposition's stage floor is
+    /// `θ = M / (stages_per_node · (N − 1))`; larger means finer, exacter stages.
+    pub stages_per_node: f64,
+    /// Balance each node's traffic over its GPUs and NICs (`false`: every GPU
+    /// sends its own bytes, an ablation).
+    pub balance: bool,
+    /// Permutation stages (`false`: every inter-node send at once: `spray`).
+    pub staged: bool,
+    /// Largest inter-node send: a GPU's share of a stage is cut into chunks
+    /// of at most this many bytes, so the NVLink hops before the first chunk
+    /// and after the last are short. `None` derives it from the cost model.
+    pub chunk_bytes: Option<u64>,
+}
+
+impl Default for PlannerOptions {
+    fn default() -> Self {
+        PlannerOptions {
+            pipeline_depth: None,
+            stages_per_node: 4.0,
+            balance: true,
+            staged: true,
+            chunk_bytes: None,
+        }
+    }
+}
+
+/// Reusable planner for one topology.
+#[derive(Clone, Debug)]
+pub struct Planner {
+    opts: PlannerOptions,
+    nodes: usize,
+    gpus: usize,
+    nics: usize,
+    weights: LaneWeights,
+    /// Bytes/us of one NIC, and of all the NICs a node uses.
+    nic_rate: f64,
+    node_rate: f64,
+    /// Latency of one inter-node transfer and of one NVLink hop, us.
+    inter_latency: f64,
+    intra_latency: f64,
+    /// Bytes/us of one GPU's NVLink (switch) or one mesh link.
+    intra_rate: f64,
+    // Per-plan buffers, kept between calls.
+    /// `send_off[s * (n + 1) + d]`: offset of block (s, d) in input of s; the
+    /// last entry of a row is the row's total.
+    send_off: Vec<u64>,
+    /// `recv_off[s * n + d]`: offset of block (s, d) in output of d.
+    recv_off: Vec<u64>,
+    col_acc: Vec<u64>,
+    node_bytes: Vec<u64>,
+    lanes: Vec<Lane>,
+    pieces: Vec<Piece>,
+    sent: Vec<u64>,
+    targets: Vec<u64>,
+    scratch_gather: Vec<u64>,
+    decomposer: Decomposer,
+    stages: Vec<StagePair>,
+    stage_count: u32,
+    depth: u32,
+    chunk: u64,
+    taken: Vec<u64>,
+    /// Inter-node sends of each GPU, per stage slot (second is NONE if one).
+    slots: Vec<Vec<[u32; 2]>>,
+    /// Inter-node sends into each GPU, per slot (the receive-side chain).
+    rslots: Vec<Vec<[u32; 2]>>,
+    /// The last plan was one merged stage of direct sends.
+    latency_bound: bool,
+    /// Last balancing move into each GPU's scratch.
+    last_move: Vec<u32>,
+    /// Chunks of the lane slice being emitted.
+    chunks: Vec<(u64, u64)>,
+}
+
+const NONE: u32 = u32::MAX;
+
+impl Planner {
+    /// Precomputes what depends on the topology. `links` topologies are not
+    /// supported (the planner needs nodes, rails and an intra-node fabric).
+    pub fn new(topo: &Topology, opts: PlannerOptions) -> Result<Planner> {
+        let name = if opts.staged { "fast" } else { "spray" };
+        if !topo.is_hierarchical() {
+            return Err(Error::Unsupported {
+                algorithm: name.into(),
+                reason: "needs a hierarchical topology (intra, nic, fabric), not a `links` graph; use `lp`".into(),
+            });
+        }
+        if !(opts.stages_per_node.is_finite() && opts.stages_per_node > 0.0) {
+            return Err(Error::Unsupported {
+                algorithm: name.into(),
+                reason: format!(
+                    "stages_per_node must be positive, got {}",
+                    opts.stages_per_node
+                ),
+            });
+        }
+        let (nodes, gpus) = (topo.nodes(), topo.gpus_per_node());
+        let nics = topo.nics_per_node().max(1);
+        let rails = nics.min(gpus) as f64;
+        let nic_rate = topo.nic_bandwidth().max(f64::MIN_POSITIVE);
+        let inter_latency = if nodes > 1 {
+            topo.path_latency(0, gpus)
+        } else {
+            0.0
+        };
+        let intra_latency = if gpus > 1 {
+            topo.path_latency(0, 1)
+        } else {
+            0.0
+        };
+        let ranks = nodes * gpus;
+        Ok(Planner {
+            nodes,
+            gpus,
+            nics,
+            weights: LaneWeights::new(gpus, nics),
+            nic_rate,
+            node_rate: nic_rate * rails,
+            inter_latency,
+            intra_latency,
+            intra_rate: topo.intra_bandwidth().max(f64::MIN_POSITIVE),
+            send_off: Vec::with_capacity(ranks * (ranks + 1)),
+            recv_off: Vec::with_capacity(ranks * ranks),
+            col_acc: Vec::with_capacity(ranks),
+            node_bytes: Vec::with_capacity(nodes * nodes),
+            lanes: Vec::with_capacity(nodes * nodes * gpus),
+            pieces: Vec::new(),
+            sent: Vec::with_capacity(gpus),
+            targets: Vec::with_capacity(gpus),
+            scratch_gather: Vec::with_capacity(ranks),
+            decomposer: Decomposer::default(),
+            stages: Vec::new(),
+            stage_count: 0,
+            depth: 1,
+            chunk: u64::MAX,
+            taken: Vec::with_capacity(nodes * nodes),
+            slots: vec![Vec::new(); ranks],
+            rslots: vec![Vec::new(); ranks],
+            latency_bound: false,
+            last_move: Vec::with_capacity(ranks),
+            chunks: Vec::new(),
+            opts,
+        })
+    }
+
+    pub fn options(&self) -> &PlannerOptions {
+        &self.opts
+    }
+
+    fn ranks(&self) -> usize {
+        self.nodes * self.gpus
+    }
+
+    /// Plans one all-to-all (allocates a fresh plan; see [`Planner::plan_into`]).
+    pub fn plan(&mut self, traffic: &TrafficMatrix) -> Result<Plan> {
+        let mut plan = Plan::new("", 0, 0);
+        self.plan_into(traffic, &mut plan)?;
+        Ok(plan)
+    }
+
+    /// Plans one all-to-all into `out`, reusing its allocations.
+    pub fn plan_into(&mut self, traffic: &TrafficMatrix, out: &mut Plan) -> Result<()> {
+        traffic.check_ranks(self.ranks(), "traffic")?;
+        out.clear();
+        out.algorithm.clear();
+        out.algorithm
+            .push_str(if self.opts.staged { "fast" } else { "spray" });
+        out.ranks = self.ranks() as u32;
+        out.gpus_per_node = self.gpus as u32;
+        self.offsets(traffic);
+        self.stages.clear();
+        self.slots.iter_mut().for_each(Vec::clear);
+        self.latency_bound = self.opts.staged && self.is_latency_bound();
+        if self.latency_bound {
+            // One merged stage of direct sends: no relay hop, no stage latency.
+            self.stage_count = u32::from(self.inter_node_bytes() > 0);
+            self.emit_direct(traffic, out);
+            return Ok(());
+        }
+        self.balance();
+        self.layout_scratch(out);
+        self.decompose();
+        self.emit_inter_node(out);
+        self.emit_intra_node(traffic, out);
+        Ok(())
+    }
+
+    /// True when the exchange is latency-bound: even sent directly, without
+    /// balancing, the busiest NIC needs less than one inter-node latency
+    /// (beta <= alpha). Then every relay hop and every stage only adds
+    /// latency, and incast costs little on so few bytes: the plan merges all
+    /// stages into one of direct sends.
+    fn is_latency_bound(&self) -> bool {
+        if self.nodes < 2 {
+            return false;
+        }
+        let (n, g) = (self.ranks(), self.gpus);
+        // Per GPU: bytes it sends to and receives from other nodes; a NIC
+        // carries the sum over the GPUs of its rail.
+        let (mut busiest_out, mut busiest_in) = (0u64, 0u64);
+        for s in 0..n {
+            let row = &self.send_off[s * (n + 1)..(s + 1) * (n + 1)];
+            let first = s / g * g;
+            let out = row[n] - (row[first + g] - row[first]);
+            let inn = self.col_acc[s]
+                - (first..first + g)
+                    .map(|x| self.send_off[x * (n + 1) + s + 1] - self.send_off[x * (n + 1) + s])
+                    .sum::<u64>();
+            let share = self.weights.sharing[s % g];
+            busiest_out = busiest_out.max(out * share);
+            busiest_in = busiest_in.max(inn * share);
+        }
+        // GPUs sharing a rail are taken as equally loaded (an estimate).
+        busiest_out.max(busiest_in) as f64 / self.nic_rate <= self.inter_latency
+    }
+
+    fn inter_node_bytes(&self) -> u64 {
+        let nn = self.nodes;
+        (0..nn * nn)
+            .filter(|i| i / nn != i % nn)
+            .map(|i| self.node_bytes[i])
+            .sum()
+    }
+
+    /// Every block straight from its source to its destination, at once.
+    fn emit_direct(&self, m: &TrafficMatrix, out: &mut Plan) {
+        let (n, g) = (self.ranks(), self.gpus);
+        for s in 0..n {
+            for d in 0..n {
+                let bytes = m.get(s, d);
+                if bytes == 0 {
+                    continue;
+                }
+                out.transfers.push(Transfer {
+                    src: s as u32,
+                    src_buf: Buffer::Input,
+                    src_off: self.send_off[s * (n + 1) + d],
+                    dst: d as u32,
+                    dst_buf: Buffer::Output,
+                    dst_off: self.recv_off[s * n + d],
+                    bytes,
+                    path: if s == d {
+                        Path::Local
+                    } else if s / g == d / g {
+                        Path::Nvlink
+                    } else {
+                        Path::Rdma {
+                            nic: ((s % g) % self.nics) as u32,
+                        }
+                    },
+                    step: 0,
+                    deps: Deps::new(),
+                });
+            }
+        }
+    }
+
+    /// True when the last plan was latency-bound and sent as one merged
+    /// stage of direct sends (its stage is then not a permutation).
+    pub fn latency_bound(&self) -> bool {
+        self.latency_bound
+    }
+
+    /// The stages of the last plan: node pairs with their bytes, in stage order.
+    pub fn stages(&self) -> &[StagePair] {
+        &self.stages
+    }
+
+    /// Number of stages of the last plan.
+    pub fn stage_count(&self) -> u32 {
+        self.stage_count
+    }
+
+    /// Chunk size the last plan used (bytes).
+    pub fn chunk_bytes(&self) -> u64 {
+        self.chunk
+    }
+
+    /// Pipeline depth the last plan used (stages in flight per GPU).
+    pub fn pipeline_depth(&self) -> u32 {
+        self.depth
+    }
+
+    /// Block offsets of the all-to-all(v) layout, and the node matrix.
+    fn offsets(&mut self, m: &TrafficMatrix) {
+        let n = self.ranks();
+        let (nn, g) = (self.nodes, self.gpus);
+        self.send_off.clear();
+        self.recv_off.clear();
+        self.recv_off.resize(n * n, 0);
+        self.col_acc.clear();
+        self.col_acc.resize(n, 0);
+        self.node_bytes.clear();
+        self.node_bytes.resize(nn * nn, 0);
+        for s in 0..n {
+            let row = m.row(s);
+            let mut acc = 0u64;
+            let recv = &mut self.recv_off[s * n..(s + 1) * n];
+            for (d, &b) in row.iter().enumerate() {
+                self.send_off.push(acc);
+                acc += b;
+                recv[d] = self.col_acc[d];
+                self.col_acc[d] += b;
+            }
+            self.send_off.push(acc);
+            let so = &self.send_off[s * (n + 1)..];
+            let a = s / g;
+            for b in 0..nn {
+                self.node_bytes[a * nn + b] += so[(b + 1) * g] - so[b * g];
+            }
+        }
+    }
+
+    /// Bytes rank `s` sends to node `b`: a contiguous range of its input.
+    fn to_node(&self, s: usize, b: usize) -> (u64, u64) {
+        let row = &self.send_off[s * (self.ranks() + 1)..];
+        (
+            row[b * self.gpus],
+            row[(b + 1) * self.gpus] - row[b * self.gpus],
+        )
+    }
+
+    /// Traffic inside a node: one transfer per block. With stages, a GPU's
+    /// blocks wait for its first inter-node send: NVLink has the whole
+    /// exchange to carry them, but the balancing moves that feed the first
+    /// sends must not share it with them.
+    fn emit_intra_node(&self, m: &TrafficMatrix, out: &mut Plan) {
+        let (n, g) = (self.ranks(), self.gpus);
+        for s in 0..n {
+            let mut deps = Deps::new();
+            if self.opts.staged {
+                if let Some(&first) = self.slots[s].first() {
+                    push_ops(&mut deps, first);
+                }
+            }
+            let first = s / g * g;
+            for d in first..first + g {
+                let bytes = m.get(s, d);
+                if bytes == 0 {
+                    continue;
+                }
+                out.transfers.push(Transfer {
+                    src: s as u32,
+                    src_buf: Buffer::Input,
+                    src_off: self.send_off[s * (n + 1) + d],
+                    dst: d as u32,
+                    dst_buf: Buffer::Output,
+                    dst_off: self.recv_off[s * n + d],
+                    bytes,
+                    path: if s == d { Path::Local } else { Path::Nvlink },
+                    step: 0,
+                    deps: deps.clone(),
+                });
+            }
+        }
+    }
+
+    fn lane_index(&self, a: usize, b: usize, l: usize) -> usize {
+        (a * self.nodes + b) * self.gpus + l
+    }
+
+    /// Balances every node pair (module [`crate::sched::fast::balance`]).
+    fn balance(&mut self) {
+        let (nn, g) = (self.nodes, self.gpus);
+        self.lanes.clear();
+        self.lanes.resize(nn * nn * g, Lane::default());
+        self.pieces.clear();
+        // A move is worth it when it saves more than the extra NVLink hop costs.
+        let min_gain = if self.opts.balance {
+            self.intra_latency
+        } else {
+            f64::INFINITY
+        };
+        for a in 0..nn {
+            for b in 0..nn {
+                if a == b {
+                    continue;
+                }
+                self.sent.clear();
+                for l in 0..g {
+                    let x = self.to_node(a * g + l, b).1;
+                    self.sent.push(x);
+                }
+                let at = self.lane_index(a, b, 0);
+                balance_pair(
+                    &self.sent,
+                    (a * g) as u32,
+                    &self.weights,
+                    self.nic_rate,
+                    min_gain,
+                    &mut self.lanes[at..at + g],
+                    &mut self.pieces,
+                    &mut self.targets,
+                );
+            }
+        }
+    }
+
+    /// Scratch of each GPU: its gather regions (one per destination node),
+    /// then its landing regions (one per source node).
+    fn layout_scratch(&mut self, out: &mut Plan) {
+        let (nn, g) = (self.nodes, self.gpus);
+        self.scratch_gather.clear();
+        for a in 0..nn {
+            for l in 0..g {
+                let mut at = 0;
+                for b in 0..nn {
+                    let i = self.lane_index(a, b, l);
+                    self.lanes[i].gather_base = at;
+                    at += self.lanes[i].gathered;
+                }
+                self.scratch_gather.push(at);
+            }
+        }
+        let mut total = 0u64;
+        out.scratch.resize(self.ranks(), 0);
+        for b in 0..nn {
+            for l in 0..g {
+                let r = b * g + l;
+                let mut at = self.scratch_gather[r];
+                for a in 0..nn {
+                    let i = self.lane_index(a, b, l);
+                    self.lanes[i].recv_base = at;
+                    at += self.lanes[i].len();
+                }
+                out.scratch[r] = at;
+                total += at;
+            }
+        }
+        if total == 0 {
+            out.scratch.clear();
+        }
+    }
+
+    /// Stages (or one stage of everything for `spray`) and the pipeline depth.
+    fn decompose(&mut self) {
+        self.stages.clear();
+        let nn = self.nodes;
+        if !self.opts.staged {
+            for a in 0..nn {
+                for b in 0..nn {
+                    let bytes = self.node_bytes[a * nn + b];
+                    if a != b && bytes > 0 {
+                        self.stages.push(StagePair {
+                            stage: 0,
+                            src_node: a as u32,
+                            dst_node: b as u32,
+                            bytes,
+                        });
+                    }
+                }
+            }
+            self.stage_count = u32::from(!self.stages.is_empty());
+            self.depth = u32::MAX;
+            return;
+        }
+        let per = self.opts.stages_per_node * (nn.saturating_sub(1)).max(1) as f64;
+        self.stage_count = self.decomposer.decompose(
+            nn,
+            &self.node_bytes,
+            |m| (m as f64 / per).ceil() as u64,
+            &mut self.stages,
+        );
+    }
+
+    /// Chunk size: the un-overlapped NVLink hop before the first chunk and
+    /// after the last should cost about half a percent of the whole exchange
+    /// (`M / node_rate`), and a chunk should take a few latencies on its NIC so
+    /// that the pipeline hides them.
+    fn chunk_size(&self) -> u64 {
+        if let Some(c) = self.opts.chunk_bytes {
+            return c.max(1);
+        }
+        let nn = self.nodes;
+        let max_line = (0..nn)
+            .map(|a| {
+                let (row, col) = (0..nn).fold((0, 0), |(r, c), b| {
+                    (
+                        r + self.node_bytes[a * nn + b],
+                        c + self.node_bytes[b * nn + a],
+                    )
+                });
+                let own = self.node_bytes[a * nn + a];
+                (row - own).max(col - own)
+            })
+            .max()
+            .unwrap_or(0);
+        let exchange_us = max_line as f64 / self.node_rate;
+        let lane_rate = self.nic_rate / self.weights.max_sharing() as f64;
+        let by_hop = 0.005 * exchange_us * self.intra_rate;
+        let by_latency = 4.0 * self.inter_latency * lane_rate;
+        by_hop.max(by_latency).max(1.0) as u64
+    }
+
+    /// Sends in flight per GPU: enough that one send's transfer time covers
+    /// the next one's latency (alpha-beta: `ceil(alpha / beta)` with beta the
+    /// time of an average send on its NIC), plus two: one in transfer, one to
+    /// absorb the jitter between the sending and the receiving chain.
+    /// Tiny, latency-bound sends get a deep pipeline, i.e. the stages merge;
+    /// large ones keep three in flight (below the fabric's incast threshold).
+    fn depth_for_chunks(&self) -> u32 {
+        if !self.opts.staged {
+            return u32::MAX;
+        }
+        if let Some(d) = self.opts.pipeline_depth {
+            return d.max(1);
+        }
+        let moved: u64 = self.stages.iter().map(|p| p.bytes).sum();
+        let pairs = self.stages.len().max(1) as f64;
+        let lane_share = moved as f64 / pairs / self.gpus as f64;
+        let send = lane_share.min(self.chunk as f64);
+        let lane_rate = self.nic_rate / self.weights.max_sharing() as f64;
+        let beta = send / lane_rate;
+        if beta <= 0.0 {
+            return u32::MAX;
+        }
+        (2.0 + (self.inter_latency / beta).ceil()).min(1e6) as u32
+    }
+
+    fn emit_inter_node(&mut self, out: &mut Plan) {
+        let nn = self.nodes;
+        self.chunk = self.chunk_size();
+        self.depth = self.depth_for_chunks();
+        self.taken.clear();
+        self.taken.resize(nn * nn, 0);
+        for s in self.slots.iter_mut().chain(&mut self.rslots) {
+            s.clear();
+        }
+        self.last_move.clear();
+        self.last_move.resize(self.ranks(), NONE);
+        for i in 0..self.stages.len() {
+            let p = self.stages[i];
+            let (a, b) = (p.src_node as usize, p.dst_node as usize);
+            let before = self.taken[a * nn + b];
+            let after = before + p.bytes;
+            self.taken[a * nn + b] = after;
+            let total = self.node_bytes[a * nn + b];
+            for l in 0..self.gpus {
+                let li = self.lane_index(a, b, l);
+                let len = self.lanes[li].len();
+                let cut = |c: u64| match c.checked_mul(len) {
+                    Some(x) => x / total,
+                    None => (c as u128 * len as u128 / total as u128) as u64,
+                };
+                let (from, to) = (cut(before), cut(after));
+                self.cut_chunks(a * self.gpus + l, l, from, to);
+                for k in 0..self.chunks.len() {
+                    let (lo, hi) = self.chunks[k];
+                    self.emit_slice(out, a, b, l, lo, hi, p.stage);
+                }
+            }
+        }
+    }
+
+    /// Cuts bytes `from..to` of lane `l` (GPU `c`) into sends of at most a
+    /// chunk, in the order they go.
+    fn cut_chunks(&mut self, c: usize, l: usize, from: u64, to: u64) {
+        self.chunks.clear();
+        if from >= to {
+            return;
+        }
+        let parts = (to - from).div_ceil(self.chunk);
+        let at = |k: u64| from + ((to - from) as u128 * k as u128 / parts as u128) as u64;
+        // Lanes start at different chunks, so their last chunks (and the
+        // forwards that follow them) go to different GPUs.
+        let rotate = l as u64 * parts / self.gpus as u64;
+        self.chunks.extend(
+            (0..parts)
+                .map(|k| (k + rotate) % parts)
+                .map(|k| (at(k), at(k + 1))),
+        );
+        // A GPU's first send is cut in two, the halves going first and last:
+        // with several sends in flight, a first send shorter than the next
+        // staggers them, so one's latency overlaps another's transfer
+        // instead of all starting (and waiting) in lockstep.
+        if self.slots[c].is_empty() && self.depth >= 2 && self.depth != u32::MAX && parts >= 2 {
+            let (lo, hi) = self.chunks[0];
+            let mid = lo + (hi - lo) / 2;
+            self.chunks[0] = (lo, mid);
+            self.chunks.push((mid, hi));
+        }
+    }
+
+    /// The sends of bytes `from..to` of lane `l` of pair (a, b) in stage
+    /// `stage`, the balancing moves they need first, and the forwards after.
+    #[allow(clippy::too_many_arguments)]
+    fn emit_slice(
+        &mut self,
+        out: &mut Plan,
+        a: usize,
+        b: usize,
+        l: usize,
+        from: u64,
+        to: u64,
+        stage: u32,
+    ) {
+        let g = self.gpus;
+        let (c, r) = (a * g + l, b * g + l);
+        let lane = self.lanes[self.lane_index(a, b, l)];
+        let slot = self.slots[c].len();
+        let depth = self.depth as usize;
+        let mut chain = Deps::new();
+        let mut gate = Deps::new();
+        if self.opts.staged {
+            if slot >= depth {
+                push_ops(&mut chain, self.slots[c][slot - depth]);
+            }
+            // The receiving NIC too takes one stage at a time: a sender that
+            // runs ahead (its previous pair was light) waits rather than
+            // joining another sender at its next receiver (incast).
+            let rslot = self.rslots[r].len();
+            if rslot >= depth {
+                push_ops(&mut chain, self.rslots[r][rslot - depth]);
+            }
+            // Moves for this slot start as the previous slot starts.
+            if slot > depth {
+                push_ops(&mut gate, self.slots[c][slot - depth - 1]);
+            }
+        }
+        // GPU `l` sends through its rail NIC `l % nics` (Topology::rail_of).
+        let path = Path::Rdma {
+            nic: (l % self.nics) as u32,
+        };
+        let mut ops = [NONE; 2];
+        if from < lane.own {
+            let end = to.min(lane.own);
+            let (base, _) = self.to_node(c, b);
+            ops[0] = out.push(Transfer {
+                src: c as u32,
+                src_buf: Buffer::Input,
+                src_off: base + from,
+                dst: r as u32,
+                dst_buf: Buffer::Scratch,
+                dst_off: lane.recv_base + from,
+                bytes: end - from,
+                path,
+                step: stage,
+                deps: chain.clone(),
+            });
+        }
+        if to > lane.own {
+            let (g0, g1) = (from.max(lane.own) - lane.own, to - lane.own);
+            let mut deps = chain;
+            let mut at = 0;
+            for pi in lane.pieces_start as usize..lane.pieces_end as usize {
+                let piece = self.pieces[pi];
+                let (p0, p1) = (at, at + piece.len);
+                at = p1;
+                if p1 <= g0 {
+                    continue;
+                }
+                if p0 >= g1 {
+                    break;
+                }
+                if piece.moved_by == NONE {
+                    let (base, _) = self.to_node(piece.src as usize, b);
+                    // A carrier's moves arrive in the order its sends use
+                    // them, so the first send's bytes do not share NVLink
+                    // with moves needed much later.
+                    let mut move_deps = gate.clone();
+                    if self.opts.staged {
+                        push_ops(&mut move_deps, [self.last_move[c], NONE]);
+                    }
+                    let idx = out.push(Transfer {
+                        src: piece.src,
+                        src_buf: Buffer::Input,
+                        src_off: base + piece.row_off,
+                        dst: c as u32,
+                        dst_buf: Buffer::Scratch,
+                        dst_off: lane.gather_base + p0,
+                        bytes: piece.len,
+                        path: Path::Nvlink,
+                        step: stage,
+                        deps: move_deps,
+                    });
+                    self.pieces[pi].moved_by = idx;
+                    self.last_move[c] = idx;
+                }
+                push_ops(&mut deps, [self.pieces[pi].moved_by, NONE]);
+            }
+            ops[1] = out.push(Transfer {
+                src: c as u32,
+                src_buf: Buffer::Scratch,
+                src_off: lane.gather_base + g0,
+                dst: r as u32,
+                dst_buf: Buffer::Scratch,
+                dst_off: lane.recv_base + lane.own + g0,
+                bytes: g1 - g0,
+                path,
+                step: stage,
+                deps,
+            });
+        }
+        self.slots[c].push(ops);
+        self.rslots[r].push(ops);
+        if ops[0] != NONE {
+            self.emit_forwards(out, &lane, a, b, l, from, to.min(lane.own), ops[0], stage);
+        }
+        if ops[1] != NONE {
+            self.emit_forwards(out, &lane, a, b, l, from.max(lane.own), to, ops[1], stage);
+        }
+    }
+
+    /// Copies bytes `from..to` of a lane's stream, landed in the receiver's
+    /// scratch by transfer `landed`, to their places in the outputs.
+    #[allow(clippy::too_many_arguments)]
+    fn emit_forwards(
+        &self,
+        out: &mut Plan,
+        lane: &Lane,
+        a: usize,
+        b: usize,
+        l: usize,
+        from: u64,
+        to: u64,
+        landed: u32,
+        stage: u32,
+    ) {
+        let g = self.gpus;
+        let r = b * g + l;
+        // The stream: the carrier's own head, then the pieces in order.
+        let own = Piece {
+            src: (a * g + l) as u32,
+            row_off: 0,
+            len: lane.own,
+            moved_by: NONE,
+        };
+        let pieces = std::iter::once(&own)
+            .chain(&self.pieces[lane.pieces_start as usize..lane.pieces_end as usize]);
+        let mut at = 0u64;
+        for piece in pieces {
+            let (p0, p1) = (at, at + piece.len);
+            at = p1;
+            if p1 <= from {
+                continue;
+            }
+            if p0 >= to {
+                break;
+            }
+            let (lo, hi) = (from.max(p0), to.min(p1));
+            // Row range of the piece's source covered by lo..hi.
+            let (u, v) = (piece.row_off + (lo - p0), piece.row_off + (hi - p0));
+            self.forward_blocks(
+                out,
+                piece.src as usize,
+                b,
+                r,
+                u,
+                v,
+                lane.recv_base + lo,
+                landed,
+                stage,
+            );
+        }
+    }
+
+    /// Forwards row range `u..v` of what rank `s` sends to node `b`, sitting
+    /// at `scratch_off` of rank `r`, block by block.
+    #[allow(clippy::too_many_arguments)]
+    fn forward_blocks(
+        &self,
+        out: &mut Plan,
+        s: usize,
+        b: usize,
+        r: usize,
+        u: u64,
+        v: u64,
+        scratch_off: u64,
+        landed: u32,
+        stage: u32,
+    ) {
+        let (n, g) = (self.ranks(), self.gpus);
+        let row = &self.send_off[s * (n + 1) + b * g..s * (n + 1) + (b + 1) * g + 1];
+        let base = row[0];
+        for j in 0..g {
+            let (b0, b1) = (row[j] - base, row[j + 1] - base);
+            if b1 <= u || b0 == b1 {
+                continue;
+            }
+            if b0 >= v {
+                break;
+            }
+            let (lo, hi) = (u.max(b0), v.min(b1));
+            let d = b * g + j;
+            let mut deps = Deps::new();
+            deps.push(landed);
+            out.transfers.push(Transfer {
+                src: r as u32,
+                src_buf: Buffer::Scratch,
+                src_off: scratch_off + (lo - u),
+                dst: d as u32,
+                dst_buf: Buffer::Output,
+                dst_off: self.recv_off[s * n + d] + (lo - b0),
+                bytes: hi - lo,
+                path: if d == r { Path::Local } else { Path::Nvlink },
+                step: stage + 1,
+                deps,
+            });
+        }
+    }
+}
+
+fn push_ops(deps: &mut Deps, ops: [u32; 2]) {
+    for op in ops {
+        if op != NONE && !deps.contains(&op) {
+            deps.push(op);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bound::cut_bound;
+    use crate::generate::{generate, Pattern, TrafficSpec};
+    use crate::sim::{simulate, Network, SimOptions};
+    use crate::topology::{IntraKind, IntraSpec, NicSpec, TopologySpec};
+    use crate::verify::verify_on;
+    use proptest::prelude::*;
+
+    fn topo(nodes: usize, gpus: usize, nics: usize, kind: IntraKind) -> Topology {
+        let spec = TopologySpec {
+            name: "t".into(),
+            nodes,
+            gpus_per_node: gpus,
+            intra: Some(IntraSpec {
+                kind,
+                bandwidth_gbps: 450.0,
+                latency_us: 1.0,
+            }),
+            nic: Some(NicSpec {
+                per_node: nics,
+                bandwidth_gbps: 50.0,
+                latency_us: 3.0,
+            }),
+            fabric: None,
+            links: None,
+        };
+        Topology::from_spec(spec, "t").unwrap()
+    }
+
+    /// The node pairs of every inter-node transfer, by step.
+    fn rdma_stages(plan: &Plan, g: usize) -> Vec<StagePair> {
+        plan.transfers
+            .iter()
+            .filter(|t| matches!(t.path, Path::Rdma { .. }))
+            .map(|t| StagePair {
+                stage: t.step,
+                src_node: t.src / g as u32,
+                dst_node: t.dst / g as u32,
+                bytes: t.bytes,
+            })
+            .collect()
+    }
+
+    fn moe(ranks: usize, seed: u64) -> TrafficMatrix {
+        let mut spec = TrafficSpec::new(ranks, Pattern::Zipf(1.0));
+        spec.seed = seed;
+        spec.moe.tokens_per_rank = 256;
+        spec.moe.hidden = 128;
+        generate(&spec).unwrap()
+    }
+
+    #[test]
+    fn fast_and_spray_verify_on_presets() {
+        for (preset, nodes) in [
+            ("dgx-h100", 2),
+            ("dgx-h100", 4),
+            ("mi300x", 3),
+            ("dgx-a100", 1),
+        ] {
+            let t = Topology::preset(preset, nodes, None).unwrap();
+            let m = moe(t.ranks(), 7);
+            for staged in [true, false] {
+                let opts = PlannerOptions {
+                    staged,
+                    ..PlannerOptions::default()
+                };
+                let mut p = Planner::new(&t, opts).unwrap();
+                let plan = p.plan(&m).unwrap();
+                verify_on(&plan, &m, &t).unwrap_or_else(|e| panic!("{preset} {nodes}: {e}"));
+                if staged {
+                    check_partial_permutation(&rdma_stages(&plan, 8), nodes).unwrap();
+                    check_partial_permutation(p.stages(), nodes).unwrap();
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn stages_stay_near_node_count() {
+        let t = Topology::preset("dgx-h100", 8, None).unwrap();
+        let m = moe(t.ranks(), 3);
+        let mut p = Planner::new(&t, PlannerOptions::default()).unwrap();
+        let plan = p.plan(&m).unwrap();
+        verify_on(&plan, &m, &t).unwrap();
+        let k = p.stage_count() as usize;
+        // About stages_per_node * (N - 1), far below the exact decomposition's N^2 - 2N + 2.
+        assert!((7..=5 * 8).contains(&k), "{k} stages");
+        assert_eq!(plan.steps(), k + 1); // forwards of the last stage run one step later
+                                         // Every pair's bytes appear in the stages exactly.
+        let mut moved = vec![0u64; 64];
+        for s in p.stages() {
+            moved[(s.src_node * 8 + s.dst_node) as usize] += s.bytes;
+        }
+        for a in 0..8 {
+            for b in 0..8 {
+                let want: u64 = if a == b {
+                    0
+                } else {
+                    (0..8)
+                        .flat_map(|i| (0..8).map(move |j| (a * 8 + i, b * 8 + j)))
+                        .map(|(s, d)| m.get(s, d))
+                        .sum()
+                };
+                assert_eq!(moved[a * 8 + b], want);
+            }
+        }
+    }
+
+    #[test]
+    fn sends_are_balanced_over_rails() {
+        // Node 0's GPU 0 sends everything; its 4 NICs must share it evenly.
+        let t = topo(2, 4, 4, IntraKind::Switch);
+        let mut m = TrafficMatrix::zeros(8);
+        m.set(0, 5, 4_000_000);
+        m.set(1, 6, 8);
+        let mut p = Planner::new(&t, PlannerOptions::default()).unwrap();
+        let plan = p.plan(&m).unwrap();
+        verify_on(&plan, &m, &t).unwrap();
+        let mut per_nic = [0u64; 4];
+        for tr in &plan.transfers {
+            if let Path::Rdma { nic } = tr.path {
+                per_nic[nic as usize] += tr.bytes;
+            }
+        }
+        assert_eq!(per_nic.iter().sum::<u64>(), 4_000_008);
+        assert!(per_nic.iter().all(|&b| b == 1_000_002), "{per_nic:?}");
+        // Without balancing, one NIC carries it all.
+        let opts = PlannerOptions {
+            balance: false,
+            ..PlannerOptions::default()
+        };
+        let plan = Planner::new(&t, opts).unwrap().plan(&m).unwrap();
+        verify_on(&plan, &m, &t).unwrap();
+        let on_nic0: u64 = plan
+            .transfers
+            .iter()
+            .filter(|tr| tr.path == Path::Rdma { nic: 0 })
+            .map(|tr| tr.bytes)
+            .sum();
+        assert_eq!(on_nic0, 4_000_000);
+    }
+
+    #[test]
+    fn tiny_messages_are_not_balanced() {
+        let t = topo(2, 4, 4, IntraKind::Switch);
+        let mut m = TrafficMatrix::zeros(8);
+        m.set(0, 5, 4000); // 0.08 us on a NIC: not worth a 1 us NVLink hop
+        let plan = Planner::new(&t, PlannerOptions::default())
+            .unwrap()
+            .plan(&m)
+            .unwrap();
+        verify_on(&plan, &m, &t).unwrap();
+        assert!(plan.transfers.iter().all(|tr| tr.src_buf != Buffer::Scratch
+            || tr.path != Path::Nvlink
+            || tr.dst_buf == Buffer::Output));
+        let rdma: Vec<_> = plan
+            .transfers
+            .iter()
+            .filter(|tr| matches!(tr.path, Path::Rdma { .. }))
+            .collect();
+        assert_eq!(rdma.len(), 1);
+        assert_eq!(rdma[0].src, 0);
+    }
+
+    #[test]
+    fn planner_reuse_gives_the_same_plans() {
+        let t = Topology::preset("dgx-h100", 4, Some(4)).unwrap();
+        let (m1, m2) = (moe(16, 1), moe(16, 2));
+        let mut p = Planner::new(&t, PlannerOptions::default()).unwrap();
+        let mut plan = Plan::new("", 0, 0);
+        p.plan_into(&m1, &mut plan).unwrap();
+        p.plan_into(&m2, &mut plan).unwrap();
+        let fresh = Planner::new(&t, PlannerOptions::default())
+            .unwrap()
+            .plan(&m2)
+            .unwrap();
+        assert_eq!(plan, fresh);
+        verify_on(&plan, &m2, &t).unwrap();
+    }
+
+    #[test]
+    fn stages_beat_spray_under_congestion() {
+        let t = Topology::preset("dgx-h100", 8, Some(2)).unwrap();
+        let mut spec = TrafficSpec::new(16, Pattern::Zipf(1.0));
+        spec.moe.tokens_per_rank = 2048;
+        spec.moe.hidden = 1024;
+        let m = generate(&spec).unwrap();
+        let bound = cut_bound(&t, &m).cut_us;
+        let run = |staged, net| {
+            let opts = PlannerOptions {
+                staged,
+                ..PlannerOptions::default()
+            };
+            let plan = Planner::new(&t, opts).unwrap().plan(&m).unwrap();
+            simulate(&t, &plan, &SimOptions::new(net))
+                .unwrap()
+                .completion_us
+                / bound
+        };
+        let fast = run(true, Network::Congested);
+        let spray = run(false, Network::Congested);
+        let direct = simulate(
+            &t,
+            &crate::sched::direct(&t, &m),
+            &SimOptions::new(Network::Congested),
+        )
+        .unwrap()
+        .completion_us
+            / bound;
+        eprintln!("fast {fast} spray {spray} direct {direct}");
+        assert!(fast < 1.3, "fast {fast}");
+        assert!(
+            fast < spray && fast < direct,
+            "fast {fast} spray {spray} direct {direct}"
+        );
+    }
+
+    #[test]
+    fn rejects_links_topologies_and_wrong_sizes() {
+        let text = r#"{"name":"ring","nodes":2,"gpus_per_node":1,"links":[
+            {"from":"gpu0","to":"gpu1","bandwidth_GBps":10,"bidirectional":true}]}"#;
+        let t = Topology::from_json_str(text, "ring.json").unwrap();
+        let e = Planner::new(&t, PlannerOptions::default()).unwrap_err();
+        assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+        let t = Topology::preset("dgx-h100", 2, None).unwrap();
+        let mut p = Planner::new(&t, PlannerOptions::default()).unwrap();
+        let e = p.plan(&TrafficMatrix::zeros(4)).unwrap_err();
+        assert!(e.is_bad_input(), "{e}");
+    }
+
+    #[test]
+    fn explicit_depth_one_chains_every_stage() {
+        let t = Topology::preset("dgx-h100", 4, Some(2)).unwrap();
+        let m = moe(8, 5);
+        let opts = PlannerOptions {
+            pipeline_depth: Some(1),
+            ..PlannerOptions::default()
+        };
+        let mut p = Planner::new(&t, opts).unwrap();
+        let plan = p.plan(&m).unwrap();
+        verify_on(&plan, &m, &t).unwrap();
+        // A send waits only for a send of the same GPU or into the same GPU
+        // (the chains), never for a later stage.
+        let mut chained = 0;
+        for tr in plan
+            .transfers
+            .iter()
+            .filter(|t| matches!(t.path, Path::Rdma { .. }))
+        {
+            for &d in &tr.deps {
+                let dep = &plan.transfers[d as usize];
+                if matches!(dep.path, Path::Rdma { .. }) {
+                    assert!(dep.src == tr.src || dep.dst == tr.dst, "{dep:?} -> {tr:?}");
+                    assert!(dep.step <= tr.step);
+                    chained += 1;
+                }
+            }
+        }
+        assert!(chained > 0);
+    }
+
+    fn arb_case() -> impl Strategy<Value = (usize, usize, usize, bool, Vec<u64>)> {
+        (1usize..=4, 1usize..=4, 1usize..=4, any::<bool>()).prop_flat_map(|(n, g, p, mesh)| {
+            let r = n * g;
+            let cell = prop_oneof![3 => Just(0u64), 3 => 0u64..64, 2 => 0u64..5_000_000];
+            (
+                Just(n),
+                Just(g),
+                Just(p),
+                Just(mesh),
+                prop::collection::vec(cell, r * r),
+            )
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(96))]
+        #[test]
+        fn every_plan_verifies_and_stages_are_permutations(
+            (n, g, p, mesh, cells) in arb_case(),
+            staged in any::<bool>(),
+            depth in prop::option::of(1u32..4),
+            chunk in prop::option::of(1u64..200_000),
+        ) {
+            let kind = if mesh { IntraKind::Mesh } else { IntraKind::Switch };
+            let t = topo(n, g, p, kind);
+            let r = n * g;
+            let m = TrafficMatrix::from_rows(cells.chunks(r).map(<[u64]>::to_vec).collect());
+            let opts = PlannerOptions {
+                staged,
+                pipeline_depth: depth,
+                chunk_bytes: chunk,
+                ..PlannerOptions::default()
+            };
+            let mut planner = Planner::new(&t, opts).unwrap();
+            let plan = planner.plan(&m).unwrap();
+            let stats = verify_on(&plan, &m, &t);
+            prop_assert!(stats.is_ok(), "{:?}", stats);
+            let bound = cut_bound(&t, &m).cut_us;
+            for net in [Network::Ideal, Network::Congested] {
+                let done = simulate(&t, &plan, &SimOptions::new(net)).unwrap().completion_us;
+                prop_assert!(done >= bound * (1.0 - 1e-9), "{net}: {done} < bound {bound}");
+            }
+            if staged && !planner.latency_bound() {
+                prop_assert!(check_partial_permutation(&rdma_stages(&plan, g), n).is_ok());
+                prop_assert!(check_partial_permutation(planner.stages(), n).is_ok());
+            }
+        }
+    }
+}

@@ -1,0 +1,249 @@
+//! Intra-node balancing of one node pair: which GPU (lane) of the sending
+//! node carries which bytes of what the node sends to one other node.
+//!
+//! Lane `l` of node pair (A, B) is GPU `l` of A sending to GPU `l` of B over
+//! rail `l % nics` (rail-aligned, so no NIC sees two rails' traffic). Each
+//! lane's target share is equal per rail: `T_AB / (R * c_l)`, with `R` the
+//! rails in use and `c_l` the GPUs sharing lane `l`'s rail. A lane keeps the
+//! head of its own bytes up to its target; the excess tails move over NVLink
+//! to the lanes below target (pieces). Knows nothing of stages or transfers.
+
+/// Bytes a lane sends that another GPU of its node hands over first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Piece {
+    /// The rank whose input holds the bytes.
+    pub src: u32,
+    /// Offset inside `src`'s contiguous block range for the destination node.
+    pub row_off: u64,
+    pub len: u64,
+    /// Index of the NVLink transfer that moves it (`u32::MAX` until emitted).
+    pub moved_by: u32,
+}
+
+/// What one lane of one node pair sends: first `own` bytes of its own range
+/// (from its input), then `gathered` bytes of pieces (from its scratch).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Lane {
+    pub own: u64,
+    pub gathered: u64,
+    pub pieces_start: u32,
+    pub pieces_end: u32,
+    /// Offset of this lane's gather region in the carrier's scratch.
+    pub gather_base: u64,
+    /// Offset of this lane's landing region in the receiver's scratch.
+    pub recv_base: u64,
+}
+
+impl Lane {
+    pub fn len(&self) -> u64 {
+        self.own + self.gathered
+    }
+}
+
+/// Rail-derived weights, fixed by the topology.
+#[derive(Clone, Debug)]
+pub(crate) struct LaneWeights {
+    /// Prefix sums of the lanes' integer weights (length `G + 1`); lane
+    /// `l`'s target is `T * w_l / total`.
+    pub cum: Vec<u64>,
+    /// GPUs sharing each lane's rail (its NIC bandwidth is divided by this).
+    pub sharing: Vec<u64>,
+}
+
+impl LaneWeights {
+    pub fn new(gpus: usize, nics: usize) -> Self {
+        let nics = nics.clamp(1, gpus);
+        let sharing: Vec<u64> = (0..gpus)
+            .map(|l| (0..gpus).filter(|&j| j % nics == l % nics).count() as u64)
+            .collect();
+        // Sharing counts take at most two values (floor and ceil of G / nics),
+        // so their product is a small common multiple.
+        let (lo, hi) = (
+            *sharing.iter().min().unwrap_or(&1),
+            *sharing.iter().max().unwrap_or(&1),
+        );
+        let common = if lo == hi { lo } else { lo * hi };
+        let weight: Vec<u64> = sharing.iter().map(|&c| common / c).collect();
+        let mut cum = Vec::with_capacity(gpus + 1);
+        cum.push(0);
+        for &w in &weight {
+            cum.push(cum.last().copied().unwrap_or(0) + w);
+        }
+        LaneWeights { cum, sharing }
+    }
+
+    /// Target bytes of lane `l` when the pair carries `total` bytes (the
+    /// targets of all lanes sum to `total` exactly).
+    #[cfg(test)]
+    pub fn target(&self, total: u64, l: usize) -> u64 {
+        self.upto(total, l + 1) - self.upto(total, l)
+    }
+
+    /// Targets of lanes `0..i` together.
+    fn upto(&self, total: u64, i: usize) -> u64 {
+        let all = *self.cum.last().unwrap_or(&1);
+        match total.checked_mul(self.cum[i]) {
+            Some(x) => x / all,
+            None => (total as u128 * self.cum[i] as u128 / all as u128) as u64,
+        }
+    }
+
+    /// The most GPUs sharing one NIC.
+    pub fn max_sharing(&self) -> u64 {
+        self.sharing.iter().copied().max().unwrap_or(1)
+    }
+
+    /// Every lane's target, into `out`.
+    pub fn targets(&self, total: u64, out: &mut Vec<u64>) {
+        out.clear();
+        let mut prev = 0;
+        for i in 1..self.cum.len() {
+            let at = self.upto(total, i);
+            out.push(at - prev);
+            prev = at;
+        }
+    }
+}
+
+/// Balances one node pair. `sent[l]` is what GPU `l` of the sending node has
+/// for the receiving node; `first_rank` the rank of its GPU 0. Appends the
+/// pieces to `pieces` and fills `lanes` (one per GPU); `targets` is a
+/// reusable buffer. Balancing is skipped
+/// (every lane sends its own bytes) when the time it saves on the slowest
+/// lane, at `lane_rate` bytes/us per unshared NIC, is below `min_gain_us`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn balance_pair(
+    sent: &[u64],
+    first_rank: u32,
+    weights: &LaneWeights,
+    nic_rate: f64,
+    min_gain_us: f64,
+    lanes: &mut [Lane],
+    pieces: &mut Vec<Piece>,
+    targets: &mut Vec<u64>,
+) {
+    let total: u64 = sent.iter().sum();
+    let g = sent.len();
+    weights.targets(total, targets);
+    let slowest = |x: &[u64]| {
+        x.iter()
+            .zip(&weights.sharing)
+            .map(|(&b, &c)| b * c)
+            .max()
+            .unwrap_or(0) as f64
+            / nic_rate
+    };
+    let gain = slowest(sent) - slowest(targets);
+    if gain <= min_gain_us {
+        for (lane, &x) in lanes.iter_mut().zip(sent) {
+            let at = pieces.len() as u32;
+            *lane = Lane {
+                own: x,
+                pieces_start: at,
+                pieces_end: at,
+                ..Lane::default()
+            };
+        }
+        return;
+    }
+    // Two pointers: deficit lanes outermost, so each lane's pieces are contiguous.
+    let mut e = 0usize;
+    let mut moved_from_e = 0u64;
+    let excess = |l: usize| sent[l].saturating_sub(targets[l]);
+    for d in 0..g {
+        let target = targets[d];
+        let start = pieces.len() as u32;
+        let mut need = target.saturating_sub(sent[d]);
+        let mut gathered = 0;
+        while need > 0 && e < g {
+            let avail = excess(e) - moved_from_e;
+            if avail == 0 {
+                e += 1;
+                moved_from_e = 0;
+                continue;
+            }
+            let take = avail.min(need);
+            pieces.push(Piece {
+                src: first_rank + e as u32,
+                row_off: targets[e] + moved_from_e,
+                len: take,
+                moved_by: u32::MAX,
+            });
+            moved_from_e += take;
+            need -= take;
+            gathered += take;
+        }
+        lanes[d] = Lane {
+            own: sent[d].min(target),
+            gathered,
+            pieces_start: start,
+            pieces_end: pieces.len() as u32,
+            ..Lane::default()
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(sent: &[u64], nics: usize, gain: f64) -> (Vec<Lane>, Vec<Piece>) {
+        let w = LaneWeights::new(sent.len(), nics);
+        let mut lanes = vec![Lane::default(); sent.len()];
+        let mut pieces = Vec::new();
+        balance_pair(
+            sent,
+            10,
+            &w,
+            50_000.0,
+            gain,
+            &mut lanes,
+            &mut pieces,
+            &mut Vec::new(),
+        );
+        (lanes, pieces)
+    }
+
+    #[test]
+    fn skewed_pair_is_balanced_exactly() {
+        let sent = [1000, 0, 0, 7];
+        let (lanes, pieces) = run(&sent, 4, 0.0);
+        let lens: Vec<u64> = lanes.iter().map(Lane::len).collect();
+        assert_eq!(lens.iter().sum::<u64>(), 1007);
+        assert!(lens.iter().max().unwrap() - lens.iter().min().unwrap() <= 1);
+        // Lane 0 keeps its head and gives its tail away.
+        assert_eq!(lanes[0].own, lens[0]);
+        assert!(pieces.iter().all(|p| p.src == 10));
+        let moved: u64 = pieces.iter().map(|p| p.len).sum();
+        assert_eq!(moved, 1000 - lens[0]);
+        // Pieces tile lane 0's tail in order.
+        let mut at = lens[0];
+        for p in &pieces {
+            assert_eq!(p.row_off, at);
+            at += p.len;
+        }
+        assert_eq!(at, 1000);
+    }
+
+    #[test]
+    fn small_gain_skips_balancing() {
+        let (lanes, pieces) = run(&[100, 0], 2, 1.0);
+        assert!(pieces.is_empty());
+        assert_eq!(lanes[0].own, 100);
+        assert_eq!(lanes[1].len(), 0);
+    }
+
+    #[test]
+    fn shared_rails_get_smaller_shares() {
+        // 3 GPUs on 2 NICs: GPUs 0 and 2 share NIC 0, GPU 1 has NIC 1 alone.
+        let w = LaneWeights::new(3, 2);
+        assert_eq!(w.sharing, vec![2, 1, 2]);
+        assert_eq!(
+            (0..3).map(|l| w.target(400, l)).collect::<Vec<_>>(),
+            vec![100, 200, 100]
+        );
+        // More NICs than GPUs: every GPU has its own.
+        let w = LaneWeights::new(2, 4);
+        assert_eq!(w.sharing, vec![1, 1]);
+    }
+}

@@ -1,0 +1,26 @@
+//! `fast`: the skew-aware scheduler (docs/algorithms.md, `fast`).
+//!
+//! 1. [`balance`]: inside each node, spread what the node sends to each other
+//!    node evenly over its GPUs and NICs through NVLink;
+//! 2. [`stages`]: decompose the node matrix into few partial-permutation
+//!    stages (coarsened Birkhoff–von Neumann), rail-aligned inside a stage;
+//! 3. the [`crate::planner::Planner`] emits the plan: balancing moves run under
+//!    the previous stage's sends, forwards under the next, each GPU keeps a
+//!    cost-derived number of stages in flight.
+//!
+//! The reusable [`crate::planner::Planner`] is the API; [`fast`] is the
+//! one-shot form the CLI uses.
+
+pub(crate) mod balance;
+pub(crate) mod stages;
+
+use crate::error::Result;
+use crate::plan::Plan;
+use crate::planner::{Planner, PlannerOptions};
+use crate::topology::Topology;
+use crate::traffic::TrafficMatrix;
+
+/// Plans one all-to-all with `fast`'s default options.
+pub fn fast(topo: &Topology, traffic: &TrafficMatrix) -> Result<Plan> {
+    Planner::new(topo, PlannerOptions::default())?.plan(traffic)
+}
