@@ -225,8 +225,6 @@ struct ChunkOp {
     dst_off: u32,
     cnt: u32,
     deps: Vec<u32>,
-    /// Index among the operations of its transfer.
-    part: u32,
 }
 
 fn bufref(b: Buffer) -> BufRef {
@@ -562,10 +560,8 @@ fn trace_chunks(
                 pairs.push((src_idx, dst_idx));
             }
         }
-        // Runs of consecutive chunks, at most MAX_CNT each; `part` numbers
-        // them so they can be spread over channels.
+        // Runs of consecutive chunks, at most MAX_CNT each.
         let mut j = 0;
-        let mut part = 0;
         while j < pairs.len() {
             let mut len = 1;
             while j + len < pairs.len()
@@ -584,10 +580,8 @@ fn trace_chunks(
                 dst_off: pairs[j].1,
                 cnt: len as u32,
                 deps: deps.clone(),
-                part,
             });
             j += len;
-            part += 1;
         }
         if eff[i].is_empty() {
             eff[i] = deps;
@@ -636,6 +630,8 @@ fn build_tbs(ops: &[ChunkOp], n: usize) -> std::result::Result<Built, LowerError
     // Channel of each (src, dst, lane); lane `l` starts at group `l`.
     let mut chan_of: HashMap<(u32, u32, u32), u32> = HashMap::new();
     let mut local_k = vec![0u32; n];
+    // Operations placed so far per connection: they take the lanes in turn.
+    let mut placed: HashMap<(u32, u32), u32> = HashMap::new();
     // Where each operation's step sits on each gpu it touches: (tb, pos).
     let mut at: HashMap<(u32, u32), (u32, u32)> = HashMap::new();
     let mut anc: HashMap<(u32, u32), Vec<u32>> = HashMap::new();
@@ -665,13 +661,19 @@ fn build_tbs(ops: &[ChunkOp], n: usize) -> std::result::Result<Built, LowerError
             v.sort_unstable();
             v.dedup();
         }
+        let lane = if op.src == op.dst {
+            0
+        } else {
+            let k = placed.entry((op.src, op.dst)).or_insert(0);
+            *k += 1;
+            (*k - 1) % lanes
+        };
         loop {
             let keys: Vec<TbKey> = if op.src == op.dst {
                 vec![TbKey::Local {
                     k: local_k[op.src as usize],
                 }]
             } else {
-                let lane = op.part % lanes;
                 let c = *chan_of
                     .entry((op.src, op.dst, lane))
                     .or_insert_with(|| base_chan(op.src, op.dst) + groups * lane);
@@ -723,7 +725,6 @@ fn build_tbs(ops: &[ChunkOp], n: usize) -> std::result::Result<Built, LowerError
                 if op.src == op.dst {
                     local_k[op.src as usize] += 1;
                 } else {
-                    let lane = op.part % lanes;
                     *chan_of.get_mut(&(op.src, op.dst, lane)).expect("set above") += groups * lanes;
                 }
                 continue;
@@ -865,15 +866,14 @@ const MAX_LANES: u32 = 8;
 /// step after step: the most, up to [`MAX_LANES`], that keeps every gpu
 /// within [`TB_BUDGET`] threadblocks.
 fn lanes_for(ops: &[ChunkOp], n: usize) -> u32 {
-    // Largest number of parts of one transfer, per connection.
+    // Operations per connection.
     let mut parts: HashMap<(u32, u32), u32> = HashMap::new();
     let mut locals = vec![0usize; n];
     for op in ops {
         if op.src == op.dst {
             locals[op.src as usize] += 1;
         } else {
-            let e = parts.entry((op.src, op.dst)).or_insert(0);
-            *e = (*e).max(op.part + 1);
+            *parts.entry((op.src, op.dst)).or_insert(0) += 1;
         }
     }
     let fits = |lanes: u32| -> bool {
