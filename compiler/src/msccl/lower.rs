@@ -666,7 +666,7 @@ fn build_tbs(ops: &[ChunkOp], n: usize) -> std::result::Result<Built, LowerError
         } else {
             let k = placed.entry((op.src, op.dst)).or_insert(0);
             *k += 1;
-            (*k - 1) % lanes
+            (*k - 1) % lanes[&(op.src, op.dst)]
         };
         loop {
             let keys: Vec<TbKey> = if op.src == op.dst {
@@ -725,7 +725,8 @@ fn build_tbs(ops: &[ChunkOp], n: usize) -> std::result::Result<Built, LowerError
                 if op.src == op.dst {
                     local_k[op.src as usize] += 1;
                 } else {
-                    *chan_of.get_mut(&(op.src, op.dst, lane)).expect("set above") += groups * lanes;
+                    *chan_of.get_mut(&(op.src, op.dst, lane)).expect("set above") +=
+                        groups * MAX_LANES;
                 }
                 continue;
             }
@@ -860,35 +861,46 @@ const TB_BUDGET: usize = 100;
 /// Channels one transfer's operations are spread over at most.
 const MAX_LANES: u32 = 8;
 
-/// How many channels ("lanes") the operations of one transfer are spread
-/// over, so that a block cut into several runs (a gathered block landing in
-/// a padded output, a block over 71 chunks) moves in parallel rather than
-/// step after step: the most, up to [`MAX_LANES`], that keeps every gpu
+/// How many channels ("lanes") each connection's operations take in turn,
+/// so that operations the plan runs side by side (a block cut into several
+/// runs, several relayed pieces) move in parallel rather than step after
+/// step. Every connection starts with one lane; extra lanes, up to
+/// [`MAX_LANES`] and the connection's operation count, go one at a time to
+/// the connection with the most operations per lane whose two gpus stay
 /// within [`TB_BUDGET`] threadblocks.
-fn lanes_for(ops: &[ChunkOp], n: usize) -> u32 {
-    // Operations per connection.
-    let mut parts: HashMap<(u32, u32), u32> = HashMap::new();
+fn lanes_for(ops: &[ChunkOp], n: usize) -> HashMap<(u32, u32), u32> {
+    let mut count: HashMap<(u32, u32), u32> = HashMap::new();
+    let mut tbs = vec![0usize; n];
     let mut locals = vec![0usize; n];
     for op in ops {
         if op.src == op.dst {
             locals[op.src as usize] += 1;
         } else {
-            *parts.entry((op.src, op.dst)).or_insert(0) += 1;
+            *count.entry((op.src, op.dst)).or_insert(0) += 1;
         }
     }
-    let fits = |lanes: u32| -> bool {
-        let mut tbs: Vec<usize> = locals
-            .iter()
-            .map(|&l| l.div_ceil(MAX_STEPS_PER_TB))
-            .collect();
-        for (&(s, d), &p) in &parts {
-            let k = p.min(lanes) as usize;
-            tbs[s as usize] += k;
-            tbs[d as usize] += k;
+    for (g, &l) in locals.iter().enumerate() {
+        tbs[g] += l.div_ceil(MAX_STEPS_PER_TB);
+    }
+    let mut lanes: HashMap<(u32, u32), u32> = HashMap::new();
+    let mut heap: BinaryHeap<(u64, Reverse<(u32, u32)>)> = BinaryHeap::new();
+    for (&(s, d), &c) in &count {
+        lanes.insert((s, d), 1);
+        tbs[s as usize] += 1;
+        tbs[d as usize] += 1;
+        heap.push((c as u64 * 1000, Reverse((s, d))));
+    }
+    while let Some((_, Reverse((s, d)))) = heap.pop() {
+        let (c, l) = (count[&(s, d)], lanes[&(s, d)]);
+        if l >= MAX_LANES.min(c) || tbs[s as usize] >= TB_BUDGET || tbs[d as usize] >= TB_BUDGET {
+            continue;
         }
-        tbs.iter().all(|&t| t <= TB_BUDGET)
-    };
-    (1..=MAX_LANES).rev().find(|&l| fits(l)).unwrap_or(1)
+        lanes.insert((s, d), l + 1);
+        tbs[s as usize] += 1;
+        tbs[d as usize] += 1;
+        heap.push((c as u64 * 1000 / (l as u64 + 1), Reverse((s, d))));
+    }
+    lanes
 }
 
 /// The operations on gpu `g` among `x` and its ancestors, stopping at the
