@@ -5,6 +5,9 @@ use std::time::Instant;
 
 use clap::Args;
 use switchyard::compiler::lp::{lower_bound, LpOptions};
+use switchyard::compiler::msccl::{
+    assign_paths, parse_xml, to_xml, xml_traffic, Layout, Protocol, XmlOptions,
+};
 use switchyard::compiler::report::Report;
 use switchyard::compiler::sched::{schedule, Options};
 use switchyard::compiler::sim::{Network, SimOptions};
@@ -20,9 +23,19 @@ pub struct CompileArgs {
     traffic: PathBuf,
     #[arg(long, default_value = "direct")]
     algorithm: String,
-    /// Output plan: `.json` writes the plan IR.
+    /// Output plan: `.json` writes the plan IR, `.xml` MSCCL XML.
     #[arg(long)]
     out: PathBuf,
+    /// MSCCL XML: `padded` (every peer block sized to the largest pair, a
+    /// drop-in for ncclAllToAll) or `packed`.
+    #[arg(long, default_value = "padded")]
+    layout: String,
+    /// MSCCL XML: Simple, LL or LL128 (default: chosen by message size).
+    #[arg(long)]
+    protocol: Option<String>,
+    /// MSCCL XML: chunk size in bytes (default: chosen from the matrix and the executor's limits).
+    #[arg(long)]
+    chunk_bytes: Option<u64>,
     /// Write a JSON report here.
     #[arg(long)]
     report: Option<PathBuf>,
@@ -58,11 +71,31 @@ pub fn compile(a: CompileArgs) -> CliResult {
     let compile_us = t0.elapsed().as_secs_f64() * 1e6;
     verify_on(&plan, &m, &topo)
         .map_err(|e| CliError::Failed(format!("internal error: {alg} made a wrong plan: {e}")))?;
-    let text = match a.out.extension().and_then(|e| e.to_str()) {
-        Some("json") => plan.to_json(),
+    // For XML the plan that runs is the one requantised to chunks: report that one.
+    let (text, plan, msccl) = match a.out.extension().and_then(|e| e.to_str()) {
+        Some("json") => (plan.to_json(), plan, None),
+        Some("xml") => {
+            let opts = XmlOptions {
+                layout: a
+                    .layout
+                    .parse::<Layout>()
+                    .map_err(|e| CliError::Input(format!("--layout: {e}")))?,
+                protocol: match &a.protocol {
+                    Some(p) => Some(
+                        p.parse::<Protocol>()
+                            .map_err(|e| CliError::Input(format!("--protocol: {e}")))?,
+                    ),
+                    None => None,
+                },
+                chunk_bytes: a.chunk_bytes,
+            };
+            let xml = to_xml(&plan, &topo, &m, &opts)?;
+            let facts = xml.report_json();
+            (xml.text, xml.plan, Some(facts))
+        }
         _ => {
             return Err(CliError::Input(format!(
-                "{}: unknown plan format (use .json)",
+                "{}: unknown plan format (use .json or .xml)",
                 a.out.display()
             )))
         }
@@ -78,7 +111,14 @@ pub fn compile(a: CompileArgs) -> CliResult {
             Some(compile_us),
             &SimOptions::new(network),
         )?;
-        write_out(Some(r), &(report.to_json() + "\n"))?;
+        let mut json =
+            serde_json::to_value(&report).map_err(|e| CliError::Failed(e.to_string()))?;
+        if let (Some(facts), Some(obj)) = (msccl, json.as_object_mut()) {
+            obj.insert("msccl".into(), facts);
+        }
+        let text =
+            serde_json::to_string_pretty(&json).map_err(|e| CliError::Failed(e.to_string()))?;
+        write_out(Some(r), &(text + "\n"))?;
     }
     eprintln!(
         "{}: {} transfers in {} steps, compiled in {:.0} us",
@@ -92,35 +132,74 @@ pub fn compile(a: CompileArgs) -> CliResult {
 
 #[derive(Args)]
 pub struct VerifyArgs {
+    /// The plan: `.json` (plan IR) or `.xml` (MSCCL XML, from Switchyard or another tool).
     #[arg(long)]
     plan: PathBuf,
+    /// The traffic the plan must deliver; for XML without it, the uniform
+    /// all-to-all the file implies.
     #[arg(long)]
-    traffic: PathBuf,
+    traffic: Option<PathBuf>,
     /// Also check paths against this topology.
     #[arg(long)]
     topology: Option<PathBuf>,
 }
 
-/// Reads a plan file by its extension.
-pub fn load_plan(path: &Path) -> Result<Plan, CliError> {
+fn is_xml(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("xml"))
+}
+
+/// Reads a plan file by its extension. An MSCCL XML file is read as the
+/// transfers it performs on `traffic` (or on the matrix the file implies),
+/// with paths assigned from `topo` when given.
+pub fn load_plan(
+    path: &Path,
+    traffic: Option<&TrafficMatrix>,
+    topo: Option<&Topology>,
+) -> Result<Plan, CliError> {
+    let file = path.display().to_string();
     match path.extension().and_then(|e| e.to_str()) {
         Some("json") => Ok(Plan::load_json(path)?),
+        Some("xml") => {
+            let text = switchyard::compiler::error::read_file(path)?;
+            let mut plan = parse_xml(&text, &file, traffic)?;
+            if let Some(t) = topo {
+                assign_paths(&mut plan, t);
+            }
+            Ok(plan)
+        }
         _ => Err(CliError::Input(format!(
-            "{}: unknown plan format (use .json)",
-            path.display()
+            "{file}: unknown plan format (use .json or .xml)"
         ))),
     }
 }
 
 pub fn verify(a: VerifyArgs) -> CliResult {
-    let plan = load_plan(&a.plan)?;
-    let m = TrafficMatrix::load(&a.traffic)?;
-    let result = match &a.topology {
-        Some(t) => {
-            let topo = Topology::load(t)?;
-            m.check_ranks(topo.ranks(), &a.traffic.display().to_string())?;
-            verify_on(&plan, &m, &topo)
+    let topo = a.topology.as_deref().map(Topology::load).transpose()?;
+    let m = match &a.traffic {
+        Some(t) => TrafficMatrix::load(t)?,
+        None if is_xml(&a.plan) => {
+            let text = switchyard::compiler::error::read_file(&a.plan)?;
+            xml_traffic(&text, &a.plan.display().to_string())?
         }
+        None => {
+            return Err(CliError::Input(
+                "--traffic is required for a .json plan".into(),
+            ))
+        }
+    };
+    let traffic_name = a
+        .traffic
+        .as_ref()
+        .map_or("<traffic implied by the XML>".to_string(), |p| {
+            p.display().to_string()
+        });
+    if let Some(t) = &topo {
+        m.check_ranks(t.ranks(), &traffic_name)?;
+    }
+    let plan = load_plan(&a.plan, Some(&m), topo.as_ref())?;
+    let result = match &topo {
+        Some(t) => verify_on(&plan, &m, t),
         None => switchyard::compiler::verify(&plan, &m),
     };
     match result {

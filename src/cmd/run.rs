@@ -54,8 +54,8 @@ pub fn run(a: RunArgs) -> CliResult {
             "--timeout: must be a positive number of seconds".into(),
         ));
     }
-    let plan = load_plan(&a.plan)?;
     let m = TrafficMatrix::load(&a.traffic)?;
+    let plan = load_plan(&a.plan, Some(&m), None)?;
     let opts = RunOptions {
         threads: a.threads,
         timeout: Duration::from_secs_f64(a.timeout),

@@ -31,7 +31,7 @@ pub struct SimulateArgs {
 pub fn simulate(a: SimulateArgs) -> CliResult {
     let network: Network = a.network.parse()?;
     let (topo, m) = load_inputs(&a.topology, &a.traffic)?;
-    let plan = load_plan(&a.plan)?;
+    let plan = load_plan(&a.plan, Some(&m), Some(&topo))?;
     verify_on(&plan, &m, &topo)
         .map_err(|e| CliError::Failed(format!("{}: {e}", a.plan.display())))?;
     // A plan read from a file has no compile time: the report says null.
