@@ -1,0 +1,118 @@
+//! The CLI's MSCCL XML path end to end: compile to XML, then verify,
+//! simulate and run the file; read a real plan written by another tool;
+//! reject a file with a step removed.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(args)
+        .output()
+        .expect("binary runs");
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!err.contains("panicked"), "{err}");
+    (
+        out.status.code().expect("exit code"),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        err,
+    )
+}
+
+fn root(rel: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(rel)
+        .display()
+        .to_string()
+}
+
+#[test]
+fn compile_to_xml_then_verify_simulate_run() {
+    let dir = std::env::temp_dir().join(format!("switchyard-cli-xml-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (topo, traffic) = (
+        root("examples/topologies/dgx-h100-2x8.json"),
+        root("examples/traffic/moe-16.json"),
+    );
+    let xml = dir.join("plan.xml").display().to_string();
+    let report = dir.join("r.json").display().to_string();
+    for alg in ["direct", "hierarchical", "fast"] {
+        let (code, _, err) = run(&[
+            "compile",
+            "--topology",
+            &topo,
+            "--traffic",
+            &traffic,
+            "--algorithm",
+            alg,
+            "--out",
+            &xml,
+            "--report",
+            &report,
+        ]);
+        assert_eq!(code, 0, "{alg}: {err}");
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        assert_eq!(r["msccl"]["layout"], "padded");
+        assert!(r["msccl"]["chunk_bytes"].as_u64().unwrap() > 0);
+        assert!(std::fs::read_to_string(&xml)
+            .unwrap()
+            .starts_with("<algo name=\"switchyard "));
+        let (code, out, err) = run(&[
+            "verify",
+            "--plan",
+            &xml,
+            "--traffic",
+            &traffic,
+            "--topology",
+            &topo,
+        ]);
+        assert_eq!(code, 0, "{alg}: {err}");
+        assert!(out.starts_with("ok:"));
+        let (code, out, err) = run(&[
+            "simulate",
+            "--plan",
+            &xml,
+            "--traffic",
+            &traffic,
+            "--topology",
+            &topo,
+            "--json",
+        ]);
+        assert_eq!(code, 0, "{alg}: {err}");
+        let sim: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert!(sim["ratio_to_bound"].as_f64().unwrap() >= 1.0);
+        let (code, out, err) = run(&["run", "--plan", &xml, "--traffic", &traffic, "--json"]);
+        assert_eq!(code, 0, "{alg}: {err}");
+        assert!(out.contains("\"verified\": true"), "{out}");
+    }
+}
+
+#[test]
+fn real_msccl_plan_verifies_and_a_broken_copy_is_rejected() {
+    let real = "/../shared/refdata/msccl-examples/alltoall_a100_two_step_2x8.xml";
+    let path = format!("{}{real}", env!("CARGO_MANIFEST_DIR"));
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        eprintln!("skipped: {path} is not beside this checkout");
+        return;
+    };
+    let (code, out, err) = run(&["verify", "--plan", &path]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("ok:"));
+    // Remove the first send step: its receive never gets a partner.
+    let mut lines: Vec<&str> = text.lines().collect();
+    let i = lines
+        .iter()
+        .position(|l| l.contains("type=\"s\""))
+        .expect("a send step");
+    lines.remove(i);
+    let dir =
+        std::env::temp_dir().join(format!("switchyard-cli-xml-broken-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let broken = dir.join("broken.xml");
+    std::fs::write(&broken, lines.join("\n")).unwrap();
+    let (code, _, err) = run(&["verify", "--plan", &broken.display().to_string()]);
+    assert_ne!(code, 0);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("broken.xml"), "{err}");
+}
