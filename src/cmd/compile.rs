@@ -67,7 +67,19 @@ pub fn compile(a: CompileArgs) -> CliResult {
         time_limit_s: a.time_limit,
         verbose: a.verbose,
     };
-    let plan = schedule(alg, &topo, &m, &opts)?;
+    // The solver can take seconds to minutes: show that it is working (a
+    // spinner on a terminal, nothing when stderr is redirected).
+    let spinner = (alg == Algorithm::Lp).then(|| {
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.set_message(format!("lp: solving (time limit {} s)", a.time_limit));
+        bar.enable_steady_tick(std::time::Duration::from_millis(120));
+        bar
+    });
+    let plan = schedule(alg, &topo, &m, &opts);
+    if let Some(bar) = spinner {
+        bar.finish_and_clear();
+    }
+    let plan = plan?;
     let compile_us = t0.elapsed().as_secs_f64() * 1e6;
     verify_on(&plan, &m, &topo)
         .map_err(|e| CliError::Failed(format!("internal error: {alg} made a wrong plan: {e}")))?;
