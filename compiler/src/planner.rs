@@ -352,25 +352,41 @@ impl Planner {
     }
 
     /// Traffic inside a node: one transfer per block. With stages, a GPU's
-    /// blocks wait for its first inter-node send: NVLink has the whole
-    /// exchange to carry them, but the balancing moves that feed the first
-    /// sends must not share it with them.
+    /// blocks wait for its first inter-node send, then, where the chain takes
+    /// less than half the exchange, go one at a time in shifted order (GPU
+    /// `l` starts at `l + 1`): NVLink has the whole
+    /// exchange to carry them, but the balancing moves and forwards that feed
+    /// and drain the NICs must not share a hot GPU's NVLink with up to `G - 1`
+    /// concurrent blocks of it (max-min would give each move `1/G` of it).
     fn emit_intra_node(&self, m: &TrafficMatrix, out: &mut Plan) {
         let (n, g) = (self.ranks(), self.gpus);
+        let half_exchange = 0.5 * self.exchange_us();
         for s in 0..n {
             let mut deps = Deps::new();
+            let first = s / g * g;
+            // Chained only where the chain fits well under the exchange
+            // (alpha-beta: each block pays an NVLink latency and its bytes).
+            let (mut blocks, mut bytes) = (0u32, 0u64);
+            for d in (first..first + g).filter(|&d| d != s) {
+                let b = m.get(s, d);
+                blocks += u32::from(b > 0);
+                bytes += b;
+            }
+            let chained = self.opts.staged
+                && bytes as f64 / self.intra_rate + blocks as f64 * self.intra_latency
+                    <= half_exchange;
             if self.opts.staged {
                 if let Some(&first) = self.slots[s].first() {
                     push_ops(&mut deps, first);
                 }
             }
-            let first = s / g * g;
-            for d in first..first + g {
+            for k in 0..g {
+                let d = first + (s % g + k) % g;
                 let bytes = m.get(s, d);
                 if bytes == 0 {
                     continue;
                 }
-                out.transfers.push(Transfer {
+                let idx = out.push(Transfer {
                     src: s as u32,
                     src_buf: Buffer::Input,
                     src_off: self.send_off[s * (n + 1) + d],
@@ -382,6 +398,10 @@ impl Planner {
                     step: 0,
                     deps: deps.clone(),
                 });
+                if chained && s != d {
+                    deps.clear();
+                    deps.push(idx);
+                }
             }
         }
     }
@@ -494,14 +514,9 @@ impl Planner {
         );
     }
 
-    /// Chunk size: the un-overlapped NVLink hop before the first chunk and
-    /// after the last should cost about half a percent of the whole exchange
-    /// (`M / node_rate`), and a chunk should take a few latencies on its NIC so
-    /// that the pipeline hides them.
-    fn chunk_size(&self) -> u64 {
-        if let Some(c) = self.opts.chunk_bytes {
-            return c.max(1);
-        }
+    /// The NIC-cut time of the exchange: the busiest node's inter-node bytes
+    /// (sent or received) over all its rails, us.
+    fn exchange_us(&self) -> f64 {
         let nn = self.nodes;
         let max_line = (0..nn)
             .map(|a| {
@@ -516,7 +531,18 @@ impl Planner {
             })
             .max()
             .unwrap_or(0);
-        let exchange_us = max_line as f64 / self.node_rate;
+        max_line as f64 / self.node_rate
+    }
+
+    /// Chunk size: the un-overlapped NVLink hop before the first chunk and
+    /// after the last should cost about half a percent of the whole exchange
+    /// (`M / node_rate`), and a chunk should take a few latencies on its NIC so
+    /// that the pipeline hides them.
+    fn chunk_size(&self) -> u64 {
+        if let Some(c) = self.opts.chunk_bytes {
+            return c.max(1);
+        }
+        let exchange_us = self.exchange_us();
         let lane_rate = self.nic_rate / self.weights.max_sharing() as f64;
         let by_hop = 0.005 * exchange_us * self.intra_rate;
         let by_latency = 4.0 * self.inter_latency * lane_rate;
@@ -1003,6 +1029,36 @@ mod tests {
             .collect();
         assert_eq!(rdma.len(), 1);
         assert_eq!(rdma[0].src, 0);
+    }
+
+    #[test]
+    fn heavy_intra_node_traffic_goes_one_block_at_a_time() {
+        // GPU 0 sends a lot inside its node and to the other node: its
+        // intra-node blocks must not all share its NVLink with the moves.
+        let t = topo(2, 4, 4, IntraKind::Switch);
+        let mut m = TrafficMatrix::zeros(8);
+        for d in 1..8 {
+            m.set(0, d, 8_000_000);
+        }
+        m.set(5, 1, 1_000_000);
+        let plan = Planner::new(&t, PlannerOptions::default())
+            .unwrap()
+            .plan(&m)
+            .unwrap();
+        verify_on(&plan, &m, &t).unwrap();
+        let intra: Vec<usize> = (0..plan.transfers.len())
+            .filter(|&i| {
+                let tr = &plan.transfers[i];
+                tr.src == 0
+                    && tr.path == Path::Nvlink
+                    && tr.src_buf == Buffer::Input
+                    && tr.dst_buf == Buffer::Output
+            })
+            .collect();
+        assert_eq!(intra.len(), 3);
+        for w in intra.windows(2) {
+            assert!(plan.transfers[w[1]].deps.contains(&(w[0] as u32)), "{w:?}");
+        }
     }
 
     #[test]
