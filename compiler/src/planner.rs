@@ -7,8 +7,11 @@
 //! plan's own vectors included, so a steady-state call allocates nothing but
 //! the rare dependency lists longer than four.
 //!
-//! The plan has four kinds of transfers (docs/algorithms.md, `fast`):
-//! - intra-node traffic, NVLink (or a local copy), at once, no dependencies;
+//! The plan has five kinds of transfers (docs/algorithms.md, `fast`):
+//! - intra-node traffic, NVLink (or a local copy), after the GPU's first
+//!   inter-node send, one block at a time where that fits under the exchange;
+//! - direct sends, for node pairs already balanced (within [`DIRECT_SLACK`]):
+//!   RDMA from each block's source GPU straight into its destination's output;
 //! - balancing moves ("pieces"): NVLink from a GPU with more than its share of
 //!   what its node sends to one node, into the scratch of a GPU with less;
 //! - inter-node sends, one or two per (GPU, stage): rail-aligned RDMA from GPU
@@ -104,6 +107,11 @@ pub struct Planner {
 }
 
 const NONE: u32 = u32::MAX;
+
+/// A pair goes direct only if its busiest lane carries at most this fraction
+/// more than balanced lanes would (measured: 2% keeps 4x8 log-normal at 4 KB
+/// per pair at 1.42x the bound, 10% and no limit give 1.49x).
+const DIRECT_SLACK: f64 = 0.02;
 
 impl Planner {
     /// Precomputes what depends on the topology. `links` topologies are not
@@ -433,6 +441,18 @@ impl Planner {
                     self.sent.push(x);
                 }
                 let at = self.lane_index(a, b, 0);
+                if self.opts.balance && self.direct_is_enough(a, b, min_gain) {
+                    for (l, lane) in self.lanes[at..at + g].iter_mut().enumerate() {
+                        *lane = Lane {
+                            own: self.sent[l],
+                            pieces_start: self.pieces.len() as u32,
+                            pieces_end: self.pieces.len() as u32,
+                            direct: true,
+                            ..Lane::default()
+                        };
+                    }
+                    continue;
+                }
                 balance_pair(
                     &self.sent,
                     (a * g) as u32,
@@ -445,6 +465,42 @@ impl Planner {
                 );
             }
         }
+    }
+
+    /// True when sending pair (a, b) directly, block by block from source
+    /// GPU to destination GPU, loads its busiest sending and receiving lane
+    /// (NIC) at most `min_gain` us and at most [`DIRECT_SLACK`] more than
+    /// balancing it would: then the relay hop and forward of balancing cost
+    /// more than they save (alpha-beta, as (2) in docs/algorithms.md; the
+    /// relative slack because a pair's excess is paid again in every stage
+    /// it spans). `self.sent` holds what each GPU of `a` sends to `b`.
+    fn direct_is_enough(&self, a: usize, b: usize, min_gain: f64) -> bool {
+        let (n, g) = (self.ranks(), self.gpus);
+        let total: u64 = self.sent.iter().sum();
+        if total == 0 {
+            return false;
+        }
+        let share = |l: usize| self.weights.sharing[l];
+        // Balanced, lane l carries its target: at best total / R per rail.
+        let mut balanced = 0u64;
+        let mut prev = 0u64;
+        for l in 0..g {
+            let at = total as u128 * self.weights.cum[l + 1] as u128
+                / *self.weights.cum.last().unwrap_or(&1) as u128;
+            balanced = balanced.max((at as u64 - prev) * share(l));
+            prev = at as u64;
+        }
+        let mut worst = 0u64;
+        for l in 0..g {
+            worst = worst.max(self.sent[l] * share(l));
+            let d = b * g + l;
+            let inn: u64 = (a * g..(a + 1) * g)
+                .map(|s| self.send_off[s * (n + 1) + d + 1] - self.send_off[s * (n + 1) + d])
+                .sum();
+            worst = worst.max(inn * share(l));
+        }
+        let excess = (worst - balanced.min(worst)) as f64;
+        excess / self.nic_rate <= min_gain && excess <= DIRECT_SLACK * balanced as f64
     }
 
     /// Scratch of each GPU: its gather regions (one per destination node),
@@ -472,7 +528,9 @@ impl Planner {
                 for a in 0..nn {
                     let i = self.lane_index(a, b, l);
                     self.lanes[i].recv_base = at;
-                    at += self.lanes[i].len();
+                    if !self.lanes[i].direct {
+                        at += self.lanes[i].len();
+                    }
                 }
                 out.scratch[r] = at;
                 total += at;
@@ -600,7 +658,11 @@ impl Planner {
                     None => (c as u128 * len as u128 / total as u128) as u64,
                 };
                 let (from, to) = (cut(before), cut(after));
-                self.cut_chunks(a * self.gpus + l, l, from, to);
+                let c = a * self.gpus + l;
+                let direct_row = self.lanes[li]
+                    .direct
+                    .then(|| c * (self.ranks() + 1) + b * self.gpus);
+                self.cut_chunks(c, l, from, to, direct_row);
                 for k in 0..self.chunks.len() {
                     let (lo, hi) = self.chunks[k];
                     self.emit_slice(out, a, b, l, lo, hi, p.stage);
@@ -610,22 +672,61 @@ impl Planner {
     }
 
     /// Cuts bytes `from..to` of lane `l` (GPU `c`) into sends of at most a
-    /// chunk, in the order they go.
-    fn cut_chunks(&mut self, c: usize, l: usize, from: u64, to: u64) {
+    /// chunk, in the order they go. A direct lane (`direct_row`: where its
+    /// row range for the destination node starts in `send_off`) starts at
+    /// its block for GPU `l`, then `l + 1`, ... (wrapping): the lanes of a
+    /// pair send into different GPUs (and NICs) at any time. Its sends are
+    /// cut at block boundaries, but adjacent latency-bound blocks go as one
+    /// send (a slot of several transfers).
+    fn cut_chunks(&mut self, c: usize, l: usize, from: u64, to: u64, direct_row: Option<usize>) {
         self.chunks.clear();
         if from >= to {
             return;
         }
-        let parts = (to - from).div_ceil(self.chunk);
-        let at = |k: u64| from + ((to - from) as u128 * k as u128 / parts as u128) as u64;
-        // Lanes start at different chunks, so their last chunks (and the
-        // forwards that follow them) go to different GPUs.
-        let rotate = l as u64 * parts / self.gpus as u64;
-        self.chunks.extend(
-            (0..parts)
-                .map(|k| (k + rotate) % parts)
-                .map(|k| (at(k), at(k + 1))),
-        );
+        let chunk = self.chunk;
+        let split = |chunks: &mut Vec<(u64, u64)>, lo: u64, hi: u64| {
+            let parts = (hi - lo).div_ceil(chunk);
+            let at = |k: u64| lo + ((hi - lo) as u128 * k as u128 / parts as u128) as u64;
+            chunks.extend((0..parts).map(|k| (at(k), at(k + 1))));
+        };
+        if let Some(row) = direct_row {
+            let (g, base) = (self.gpus, self.send_off[row]);
+            // Blocks merge into one send while it stays latency-bound (under
+            // half an inter-node latency on its NIC): merging saves latencies,
+            // and so few bytes cost nothing at the receivers they share.
+            let lane_rate = self.nic_rate / self.weights.max_sharing() as f64;
+            let merge_below = ((0.5 * self.inter_latency * lane_rate) as u64).min(chunk);
+            let mut pending = (0u64, 0u64);
+            for k in 0..g {
+                let j = (l + k) % g;
+                let (b0, b1) = (
+                    self.send_off[row + j] - base,
+                    self.send_off[row + j + 1] - base,
+                );
+                let (lo, hi) = (from.max(b0), to.min(b1));
+                if lo >= hi {
+                    continue;
+                }
+                if pending.0 < pending.1 && pending.1 == lo && hi - pending.0 <= merge_below {
+                    pending.1 = hi;
+                    continue;
+                }
+                if pending.0 < pending.1 {
+                    split(&mut self.chunks, pending.0, pending.1);
+                }
+                pending = (lo, hi);
+            }
+            if pending.0 < pending.1 {
+                split(&mut self.chunks, pending.0, pending.1);
+            }
+        } else {
+            split(&mut self.chunks, from, to);
+            // Lanes start at different chunks, so their last chunks (and the
+            // forwards that follow them) go to different GPUs.
+            let parts = self.chunks.len();
+            self.chunks.rotate_left(l * parts / self.gpus);
+        }
+        let parts = self.chunks.len();
         // A GPU's first send is cut in two, the halves going first and last:
         // with several sends in flight, a first send shorter than the next
         // staggers them, so one's latency overlaps another's transfer
@@ -654,6 +755,10 @@ impl Planner {
         let g = self.gpus;
         let (c, r) = (a * g + l, b * g + l);
         let lane = self.lanes[self.lane_index(a, b, l)];
+        if lane.direct {
+            self.emit_direct_slice(out, a, b, l, from, to, stage);
+            return;
+        }
         let slot = self.slots[c].len();
         let depth = self.depth as usize;
         let mut chain = Deps::new();
@@ -758,6 +863,79 @@ impl Planner {
         }
     }
 
+    /// The sends of bytes `from..to` of GPU `l` of node `a`'s row range for
+    /// node `b`, sent directly: one transfer per destination block, straight
+    /// into the outputs. They form one slot of the sender's chain and one of
+    /// the chain of GPU `l` of `b`, as the balanced lane's send would.
+    #[allow(clippy::too_many_arguments)]
+    fn emit_direct_slice(
+        &mut self,
+        out: &mut Plan,
+        a: usize,
+        b: usize,
+        l: usize,
+        from: u64,
+        to: u64,
+        stage: u32,
+    ) {
+        let (n, g) = (self.ranks(), self.gpus);
+        let c = a * g + l;
+        let slot = self.slots[c].len();
+        let depth = self.depth as usize;
+        // The chains are those of the balanced lane (GPU `l` of `b` stands
+        // for the receiving node's lane), so stages keep their order.
+        let r = b * g + l;
+        let mut chain = Deps::new();
+        if self.opts.staged {
+            if slot >= depth {
+                push_ops(&mut chain, self.slots[c][slot - depth]);
+            }
+            let rslot = self.rslots[r].len();
+            if rslot >= depth {
+                push_ops(&mut chain, self.rslots[r][rslot - depth]);
+            }
+        }
+        let path = Path::Rdma {
+            nic: (l % self.nics) as u32,
+        };
+        let row = c * (n + 1) + b * g;
+        let base = self.send_off[row];
+        let first = out.transfers.len() as u32;
+        for j in 0..g {
+            let (b0, b1) = (
+                self.send_off[row + j] - base,
+                self.send_off[row + j + 1] - base,
+            );
+            if b1 <= from || b0 == b1 {
+                continue;
+            }
+            if b0 >= to {
+                break;
+            }
+            let (lo, hi) = (from.max(b0), to.min(b1));
+            let d = b * g + j;
+            out.push(Transfer {
+                src: c as u32,
+                src_buf: Buffer::Input,
+                src_off: base + lo,
+                dst: d as u32,
+                dst_buf: Buffer::Output,
+                dst_off: self.recv_off[c * n + d] + (lo - b0),
+                bytes: hi - lo,
+                path,
+                step: stage,
+                deps: chain.clone(),
+            });
+        }
+        let last = out.transfers.len() as u32;
+        if last == first {
+            return;
+        }
+        let ops = [first, (last - 1) | RANGE];
+        self.slots[c].push(ops);
+        self.rslots[r].push(ops);
+    }
+
     /// Copies bytes `from..to` of a lane's stream, landed in the receiver's
     /// scratch by transfer `landed`, to their places in the outputs.
     #[allow(clippy::too_many_arguments)]
@@ -857,7 +1035,19 @@ impl Planner {
     }
 }
 
+/// Marks `ops[1]` of a slot as the last of the range `ops[0]..=ops[1]` (the
+/// per-block sends of a direct slice) rather than a second op.
+const RANGE: u32 = 1 << 31;
+
 fn push_ops(deps: &mut Deps, ops: [u32; 2]) {
+    if ops[1] != NONE && ops[1] & RANGE != 0 {
+        for op in ops[0]..=ops[1] & !RANGE {
+            if !deps.contains(&op) {
+                deps.push(op);
+            }
+        }
+        return;
+    }
     for op in ops {
         if op != NONE && !deps.contains(&op) {
             deps.push(op);
@@ -1059,6 +1249,46 @@ mod tests {
         for w in intra.windows(2) {
             assert!(plan.transfers[w[1]].deps.contains(&(w[0] as u32)), "{w:?}");
         }
+    }
+
+    #[test]
+    fn balanced_pairs_are_sent_directly() {
+        // Uniform traffic: every pair is balanced already, so every block
+        // goes straight from its source GPU to its destination's output,
+        // still in permutation stages.
+        let t = topo(3, 4, 4, IntraKind::Switch);
+        let mut m = TrafficMatrix::zeros(12);
+        for s in 0..12 {
+            for d in 0..12 {
+                m.set(s, d, 3_000_000);
+            }
+        }
+        let mut p = Planner::new(&t, PlannerOptions::default()).unwrap();
+        let plan = p.plan(&m).unwrap();
+        verify_on(&plan, &m, &t).unwrap();
+        assert!(!p.latency_bound());
+        check_partial_permutation(&rdma_stages(&plan, 4), 3).unwrap();
+        let rdma: Vec<&Transfer> = plan
+            .transfers
+            .iter()
+            .filter(|tr| matches!(tr.path, Path::Rdma { .. }))
+            .collect();
+        assert!(rdma
+            .iter()
+            .all(|tr| tr.src_buf == Buffer::Input && tr.dst_buf == Buffer::Output));
+        assert!(plan
+            .transfers
+            .iter()
+            .all(|tr| tr.src_buf != Buffer::Scratch));
+        // Lanes start at different destination GPUs.
+        let firsts: Vec<u32> = (0..4)
+            .map(|l| rdma.iter().find(|tr| tr.src == l).unwrap().dst)
+            .collect();
+        assert_eq!(firsts.len(), 4);
+        assert!(
+            firsts.iter().enumerate().all(|(l, &d)| d % 4 == l as u32),
+            "{firsts:?}"
+        );
     }
 
     #[test]

@@ -32,6 +32,9 @@ pub(crate) struct Lane {
     pub gather_base: u64,
     /// Offset of this lane's landing region in the receiver's scratch.
     pub recv_base: u64,
+    /// The pair is sent directly: each block from its source GPU straight to
+    /// its destination GPU's output (no move, no landing region, no forward).
+    pub direct: bool,
 }
 
 impl Lane {
