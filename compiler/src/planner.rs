@@ -834,31 +834,33 @@ impl Planner {
                 if p0 >= g1 {
                     break;
                 }
-                if piece.moved_by == NONE {
-                    let (base, _) = self.to_node(piece.src as usize, b);
-                    // A carrier's moves arrive in the order its sends use
-                    // them, so the first send's bytes do not share NVLink
-                    // with moves needed much later.
-                    let mut move_deps = gate.clone();
-                    if self.opts.staged {
-                        push_ops(&mut move_deps, [self.last_move[c], NONE]);
-                    }
-                    let idx = out.push(Transfer {
-                        src: piece.src,
-                        src_buf: Buffer::Input,
-                        src_off: base + piece.row_off,
-                        dst: c as u32,
-                        dst_buf: Buffer::Scratch,
-                        dst_off: lane.gather_base + p0,
-                        bytes: piece.len,
-                        path: Path::Nvlink,
-                        step: stage,
-                        deps: move_deps,
-                    });
-                    self.pieces[pi].moved_by = idx;
-                    self.last_move[c] = idx;
+                // Each send moves just the part of the piece it carries: a
+                // piece can be most of a lane's share, and moved whole it
+                // kept the carrier's NIC idle until all of it had arrived
+                // (2x8 intra-skew: 1.29x -> 1.04x the bound).
+                let (lo, hi) = (p0.max(g0), p1.min(g1));
+                let (base, _) = self.to_node(piece.src as usize, b);
+                // A carrier's moves arrive in the order its sends use
+                // them, so the first send's bytes do not share NVLink
+                // with moves needed much later.
+                let mut move_deps = gate.clone();
+                if self.opts.staged {
+                    push_ops(&mut move_deps, [self.last_move[c], NONE]);
                 }
-                push_ops(&mut deps, [self.pieces[pi].moved_by, NONE]);
+                let idx = out.push(Transfer {
+                    src: piece.src,
+                    src_buf: Buffer::Input,
+                    src_off: base + piece.row_off + (lo - p0),
+                    dst: c as u32,
+                    dst_buf: Buffer::Scratch,
+                    dst_off: lane.gather_base + lo,
+                    bytes: hi - lo,
+                    path: Path::Nvlink,
+                    step: stage,
+                    deps: move_deps,
+                });
+                self.last_move[c] = idx;
+                deps.push(idx);
             }
             ops[1] = out.push(Transfer {
                 src: c as u32,
@@ -978,7 +980,6 @@ impl Planner {
             src: (a * g + l) as u32,
             row_off: 0,
             len: lane.own,
-            moved_by: NONE,
         };
         let pieces = std::iter::once(&own)
             .chain(&self.pieces[lane.pieces_start as usize..lane.pieces_end as usize]);
@@ -1309,6 +1310,29 @@ mod tests {
             firsts.iter().enumerate().all(|(l, &d)| d % 4 == l as u32),
             "{firsts:?}"
         );
+    }
+
+    #[test]
+    fn moves_are_cut_like_the_sends_they_feed() {
+        // GPU 0's tail is one piece per carrier; each send moves only its
+        // part of it, so a carrier's first send does not wait for the whole.
+        let t = topo(2, 4, 4, IntraKind::Switch);
+        let mut m = TrafficMatrix::zeros(8);
+        m.set(0, 5, 4_000_000);
+        let opts = PlannerOptions {
+            chunk_bytes: Some(100_000),
+            ..PlannerOptions::default()
+        };
+        let plan = Planner::new(&t, opts).unwrap().plan(&m).unwrap();
+        verify_on(&plan, &m, &t).unwrap();
+        let moves: Vec<&Transfer> = plan
+            .transfers
+            .iter()
+            .filter(|tr| tr.path == Path::Nvlink && tr.dst_buf == Buffer::Scratch)
+            .collect();
+        assert!(moves.len() >= 3 * 7, "{} moves", moves.len());
+        assert!(moves.iter().all(|tr| tr.bytes <= 100_000));
+        assert_eq!(moves.iter().map(|tr| tr.bytes).sum::<u64>(), 3_000_000);
     }
 
     #[test]
