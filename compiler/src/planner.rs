@@ -9,7 +9,7 @@
 //!
 //! The plan has five kinds of transfers (docs/algorithms.md, `fast`):
 //! - intra-node traffic, NVLink (or a local copy), after the GPU's first
-//!   inter-node send, one block at a time where that fits under the exchange;
+//!   inter-node send;
 //! - direct sends, when every node pair is balanced already (within
 //!   [`DIRECT_SLACK`]): RDMA from each block's source GPU straight into its
 //!   destination's output, still in permutation stages;
@@ -361,41 +361,25 @@ impl Planner {
     }
 
     /// Traffic inside a node: one transfer per block. With stages, a GPU's
-    /// blocks wait for its first inter-node send, then, where the chain takes
-    /// less than half the exchange, go one at a time in shifted order (GPU
-    /// `l` starts at `l + 1`): NVLink has the whole
-    /// exchange to carry them, but the balancing moves and forwards that feed
-    /// and drain the NICs must not share a hot GPU's NVLink with up to `G - 1`
-    /// concurrent blocks of it (max-min would give each move `1/G` of it).
+    /// blocks wait for its first inter-node send: NVLink has the whole
+    /// exchange to carry them, but the balancing moves that feed the first
+    /// sends must not share it with them.
     fn emit_intra_node(&self, m: &TrafficMatrix, out: &mut Plan) {
         let (n, g) = (self.ranks(), self.gpus);
-        let half_exchange = 0.5 * self.exchange_us();
         for s in 0..n {
             let mut deps = Deps::new();
-            let first = s / g * g;
-            // Chained only where the chain fits well under the exchange
-            // (alpha-beta: each block pays an NVLink latency and its bytes).
-            let (mut blocks, mut bytes) = (0u32, 0u64);
-            for d in (first..first + g).filter(|&d| d != s) {
-                let b = m.get(s, d);
-                blocks += u32::from(b > 0);
-                bytes += b;
-            }
-            let chained = self.opts.staged
-                && bytes as f64 / self.intra_rate + blocks as f64 * self.intra_latency
-                    <= half_exchange;
             if self.opts.staged {
                 if let Some(&first) = self.slots[s].first() {
                     push_ops(&mut deps, first);
                 }
             }
-            for k in 0..g {
-                let d = first + (s % g + k) % g;
+            let first = s / g * g;
+            for d in first..first + g {
                 let bytes = m.get(s, d);
                 if bytes == 0 {
                     continue;
                 }
-                let idx = out.push(Transfer {
+                out.transfers.push(Transfer {
                     src: s as u32,
                     src_buf: Buffer::Input,
                     src_off: self.send_off[s * (n + 1) + d],
@@ -407,10 +391,6 @@ impl Planner {
                     step: 0,
                     deps: deps.clone(),
                 });
-                if chained && s != d {
-                    deps.clear();
-                    deps.push(idx);
-                }
             }
         }
     }
@@ -837,7 +817,7 @@ impl Planner {
                 // Each send moves just the part of the piece it carries: a
                 // piece can be most of a lane's share, and moved whole it
                 // kept the carrier's NIC idle until all of it had arrived
-                // (2x8 intra-skew: 1.29x -> 1.04x the bound).
+                // (2x8 intra-skew: 1.43x -> 1.04x the bound).
                 let (lo, hi) = (p0.max(g0), p1.min(g1));
                 let (base, _) = self.to_node(piece.src as usize, b);
                 // A carrier's moves arrive in the order its sends use
@@ -1240,36 +1220,6 @@ mod tests {
             .collect();
         assert_eq!(rdma.len(), 1);
         assert_eq!(rdma[0].src, 0);
-    }
-
-    #[test]
-    fn heavy_intra_node_traffic_goes_one_block_at_a_time() {
-        // GPU 0 sends a lot inside its node and to the other node: its
-        // intra-node blocks must not all share its NVLink with the moves.
-        let t = topo(2, 4, 4, IntraKind::Switch);
-        let mut m = TrafficMatrix::zeros(8);
-        for d in 1..8 {
-            m.set(0, d, 8_000_000);
-        }
-        m.set(5, 1, 1_000_000);
-        let plan = Planner::new(&t, PlannerOptions::default())
-            .unwrap()
-            .plan(&m)
-            .unwrap();
-        verify_on(&plan, &m, &t).unwrap();
-        let intra: Vec<usize> = (0..plan.transfers.len())
-            .filter(|&i| {
-                let tr = &plan.transfers[i];
-                tr.src == 0
-                    && tr.path == Path::Nvlink
-                    && tr.src_buf == Buffer::Input
-                    && tr.dst_buf == Buffer::Output
-            })
-            .collect();
-        assert_eq!(intra.len(), 3);
-        for w in intra.windows(2) {
-            assert!(plan.transfers[w[1]].deps.contains(&(w[0] as u32)), "{w:?}");
-        }
     }
 
     #[test]
