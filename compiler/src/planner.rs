@@ -414,8 +414,9 @@ impl Planner {
         // Direct sends only when every pair qualifies: a direct pair's lanes
         // are not rail-aligned, and next to balanced pairs (pipelined into
         // the same NICs) they made incast (congested 4x8 hotspot: 1.03x ->
-        // 1.11x the bound).
-        let mut all_direct = self.opts.balance;
+        // 1.11x the bound). Only with stages: `spray` sent directly is
+        // `direct` (congested uniform 4x8: 2.49x instead of 1.10x).
+        let mut all_direct = self.opts.balance && self.opts.staged;
         'pairs: for a in 0..nn {
             for b in (0..nn).filter(|&b| b != a) {
                 if !all_direct {
