@@ -7,8 +7,12 @@
 //! plan's own vectors included, so a steady-state call allocates nothing but
 //! the rare dependency lists longer than four.
 //!
-//! The plan has four kinds of transfers (docs/algorithms.md, `fast`):
-//! - intra-node traffic, NVLink (or a local copy), at once, no dependencies;
+//! The plan has five kinds of transfers (docs/algorithms.md, `fast`):
+//! - intra-node traffic, NVLink (or a local copy), after the GPU's first
+//!   inter-node send;
+//! - direct sends, when every node pair is balanced already (within
+//!   [`DIRECT_SLACK`]): RDMA from each block's source GPU straight into its
+//!   destination's output, still in permutation stages;
 //! - balancing moves ("pieces"): NVLink from a GPU with more than its share of
 //!   what its node sends to one node, into the scratch of a GPU with less;
 //! - inter-node sends, one or two per (GPU, stage): rail-aligned RDMA from GPU
@@ -104,6 +108,11 @@ pub struct Planner {
 }
 
 const NONE: u32 = u32::MAX;
+
+/// A pair goes direct only if its busiest lane carries at most this fraction
+/// more than balanced lanes would (measured: 2% keeps 4x8 log-normal at 4 KB
+/// per pair at 1.42x the bound, 10% and no limit give 1.49x).
+const DIRECT_SLACK: f64 = 0.02;
 
 impl Planner {
     /// Precomputes what depends on the topology. `links` topologies are not
@@ -402,6 +411,26 @@ impl Planner {
         } else {
             f64::INFINITY
         };
+        // Direct sends only when every pair qualifies: a direct pair's lanes
+        // are not rail-aligned, and next to balanced pairs (pipelined into
+        // the same NICs) they made incast (congested 4x8 hotspot: 1.03x ->
+        // 1.11x the bound). Only with stages: `spray` sent directly is
+        // `direct` (congested uniform 4x8: 2.49x instead of 1.10x).
+        let mut all_direct = self.opts.balance && self.opts.staged;
+        'pairs: for a in 0..nn {
+            for b in (0..nn).filter(|&b| b != a) {
+                if !all_direct {
+                    break 'pairs;
+                }
+                self.sent.clear();
+                for l in 0..g {
+                    let x = self.to_node(a * g + l, b).1;
+                    self.sent.push(x);
+                }
+                all_direct =
+                    self.sent.iter().all(|&x| x == 0) || self.direct_is_enough(a, b, min_gain);
+            }
+        }
         for a in 0..nn {
             for b in 0..nn {
                 if a == b {
@@ -413,6 +442,18 @@ impl Planner {
                     self.sent.push(x);
                 }
                 let at = self.lane_index(a, b, 0);
+                if all_direct {
+                    for (l, lane) in self.lanes[at..at + g].iter_mut().enumerate() {
+                        *lane = Lane {
+                            own: self.sent[l],
+                            pieces_start: self.pieces.len() as u32,
+                            pieces_end: self.pieces.len() as u32,
+                            direct: true,
+                            ..Lane::default()
+                        };
+                    }
+                    continue;
+                }
                 balance_pair(
                     &self.sent,
                     (a * g) as u32,
@@ -425,6 +466,42 @@ impl Planner {
                 );
             }
         }
+    }
+
+    /// True when sending pair (a, b) directly, block by block from source
+    /// GPU to destination GPU, loads its busiest sending and receiving lane
+    /// (NIC) at most `min_gain` us and at most [`DIRECT_SLACK`] more than
+    /// balancing it would: then the relay hop and forward of balancing cost
+    /// more than they save (alpha-beta, as (2) in docs/algorithms.md; the
+    /// relative slack because a pair's excess is paid again in every stage
+    /// it spans). `self.sent` holds what each GPU of `a` sends to `b`.
+    fn direct_is_enough(&self, a: usize, b: usize, min_gain: f64) -> bool {
+        let (n, g) = (self.ranks(), self.gpus);
+        let total: u64 = self.sent.iter().sum();
+        if total == 0 {
+            return false;
+        }
+        let share = |l: usize| self.weights.sharing[l];
+        // Balanced, lane l carries its target: at best total / R per rail.
+        let mut balanced = 0u64;
+        let mut prev = 0u64;
+        for l in 0..g {
+            let at = total as u128 * self.weights.cum[l + 1] as u128
+                / *self.weights.cum.last().unwrap_or(&1) as u128;
+            balanced = balanced.max((at as u64 - prev) * share(l));
+            prev = at as u64;
+        }
+        let mut worst = 0u64;
+        for l in 0..g {
+            worst = worst.max(self.sent[l] * share(l));
+            let d = b * g + l;
+            let inn: u64 = (a * g..(a + 1) * g)
+                .map(|s| self.send_off[s * (n + 1) + d + 1] - self.send_off[s * (n + 1) + d])
+                .sum();
+            worst = worst.max(inn * share(l));
+        }
+        let excess = (worst - balanced.min(worst)) as f64;
+        excess / self.nic_rate <= min_gain && excess <= DIRECT_SLACK * balanced as f64
     }
 
     /// Scratch of each GPU: its gather regions (one per destination node),
@@ -452,7 +529,9 @@ impl Planner {
                 for a in 0..nn {
                     let i = self.lane_index(a, b, l);
                     self.lanes[i].recv_base = at;
-                    at += self.lanes[i].len();
+                    if !self.lanes[i].direct {
+                        at += self.lanes[i].len();
+                    }
                 }
                 out.scratch[r] = at;
                 total += at;
@@ -494,14 +573,9 @@ impl Planner {
         );
     }
 
-    /// Chunk size: the un-overlapped NVLink hop before the first chunk and
-    /// after the last should cost about half a percent of the whole exchange
-    /// (`M / node_rate`), and a chunk should take a few latencies on its NIC so
-    /// that the pipeline hides them.
-    fn chunk_size(&self) -> u64 {
-        if let Some(c) = self.opts.chunk_bytes {
-            return c.max(1);
-        }
+    /// The NIC-cut time of the exchange: the busiest node's inter-node bytes
+    /// (sent or received) over all its rails, us.
+    fn exchange_us(&self) -> f64 {
         let nn = self.nodes;
         let max_line = (0..nn)
             .map(|a| {
@@ -516,7 +590,18 @@ impl Planner {
             })
             .max()
             .unwrap_or(0);
-        let exchange_us = max_line as f64 / self.node_rate;
+        max_line as f64 / self.node_rate
+    }
+
+    /// Chunk size: the un-overlapped NVLink hop before the first chunk and
+    /// after the last should cost about half a percent of the whole exchange
+    /// (`M / node_rate`), and a chunk should take a few latencies on its NIC so
+    /// that the pipeline hides them.
+    fn chunk_size(&self) -> u64 {
+        if let Some(c) = self.opts.chunk_bytes {
+            return c.max(1);
+        }
+        let exchange_us = self.exchange_us();
         let lane_rate = self.nic_rate / self.weights.max_sharing() as f64;
         let by_hop = 0.005 * exchange_us * self.intra_rate;
         let by_latency = 4.0 * self.inter_latency * lane_rate;
@@ -574,7 +659,11 @@ impl Planner {
                     None => (c as u128 * len as u128 / total as u128) as u64,
                 };
                 let (from, to) = (cut(before), cut(after));
-                self.cut_chunks(a * self.gpus + l, l, from, to);
+                let c = a * self.gpus + l;
+                let direct_row = self.lanes[li]
+                    .direct
+                    .then(|| c * (self.ranks() + 1) + b * self.gpus);
+                self.cut_chunks(c, l, from, to, direct_row);
                 for k in 0..self.chunks.len() {
                     let (lo, hi) = self.chunks[k];
                     self.emit_slice(out, a, b, l, lo, hi, p.stage);
@@ -584,22 +673,61 @@ impl Planner {
     }
 
     /// Cuts bytes `from..to` of lane `l` (GPU `c`) into sends of at most a
-    /// chunk, in the order they go.
-    fn cut_chunks(&mut self, c: usize, l: usize, from: u64, to: u64) {
+    /// chunk, in the order they go. A direct lane (`direct_row`: where its
+    /// row range for the destination node starts in `send_off`) starts at
+    /// its block for GPU `l`, then `l + 1`, ... (wrapping): the lanes of a
+    /// pair send into different GPUs (and NICs) at any time. Its sends are
+    /// cut at block boundaries, but adjacent latency-bound blocks go as one
+    /// send (a slot of several transfers).
+    fn cut_chunks(&mut self, c: usize, l: usize, from: u64, to: u64, direct_row: Option<usize>) {
         self.chunks.clear();
         if from >= to {
             return;
         }
-        let parts = (to - from).div_ceil(self.chunk);
-        let at = |k: u64| from + ((to - from) as u128 * k as u128 / parts as u128) as u64;
-        // Lanes start at different chunks, so their last chunks (and the
-        // forwards that follow them) go to different GPUs.
-        let rotate = l as u64 * parts / self.gpus as u64;
-        self.chunks.extend(
-            (0..parts)
-                .map(|k| (k + rotate) % parts)
-                .map(|k| (at(k), at(k + 1))),
-        );
+        let chunk = self.chunk;
+        let split = |chunks: &mut Vec<(u64, u64)>, lo: u64, hi: u64| {
+            let parts = (hi - lo).div_ceil(chunk);
+            let at = |k: u64| lo + ((hi - lo) as u128 * k as u128 / parts as u128) as u64;
+            chunks.extend((0..parts).map(|k| (at(k), at(k + 1))));
+        };
+        if let Some(row) = direct_row {
+            let (g, base) = (self.gpus, self.send_off[row]);
+            // Blocks merge into one send while it stays latency-bound (under
+            // half an inter-node latency on its NIC): merging saves latencies,
+            // and so few bytes cost nothing at the receivers they share.
+            let lane_rate = self.nic_rate / self.weights.max_sharing() as f64;
+            let merge_below = ((0.5 * self.inter_latency * lane_rate) as u64).min(chunk);
+            let mut pending = (0u64, 0u64);
+            for k in 0..g {
+                let j = (l + k) % g;
+                let (b0, b1) = (
+                    self.send_off[row + j] - base,
+                    self.send_off[row + j + 1] - base,
+                );
+                let (lo, hi) = (from.max(b0), to.min(b1));
+                if lo >= hi {
+                    continue;
+                }
+                if pending.0 < pending.1 && pending.1 == lo && hi - pending.0 <= merge_below {
+                    pending.1 = hi;
+                    continue;
+                }
+                if pending.0 < pending.1 {
+                    split(&mut self.chunks, pending.0, pending.1);
+                }
+                pending = (lo, hi);
+            }
+            if pending.0 < pending.1 {
+                split(&mut self.chunks, pending.0, pending.1);
+            }
+        } else {
+            split(&mut self.chunks, from, to);
+            // Lanes start at different chunks, so their last chunks (and the
+            // forwards that follow them) go to different GPUs.
+            let parts = self.chunks.len();
+            self.chunks.rotate_left(l * parts / self.gpus);
+        }
+        let parts = self.chunks.len();
         // A GPU's first send is cut in two, the halves going first and last:
         // with several sends in flight, a first send shorter than the next
         // staggers them, so one's latency overlaps another's transfer
@@ -628,6 +756,10 @@ impl Planner {
         let g = self.gpus;
         let (c, r) = (a * g + l, b * g + l);
         let lane = self.lanes[self.lane_index(a, b, l)];
+        if lane.direct {
+            self.emit_direct_slice(out, a, b, l, from, to, stage);
+            return;
+        }
         let slot = self.slots[c].len();
         let depth = self.depth as usize;
         let mut chain = Deps::new();
@@ -683,31 +815,33 @@ impl Planner {
                 if p0 >= g1 {
                     break;
                 }
-                if piece.moved_by == NONE {
-                    let (base, _) = self.to_node(piece.src as usize, b);
-                    // A carrier's moves arrive in the order its sends use
-                    // them, so the first send's bytes do not share NVLink
-                    // with moves needed much later.
-                    let mut move_deps = gate.clone();
-                    if self.opts.staged {
-                        push_ops(&mut move_deps, [self.last_move[c], NONE]);
-                    }
-                    let idx = out.push(Transfer {
-                        src: piece.src,
-                        src_buf: Buffer::Input,
-                        src_off: base + piece.row_off,
-                        dst: c as u32,
-                        dst_buf: Buffer::Scratch,
-                        dst_off: lane.gather_base + p0,
-                        bytes: piece.len,
-                        path: Path::Nvlink,
-                        step: stage,
-                        deps: move_deps,
-                    });
-                    self.pieces[pi].moved_by = idx;
-                    self.last_move[c] = idx;
+                // Each send moves just the part of the piece it carries: a
+                // piece can be most of a lane's share, and moved whole it
+                // kept the carrier's NIC idle until all of it had arrived
+                // (2x8 intra-skew: 1.43x -> 1.04x the bound).
+                let (lo, hi) = (p0.max(g0), p1.min(g1));
+                let (base, _) = self.to_node(piece.src as usize, b);
+                // A carrier's moves arrive in the order its sends use
+                // them, so the first send's bytes do not share NVLink
+                // with moves needed much later.
+                let mut move_deps = gate.clone();
+                if self.opts.staged {
+                    push_ops(&mut move_deps, [self.last_move[c], NONE]);
                 }
-                push_ops(&mut deps, [self.pieces[pi].moved_by, NONE]);
+                let idx = out.push(Transfer {
+                    src: piece.src,
+                    src_buf: Buffer::Input,
+                    src_off: base + piece.row_off + (lo - p0),
+                    dst: c as u32,
+                    dst_buf: Buffer::Scratch,
+                    dst_off: lane.gather_base + lo,
+                    bytes: hi - lo,
+                    path: Path::Nvlink,
+                    step: stage,
+                    deps: move_deps,
+                });
+                self.last_move[c] = idx;
+                deps.push(idx);
             }
             ops[1] = out.push(Transfer {
                 src: c as u32,
@@ -732,6 +866,79 @@ impl Planner {
         }
     }
 
+    /// The sends of bytes `from..to` of GPU `l` of node `a`'s row range for
+    /// node `b`, sent directly: one transfer per destination block, straight
+    /// into the outputs. They form one slot of the sender's chain and one of
+    /// the chain of GPU `l` of `b`, as the balanced lane's send would.
+    #[allow(clippy::too_many_arguments)]
+    fn emit_direct_slice(
+        &mut self,
+        out: &mut Plan,
+        a: usize,
+        b: usize,
+        l: usize,
+        from: u64,
+        to: u64,
+        stage: u32,
+    ) {
+        let (n, g) = (self.ranks(), self.gpus);
+        let c = a * g + l;
+        let slot = self.slots[c].len();
+        let depth = self.depth as usize;
+        // The chains are those of the balanced lane (GPU `l` of `b` stands
+        // for the receiving node's lane), so stages keep their order.
+        let r = b * g + l;
+        let mut chain = Deps::new();
+        if self.opts.staged {
+            if slot >= depth {
+                push_ops(&mut chain, self.slots[c][slot - depth]);
+            }
+            let rslot = self.rslots[r].len();
+            if rslot >= depth {
+                push_ops(&mut chain, self.rslots[r][rslot - depth]);
+            }
+        }
+        let path = Path::Rdma {
+            nic: (l % self.nics) as u32,
+        };
+        let row = c * (n + 1) + b * g;
+        let base = self.send_off[row];
+        let first = out.transfers.len() as u32;
+        for j in 0..g {
+            let (b0, b1) = (
+                self.send_off[row + j] - base,
+                self.send_off[row + j + 1] - base,
+            );
+            if b1 <= from || b0 == b1 {
+                continue;
+            }
+            if b0 >= to {
+                break;
+            }
+            let (lo, hi) = (from.max(b0), to.min(b1));
+            let d = b * g + j;
+            out.push(Transfer {
+                src: c as u32,
+                src_buf: Buffer::Input,
+                src_off: base + lo,
+                dst: d as u32,
+                dst_buf: Buffer::Output,
+                dst_off: self.recv_off[c * n + d] + (lo - b0),
+                bytes: hi - lo,
+                path,
+                step: stage,
+                deps: chain.clone(),
+            });
+        }
+        let last = out.transfers.len() as u32;
+        if last == first {
+            return;
+        }
+        let ops = [first, (last - 1) | RANGE];
+        self.slots[c].push(ops);
+        self.rslots[r].push(ops);
+    }
+
     /// Copies bytes `from..to` of a lane's stream, landed in the receiver's
     /// scratch by transfer `landed`, to their places in the outputs.
     #[allow(clippy::too_many_arguments)]
@@ -754,7 +961,6 @@ impl Planner {
             src: (a * g + l) as u32,
             row_off: 0,
             len: lane.own,
-            moved_by: NONE,
         };
         let pieces = std::iter::once(&own)
             .chain(&self.pieces[lane.pieces_start as usize..lane.pieces_end as usize]);
@@ -831,7 +1037,19 @@ impl Planner {
     }
 }
 
+/// Marks `ops[1]` of a slot as the last of the range `ops[0]..=ops[1]` (the
+/// per-block sends of a direct slice) rather than a second op.
+const RANGE: u32 = 1 << 31;
+
 fn push_ops(deps: &mut Deps, ops: [u32; 2]) {
+    if ops[1] != NONE && ops[1] & RANGE != 0 {
+        for op in ops[0]..=ops[1] & !RANGE {
+            if !deps.contains(&op) {
+                deps.push(op);
+            }
+        }
+        return;
+    }
     for op in ops {
         if op != NONE && !deps.contains(&op) {
             deps.push(op);
@@ -1003,6 +1221,69 @@ mod tests {
             .collect();
         assert_eq!(rdma.len(), 1);
         assert_eq!(rdma[0].src, 0);
+    }
+
+    #[test]
+    fn balanced_pairs_are_sent_directly() {
+        // Uniform traffic: every pair is balanced already, so every block
+        // goes straight from its source GPU to its destination's output,
+        // still in permutation stages.
+        let t = topo(3, 4, 4, IntraKind::Switch);
+        let mut m = TrafficMatrix::zeros(12);
+        for s in 0..12 {
+            for d in 0..12 {
+                m.set(s, d, 3_000_000);
+            }
+        }
+        let mut p = Planner::new(&t, PlannerOptions::default()).unwrap();
+        let plan = p.plan(&m).unwrap();
+        verify_on(&plan, &m, &t).unwrap();
+        assert!(!p.latency_bound());
+        check_partial_permutation(&rdma_stages(&plan, 4), 3).unwrap();
+        let rdma: Vec<&Transfer> = plan
+            .transfers
+            .iter()
+            .filter(|tr| matches!(tr.path, Path::Rdma { .. }))
+            .collect();
+        assert!(rdma
+            .iter()
+            .all(|tr| tr.src_buf == Buffer::Input && tr.dst_buf == Buffer::Output));
+        assert!(plan
+            .transfers
+            .iter()
+            .all(|tr| tr.src_buf != Buffer::Scratch));
+        // Lanes start at different destination GPUs.
+        let firsts: Vec<u32> = (0..4)
+            .map(|l| rdma.iter().find(|tr| tr.src == l).unwrap().dst)
+            .collect();
+        assert_eq!(firsts.len(), 4);
+        assert!(
+            firsts.iter().enumerate().all(|(l, &d)| d % 4 == l as u32),
+            "{firsts:?}"
+        );
+    }
+
+    #[test]
+    fn moves_are_cut_like_the_sends_they_feed() {
+        // GPU 0's tail is one piece per carrier; each send moves only its
+        // part of it, so a carrier's first send does not wait for the whole.
+        let t = topo(2, 4, 4, IntraKind::Switch);
+        let mut m = TrafficMatrix::zeros(8);
+        m.set(0, 5, 4_000_000);
+        let opts = PlannerOptions {
+            chunk_bytes: Some(100_000),
+            ..PlannerOptions::default()
+        };
+        let plan = Planner::new(&t, opts).unwrap().plan(&m).unwrap();
+        verify_on(&plan, &m, &t).unwrap();
+        let moves: Vec<&Transfer> = plan
+            .transfers
+            .iter()
+            .filter(|tr| tr.path == Path::Nvlink && tr.dst_buf == Buffer::Scratch)
+            .collect();
+        assert!(moves.len() >= 3 * 7, "{} moves", moves.len());
+        assert!(moves.iter().all(|tr| tr.bytes <= 100_000));
+        assert_eq!(moves.iter().map(|tr| tr.bytes).sum::<u64>(), 3_000_000);
     }
 
     #[test]

@@ -16,8 +16,6 @@ pub(crate) struct Piece {
     /// Offset inside `src`'s contiguous block range for the destination node.
     pub row_off: u64,
     pub len: u64,
-    /// Index of the NVLink transfer that moves it (`u32::MAX` until emitted).
-    pub moved_by: u32,
 }
 
 /// What one lane of one node pair sends: first `own` bytes of its own range
@@ -32,6 +30,9 @@ pub(crate) struct Lane {
     pub gather_base: u64,
     /// Offset of this lane's landing region in the receiver's scratch.
     pub recv_base: u64,
+    /// The pair is sent directly: each block from its source GPU straight to
+    /// its destination GPU's output (no move, no landing region, no forward).
+    pub direct: bool,
 }
 
 impl Lane {
@@ -167,7 +168,6 @@ pub(crate) fn balance_pair(
                 src: first_rank + e as u32,
                 row_off: targets[e] + moved_from_e,
                 len: take,
-                moved_by: u32::MAX,
             });
             moved_from_e += take;
             need -= take;
