@@ -17,21 +17,34 @@ pub fn direct(topo: &Topology, traffic: &TrafficMatrix) -> Plan {
             if bytes == 0 {
                 continue;
             }
-            plan.push(Transfer {
-                src: s as u32,
-                src_buf: Buffer::Input,
-                src_off: layout.send_offset(s, d),
-                dst: d as u32,
-                dst_buf: Buffer::Output,
-                dst_off: layout.recv_offset(s, d),
-                bytes,
-                path: path_between(topo, s, d),
-                step: 0,
-                deps: Deps::new(),
-            });
+            plan.push(block_transfer(topo, &layout, traffic, s, d, 0, Deps::new()));
         }
     }
     plan
+}
+
+/// Block `M[s][d]` straight from the input of `s` to its place in the output of `d`.
+pub fn block_transfer(
+    topo: &Topology,
+    layout: &Layout,
+    traffic: &TrafficMatrix,
+    s: usize,
+    d: usize,
+    step: u32,
+    deps: Deps,
+) -> Transfer {
+    Transfer {
+        src: s as u32,
+        src_buf: Buffer::Input,
+        src_off: layout.send_offset(s, d),
+        dst: d as u32,
+        dst_buf: Buffer::Output,
+        dst_off: layout.recv_offset(s, d),
+        bytes: traffic.get(s, d),
+        path: path_between(topo, s, d),
+        step,
+        deps,
+    }
 }
 
 /// The path a direct transfer from `src` to `dst` takes: local, NVLink inside

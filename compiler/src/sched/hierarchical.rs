@@ -10,7 +10,7 @@
 
 use smallvec::smallvec;
 
-use super::direct::path_between;
+use super::direct::{block_transfer, path_between};
 use crate::plan::{Buffer, Deps, Path, Plan, Transfer};
 use crate::topology::Topology;
 use crate::traffic::{Layout, TrafficMatrix};
@@ -50,18 +50,7 @@ pub fn hierarchical(topo: &Topology, traffic: &TrafficMatrix) -> Plan {
             }
             let (b, j) = (d / g, d % g);
             let t = if a == b {
-                Transfer {
-                    src: s as u32,
-                    src_buf: Buffer::Input,
-                    src_off: layout.send_offset(s, d),
-                    dst: d as u32,
-                    dst_buf: Buffer::Output,
-                    dst_off: layout.recv_offset(s, d),
-                    bytes,
-                    path: path_between(topo, s, d),
-                    step: 0,
-                    deps: Deps::new(),
-                }
+                block_transfer(topo, &layout, traffic, s, d, 0, Deps::new())
             } else {
                 let relay = a * g + j;
                 let before: u64 = (0..i).map(|i2| traffic.get(a * g + i2, d)).sum();

@@ -19,7 +19,7 @@ use crate::plan::Plan;
 use crate::topology::Topology;
 use crate::traffic::TrafficMatrix;
 
-pub use direct::{direct, path_between};
+pub use direct::{block_transfer, direct, path_between};
 pub use fast::fast;
 pub use hierarchical::hierarchical;
 pub use lp::{lp, lp_with_report, LpReport};

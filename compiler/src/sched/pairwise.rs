@@ -4,8 +4,8 @@
 
 use smallvec::smallvec;
 
-use super::direct::path_between;
-use crate::plan::{Buffer, Deps, Plan, Transfer};
+use super::direct::block_transfer;
+use crate::plan::{Deps, Plan};
 use crate::topology::Topology;
 use crate::traffic::{Layout, TrafficMatrix};
 
@@ -38,18 +38,7 @@ pub fn pairwise(topo: &Topology, traffic: &TrafficMatrix) -> Plan {
                     deps.push(prev);
                 }
             }
-            let id = plan.push(Transfer {
-                src: s as u32,
-                src_buf: Buffer::Input,
-                src_off: layout.send_offset(s, d),
-                dst: d as u32,
-                dst_buf: Buffer::Output,
-                dst_off: layout.recv_offset(s, d),
-                bytes,
-                path: path_between(topo, s, d),
-                step: k as u32,
-                deps,
-            });
+            let id = plan.push(block_transfer(topo, &layout, traffic, s, d, k as u32, deps));
             new_send[s] = Some(id);
             new_recv[d] = Some(id);
         }
