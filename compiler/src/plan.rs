@@ -162,6 +162,93 @@ impl Plan {
     }
 }
 
+/// The dependency graph of a plan: successor lists in compressed form and a
+/// topological order. The verifier and both runtime backends share it.
+#[derive(Clone, Debug)]
+pub struct DepGraph {
+    /// Successors of `i` are `succ[start[i]..start[i + 1]]`.
+    start: Vec<u32>,
+    succ: Vec<u32>,
+    indegree: Vec<u32>,
+}
+
+impl DepGraph {
+    /// Builds the graph; on a dependency that names no transfer or the
+    /// transfer itself, returns `(transfer, dependency)`.
+    pub fn new(plan: &Plan) -> std::result::Result<DepGraph, (usize, u32)> {
+        let n = plan.transfers.len();
+        let mut start = vec![0u32; n + 1];
+        let mut indegree = vec![0u32; n];
+        for (i, t) in plan.transfers.iter().enumerate() {
+            for &d in &t.deps {
+                if d as usize >= n || d as usize == i {
+                    return Err((i, d));
+                }
+                start[d as usize + 1] += 1;
+            }
+            indegree[i] = t.deps.len() as u32;
+        }
+        for i in 0..n {
+            start[i + 1] += start[i];
+        }
+        let mut fill = start.clone();
+        let mut succ = vec![0u32; start[n] as usize];
+        for (i, t) in plan.transfers.iter().enumerate() {
+            for &d in &t.deps {
+                succ[fill[d as usize] as usize] = i as u32;
+                fill[d as usize] += 1;
+            }
+        }
+        Ok(DepGraph {
+            start,
+            succ,
+            indegree,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.indegree.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.indegree.is_empty()
+    }
+
+    /// Number of dependencies of each transfer.
+    pub fn indegree(&self) -> &[u32] {
+        &self.indegree
+    }
+
+    pub fn successors(&self, i: usize) -> &[u32] {
+        &self.succ[self.start[i] as usize..self.start[i + 1] as usize]
+    }
+
+    /// Kahn's algorithm, lowest index first among the transfers ready at each
+    /// round. On a cycle, returns the in-degrees left: the transfers with a
+    /// non-zero one could never start.
+    pub fn topo_order(&self) -> std::result::Result<Vec<u32>, Vec<u32>> {
+        let mut indeg = self.indegree.clone();
+        let mut order: Vec<u32> = (0..self.len() as u32)
+            .filter(|&i| indeg[i as usize] == 0)
+            .collect();
+        let mut head = 0;
+        while head < order.len() {
+            let v = order[head] as usize;
+            head += 1;
+            for &w in self.successors(v) {
+                indeg[w as usize] -= 1;
+                if indeg[w as usize] == 0 {
+                    order.push(w);
+                }
+            }
+        }
+        if order.len() < self.len() {
+            return Err(indeg);
+        }
+        Ok(order)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

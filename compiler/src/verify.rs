@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use thiserror::Error;
 
-use crate::plan::{Buffer, Path, Plan, Transfer};
+use crate::plan::{Buffer, DepGraph, Path, Plan, Transfer};
 use crate::topology::Topology;
 use crate::traffic::{Layout, TrafficMatrix};
 
@@ -222,48 +222,16 @@ impl<'a> Verifier<'a> {
         Ok(())
     }
 
-    /// Kahn's algorithm; returns the order and each transfer's position in it.
+    /// The dependency order and each transfer's position in it.
     fn topo_order(&self) -> Result<(Vec<u32>, Vec<u32>), VerifyError> {
-        let ts = &self.plan.transfers;
-        let mut indeg = vec![0u32; ts.len()];
-        let mut succ_count = vec![0u32; ts.len() + 1];
-        for (i, t) in ts.iter().enumerate() {
-            indeg[i] = t.deps.len() as u32;
-            for &d in &t.deps {
-                succ_count[d as usize + 1] += 1;
-            }
-        }
-        for i in 0..ts.len() {
-            succ_count[i + 1] += succ_count[i];
-        }
-        let mut fill = succ_count.clone();
-        let mut succ = vec![0u32; succ_count[ts.len()] as usize];
-        for (i, t) in ts.iter().enumerate() {
-            for &d in &t.deps {
-                succ[fill[d as usize] as usize] = i as u32;
-                fill[d as usize] += 1;
-            }
-        }
-        let mut order: Vec<u32> = (0..ts.len() as u32)
-            .filter(|&i| indeg[i as usize] == 0)
-            .collect();
-        let mut head = 0;
-        while head < order.len() {
-            let v = order[head] as usize;
-            head += 1;
-            for &w in &succ[succ_count[v] as usize..succ_count[v + 1] as usize] {
-                indeg[w as usize] -= 1;
-                if indeg[w as usize] == 0 {
-                    order.push(w);
-                }
-            }
-        }
-        if order.len() < ts.len() {
-            return Err(VerifyError::Cycle {
-                cycle: find_cycle(self.plan, &indeg),
-            });
-        }
-        let mut pos = vec![0u32; ts.len()];
+        let graph = DepGraph::new(self.plan).map_err(|(index, d)| VerifyError::Transfer {
+            index,
+            reason: format!("depends on transfer {d}, which does not exist or is itself"),
+        })?;
+        let order = graph.topo_order().map_err(|indeg| VerifyError::Cycle {
+            cycle: find_cycle(self.plan, &indeg),
+        })?;
+        let mut pos = vec![0u32; order.len()];
         for (p, &v) in order.iter().enumerate() {
             pos[v as usize] = p as u32;
         }

@@ -356,12 +356,12 @@ where
     if n == 0 {
         return Ok(());
     }
-    let indeg: Vec<AtomicU32> = dag.indegree.iter().map(|&d| AtomicU32::new(d)).collect();
+    let indeg: Vec<AtomicU32> = dag.indegree().iter().map(|&d| AtomicU32::new(d)).collect();
     let left: Vec<u32> = (0..n as u32).map(|i| pieces(i).max(1)).collect();
     let mut ready = Vec::new();
     // Popped from the back: push in reverse to start with the lowest index.
     for i in (0..n as u32).rev() {
-        if dag.indegree[i as usize] == 0 {
+        if dag.indegree()[i as usize] == 0 {
             ready.extend((0..left[i as usize]).rev().map(|k| (i, k)));
         }
     }

@@ -3,93 +3,57 @@
 //! dependencies before it). Dependencies are checked here too, so a plan that
 //! skipped the verifier still cannot index out of bounds.
 
+use switchyard_compiler::plan::DepGraph;
 use switchyard_compiler::Plan;
 
 use crate::RuntimeError;
 
-/// Successors of every transfer in compressed form: those of `i` are
-/// `succ[start[i]..start[i + 1]]`.
+/// A plan's [`DepGraph`], with its failures turned into runtime errors.
 #[derive(Clone, Debug)]
 pub struct Dag {
-    start: Vec<u32>,
-    succ: Vec<u32>,
-    /// Number of dependencies of each transfer.
-    pub indegree: Vec<u32>,
+    graph: DepGraph,
 }
 
 impl Dag {
     /// Builds the graph; fails on a dependency that names no transfer or itself.
     pub fn new(plan: &Plan) -> Result<Dag, RuntimeError> {
-        let n = plan.transfers.len();
-        let mut start = vec![0u32; n + 1];
-        let mut indegree = vec![0u32; n];
-        for (i, t) in plan.transfers.iter().enumerate() {
-            for &d in &t.deps {
-                if d as usize >= n || d as usize == i {
-                    return Err(RuntimeError::InvalidPlan(format!(
-                        "transfer {i} depends on transfer {d}, which does not exist or is itself"
-                    )));
-                }
-                start[d as usize + 1] += 1;
-            }
-            indegree[i] = t.deps.len() as u32;
-        }
-        for i in 0..n {
-            start[i + 1] += start[i];
-        }
-        let mut fill = start.clone();
-        let mut succ = vec![0u32; start[n] as usize];
-        for (i, t) in plan.transfers.iter().enumerate() {
-            for &d in &t.deps {
-                succ[fill[d as usize] as usize] = i as u32;
-                fill[d as usize] += 1;
-            }
-        }
-        Ok(Dag {
-            start,
-            succ,
-            indegree,
-        })
+        let graph = DepGraph::new(plan).map_err(|(i, d)| {
+            RuntimeError::InvalidPlan(format!(
+                "transfer {i} depends on transfer {d}, which does not exist or is itself"
+            ))
+        })?;
+        Ok(Dag { graph })
     }
 
     pub fn len(&self) -> usize {
-        self.indegree.len()
+        self.graph.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.indegree.is_empty()
+        self.graph.is_empty()
+    }
+
+    /// Number of dependencies of each transfer.
+    pub fn indegree(&self) -> &[u32] {
+        self.graph.indegree()
     }
 
     pub fn successors(&self, i: usize) -> &[u32] {
-        &self.succ[self.start[i] as usize..self.start[i + 1] as usize]
+        self.graph.successors(i)
     }
 
     /// Kahn's algorithm, lowest index first among ready transfers at each
     /// round; a cycle is a [`RuntimeError::Deadlock`].
     pub fn topo_order(&self) -> Result<Vec<u32>, RuntimeError> {
-        let n = self.len();
-        let mut indeg = self.indegree.clone();
-        let mut order: Vec<u32> = (0..n as u32).filter(|&i| indeg[i as usize] == 0).collect();
-        let mut head = 0;
-        while head < order.len() {
-            let v = order[head] as usize;
-            head += 1;
-            for &w in self.successors(v) {
-                indeg[w as usize] -= 1;
-                if indeg[w as usize] == 0 {
-                    order.push(w);
-                }
-            }
-        }
-        if order.len() < n {
+        self.graph.topo_order().map_err(|indeg| {
+            let stuck = indeg.iter().filter(|&&d| d > 0).count();
             let first = indeg.iter().position(|&d| d > 0).unwrap_or(0);
-            return Err(RuntimeError::Deadlock {
-                stuck: n - order.len(),
-                total: n,
+            RuntimeError::Deadlock {
+                stuck,
+                total: self.len(),
                 reason: format!("dependency cycle, e.g. through transfer {first}"),
-            });
-        }
-        Ok(order)
+            }
+        })
     }
 
     /// Level of every transfer: 0 without dependencies, else one more than its
