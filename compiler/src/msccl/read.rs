@@ -8,6 +8,8 @@
 //! or a local copy), found by [`super::exec::run`], with byte ranges from the
 //! chunk size and the traffic matrix.
 
+use std::collections::HashMap;
+
 use quick_xml::events::{BytesStart, Event};
 use quick_xml::Reader;
 
@@ -170,16 +172,32 @@ pub(crate) fn trace_to_plan(
         .filter(|&g| g > 0 && n % g == 0)
         .unwrap_or(if n % 8 == 0 { 8 } else { n });
     let mut plan = Plan::new("msccl-xml", n, gpn);
-    for g in &algo.gpus {
-        if g.s_chunks > 0 {
-            plan.need_scratch(g.id as usize, g.s_chunks as u64 * u);
+    let scratch_at = scratch_offsets(algo, trace, &m, u);
+    for (g, at) in algo.gpus.iter().zip(&scratch_at) {
+        let need = at.last().copied().unwrap_or(0);
+        if need > 0 {
+            plan.need_scratch(g.id as usize, need);
         }
     }
     plan.chunking = Some(Chunking {
         chunk_bytes: u,
         layout: map.layout.name().to_string(),
     });
+    let places = Places {
+        map,
+        m: &m,
+        layout: &layout,
+        u,
+        scratch_at: &scratch_at,
+    };
     let order = topo_order(trace);
+    // The operation whose send (receive) is the step just before each step.
+    let mut prev_step: HashMap<(u32, u32, u32), u32> = HashMap::new();
+    for (j, op) in trace.ops.iter().enumerate() {
+        for r in [op.from, op.to] {
+            prev_step.insert((r.gpu, r.tb, r.pos + 1), j as u32);
+        }
+    }
     let mut level = vec![0u32; trace.ops.len()];
     // Transfers an operation stands for; an empty one stands for its deps.
     let mut eff: Vec<Vec<u32>> = vec![Vec::new(); trace.ops.len()];
@@ -198,10 +216,25 @@ pub(crate) fn trace_to_plan(
             .collect();
         deps.sort_unstable();
         deps.dedup();
-        let pieces = op_pieces(algo, op, map, &m, &layout, u, file)?;
+        let pieces = op_pieces(algo, op, &places, file)?;
         if pieces.is_empty() {
             eff[i as usize] = deps;
             continue;
+        }
+        if let Some(t) = streamed_after(algo, trace, &prev_step, i, &eff) {
+            let last = &mut plan.transfers[t as usize];
+            if let [(src_off, dst_off, bytes)] = pieces[..] {
+                if (last.src, last.dst) == (op.src, op.dst)
+                    && last.src_buf == buffer(op.src_buf)
+                    && last.dst_buf == buffer(op.dst_buf)
+                    && last.src_off + last.bytes == src_off
+                    && last.dst_off + last.bytes == dst_off
+                {
+                    last.bytes += bytes;
+                    eff[i as usize] = vec![t];
+                    continue;
+                }
+            }
         }
         let path = path_of(op.src as usize, op.dst as usize, gpn);
         for (src_off, dst_off, bytes) in pieces {
@@ -221,6 +254,41 @@ pub(crate) fn trace_to_plan(
         }
     }
     Ok((plan, m))
+}
+
+/// The transfer operation `i` continues, if it streams right behind one
+/// operation `j` on the same connection: `i`'s send and receive (or its
+/// local copy) are the steps just after `j`'s in the same tbs, they wait
+/// for nothing else, and nobody waits for `j` alone. The executor then
+/// pushes `i`'s chunks through the connection right behind `j`'s, with no
+/// pause and no second latency, which a transfer that starts when `j`'s has
+/// arrived would add. The caller merges them when the byte ranges continue
+/// on both sides.
+fn streamed_after(
+    algo: &Algo,
+    trace: &Trace,
+    prev_step: &HashMap<(u32, u32, u32), u32>,
+    i: u32,
+    eff: &[Vec<u32>],
+) -> Option<u32> {
+    let op = &trace.ops[i as usize];
+    let j = *prev_step.get(&(op.from.gpu, op.from.tb, op.from.pos))?;
+    if prev_step.get(&(op.to.gpu, op.to.tb, op.to.pos)) != Some(&j) || op.deps != [j] {
+        return None;
+    }
+    let prev = &trace.ops[j as usize];
+    let step =
+        |r: exec::StepRef| &algo.gpus[r.gpu as usize].tbs[r.tb as usize].steps[r.pos as usize];
+    if (prev.src, prev.dst) != (op.src, op.dst)
+        || [prev.from, prev.to].into_iter().any(|r| step(r).hasdep)
+        || [op.from, op.to].into_iter().any(|r| step(r).depid >= 0)
+    {
+        return None;
+    }
+    match eff[j as usize][..] {
+        [t] => Some(t),
+        _ => None,
+    }
 }
 
 /// Kahn's order of the operations by their dependencies (the run finished,
@@ -271,17 +339,81 @@ fn path_of(src: usize, dst: usize, gpn: usize) -> Path {
     }
 }
 
+/// Byte offset of every scratch chunk of every gpu (and the end): chunks
+/// lie back to back, each as long as the data it holds (a block's last chunk
+/// may be short), so that chunks a file fills in one run are one byte range,
+/// as the plan it was lowered from had them. A gpu whose scratch chunk holds
+/// data of different lengths at different times (reused scratch) gives every
+/// chunk `u` bytes.
+fn scratch_offsets(algo: &Algo, trace: &Trace, m: &TrafficMatrix, u: u64) -> Vec<Vec<u64>> {
+    let map = &trace.map;
+    let mut len: Vec<Vec<Option<u64>>> = algo
+        .gpus
+        .iter()
+        .map(|g| vec![None; g.s_chunks.max(0) as usize])
+        .collect();
+    let mut reused = vec![false; algo.gpus.len()];
+    for op in &trace.ops {
+        if op.dst_buf != BufRef::Scratch {
+            continue;
+        }
+        let g = op.dst as usize;
+        for (j, origin) in op.data.iter().enumerate() {
+            let l = map
+                .input_origin(origin.rank as usize, origin.idx)
+                .map_or(0, |(d, c)| {
+                    m.get(origin.rank as usize, d)
+                        .saturating_sub(c as u64 * u)
+                        .min(u)
+                });
+            match len[g].get_mut(op.dst_off as usize + j) {
+                Some(slot @ None) => *slot = Some(l),
+                Some(Some(x)) if *x == l => {}
+                _ => reused[g] = true,
+            }
+        }
+    }
+    len.into_iter()
+        .zip(reused)
+        .map(|(slots, reused)| {
+            let mut at = Vec::with_capacity(slots.len() + 1);
+            let mut x = 0u64;
+            at.push(0);
+            for l in &slots {
+                x += if reused { u } else { l.unwrap_or(0) };
+                at.push(x);
+            }
+            at
+        })
+        .collect()
+}
+
+/// Where chunks lie in the plan's bytes.
+struct Places<'a> {
+    map: &'a ChunkMap,
+    m: &'a TrafficMatrix,
+    layout: &'a ByteLayout,
+    /// Chunk size in bytes.
+    u: u64,
+    /// Per gpu, the byte offset of each scratch chunk ([`scratch_offsets`]).
+    scratch_at: &'a [Vec<u64>],
+}
+
 /// An operation's byte ranges `(src_off, dst_off, bytes)`: one per chunk
 /// that carries data, merged where both sides are contiguous.
 fn op_pieces(
     algo: &Algo,
     op: &exec::Op,
-    map: &ChunkMap,
-    m: &TrafficMatrix,
-    layout: &ByteLayout,
-    u: u64,
+    places: &Places<'_>,
     file: &str,
 ) -> Result<Vec<(u64, u64, u64)>> {
+    let Places {
+        map,
+        m,
+        layout,
+        u,
+        scratch_at,
+    } = *places;
     let mut out: Vec<(u64, u64, u64)> = Vec::new();
     for (j, origin) in op.data.iter().enumerate() {
         let s = origin.rank as usize;
@@ -295,7 +427,7 @@ fn op_pieces(
         let at = |rank: u32, buf: BufRef, pos: u32| -> Result<u64> {
             match buf {
                 BufRef::Input => Ok(layout.send_offset(s, d) + c as u64 * u),
-                BufRef::Scratch => Ok(pos as u64 * u),
+                BufRef::Scratch => Ok(scratch_at[rank as usize][pos as usize]),
                 BufRef::Output => {
                     if rank as usize == d && pos == map.output_chunk(s, d, c) {
                         Ok(layout.recv_offset(s, d) + c as u64 * u)
