@@ -1,26 +1,22 @@
 //! The plan an MSCCL XML file encodes costs what the plan it was lowered from
 //! costs: for every scheduler, on skewed matrices for 2x8 and 4x8
-//! DGX-H100, the simulated completion times agree within 2%.
+//! DGX-H100, the simulated completion times agree within 2%, except where
+//! the plan runs more transfers at once than a gpu's threadblocks can carry
+//! (more than the 128 `depid` can name): then the file must say so.
 
 use switchyard::compiler::generate::{generate, Pattern, TrafficSpec};
-use switchyard::compiler::msccl::{assign_paths, parse_xml, to_xml, Layout, XmlOptions};
+use switchyard::compiler::msccl::{
+    assign_paths, parse_xml, to_xml, Layout, XmlOptions, MAX_TBS_PER_GPU,
+};
 use switchyard::compiler::sched::{schedule, Options};
 use switchyard::compiler::sim::{simulate, SimOptions};
 use switchyard::compiler::{Algorithm, Topology};
-
-/// Schedulers whose XML does not yet simulate within 2% of their plan (an
-/// open item, docs/msccl.md): `spray` starts more transfers per connection
-/// than the threadblock budget gives channels, so the XML runs some in turn
-/// (-4%..-20%); `fast` (-2%..+7%) and `lp` (-4%..+6%) relay many pieces per
-/// connection, which the XML partly serialises, and their split points move
-/// to chunk boundaries. Their differences are printed, not asserted; their
-/// files are checked for correctness by tests/msccl_lower.rs.
-const NOT_YET: [&str; 3] = ["spray", "fast", "lp"];
 
 #[test]
 fn xml_plans_simulate_within_two_percent() {
     let sim = SimOptions::default();
     let mut worst: f64 = 0.0;
+    let mut beyond = 0;
     for nodes in [2, 4] {
         let topo = Topology::preset("dgx-h100", nodes, None).unwrap();
         for (seed, pattern) in [
@@ -48,8 +44,12 @@ fn xml_plans_simulate_within_two_percent() {
                     for (what, p) in [("encoded", &x.plan), ("read back", &back)] {
                         let got = simulate(&topo, p, &sim).unwrap().completion_us;
                         let err = (got - want).abs() / want;
-                        eprintln!("{nodes}x8 {pattern:?} {alg} {layout} {what}: {want:.1} us -> {got:.1} us ({:+.2}%), {} dropped deps", 100.0 * (got - want) / want, x.dropped_deps);
-                        if NOT_YET.contains(&alg.name()) {
+                        eprintln!("{nodes}x8 {pattern:?} {alg} {layout} {what}: {want:.1} us -> {got:.1} us ({:+.2}%), {} dropped deps, {} tbs per gpu ({} wanted, {} lanes short)", 100.0 * (got - want) / want, x.dropped_deps, x.max_tbs_per_gpu, x.tbs_wanted, x.lanes_short);
+                        if err > 0.02 && x.tbs_wanted > MAX_TBS_PER_GPU {
+                            // Not expressible within the executor's limits:
+                            // counted and printed, not hidden.
+                            assert!(x.lanes_short > 0);
+                            beyond += 1;
                             continue;
                         }
                         worst = worst.max(err);
@@ -59,5 +59,8 @@ fn xml_plans_simulate_within_two_percent() {
             }
         }
     }
-    eprintln!("worst difference {:.3}%", 100.0 * worst);
+    eprintln!(
+        "worst difference {:.3}%; {beyond} cases beyond {MAX_TBS_PER_GPU} tbs per gpu",
+        100.0 * worst
+    );
 }

@@ -23,6 +23,7 @@
 //! into the requantised plan it encodes.
 
 use std::cmp::Reverse;
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 
 use super::exec;
@@ -33,12 +34,17 @@ use super::{MAX_CHANNELS, MAX_CNT, MAX_NODES, MAX_OFFSET, MAX_PEER_TBS_PER_CHANN
 use super::{MAX_STEPS_PER_TB, MAX_TBS_PER_GPU};
 use crate::error::{Error, Result};
 use crate::plan::{Buffer, Plan};
+use crate::sim::{simulate, SimOptions, TransferTime};
 use crate::topology::Topology;
 use crate::traffic::{Layout as ByteLayout, TrafficMatrix};
 
 /// Chunk sizes are multiples of this many bytes, so `count` is whole for
 /// every element type up to 16 bytes.
 pub const CHUNK_ALIGN: u64 = 16;
+/// Chunks the largest pair is cut into by default: two steps of at most 71
+/// chunks, so that split points, which move to chunk boundaries, move by
+/// little against the pieces schedulers cut blocks into.
+pub const CHUNKS_PER_LARGEST_PAIR: u64 = 4 * MAX_CNT as u64;
 /// Per-peer message size up to which LL is chosen (the msccl-scheduler
 /// ships LL plans up to 32.5 KiB per peer for 8 GPUs).
 pub const LL_MAX_PER_PEER: u64 = 32 << 10;
@@ -82,6 +88,13 @@ pub struct XmlPlan {
     /// Dependencies between operations MSCCL cannot express (no operation
     /// links the two gpus in between); the XML runs without them.
     pub dropped_deps: usize,
+    /// Transfers the plan runs at once that the file runs one after another
+    /// on a shared lane, because the threadblock budget has no lane left
+    /// for them (0: the file runs at once all the plan runs at once).
+    pub lanes_short: usize,
+    /// Threadblocks the busiest gpu would need to run at once everything
+    /// the plan runs at once (its local-copy tbs included).
+    pub tbs_wanted: usize,
     /// The plan the file encodes, on the original matrix: transfers are its
     /// operations, byte ranges requantised to chunk boundaries.
     pub plan: Plan,
@@ -105,6 +118,8 @@ impl XmlPlan {
             "max_tbs_per_gpu": self.max_tbs_per_gpu,
             "max_steps_per_tb": self.max_steps_per_tb,
             "dropped_deps": self.dropped_deps,
+            "lanes_short": self.lanes_short,
+            "tbs_wanted": self.tbs_wanted,
         })
     }
 }
@@ -138,15 +153,18 @@ pub fn to_xml(
         None => {
             traffic
                 .max_entry()
-                .div_ceil(MAX_CNT as u64)
+                .div_ceil(CHUNKS_PER_LARGEST_PAIR)
                 .div_ceil(CHUNK_ALIGN)
                 .max(1)
                 * CHUNK_ALIGN
         }
     };
+    // When the plan's transfers run (the simulator's ideal network): steps
+    // are ordered and lanes shared so that the file runs them as the plan does.
+    let timeline = simulate(topo, plan, &SimOptions::default())?.transfers;
     let mut u = base;
     loop {
-        match lower_with(plan, topo, traffic, opts, u) {
+        match lower_with(plan, topo, traffic, opts, u, &timeline) {
             Err(LowerError::Limit(why)) if opts.chunk_bytes.is_none() && u < base << 10 => {
                 let _ = why;
                 u *= 2;
@@ -225,6 +243,8 @@ struct ChunkOp {
     dst_off: u32,
     cnt: u32,
     deps: Vec<u32>,
+    /// The plan transfer this operation comes from.
+    from: u32,
 }
 
 fn bufref(b: Buffer) -> BufRef {
@@ -241,6 +261,7 @@ fn lower_with(
     traffic: &TrafficMatrix,
     opts: &XmlOptions,
     u: u64,
+    timeline: &[TransferTime],
 ) -> std::result::Result<XmlPlan, LowerError> {
     let n = traffic.ranks();
     let k: Vec<Vec<u32>> = (0..n)
@@ -267,8 +288,8 @@ fn lower_with(
             map.nchunksperloop
         )));
     }
-    let (ops, scratch) = trace_chunks(plan, traffic, &map, u)?;
-    let built = build_tbs(&ops, n)?;
+    let (ops, scratch) = trace_chunks(plan, traffic, &map, u, timeline)?;
+    let built = build_tbs(&ops, n, timeline)?;
     let nchunks = map.nchunksperloop;
     let nbytes = nchunks as u64 * u;
     let proto = opts
@@ -352,6 +373,8 @@ fn lower_with(
         max_tbs_per_gpu: trace.report.max_tbs_per_gpu,
         max_steps_per_tb: trace.report.max_steps_per_tb,
         dropped_deps: built.dropped,
+        lanes_short: built.lanes_short,
+        tbs_wanted: built.tbs_wanted,
         plan: encoded,
         report: trace.report,
         algo,
@@ -370,6 +393,33 @@ struct Seg {
 /// Bytes `a..b` of block `(s, d)`.
 type Piece = (u32, u32, u64, u64);
 
+/// The middle byte of chunk `c` (of a block of `len` bytes, `c*u < len`).
+fn chunk_mid(c: u64, u: u64, len: u64) -> u64 {
+    c * u + ((len - c * u).min(u) - 1) / 2
+}
+
+/// The chunks of a block of `len` bytes that go with its bytes `a..b`:
+/// those whose middle byte lies there. Every chunk goes with exactly one
+/// piece of a block cut into pieces, and a split point moves by at most half
+/// a chunk either way (a chunk going with its first byte would move every
+/// split point later, by half a chunk on average).
+fn chunks_of(a: u64, b: u64, u: u64, len: u64) -> std::ops::Range<u64> {
+    let k = len.div_ceil(u);
+    let mid = |c: u64| chunk_mid(c, u, len);
+    // First chunk whose middle is at or after byte x; mid(c) lies in chunk c.
+    let first = |x: u64| -> u64 {
+        let c = x / u;
+        if c >= k {
+            k
+        } else if mid(c) >= x {
+            c
+        } else {
+            c + 1
+        }
+    };
+    first(a)..first(b)
+}
+
 /// Replays the plan and cuts it into chunk operations; returns them (in a
 /// topological order) and the scratch chunks each rank needs.
 fn trace_chunks(
@@ -377,6 +427,7 @@ fn trace_chunks(
     traffic: &TrafficMatrix,
     map: &ChunkMap,
     u: u64,
+    timeline: &[TransferTime],
 ) -> std::result::Result<(Vec<ChunkOp>, Vec<u32>), LowerError> {
     let n = traffic.ranks();
     let layout = ByteLayout::new(traffic);
@@ -386,7 +437,10 @@ fn trace_chunks(
             "transfer {i}: {why} (is the plan verified?)"
         )))
     };
-    // Kahn's order, lowest (step, index) first: the order tbs list steps in.
+    // Kahn's order, earliest start in the plan's run first (then step,
+    // index): the order tbs list steps in. Start times are not negative, so
+    // their bits order as they do.
+    let start = |i: usize| timeline.get(i).map_or(0, |t| t.start_us.max(0.0).to_bits());
     let mut indeg: Vec<u32> = ts.iter().map(|t| t.deps.len() as u32).collect();
     let mut succ: Vec<Vec<u32>> = vec![Vec::new(); ts.len()];
     for (i, t) in ts.iter().enumerate() {
@@ -397,9 +451,9 @@ fn trace_chunks(
             s.push(i as u32);
         }
     }
-    let mut heap: BinaryHeap<Reverse<(u32, u32)>> = (0..ts.len())
+    let mut heap: BinaryHeap<Reverse<(u64, u32, u32)>> = (0..ts.len())
         .filter(|&i| indeg[i] == 0)
-        .map(|i| Reverse((ts[i].step, i as u32)))
+        .map(|i| Reverse((start(i), ts[i].step, i as u32)))
         .collect();
     // Written output/scratch ranges per (rank, buffer).
     let mut written: HashMap<(u32, Buffer), BTreeMap<u64, Seg>> = HashMap::new();
@@ -412,13 +466,13 @@ fn trace_chunks(
     let mut done = 0;
     // Transfers in order, with the origin pieces `(s, d, a, b)` they carry.
     let mut traced: Vec<(usize, Vec<Piece>)> = Vec::new();
-    while let Some(Reverse((_, i))) = heap.pop() {
+    while let Some(Reverse((_, _, i))) = heap.pop() {
         let i = i as usize;
         done += 1;
         for &w in &succ[i] {
             indeg[w as usize] -= 1;
             if indeg[w as usize] == 0 {
-                heap.push(Reverse((ts[w as usize].step, w)));
+                heap.push(Reverse((start(w as usize), ts[w as usize].step, w)));
             }
         }
         let t = &ts[i];
@@ -499,8 +553,16 @@ fn trace_chunks(
         }
         let mut at = t.dst_off;
         for &(s, d, a, b) in pieces {
-            for c in a.div_ceil(u)..b.div_ceil(u) {
-                writes.push((t.dst, at + (c * u - a), order, s, d, c as u32));
+            let len = traffic.get(s as usize, d as usize);
+            for c in chunks_of(a, b, u, len) {
+                writes.push((
+                    t.dst,
+                    at + (chunk_mid(c, u, len) - a),
+                    order,
+                    s,
+                    d,
+                    c as u32,
+                ));
             }
             at += b - a;
         }
@@ -524,7 +586,7 @@ fn trace_chunks(
         // Chunk pairs (src index, dst index); chunk c goes with its first byte.
         let mut pairs: Vec<(u32, u32)> = Vec::new();
         for &(s, d, a, b) in &pieces {
-            for c in a.div_ceil(u)..b.div_ceil(u) {
+            for c in chunks_of(a, b, u, traffic.get(s as usize, d as usize)) {
                 let c = c as u32;
                 let (su, du) = (s as usize, d as usize);
                 let src_idx = match t.src_buf {
@@ -580,6 +642,7 @@ fn trace_chunks(
                 dst_off: pairs[j].1,
                 cnt: len as u32,
                 deps: deps.clone(),
+                from: i as u32,
             });
             j += len;
         }
@@ -605,6 +668,8 @@ struct Built {
     tbs: Vec<Vec<Tb>>,
     channels: u32,
     dropped: usize,
+    lanes_short: usize,
+    tbs_wanted: usize,
 }
 
 /// A tb under construction.
@@ -615,7 +680,11 @@ struct TbDraft {
     waited: HashMap<u32, u32>,
 }
 
-fn build_tbs(ops: &[ChunkOp], n: usize) -> std::result::Result<Built, LowerError> {
+fn build_tbs(
+    ops: &[ChunkOp],
+    n: usize,
+    timeline: &[TransferTime],
+) -> std::result::Result<Built, LowerError> {
     // Channel groups keep at most 32 peer tbs per channel per direction.
     let groups = (n.saturating_sub(1))
         .div_ceil(MAX_PEER_TBS_PER_CHANNEL)
@@ -626,12 +695,10 @@ fn build_tbs(ops: &[ChunkOp], n: usize) -> std::result::Result<Built, LowerError
     };
     let mut tbs: Vec<Vec<TbDraft>> = (0..n).map(|_| Vec::new()).collect();
     let mut tb_index: Vec<HashMap<TbKey, u32>> = vec![HashMap::new(); n];
-    let lanes = lanes_for(ops, n);
+    let lanes = assign_lanes(ops, n, timeline);
     // Channel of each (src, dst, lane); lane `l` starts at group `l`.
     let mut chan_of: HashMap<(u32, u32, u32), u32> = HashMap::new();
     let mut local_k = vec![0u32; n];
-    // Operations placed so far per connection: they take the lanes in turn.
-    let mut placed: HashMap<(u32, u32), u32> = HashMap::new();
     // Where each operation's step sits on each gpu it touches: (tb, pos).
     let mut at: HashMap<(u32, u32), (u32, u32)> = HashMap::new();
     let mut anc: HashMap<(u32, u32), Vec<u32>> = HashMap::new();
@@ -661,13 +728,7 @@ fn build_tbs(ops: &[ChunkOp], n: usize) -> std::result::Result<Built, LowerError
             v.sort_unstable();
             v.dedup();
         }
-        let lane = if op.src == op.dst {
-            0
-        } else {
-            let k = placed.entry((op.src, op.dst)).or_insert(0);
-            *k += 1;
-            (*k - 1) % lanes[&(op.src, op.dst)]
-        };
+        let lane = lanes.of_op[o as usize];
         loop {
             let keys: Vec<TbKey> = if op.src == op.dst {
                 vec![TbKey::Local {
@@ -726,7 +787,7 @@ fn build_tbs(ops: &[ChunkOp], n: usize) -> std::result::Result<Built, LowerError
                     local_k[op.src as usize] += 1;
                 } else {
                     *chan_of.get_mut(&(op.src, op.dst, lane)).expect("set above") +=
-                        groups * MAX_LANES;
+                        groups * lanes.per_conn[&(op.src, op.dst)];
                 }
                 continue;
             }
@@ -853,53 +914,195 @@ fn build_tbs(ops: &[ChunkOp], n: usize) -> std::result::Result<Built, LowerError
         tbs: out,
         channels,
         dropped,
+        lanes_short: lanes.short,
+        tbs_wanted: lanes.tbs_wanted,
     })
 }
 
 /// Threadblocks a gpu may use (all must be resident: an H100 has 132 SMs).
-const TB_BUDGET: usize = 100;
-/// Channels one transfer's operations are spread over at most.
-const MAX_LANES: u32 = 8;
+const TB_BUDGET: usize = 108;
+/// Lanes (channels) one connection's operations are spread over at most.
+const MAX_LANES: u32 = 32;
+/// When the tb budget cannot give every transfer the plan runs at once a
+/// lane of its own, a transfer may follow one on a lane that, in the plan,
+/// is still running for up to this fraction of its own duration.
+const SHARE_SLACK: f64 = 0.2;
 
-/// How many channels ("lanes") each connection's operations take in turn,
-/// so that operations the plan runs side by side (a block cut into several
-/// runs, several relayed pieces) move in parallel rather than step after
-/// step. Every connection starts with one lane; extra lanes, up to
-/// [`MAX_LANES`] and the connection's operation count, go one at a time to
-/// the connection with the most operations per lane whose two gpus stay
-/// within [`TB_BUDGET`] threadblocks.
-fn lanes_for(ops: &[ChunkOp], n: usize) -> HashMap<(u32, u32), u32> {
-    let mut count: HashMap<(u32, u32), u32> = HashMap::new();
-    let mut tbs = vec![0usize; n];
-    let mut locals = vec![0usize; n];
+/// Lanes of every operation, and how many lanes each connection has.
+struct Lanes {
+    of_op: Vec<u32>,
+    per_conn: HashMap<(u32, u32), u32>,
+    /// Lanes the plan's concurrency wants beyond those the budget gave.
+    short: usize,
+    /// Largest number of tbs a gpu needs to run at once every transfer the
+    /// plan runs at once.
+    tbs_wanted: usize,
+}
+
+/// Plans with more transfers than this get their lanes without the
+/// ancestor test (its bit sets take transfers² / 8 bytes).
+const MAX_ANCESTOR_TRANSFERS: usize = 16_384;
+
+/// Puts every operation on a lane (a channel of its connection, each lane
+/// one send tb and one receive tb, run one step after another). The runs of
+/// one plan transfer go on one lane back to back, so the executor streams
+/// them as the one flow the transfer is. A transfer goes on a lane whose
+/// last transfer is one of its ancestors in the plan (then the lane's order
+/// adds no wait the plan does not have); failing that on a new lane, so
+/// transfers the plan runs side by side move side by side. Lanes are
+/// limited by the threadblock budget: every connection has one, and extra
+/// ones go, one at a time, to the connection that wants the most more than
+/// it has, while both its gpus stay within [`TB_BUDGET`] tbs. A transfer
+/// that finds no free lane takes the one with the fewest bytes.
+fn assign_lanes(ops: &[ChunkOp], n: usize, timeline: &[TransferTime]) -> Lanes {
+    // Source transfers in order, with the ops of each.
+    let mut order: Vec<u32> = Vec::new();
+    let mut dense: HashMap<u32, usize> = HashMap::new();
     for op in ops {
-        if op.src == op.dst {
-            locals[op.src as usize] += 1;
-        } else {
-            *count.entry((op.src, op.dst)).or_insert(0) += 1;
+        if let Entry::Vacant(e) = dense.entry(op.from) {
+            e.insert(order.len());
+            order.push(op.from);
         }
+    }
+    let nt = order.len();
+    let words = nt.div_ceil(64);
+    let exact = nt <= MAX_ANCESTOR_TRANSFERS;
+    // Ancestors of each transfer (dense indices), from the ops' deps.
+    let mut anc: Vec<Vec<u64>> = if exact {
+        vec![vec![0u64; words]; nt]
+    } else {
+        Vec::new()
+    };
+    if exact {
+        let mut seen = vec![false; nt];
+        for op in ops {
+            let t = dense[&op.from];
+            if seen[t] {
+                continue;
+            }
+            seen[t] = true;
+            let mut a = vec![0u64; words];
+            for &d in &op.deps {
+                let x = dense[&ops[d as usize].from];
+                if x == t {
+                    continue;
+                }
+                a[x / 64] |= 1 << (x % 64);
+                for (w, v) in a.iter_mut().zip(&anc[x]) {
+                    *w |= v;
+                }
+            }
+            anc[t] = a;
+        }
+    }
+    let time = |t: usize| {
+        timeline
+            .get(order[t] as usize)
+            .map_or((0.0, 0.0), |x| (x.start_us, x.end_us))
+    };
+    let mut conn_of = vec![(0u32, 0u32); nt];
+    for op in ops {
+        conn_of[dense[&op.from]] = (op.src, op.dst);
+    }
+    let remote: Vec<usize> = (0..nt).filter(|&t| conn_of[t].0 != conn_of[t].1).collect();
+    let mut base = vec![0usize; n];
+    let mut locals = vec![0usize; n];
+    for op in ops.iter().filter(|o| o.src == o.dst) {
+        locals[op.src as usize] += 1;
     }
     for (g, &l) in locals.iter().enumerate() {
-        tbs[g] += l.div_ceil(MAX_STEPS_PER_TB);
+        base[g] += l.div_ceil(MAX_STEPS_PER_TB);
     }
-    let mut lanes: HashMap<(u32, u32), u32> = HashMap::new();
-    let mut heap: BinaryHeap<(u64, Reverse<(u32, u32)>)> = BinaryHeap::new();
-    for (&(s, d), &c) in &count {
-        lanes.insert((s, d), 1);
-        tbs[s as usize] += 1;
-        tbs[d as usize] += 1;
-        heap.push((c as u64 * 1000, Reverse((s, d))));
-    }
-    while let Some((_, Reverse((s, d)))) = heap.pop() {
-        let (c, l) = (count[&(s, d)], lanes[&(s, d)]);
-        if l >= MAX_LANES.min(c) || tbs[s as usize] >= TB_BUDGET || tbs[d as usize] >= TB_BUDGET {
-            continue;
+    // Lanes with `of_op` per transfer (dense index).
+    let attempt = |slack: f64| -> Lanes {
+        // `t` may follow `x` on a lane: the plan orders them, or runs `x`
+        // to its end before `t` starts (or has done all but `slack` of
+        // `t`'s duration by then).
+        let free = |x: usize, t: usize| {
+            let ((_, xe), (ts, te)) = (time(x), time(t));
+            (exact && anc[t][x / 64] >> (x % 64) & 1 == 1) || xe <= ts + slack * (te - ts)
+        };
+        // Lanes each connection wants: the greedy cover in start order.
+        let mut want: HashMap<(u32, u32), Vec<usize>> = HashMap::new();
+        for &t in &remote {
+            let lanes = want.entry(conn_of[t]).or_default();
+            match lanes.iter_mut().find(|last| free(**last, t)) {
+                Some(last) => *last = t,
+                None => lanes.push(t),
+            }
         }
-        lanes.insert((s, d), l + 1);
-        tbs[s as usize] += 1;
-        tbs[d as usize] += 1;
-        heap.push((c as u64 * 1000 / (l as u64 + 1), Reverse((s, d))));
-    }
+        // Share the tb budget, one lane at a time, to the connection with
+        // the most wanted lanes per lane it has.
+        let mut tbs = base.clone();
+        let mut per_conn: HashMap<(u32, u32), u32> = HashMap::new();
+        let mut heap: BinaryHeap<(u64, Reverse<(u32, u32)>)> = BinaryHeap::new();
+        for (&(s, d), w) in &want {
+            per_conn.insert((s, d), 1);
+            tbs[s as usize] += 1;
+            tbs[d as usize] += 1;
+            heap.push((w.len() as u64 * 1000, Reverse((s, d))));
+        }
+        while let Some((_, Reverse((s, d)))) = heap.pop() {
+            let (w, l) = (want[&(s, d)].len() as u32, per_conn[&(s, d)]);
+            if l >= MAX_LANES.min(w) || tbs[s as usize] >= TB_BUDGET || tbs[d as usize] >= TB_BUDGET
+            {
+                continue;
+            }
+            per_conn.insert((s, d), l + 1);
+            tbs[s as usize] += 1;
+            tbs[d as usize] += 1;
+            heap.push((w as u64 * 1000 / (l as u64 + 1), Reverse((s, d))));
+        }
+        let short = want
+            .iter()
+            .map(|(c, w)| w.len().saturating_sub(per_conn[c] as usize))
+            .sum();
+        let mut wanted = base.clone();
+        for (&(s, d), w) in &want {
+            wanted[s as usize] += w.len();
+            wanted[d as usize] += w.len();
+        }
+        let wanted = wanted.into_iter().max().unwrap_or(0);
+        // Assign, within the lanes each connection got.
+        let mut lane_of = vec![0u32; nt];
+        let mut open: HashMap<(u32, u32), Vec<usize>> = HashMap::new();
+        for &t in &remote {
+            let c = conn_of[t];
+            let lanes = open.entry(c).or_default();
+            let l = match lanes.iter().position(|&last| free(last, t)) {
+                Some(l) => l,
+                None if lanes.len() < per_conn[&c] as usize => {
+                    lanes.push(t);
+                    lanes.len() - 1
+                }
+                // The lane whose last transfer ends first in the plan.
+                None => (0..lanes.len())
+                    .min_by(|&a, &b| time(lanes[a]).1.total_cmp(&time(lanes[b]).1))
+                    .expect("a connection has a lane"),
+            };
+            lanes[l] = t;
+            lane_of[t] = l as u32;
+        }
+        Lanes {
+            of_op: lane_of,
+            per_conn,
+            short,
+            tbs_wanted: wanted,
+        }
+    };
+    let exact_lanes = attempt(0.0);
+    let mut lanes = if exact_lanes.short > 0 {
+        // Not every transfer the plan runs at once gets a lane: let those
+        // that overlap a little share one, to leave lanes for the rest.
+        Lanes {
+            short: exact_lanes.short,
+            tbs_wanted: exact_lanes.tbs_wanted,
+            ..attempt(SHARE_SLACK)
+        }
+    } else {
+        exact_lanes
+    };
+    lanes.of_op = ops.iter().map(|op| lanes.of_op[dense[&op.from]]).collect();
     lanes
 }
 
@@ -943,8 +1146,8 @@ mod tests {
         let m = TrafficMatrix::uniform(8, 4096);
         let plan = direct(&topo, &m);
         let x = to_xml(&plan, &topo, &m, &XmlOptions::default()).unwrap();
-        assert!(x.text.starts_with("<algo name=\"switchyard direct layout=padded chunk_bytes=64 gpus_per_node=4\" proto=\"LL\""), "{}", &x.text[..200]);
-        assert_eq!(x.nchunksperloop, 8 * 64);
+        assert!(x.text.starts_with("<algo name=\"switchyard direct layout=padded chunk_bytes=16 gpus_per_node=4\" proto=\"LL\""), "{}", &x.text[..200]);
+        assert_eq!(x.nchunksperloop, 8 * 256);
         assert_eq!(x.count_bytes, 4096);
         assert!(x.report.warnings.is_empty(), "{:?}", x.report.warnings);
         verify_on(&x.plan, &m, &topo).unwrap();
