@@ -2,17 +2,21 @@
 //!
 //! 1. Quantise: pick a chunk size `u`, count `K[s][d] = ceil(M[s][d] / u)`
 //!    chunks per pair and place them by the layout (spec §11).
-//! 2. Trace: replay the plan's transfers in dependency order, following
-//!    every byte back to the block it came from; chunk `c` of a block goes
-//!    with the transfer that carries its first byte. A transfer becomes one
-//!    operation per contiguous run of chunks (at most 71), relays go through
-//!    freshly allocated scratch chunks.
+//! 2. Trace: replay the plan's transfers in dependency order, earliest start
+//!    in the plan's simulated run first, following every byte back to the
+//!    block it came from; chunk `c` of a block goes with the transfer that
+//!    carries its middle byte. A transfer becomes one operation per
+//!    contiguous run of chunks (at most 71), relays go through freshly
+//!    allocated scratch chunks.
 //! 3. Threadblocks: one per (gpu, peer, direction, channel), local copies in
-//!    tbs of their own; every tb lists its steps in one global topological
-//!    order of the operations, so the k-th send of a connection meets its
-//!    k-th receive and the lowest unfinished operation can always run: no
-//!    deadlock, whatever the FIFO depth. A tb that would pass 64 steps moves
-//!    its connection to the next channel.
+//!    tbs of their own. A connection's channels are its lanes: the runs of
+//!    one transfer go on one lane back to back, transfers the plan runs at
+//!    once on different lanes as far as the tb budget allows. Every tb lists
+//!    its steps in one global topological order of the operations, so the
+//!    k-th send of a connection meets its k-th receive and the lowest
+//!    unfinished operation can always run: no deadlock, whatever the FIFO
+//!    depth. A tb that would pass 64 steps moves its lane to a further
+//!    channel.
 //! 4. Dependencies: a step waits, per tb of its own gpu, for the latest
 //!    step it must follow (extra waits as nops before it); dependencies
 //!    between operations on other gpus are followed through to the ones
@@ -59,8 +63,8 @@ pub struct XmlOptions {
     /// `None`: chosen by message size (LL, LL128, Simple).
     pub protocol: Option<Protocol>,
     /// `None`: the smallest multiple of [`CHUNK_ALIGN`] that puts the largest
-    /// pair in one step of at most 71 chunks, doubled until the executor's
-    /// limits hold.
+    /// pair in [`CHUNKS_PER_LARGEST_PAIR`] chunks, doubled until the
+    /// executor's limits hold.
     pub chunk_bytes: Option<u64>,
 }
 
@@ -919,7 +923,8 @@ fn build_tbs(
     })
 }
 
-/// Threadblocks a gpu may use (all must be resident: an H100 has 132 SMs).
+/// Threadblocks a gpu may use for lanes: they spin on each other, so all
+/// must be resident at once (an A100 has 108 SMs, an H100 132).
 const TB_BUDGET: usize = 108;
 /// Lanes (channels) one connection's operations are spread over at most.
 const MAX_LANES: u32 = 32;
