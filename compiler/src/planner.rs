@@ -24,7 +24,7 @@ use crate::plan::{Buffer, Deps, Path, Plan, Transfer};
 use crate::sched::fast::balance::{balance_pair, Lane, LaneWeights, Piece};
 use crate::sched::fast::stages::Decomposer;
 pub use crate::sched::fast::stages::{check_partial_permutation, StagePair};
-use crate::topology::Topology;
+use crate::topology::{IntraKind, Topology};
 use crate::traffic::TrafficMatrix;
 
 /// Knobs of the planner. The defaults are what `fast` uses.
@@ -76,6 +76,9 @@ pub struct Planner {
     intra_latency: f64,
     /// Bytes/us of one GPU's NVLink (switch) or one mesh link.
     intra_rate: f64,
+    /// The intra-node fabric is a full mesh of point-to-point links: a GPU's
+    /// balancing moves are spread over all its links (balance.rs).
+    mesh: bool,
     // Per-plan buffers, kept between calls.
     /// `send_off[s * (n + 1) + d]`: offset of block (s, d) in input of s; the
     /// last entry of a row is the row's total.
@@ -101,6 +104,8 @@ pub struct Planner {
     rslots: Vec<Vec<[u32; 2]>>,
     /// The last plan was one merged stage of direct sends.
     latency_bound: bool,
+    /// Every node pair of the last plan was sent directly (no balancing).
+    all_direct: bool,
     /// Last balancing move into each GPU's scratch.
     last_move: Vec<u32>,
     /// Chunks of the lane slice being emitted.
@@ -108,6 +113,17 @@ pub struct Planner {
 }
 
 const NONE: u32 = u32::MAX;
+
+/// Fewest sends in flight per GPU (and so into each receiving GPU, whose
+/// chain has the same depth). Stages of a coarsened decomposition carry
+/// unequal bytes per pair, so nodes drift apart; each send in flight beyond
+/// the two the alpha-beta rule needs absorbs some of that drift. Four is the
+/// most distinct senders a receiving NIC takes before incast costs
+/// throughput (`K` of the congested model, docs/cost-model.md), so the
+/// extra depth is free there. Measured on the full bench suite (skewed,
+/// full-bisection cases): depth 3 gave median 1.048 and 16x8 log-normal 0.5
+/// 5% slower than `direct`; depth 4 median 1.046 and none slower.
+const MIN_DEPTH: u32 = 4;
 
 /// A pair goes direct only if its busiest lane carries at most this fraction
 /// more than balanced lanes would (measured: 2% keeps 4x8 log-normal at 4 KB
@@ -159,6 +175,7 @@ impl Planner {
             inter_latency,
             intra_latency,
             intra_rate: topo.intra_bandwidth().max(f64::MIN_POSITIVE),
+            mesh: topo.intra_kind() == Some(IntraKind::Mesh),
             send_off: Vec::with_capacity(ranks * (ranks + 1)),
             recv_off: Vec::with_capacity(ranks * ranks),
             col_acc: Vec::with_capacity(ranks),
@@ -177,6 +194,7 @@ impl Planner {
             slots: vec![Vec::new(); ranks],
             rslots: vec![Vec::new(); ranks],
             latency_bound: false,
+            all_direct: false,
             last_move: Vec::with_capacity(ranks),
             chunks: Vec::new(),
             opts,
@@ -431,6 +449,7 @@ impl Planner {
                     self.sent.iter().all(|&x| x == 0) || self.direct_is_enough(a, b, min_gain);
             }
         }
+        self.all_direct = all_direct;
         for a in 0..nn {
             for b in 0..nn {
                 if a == b {
@@ -460,6 +479,7 @@ impl Planner {
                     &self.weights,
                     self.nic_rate,
                     min_gain,
+                    self.mesh,
                     &mut self.lanes[at..at + g],
                     &mut self.pieces,
                     &mut self.targets,
@@ -613,7 +633,7 @@ impl Planner {
     /// time of an average send on its NIC), plus two: one in transfer, one to
     /// absorb the jitter between the sending and the receiving chain.
     /// Tiny, latency-bound sends get a deep pipeline, i.e. the stages merge;
-    /// large ones keep three in flight (below the fabric's incast threshold).
+    /// large ones keep [`MIN_DEPTH`] in flight.
     fn depth_for_chunks(&self) -> u32 {
         if !self.opts.staged {
             return u32::MAX;
@@ -630,7 +650,15 @@ impl Planner {
         if beta <= 0.0 {
             return u32::MAX;
         }
-        (2.0 + (self.inter_latency / beta).ceil()).min(1e6) as u32
+        // Direct sends (every pair balanced already) move equal bytes per
+        // pair and stage: nothing drifts, and the extra send in flight only
+        // shares NICs (uniform 16x8: 1.000 at depth 3, 1.021 at 4).
+        let least = if self.all_direct {
+            3.0
+        } else {
+            MIN_DEPTH as f64
+        };
+        (2.0 + (self.inter_latency / beta).ceil()).clamp(least, 1e6) as u32
     }
 
     fn emit_inter_node(&mut self, out: &mut Plan) {

@@ -119,6 +119,7 @@ pub(crate) fn balance_pair(
     weights: &LaneWeights,
     nic_rate: f64,
     min_gain_us: f64,
+    spread: bool,
     lanes: &mut [Lane],
     pieces: &mut Vec<Piece>,
     targets: &mut Vec<u64>,
@@ -145,6 +146,10 @@ pub(crate) fn balance_pair(
                 ..Lane::default()
             };
         }
+        return;
+    }
+    if spread {
+        spread_excess(sent, first_rank, targets, lanes, pieces);
         return;
     }
     // Two pointers: deficit lanes outermost, so each lane's pieces are contiguous.
@@ -183,11 +188,61 @@ pub(crate) fn balance_pair(
     }
 }
 
+/// Proportional balancing (mesh fabrics): every GPU with excess gives each
+/// lane below target a share of it proportional to that lane's need, so the
+/// moves of one GPU spread over all its point-to-point links instead of
+/// filling one peer's need at a time. With `x_e` the excess of GPU `e`,
+/// `y_d` the need of lane `d`, `E = Σ x_e = Σ y_d` and `Y_d = y_0 + … + y_d`,
+/// the piece from `e` to `d` is `⌊x_e Y_d / E⌋ − ⌊x_e Y_{d−1} / E⌋` bytes:
+/// each GPU's pieces tile its excess exactly, and each lane gathers its need
+/// to within one byte per GPU.
+fn spread_excess(
+    sent: &[u64],
+    first_rank: u32,
+    targets: &[u64],
+    lanes: &mut [Lane],
+    pieces: &mut Vec<Piece>,
+) {
+    let excess = |l: usize| sent[l].saturating_sub(targets[l]);
+    let total: u64 = (0..sent.len()).map(excess).sum();
+    let cut = |x: u64, y: u64| (x as u128 * y as u128 / total.max(1) as u128) as u64;
+    let mut need_before = 0u64;
+    for d in 0..sent.len() {
+        let need = targets[d].saturating_sub(sent[d]);
+        let start = pieces.len() as u32;
+        let mut gathered = 0;
+        for e in 0..sent.len() {
+            let x = excess(e);
+            let (lo, hi) = (cut(x, need_before), cut(x, need_before + need));
+            if hi > lo {
+                pieces.push(Piece {
+                    src: first_rank + e as u32,
+                    row_off: targets[e] + lo,
+                    len: hi - lo,
+                });
+                gathered += hi - lo;
+            }
+        }
+        need_before += need;
+        lanes[d] = Lane {
+            own: sent[d].min(targets[d]),
+            gathered,
+            pieces_start: start,
+            pieces_end: pieces.len() as u32,
+            ..Lane::default()
+        };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn run(sent: &[u64], nics: usize, gain: f64) -> (Vec<Lane>, Vec<Piece>) {
+        run_with(sent, nics, gain, false)
+    }
+
+    fn run_with(sent: &[u64], nics: usize, gain: f64, spread: bool) -> (Vec<Lane>, Vec<Piece>) {
         let w = LaneWeights::new(sent.len(), nics);
         let mut lanes = vec![Lane::default(); sent.len()];
         let mut pieces = Vec::new();
@@ -197,6 +252,7 @@ mod tests {
             &w,
             50_000.0,
             gain,
+            spread,
             &mut lanes,
             &mut pieces,
             &mut Vec::new(),
@@ -223,6 +279,41 @@ mod tests {
             at += p.len;
         }
         assert_eq!(at, 1000);
+    }
+
+    #[test]
+    fn mesh_spreads_one_gpus_excess_over_every_link() {
+        // GPU 0 holds nearly everything; GPU 3 a little more than its share.
+        let sent = [7000, 100, 0, 2500];
+        let (lanes, pieces) = run_with(&sent, 4, 0.0, true);
+        let lens: Vec<u64> = lanes.iter().map(Lane::len).collect();
+        assert_eq!(lens.iter().sum::<u64>(), 9600);
+        // Every lane ends within a byte per GPU of its target (2400).
+        assert!(lens.iter().all(|&x| x.abs_diff(2400) <= 4), "{lens:?}");
+        // GPU 0's excess goes to every lane below target, in proportion.
+        let from0: Vec<u64> = (0..4)
+            .map(|d| {
+                pieces[lanes[d].pieces_start as usize..lanes[d].pieces_end as usize]
+                    .iter()
+                    .filter(|p| p.src == 10)
+                    .map(|p| p.len)
+                    .sum()
+            })
+            .collect();
+        assert_eq!(from0[0], 0);
+        assert!(from0[1] > 0 && from0[2] > 0, "{from0:?}");
+        assert!(from0[2] > from0[1], "lane 2 needs more than lane 1");
+        // Each GPU's pieces tile its excess in row order, without gaps.
+        for (src, keep, excess) in [(10u32, 2400u64, 4600u64), (13, 2400, 100)] {
+            let mut mine: Vec<&Piece> = pieces.iter().filter(|p| p.src == src).collect();
+            mine.sort_by_key(|p| p.row_off);
+            let mut at = keep;
+            for p in mine {
+                assert_eq!(p.row_off, at);
+                at += p.len;
+            }
+            assert_eq!(at, keep + excess);
+        }
     }
 
     #[test]
