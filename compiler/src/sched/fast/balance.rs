@@ -207,24 +207,24 @@ fn spread_excess(
     let total: u64 = (0..sent.len()).map(excess).sum();
     let cut = |x: u64, y: u64| (x as u128 * y as u128 / total.max(1) as u128) as u64;
     let mut need_before = 0u64;
-    for d in 0..sent.len() {
+    for (d, lane) in lanes.iter_mut().enumerate().take(sent.len()) {
         let need = targets[d].saturating_sub(sent[d]);
         let start = pieces.len() as u32;
         let mut gathered = 0;
-        for e in 0..sent.len() {
+        for (e, &keep) in targets.iter().enumerate().take(sent.len()) {
             let x = excess(e);
             let (lo, hi) = (cut(x, need_before), cut(x, need_before + need));
             if hi > lo {
                 pieces.push(Piece {
                     src: first_rank + e as u32,
-                    row_off: targets[e] + lo,
+                    row_off: keep + lo,
                     len: hi - lo,
                 });
                 gathered += hi - lo;
             }
         }
         need_before += need;
-        lanes[d] = Lane {
+        *lane = Lane {
             own: sent[d].min(targets[d]),
             gathered,
             pieces_start: start,
