@@ -22,6 +22,7 @@
 use crate::error::{Error, Result};
 use crate::plan::{Buffer, Deps, Path, Plan, Transfer};
 use crate::sched::fast::balance::{balance_pair, Lane, LaneWeights, Piece};
+use crate::sched::fast::mesh::MeshRelief;
 use crate::sched::fast::stages::Decomposer;
 pub use crate::sched::fast::stages::{check_partial_permutation, StagePair};
 use crate::topology::{IntraKind, Topology};
@@ -110,6 +111,8 @@ pub struct Planner {
     last_move: Vec<u32>,
     /// Chunks of the lane slice being emitted.
     chunks: Vec<(u64, u64)>,
+    /// The mesh relief pass (mesh fabrics only).
+    relief: MeshRelief,
     /// Index in `stages` of the last pair each node sends (first half) and
     /// receives (second half).
     last_pair: Vec<usize>,
@@ -206,6 +209,7 @@ impl Planner {
             last_move: Vec::with_capacity(ranks),
             chunks: Vec::new(),
             last_pair: Vec::with_capacity(2 * nodes),
+            relief: MeshRelief::default(),
             opts,
         })
     }
@@ -249,6 +253,9 @@ impl Planner {
         self.decompose();
         self.emit_inter_node(out);
         self.emit_intra_node(traffic, out);
+        if self.mesh {
+            self.relief.relieve(out, self.gpus);
+        }
         Ok(())
     }
 

@@ -4,7 +4,9 @@
 //!    node evenly over its GPUs and NICs through NVLink;
 //! 2. [`stages`]: decompose the node matrix into few partial-permutation
 //!    stages (coarsened Birkhoff–von Neumann), rail-aligned inside a stage;
-//! 3. the [`crate::planner::Planner`] emits the plan: balancing moves run under
+//! 3. [`mesh`]: on a mesh fabric, part of the intra-node blocks on the
+//!    busiest links go through a third GPU;
+//! 4. the [`crate::planner::Planner`] emits the plan: balancing moves run under
 //!    the previous stage's sends, forwards under the next, each GPU keeps a
 //!    cost-derived number of stages in flight.
 //!
@@ -12,6 +14,7 @@
 //! one-shot form the CLI uses.
 
 pub(crate) mod balance;
+pub(crate) mod mesh;
 pub(crate) mod stages;
 
 use crate::error::Result;
