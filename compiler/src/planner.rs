@@ -1368,6 +1368,31 @@ mod tests {
     }
 
     #[test]
+    fn short_balanced_blocks_go_through_rail_aligned_lanes() {
+        // The same uniform exchange with blocks shorter than one inter-node
+        // latency on a NIC (but not latency-bound as a whole): direct lanes
+        // would send latency-bound blocks fanning out to every NIC, so the
+        // pairs are balanced and sent rail-aligned into scratch instead.
+        let t = topo(3, 4, 4, IntraKind::Switch);
+        let lane_rate = t.nic_bandwidth();
+        let block = (0.5 * t.path_latency(0, 4) * lane_rate) as u64;
+        let m = TrafficMatrix::uniform(12, block);
+        let mut p = Planner::new(&t, PlannerOptions::default()).unwrap();
+        let plan = p.plan(&m).unwrap();
+        verify_on(&plan, &m, &t).unwrap();
+        assert!(!p.latency_bound());
+        let rdma: Vec<&Transfer> = plan
+            .transfers
+            .iter()
+            .filter(|tr| matches!(tr.path, Path::Rdma { .. }))
+            .collect();
+        assert!(!rdma.is_empty());
+        assert!(rdma
+            .iter()
+            .all(|tr| tr.dst_buf == Buffer::Scratch && tr.src % 4 == tr.dst % 4));
+    }
+
+    #[test]
     fn moves_are_cut_like_the_sends_they_feed() {
         // GPU 0's tail is one piece per carrier; each send moves only its
         // part of it, so a carrier's first send does not wait for the whole.
