@@ -303,11 +303,10 @@ impl Planner {
         let (mut bytes, mut blocks) = (0u64, 0u64);
         for s in 0..n {
             let row = &self.send_off[s * (n + 1)..(s + 1) * (n + 1)];
-            for d in (0..n).filter(|d| d / g != s / g) {
-                let b = row[d + 1] - row[d];
-                bytes += b;
-                blocks += u64::from(b > 0);
-            }
+            let own = s / g * g..(s / g + 1) * g;
+            bytes += row[n] - (row[own.end] - row[own.start]);
+            let nonzero = |r: std::ops::Range<usize>| r.filter(|&d| row[d + 1] > row[d]).count();
+            blocks += (nonzero(0..own.start) + nonzero(own.end..n)) as u64;
         }
         let lane_rate = self.nic_rate / self.weights.max_sharing() as f64;
         blocks > 0 && bytes as f64 / blocks as f64 >= self.inter_latency * lane_rate
