@@ -288,6 +288,31 @@ impl Planner {
         busiest_out.max(busiest_in) as f64 / self.nic_rate <= self.inter_latency
     }
 
+    /// True when the average block between nodes takes at least one
+    /// inter-node latency on its NIC. Direct lanes send block by block to
+    /// every GPU of the receiving node, so shorter blocks make each send
+    /// latency-bound (the chain of sends pays the latency again every
+    /// `depth` sends), and merged into one send they fan out to many
+    /// receiving NICs at once (incast). Measured on uniform traffic, ratio to
+    /// the bound with direct lanes / balanced lanes, 2x8..16x8 (ideal and
+    /// congested agree for both): 512 KB per pair 1.000 / 1.004-1.048; 128 KB
+    /// 1.011-1.078 / 1.008-1.090; 64 KB 1.23-1.25 / 1.09-1.23; 16 KB
+    /// 1.55-1.69 (2.3-2.8 congested) / 1.31-1.39.
+    fn blocks_are_long(&self) -> bool {
+        let (n, g) = (self.ranks(), self.gpus);
+        let (mut bytes, mut blocks) = (0u64, 0u64);
+        for s in 0..n {
+            let row = &self.send_off[s * (n + 1)..(s + 1) * (n + 1)];
+            for d in (0..n).filter(|d| d / g != s / g) {
+                let b = row[d + 1] - row[d];
+                bytes += b;
+                blocks += u64::from(b > 0);
+            }
+        }
+        let lane_rate = self.nic_rate / self.weights.max_sharing() as f64;
+        blocks > 0 && bytes as f64 / blocks as f64 >= self.inter_latency * lane_rate
+    }
+
     fn inter_node_bytes(&self) -> u64 {
         let nn = self.nodes;
         (0..nn * nn)
@@ -450,7 +475,7 @@ impl Planner {
         // the same NICs) they made incast (congested 4x8 hotspot: 1.03x ->
         // 1.11x the bound). Only with stages: `spray` sent directly is
         // `direct` (congested uniform 4x8: 2.49x instead of 1.10x).
-        let mut all_direct = self.opts.balance && self.opts.staged;
+        let mut all_direct = self.opts.balance && self.opts.staged && self.blocks_are_long();
         'pairs: for a in 0..nn {
             for b in (0..nn).filter(|&b| b != a) {
                 if !all_direct {
@@ -1340,6 +1365,31 @@ mod tests {
             firsts.iter().enumerate().all(|(l, &d)| d % 4 == l as u32),
             "{firsts:?}"
         );
+    }
+
+    #[test]
+    fn short_balanced_blocks_go_through_rail_aligned_lanes() {
+        // The same uniform exchange with blocks shorter than one inter-node
+        // latency on a NIC (but not latency-bound as a whole): direct lanes
+        // would send latency-bound blocks fanning out to every NIC, so the
+        // pairs are balanced and sent rail-aligned into scratch instead.
+        let t = topo(3, 4, 4, IntraKind::Switch);
+        let lane_rate = t.nic_bandwidth();
+        let block = (0.5 * t.path_latency(0, 4) * lane_rate) as u64;
+        let m = TrafficMatrix::uniform(12, block);
+        let mut p = Planner::new(&t, PlannerOptions::default()).unwrap();
+        let plan = p.plan(&m).unwrap();
+        verify_on(&plan, &m, &t).unwrap();
+        assert!(!p.latency_bound());
+        let rdma: Vec<&Transfer> = plan
+            .transfers
+            .iter()
+            .filter(|tr| matches!(tr.path, Path::Rdma { .. }))
+            .collect();
+        assert!(!rdma.is_empty());
+        assert!(rdma
+            .iter()
+            .all(|tr| tr.dst_buf == Buffer::Scratch && tr.src % 4 == tr.dst % 4));
     }
 
     #[test]
