@@ -25,6 +25,12 @@ pub struct LpOptions {
     pub time_limit_s: f64,
     /// Print the solver's log to the console.
     pub verbose: bool,
+    /// The `lp` scheduler: most lanes (transfers running at once) per GPU,
+    /// counted as the MSCCL lowering counts threadblocks. `None` (the
+    /// default) sizes lanes for the plan alone; `Some` sizes them by the
+    /// slack of their routes and coarsens them until every GPU is within
+    /// the cap (docs/algorithms-lp.md, "MSCCL export").
+    pub max_lanes_per_gpu: Option<u32>,
 }
 
 impl Default for LpOptions {
@@ -32,6 +38,7 @@ impl Default for LpOptions {
         LpOptions {
             time_limit_s: 60.0,
             verbose: false,
+            max_lanes_per_gpu: None,
         }
     }
 }

@@ -154,6 +154,7 @@ fn bad_time_limit_is_input_error() {
     let opts = LpOptions {
         time_limit_s: 0.0,
         verbose: false,
+        max_lanes_per_gpu: None,
     };
     let e = lp_bound(&topo, &m, &opts).unwrap_err();
     assert!(e.is_bad_input(), "{e}");
@@ -245,6 +246,7 @@ fn time_limit_still_gives_a_plan() {
     let opts = LpOptions {
         time_limit_s: 1e-9,
         verbose: false,
+        max_lanes_per_gpu: None,
     };
     let (plan, report) = lp_with_report(&topo, &m, &opts).unwrap();
     verify_on(&plan, &m, &topo).unwrap();

@@ -31,6 +31,11 @@ pub const MAX_STEPS_PER_TB: usize = 64;
 pub const MAX_CNT: u32 = 71;
 /// `depid` is stored as int8: threadblock ids beyond 127 cannot be waited on.
 pub const MAX_TBS_PER_GPU: usize = 128;
+/// Lanes per GPU a plan bound for XML may run at once
+/// (`sched::Options::max_lanes_per_gpu`): the lowering gives lanes at most
+/// 108 threadblocks per GPU, all resident at once (an A100's SMs), and one
+/// of those goes to a GPU's local copy; this leaves one more to spare.
+pub const PLAN_LANES_PER_GPU: u32 = 106;
 /// Channels (`MAXCHANNELS`).
 pub const MAX_CHANNELS: u32 = 32;
 /// Threadblocks with a send (or a receive) peer per channel.

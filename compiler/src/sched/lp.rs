@@ -100,7 +100,7 @@ pub fn lp_with_report(
     } else {
         0.0
     };
-    let mut builder = Builder::new(topo, traffic, &mut plan, makespan);
+    let mut shares: Vec<(Vec<usize>, u64)> = Vec::new();
     for (s, from_s) in routes.iter().enumerate() {
         for d in 0..n {
             let bytes = traffic.get(s, d);
@@ -108,10 +108,16 @@ pub fn lp_with_report(
                 continue;
             }
             let mine = from_s.get(d).map_or(&[][..], |r| r.as_slice());
-            for (gpus, share) in apportion(s, d, bytes, mine) {
-                builder.route(&gpus, share);
-            }
+            shares.extend(apportion(s, d, bytes, mine));
         }
+    }
+    let mut builder = Builder::new(topo, traffic, &mut plan, makespan);
+    let lane_bytes = match opts.max_lanes_per_gpu {
+        None => vec![builder.lane_bytes; shares.len()],
+        Some(cap) => capped_lanes(topo, &shares, builder.lane_bytes, cap),
+    };
+    for ((gpus, share), lane) in shares.iter().zip(lane_bytes) {
+        builder.route(gpus, *share, lane);
     }
     let relayed = builder.relayed;
     let report = LpReport {
@@ -227,8 +233,9 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// Plans `bytes` of block `(gpus[0], gpus.last())` along `gpus`.
-    fn route(&mut self, gpus: &[usize], bytes: u64) {
+    /// Plans `bytes` of block `(gpus[0], gpus.last())` along `gpus`, in
+    /// lanes of about `lane_bytes`.
+    fn route(&mut self, gpus: &[usize], bytes: u64, lane_bytes: u64) {
         let (s, d) = (gpus[0], gpus[gpus.len() - 1]);
         let n = self.layout.ranks();
         let start = self.done[s * n + d];
@@ -236,7 +243,7 @@ impl<'a> Builder<'a> {
         if gpus.len() > 2 {
             self.relayed += bytes;
         }
-        let lanes = bytes.div_ceil(self.lane_bytes).max(1);
+        let lanes = bytes.div_ceil(lane_bytes.max(1)).max(1);
         // A lane runs for about the makespan; its slices share that time.
         let latency: f64 = gpus
             .windows(2)
@@ -301,6 +308,106 @@ impl<'a> Builder<'a> {
     }
 }
 
+/// Lane sizes for `shares` (routes and their bytes) that keep every GPU
+/// within `cap` lanes at once (eq. 6 of docs/algorithms-lp.md).
+///
+/// A route whose fullest link is used to a share `u` of the makespan gets
+/// lanes of `L / u` instead of `L` (`base`): its links have room, so fewer,
+/// larger lanes still end within the makespan. If a GPU still runs more
+/// than `cap` lanes, `L` grows to the smallest size that fits (lanes are
+/// counted per GPU, connection and direction, as the MSCCL lowering counts
+/// threadblocks: a lane's slices on one hop follow each other, so they take
+/// one). Where even one lane per route is too many, routes get one lane
+/// each.
+fn capped_lanes(topo: &Topology, shares: &[(Vec<usize>, u64)], base: u64, cap: u32) -> Vec<u64> {
+    let used = route_use(topo, shares);
+    let sizes = |l: u64| -> Vec<u64> {
+        used.iter()
+            .map(|u| ((l as f64 / u.max(1e-3)) as u64).max(l))
+            .collect()
+    };
+    let most = |l: u64| {
+        lanes_per_gpu(topo.ranks(), shares, &sizes(l))
+            .into_iter()
+            .max()
+            .unwrap_or(0)
+    };
+    let cap = cap as usize;
+    if most(base) <= cap {
+        return sizes(base);
+    }
+    let top = shares.iter().map(|x| x.1).max().unwrap_or(base).max(base);
+    if most(top) > cap {
+        return sizes(top);
+    }
+    // most(lo) > cap >= most(hi); lanes only shrink as `l` grows.
+    let (mut lo, mut hi) = (base, top);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if most(mid) <= cap {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    sizes(hi)
+}
+
+/// For every share, the use of its route's fullest link: the load all
+/// shares put on it over what it moves in the busiest link's time (1 on a
+/// binding link).
+fn route_use(topo: &Topology, shares: &[(Vec<usize>, u64)]) -> Vec<f64> {
+    let mut load = vec![0.0f64; topo.num_links()];
+    let mut path = Vec::new();
+    let mut links_of = Vec::with_capacity(shares.len());
+    for (gpus, bytes) in shares {
+        let mut links = Vec::new();
+        for w in gpus.windows(2) {
+            path.clear();
+            topo.path_into(w[0], w[1], &mut path);
+            for &l in &path {
+                load[l as usize] += *bytes as f64;
+            }
+            links.extend_from_slice(&path);
+        }
+        links_of.push(links);
+    }
+    let time = load
+        .iter()
+        .enumerate()
+        .map(|(l, &x)| x / topo.link(l as u32).bandwidth)
+        .fold(0.0f64, f64::max);
+    links_of
+        .iter()
+        .map(|links| {
+            let u = links
+                .iter()
+                .map(|&l| load[l as usize] / (topo.link(l).bandwidth * time))
+                .fold(0.0f64, f64::max);
+            if u.is_finite() && u > 0.0 {
+                u.min(1.0)
+            } else {
+                1.0
+            }
+        })
+        .collect()
+}
+
+/// Lanes each GPU runs at once when share `i` is cut into lanes of
+/// `lane_bytes[i]`: every lane takes one per hop at both of its GPUs.
+/// Local copies take none.
+fn lanes_per_gpu(n: usize, shares: &[(Vec<usize>, u64)], lane_bytes: &[u64]) -> Vec<usize> {
+    let mut per = vec![0usize; n];
+    for ((gpus, bytes), &lane) in shares.iter().zip(lane_bytes) {
+        let lanes = bytes.div_ceil(lane.max(1)).max(1) as usize;
+        for w in gpus.windows(2).filter(|w| w[0] != w[1]) {
+            per[w[0]] += lanes;
+            per[w[1]] += lanes;
+        }
+    }
+    per
+}
+
 /// `total` in `parts` whole pieces that differ by at most one byte.
 fn split(total: u64, parts: u64) -> Vec<u64> {
     let parts = parts.clamp(1, total.max(1));
@@ -332,6 +439,56 @@ mod tests {
         assert_eq!(got.len(), 2, "the tiny route is folded in: {got:?}");
         assert_eq!(got.iter().map(|x| x.1).sum::<u64>(), 1000);
         assert_eq!(got[1], (vec![0, 1, 2], 667));
+    }
+
+    /// Lanes each GPU runs at once, read off the plan: a transfer starts a
+    /// lane on its connection unless it waits for one on the same
+    /// connection (the previous slice of its lane).
+    fn plan_lanes_per_gpu(plan: &Plan) -> Vec<usize> {
+        let mut per = vec![0usize; plan.ranks as usize];
+        for t in plan.transfers.iter().filter(|t| t.src != t.dst) {
+            let chained = t.deps.iter().any(|&p| {
+                let p = &plan.transfers[p as usize];
+                (p.src, p.dst) == (t.src, t.dst)
+            });
+            if !chained {
+                per[t.src as usize] += 1;
+                per[t.dst as usize] += 1;
+            }
+        }
+        per
+    }
+
+    #[test]
+    fn lane_cap_holds_and_plan_verifies() {
+        use crate::generate::{generate, Pattern, TrafficSpec};
+        let topo = Topology::preset("dgx-h100", 2, None).unwrap();
+        let mut spec = TrafficSpec::new(16, Pattern::Zipf(1.2));
+        spec.seed = 2;
+        spec.bytes = 256 << 10;
+        let m = generate(&spec).unwrap();
+        let free = lp(&topo, &m, &LpOptions::default()).unwrap();
+        let most = |p: &Plan| plan_lanes_per_gpu(p).into_iter().max().unwrap();
+        let cap = 60;
+        assert!(
+            most(&free) > cap as usize,
+            "the cap must bite: {}",
+            most(&free)
+        );
+        let opts = LpOptions {
+            max_lanes_per_gpu: Some(cap),
+            ..LpOptions::default()
+        };
+        let capped = lp(&topo, &m, &opts).unwrap();
+        verify_on(&capped, &m, &topo).unwrap();
+        assert!(most(&capped) <= cap as usize, "{} lanes", most(&capped));
+        // A cap the plan already meets still sizes lanes by route use, and
+        // that plan is correct too.
+        let loose = LpOptions {
+            max_lanes_per_gpu: Some(10_000),
+            ..LpOptions::default()
+        };
+        verify_on(&lp(&topo, &m, &loose).unwrap(), &m, &topo).unwrap();
     }
 
     #[test]

@@ -90,6 +90,14 @@ pub struct Options {
     pub time_limit_s: f64,
     /// `lp`: print the solver's log.
     pub verbose: bool,
+    /// `lp`: run at most this many lanes at once on any GPU, counted as the
+    /// MSCCL lowering counts threadblocks (per GPU, one per connection,
+    /// direction and lane). `None` (the default): no cap, the best plan for
+    /// the simulator. Set it to [`crate::msccl::PLAN_LANES_PER_GPU`] when
+    /// the plan goes to MSCCL XML, so the file runs every lane the plan
+    /// runs at once; it costs the plan itself a little (docs/algorithms-lp.md).
+    /// The other schedulers fit the lowering already and ignore it.
+    pub max_lanes_per_gpu: Option<u32>,
 }
 
 impl Default for Options {
@@ -97,6 +105,7 @@ impl Default for Options {
         Options {
             time_limit_s: 60.0,
             verbose: false,
+            max_lanes_per_gpu: None,
         }
     }
 }
@@ -121,6 +130,7 @@ pub fn schedule(
             &crate::lp::LpOptions {
                 time_limit_s: opts.time_limit_s,
                 verbose: opts.verbose,
+                max_lanes_per_gpu: opts.max_lanes_per_gpu,
             },
         ),
     }
