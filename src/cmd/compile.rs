@@ -6,7 +6,7 @@ use std::time::Instant;
 use clap::Args;
 use switchyard::compiler::lp::{lower_bound, LpOptions};
 use switchyard::compiler::msccl::{
-    assign_paths, parse_xml, to_xml, xml_traffic, Layout, Protocol, XmlOptions,
+    assign_paths, parse_xml, to_xml, xml_traffic, Layout, Protocol, XmlOptions, PLAN_LANES_PER_GPU,
 };
 use switchyard::compiler::report::Report;
 use switchyard::compiler::sched::{schedule, Options};
@@ -23,7 +23,8 @@ pub struct CompileArgs {
     traffic: PathBuf,
     #[arg(long, default_value = "direct")]
     algorithm: String,
-    /// Output plan: `.json` writes the plan IR, `.xml` MSCCL XML.
+    /// Output plan: `.json` writes the plan IR, `.xml` MSCCL XML (then `lp`
+    /// runs at most 106 lanes at once per GPU, so the file's threadblocks can run them all).
     #[arg(long)]
     out: PathBuf,
     /// MSCCL XML: `padded` (every peer block sized to the largest pair, a
@@ -63,9 +64,12 @@ pub fn compile(a: CompileArgs) -> CliResult {
     let network: Network = a.network.parse()?;
     let (topo, m) = load_inputs(&a.topology, &a.traffic)?;
     let t0 = Instant::now();
+    // An MSCCL file runs at most ~108 threadblocks per GPU: a plan for one
+    // must not run more lanes at once than that (only `lp` would).
     let opts = Options {
         time_limit_s: a.time_limit,
         verbose: a.verbose,
+        max_lanes_per_gpu: is_xml(&a.out).then_some(PLAN_LANES_PER_GPU),
     };
     // The solver can take seconds to minutes: show that it is working (a
     // spinner on a terminal, nothing when stderr is redirected).
