@@ -67,3 +67,76 @@ fn xml_plans_simulate_within_two_percent() {
     }
     eprintln!("worst difference {:.3}%", 100.0 * worst);
 }
+
+/// What the lane cap costs `lp` and buys its XML (docs/algorithms-lp.md,
+/// "MSCCL export"): completion over the lower bound of the plan and of the
+/// file, without and with `PLAN_LANES_PER_GPU`, over 48 skewed cases.
+/// `cargo test --release --test msccl_sim lp_lane_cap_measured -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn lp_lane_cap_measured() {
+    use switchyard::compiler::lp::{lower_bound, LpOptions};
+    use switchyard::compiler::msccl::MAX_TBS_PER_GPU;
+    let sim = SimOptions::default();
+    let cases = [
+        (Pattern::Moe, 256 << 10),
+        (Pattern::Zipf(1.2), 256 << 10),
+        (Pattern::Lognormal(1.0), 256 << 10),
+        (Pattern::Zipf(0.8), 1 << 20),
+        (Pattern::Zipf(1.2), 1 << 20),
+        (Pattern::Lognormal(1.0), 1 << 20),
+        (Pattern::Hotspot(0.3), 1 << 20),
+        (Pattern::IntraSkew(1.2), 1 << 20),
+    ];
+    let caps = [None, Some(PLAN_LANES_PER_GPU)];
+    // Per cap: log-sum and worst of plan and file, files wanting > 128 tbs,
+    // files with lanes short.
+    let mut sums = [[0.0f64; 2]; 2];
+    let mut worst = [[0.0f64; 2]; 2];
+    let (mut over, mut short, mut cases_run) = ([0usize; 2], [0usize; 2], 0);
+    for nodes in [2, 4] {
+        let topo = Topology::preset("dgx-h100", nodes, None).unwrap();
+        for (pattern, bytes) in cases {
+            for seed in 1..=3 {
+                let mut spec = TrafficSpec::new(topo.ranks(), pattern);
+                spec.seed = seed;
+                spec.bytes = bytes;
+                spec.moe.tokens_per_rank = 512;
+                let m = generate(&spec).unwrap();
+                let bound = lower_bound(&topo, &m, &LpOptions::default())
+                    .unwrap()
+                    .best_us();
+                cases_run += 1;
+                let mut line = format!("{nodes}x8 {pattern:?} {bytes} B seed {seed}:");
+                for (i, cap) in caps.into_iter().enumerate() {
+                    let o = Options {
+                        max_lanes_per_gpu: cap,
+                        ..Options::default()
+                    };
+                    let plan = schedule(Algorithm::Lp, &topo, &m, &o).unwrap();
+                    let x = to_xml(&plan, &topo, &m, &XmlOptions::default()).unwrap();
+                    let ratios = [&plan, &x.plan]
+                        .map(|p| simulate(&topo, p, &sim).unwrap().completion_us / bound);
+                    for (j, r) in ratios.into_iter().enumerate() {
+                        sums[i][j] += r.ln();
+                        worst[i][j] = worst[i][j].max(r);
+                    }
+                    over[i] += usize::from(x.tbs_wanted > MAX_TBS_PER_GPU);
+                    short[i] += usize::from(x.lanes_short > 0);
+                    line += &format!(
+                        "  cap {cap:?}: plan {:.3}, xml {:.3}, {} tbs wanted",
+                        ratios[0], ratios[1], x.tbs_wanted
+                    );
+                }
+                eprintln!("{line}");
+            }
+        }
+    }
+    for (i, cap) in caps.into_iter().enumerate() {
+        let mean = |s: f64| (s / cases_run as f64).exp();
+        eprintln!(
+            "cap {cap:?}: plan geomean {:.3} worst {:.3}; xml geomean {:.3} worst {:.3}; {} of {cases_run} want > {MAX_TBS_PER_GPU} tbs, {} lanes short",
+            mean(sums[i][0]), worst[i][0], mean(sums[i][1]), worst[i][1], over[i], short[i]
+        );
+    }
+}
