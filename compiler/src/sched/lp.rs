@@ -10,6 +10,9 @@
 //!    does (eq. 5). A relayed lane is cut into slices that run one after the
 //!    other, so that each hop of a slice overlaps the previous hop of the next
 //!    slice (a pipeline) instead of waiting for the whole lane.
+//! 4. Optionally (`LpOptions::max_lanes_per_gpu`, for MSCCL XML), size lanes
+//!    by the slack of their routes and coarsen them until no GPU runs more
+//!    lanes at once than the cap (eq. 6).
 
 use crate::error::Result;
 use crate::lp::{
