@@ -9,7 +9,7 @@ use crate::sched::{schedule, Algorithm, Options};
 use crate::topology::Topology;
 use crate::traffic::TrafficMatrix;
 
-use super::{to_xml, XmlOptions};
+use super::{to_xml, XmlOptions, PLAN_LANES_PER_GPU};
 
 /// Algorithms with checked-in plans, by CLI name; names not (yet) known to
 /// [`Algorithm`] are skipped, so a scheduler that lands makes the set stale.
@@ -37,6 +37,11 @@ pub fn skewed_traffic() -> Result<TrafficMatrix> {
 /// Every file of `schedules/` except its README, in a fixed order.
 pub fn reference_schedules() -> Result<Vec<ScheduleFile>> {
     let mut out = Vec::new();
+    // Scheduled as `compile --out plan.xml` schedules.
+    let sched = Options {
+        max_lanes_per_gpu: Some(PLAN_LANES_PER_GPU),
+        ..Options::default()
+    };
     let algorithms: Vec<Algorithm> = ALGORITHMS.iter().filter_map(|a| a.parse().ok()).collect();
     for nodes in [2usize, 4] {
         let topo = Topology::preset("dgx-h100", nodes, None)?;
@@ -48,7 +53,7 @@ pub fn reference_schedules() -> Result<Vec<ScheduleFile>> {
             ..XmlOptions::default()
         };
         for &alg in &algorithms {
-            let plan = schedule(alg, &topo, &m, &Options::default())?;
+            let plan = schedule(alg, &topo, &m, &sched)?;
             let x = to_xml(&plan, &topo, &m, &opts)?;
             out.push(ScheduleFile {
                 name: format!("dgx-h100-{nodes}x8-uniform-{alg}.xml"),
@@ -63,7 +68,7 @@ pub fn reference_schedules() -> Result<Vec<ScheduleFile>> {
         text: m.to_json(),
     });
     for &alg in &algorithms {
-        let plan = schedule(alg, &topo, &m, &Options::default())?;
+        let plan = schedule(alg, &topo, &m, &sched)?;
         let x = to_xml(&plan, &topo, &m, &XmlOptions::default())?;
         out.push(ScheduleFile {
             name: format!("dgx-h100-2x8-moe-{alg}.xml"),
