@@ -116,3 +116,37 @@ fn real_msccl_plan_verifies_and_a_broken_copy_is_rejected() {
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert!(err.contains("broken.xml"), "{err}");
 }
+
+/// `compile --out *.xml` caps `lp`'s parallel lanes, so on 4x8 (where the
+/// uncapped plan wants 231 threadblocks on a gpu) the file runs every lane
+/// its plan runs at once.
+#[test]
+fn lp_xml_runs_every_lane() {
+    let dir = std::env::temp_dir().join(format!("switchyard-cli-lpxml-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let xml = dir.join("plan.xml").display().to_string();
+    let report = dir.join("r.json").display().to_string();
+    let (code, _, err) = run(&[
+        "compile",
+        "--topology",
+        &root("examples/topologies/dgx-h100-4x8.json"),
+        "--traffic",
+        &root("examples/traffic/moe-32.json"),
+        "--algorithm",
+        "lp",
+        "--out",
+        &xml,
+        "--report",
+        &report,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(r["msccl"]["lanes_short"], 0, "{}", r["msccl"]);
+    assert!(
+        r["msccl"]["tbs_wanted"].as_u64().unwrap() <= 108,
+        "{}",
+        r["msccl"]
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
