@@ -26,6 +26,25 @@ fn root(rel: &str) -> String {
         .to_string()
 }
 
+/// `compile --out XML --report R` must succeed; returns the report.
+fn compile_xml(topo: &str, traffic: &str, alg: &str, xml: &str, report: &str) -> serde_json::Value {
+    let (code, _, err) = run(&[
+        "compile",
+        "--topology",
+        topo,
+        "--traffic",
+        traffic,
+        "--algorithm",
+        alg,
+        "--out",
+        xml,
+        "--report",
+        report,
+    ]);
+    assert_eq!(code, 0, "{alg}: {err}");
+    serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap()
+}
+
 #[test]
 fn compile_to_xml_then_verify_simulate_run() {
     let dir = std::env::temp_dir().join(format!("switchyard-cli-xml-{}", std::process::id()));
@@ -37,22 +56,7 @@ fn compile_to_xml_then_verify_simulate_run() {
     let xml = dir.join("plan.xml").display().to_string();
     let report = dir.join("r.json").display().to_string();
     for alg in ["direct", "hierarchical", "fast"] {
-        let (code, _, err) = run(&[
-            "compile",
-            "--topology",
-            &topo,
-            "--traffic",
-            &traffic,
-            "--algorithm",
-            alg,
-            "--out",
-            &xml,
-            "--report",
-            &report,
-        ]);
-        assert_eq!(code, 0, "{alg}: {err}");
-        let r: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        let r = compile_xml(&topo, &traffic, alg, &xml, &report);
         assert_eq!(r["msccl"]["layout"], "padded");
         assert!(r["msccl"]["chunk_bytes"].as_u64().unwrap() > 0);
         assert!(std::fs::read_to_string(&xml)
@@ -126,22 +130,13 @@ fn lp_xml_runs_every_lane() {
     std::fs::create_dir_all(&dir).unwrap();
     let xml = dir.join("plan.xml").display().to_string();
     let report = dir.join("r.json").display().to_string();
-    let (code, _, err) = run(&[
-        "compile",
-        "--topology",
+    let r = compile_xml(
         &root("examples/topologies/dgx-h100-4x8.json"),
-        "--traffic",
         &root("examples/traffic/moe-32.json"),
-        "--algorithm",
         "lp",
-        "--out",
         &xml,
-        "--report",
         &report,
-    ]);
-    assert_eq!(code, 0, "{err}");
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    );
     assert_eq!(r["msccl"]["lanes_short"], 0, "{}", r["msccl"]);
     assert!(
         r["msccl"]["tbs_wanted"].as_u64().unwrap() <= 108,
