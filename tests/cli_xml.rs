@@ -145,3 +145,15 @@ fn lp_xml_runs_every_lane() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn compile_help_states_the_lane_cap_the_code_uses() {
+    // The help text is a literal; it must name the cap `compile` applies.
+    let (code, out, err) = run(&["compile", "--help"]);
+    assert_eq!(code, 0, "{err}");
+    let cap = switchyard::compiler::msccl::PLAN_LANES_PER_GPU;
+    assert!(
+        out.contains(&format!("at most {cap} lanes at once per GPU")),
+        "{out}"
+    );
+}
