@@ -88,6 +88,8 @@ pub struct Planner {
     recv_off: Vec<u64>,
     col_acc: Vec<u64>,
     node_bytes: Vec<u64>,
+    /// Non-empty blocks between different nodes.
+    inter_blocks: u64,
     lanes: Vec<Lane>,
     pieces: Vec<Piece>,
     sent: Vec<u64>,
@@ -191,6 +193,7 @@ impl Planner {
             recv_off: Vec::with_capacity(ranks * ranks),
             col_acc: Vec::with_capacity(ranks),
             node_bytes: Vec::with_capacity(nodes * nodes),
+            inter_blocks: 0,
             lanes: Vec::with_capacity(nodes * nodes * gpus),
             pieces: Vec::new(),
             sent: Vec::with_capacity(gpus),
@@ -299,15 +302,7 @@ impl Planner {
     /// 1.011-1.078 / 1.008-1.090; 64 KB 1.23-1.25 / 1.09-1.23; 16 KB
     /// 1.55-1.69 (2.3-2.8 congested) / 1.31-1.39.
     fn blocks_are_long(&self) -> bool {
-        let (n, g) = (self.ranks(), self.gpus);
-        let (mut bytes, mut blocks) = (0u64, 0u64);
-        for s in 0..n {
-            let row = &self.send_off[s * (n + 1)..(s + 1) * (n + 1)];
-            let own = s / g * g..(s / g + 1) * g;
-            bytes += row[n] - (row[own.end] - row[own.start]);
-            let nonzero = |r: std::ops::Range<usize>| r.filter(|&d| row[d + 1] > row[d]).count();
-            blocks += (nonzero(0..own.start) + nonzero(own.end..n)) as u64;
-        }
+        let (bytes, blocks) = (self.inter_node_bytes(), self.inter_blocks);
         let lane_rate = self.nic_rate / self.weights.max_sharing() as f64;
         blocks > 0 && bytes as f64 / blocks as f64 >= self.inter_latency * lane_rate
     }
@@ -379,7 +374,8 @@ impl Planner {
         self.depth
     }
 
-    /// Block offsets of the all-to-all(v) layout, and the node matrix.
+    /// Block offsets of the all-to-all(v) layout, the node matrix and the
+    /// count of non-empty blocks between nodes.
     fn offsets(&mut self, m: &TrafficMatrix) {
         let n = self.ranks();
         let (nn, g) = (self.nodes, self.gpus);
@@ -390,19 +386,24 @@ impl Planner {
         self.col_acc.resize(n, 0);
         self.node_bytes.clear();
         self.node_bytes.resize(nn * nn, 0);
+        self.inter_blocks = 0;
         for s in 0..n {
             let row = m.row(s);
             let mut acc = 0u64;
+            let mut nonzero = 0u64;
             let recv = &mut self.recv_off[s * n..(s + 1) * n];
             for (d, &b) in row.iter().enumerate() {
                 self.send_off.push(acc);
                 acc += b;
+                nonzero += u64::from(b > 0);
                 recv[d] = self.col_acc[d];
                 self.col_acc[d] += b;
             }
             self.send_off.push(acc);
-            let so = &self.send_off[s * (n + 1)..];
             let a = s / g;
+            let own = &row[a * g..(a + 1) * g];
+            self.inter_blocks += nonzero - own.iter().filter(|&&b| b > 0).count() as u64;
+            let so = &self.send_off[s * (n + 1)..];
             for b in 0..nn {
                 self.node_bytes[a * nn + b] += so[(b + 1) * g] - so[b * g];
             }
@@ -909,29 +910,20 @@ impl Planner {
         if to > lane.own {
             let (g0, g1) = (from.max(lane.own) - lane.own, to - lane.own);
             let mut deps = chain;
-            let mut at = 0;
-            for pi in lane.pieces_start as usize..lane.pieces_end as usize {
-                let piece = self.pieces[pi];
-                let (p0, p1) = (at, at + piece.len);
-                at = p1;
-                if p1 <= g0 {
-                    continue;
-                }
-                if p0 >= g1 {
-                    break;
-                }
-                // Each send moves just the part of the piece it carries: a
-                // piece can be most of a lane's share, and moved whole it
-                // kept the carrier's NIC idle until all of it had arrived
-                // (2x8 intra-skew: 1.43x -> 1.04x the bound).
-                let (lo, hi) = (p0.max(g0), p1.min(g1));
+            let mut last_move = self.last_move[c];
+            let pieces = &self.pieces[lane.pieces_start as usize..lane.pieces_end as usize];
+            // Each send moves just the part of each piece it carries: a
+            // piece can be most of a lane's share, and moved whole it kept
+            // the carrier's NIC idle until all of it had arrived (2x8
+            // intra-skew: 1.43x -> 1.04x the bound).
+            for (piece, p0, lo, hi) in clip_pieces(pieces, g0, g1) {
                 let (base, _) = self.to_node(piece.src as usize, b);
                 // A carrier's moves arrive in the order its sends use
                 // them, so the first send's bytes do not share NVLink
                 // with moves needed much later.
                 let mut move_deps = gate.clone();
                 if self.opts.staged {
-                    push_ops(&mut move_deps, [self.last_move[c], NONE]);
+                    push_ops(&mut move_deps, [last_move, NONE]);
                 }
                 let idx = out.push(Transfer {
                     src: piece.src,
@@ -945,9 +937,10 @@ impl Planner {
                     step: stage,
                     deps: move_deps,
                 });
-                self.last_move[c] = idx;
+                last_move = idx;
                 deps.push(idx);
             }
+            self.last_move[c] = last_move;
             ops[1] = out.push(Transfer {
                 src: c as u32,
                 src_buf: Buffer::Scratch,
@@ -1069,17 +1062,7 @@ impl Planner {
         };
         let pieces = std::iter::once(&own)
             .chain(&self.pieces[lane.pieces_start as usize..lane.pieces_end as usize]);
-        let mut at = 0u64;
-        for piece in pieces {
-            let (p0, p1) = (at, at + piece.len);
-            at = p1;
-            if p1 <= from {
-                continue;
-            }
-            if p0 >= to {
-                break;
-            }
-            let (lo, hi) = (from.max(p0), to.min(p1));
+        for (piece, p0, lo, hi) in clip_pieces(pieces, from, to) {
             // Row range of the piece's source covered by lo..hi.
             let (u, v) = (piece.row_off + (lo - p0), piece.row_off + (hi - p0));
             self.forward_blocks(
@@ -1140,6 +1123,26 @@ impl Planner {
             });
         }
     }
+}
+
+/// The parts of `pieces`, laid end to end from offset 0 of a lane's stream,
+/// that fall in `from..to`: each piece with its start `p0` in the stream and
+/// its clipped range `lo..hi`.
+fn clip_pieces<'p>(
+    pieces: impl IntoIterator<Item = &'p Piece>,
+    from: u64,
+    to: u64,
+) -> impl Iterator<Item = (&'p Piece, u64, u64, u64)> {
+    pieces
+        .into_iter()
+        .scan(0u64, |at, piece| {
+            let p0 = *at;
+            *at += piece.len;
+            Some((piece, p0))
+        })
+        .filter(move |(piece, p0)| p0 + piece.len > from)
+        .take_while(move |&(_, p0)| p0 < to)
+        .map(move |(piece, p0)| (piece, p0, from.max(p0), to.min(p0 + piece.len)))
 }
 
 /// Marks `ops[1]` of a slot as the last of the range `ops[0]..=ops[1]` (the
