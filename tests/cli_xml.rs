@@ -2,29 +2,8 @@
 //! simulate and run the file; read a real plan written by another tool;
 //! reject a file with a step removed.
 
-use std::path::PathBuf;
-use std::process::Command;
-
-fn run(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
-        .args(args)
-        .output()
-        .expect("binary runs");
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(!err.contains("panicked"), "{err}");
-    (
-        out.status.code().expect("exit code"),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        err,
-    )
-}
-
-fn root(rel: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join(rel)
-        .display()
-        .to_string()
-}
+mod common;
+use common::{root, run};
 
 /// `compile --out XML --report R` must succeed; returns the report.
 fn compile_xml(topo: &str, traffic: &str, alg: &str, xml: &str, report: &str) -> serde_json::Value {

@@ -2,27 +2,14 @@
 //! human summary and the network flag behave.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+
+mod common;
+use common::run;
 
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("switchyard-cost-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-/// Runs the binary; returns (exit code, stdout, stderr).
-fn run(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
-        .args(args)
-        .output()
-        .expect("binary runs");
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(!err.contains("panicked"), "panic: {err}");
-    (
-        out.status.code().expect("exited normally"),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        err,
-    )
 }
 
 fn p(dir: &Path, name: &str) -> String {

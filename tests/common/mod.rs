@@ -1,0 +1,29 @@
+//! Helpers shared by the CLI's end-to-end tests.
+#![allow(dead_code)] // each test binary uses its own subset
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// Runs the binary; returns (exit code, stdout, stderr). A panic is a bug
+/// whatever the exit code.
+pub fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(args)
+        .output()
+        .expect("binary runs");
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!err.contains("panicked"), "panic: {err}");
+    (
+        out.status.code().expect("exited normally"),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        err,
+    )
+}
+
+/// A path in the repository, as a string for the command line.
+pub fn root(rel: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(rel)
+        .display()
+        .to_string()
+}
