@@ -315,6 +315,24 @@ impl Planner {
             .sum()
     }
 
+    /// Block `(s, d)` of `bytes` bytes, whole, from `s`'s input into its
+    /// place in `d`'s output.
+    fn whole_block(&self, s: usize, d: usize, bytes: u64, path: Path, deps: Deps) -> Transfer {
+        let n = self.ranks();
+        Transfer {
+            src: s as u32,
+            src_buf: Buffer::Input,
+            src_off: self.send_off[s * (n + 1) + d],
+            dst: d as u32,
+            dst_buf: Buffer::Output,
+            dst_off: self.recv_off[s * n + d],
+            bytes,
+            path,
+            step: 0,
+            deps,
+        }
+    }
+
     /// Every block straight from its source to its destination, at once.
     fn emit_direct(&self, m: &TrafficMatrix, out: &mut Plan) {
         let (n, g) = (self.ranks(), self.gpus);
@@ -324,26 +342,17 @@ impl Planner {
                 if bytes == 0 {
                     continue;
                 }
-                out.transfers.push(Transfer {
-                    src: s as u32,
-                    src_buf: Buffer::Input,
-                    src_off: self.send_off[s * (n + 1) + d],
-                    dst: d as u32,
-                    dst_buf: Buffer::Output,
-                    dst_off: self.recv_off[s * n + d],
-                    bytes,
-                    path: if s == d {
-                        Path::Local
-                    } else if s / g == d / g {
-                        Path::Nvlink
-                    } else {
-                        Path::Rdma {
-                            nic: ((s % g) % self.nics) as u32,
-                        }
-                    },
-                    step: 0,
-                    deps: Deps::new(),
-                });
+                let path = if s == d {
+                    Path::Local
+                } else if s / g == d / g {
+                    Path::Nvlink
+                } else {
+                    Path::Rdma {
+                        nic: ((s % g) % self.nics) as u32,
+                    }
+                };
+                out.transfers
+                    .push(self.whole_block(s, d, bytes, path, Deps::new()));
             }
         }
     }
@@ -438,18 +447,9 @@ impl Planner {
                 if bytes == 0 {
                     continue;
                 }
-                out.transfers.push(Transfer {
-                    src: s as u32,
-                    src_buf: Buffer::Input,
-                    src_off: self.send_off[s * (n + 1) + d],
-                    dst: d as u32,
-                    dst_buf: Buffer::Output,
-                    dst_off: self.recv_off[s * n + d],
-                    bytes,
-                    path: if s == d { Path::Local } else { Path::Nvlink },
-                    step: 0,
-                    deps: deps.clone(),
-                });
+                let path = if s == d { Path::Local } else { Path::Nvlink };
+                out.transfers
+                    .push(self.whole_block(s, d, bytes, path, deps.clone()));
             }
         }
     }
