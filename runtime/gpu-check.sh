@@ -16,9 +16,23 @@ export CARGO_TERM_COLOR=never
 MIB_PER_RANK="${MIB_PER_RANK:-256}"
 
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-echo "== build (release, --features cuda)"
-cargo build --release --features cuda --bin switchyard 2>&1 | tail -n 2
-S="$CARGO_TARGET_DIR/release/switchyard"
+if [ -n "${SWITCHYARD_BIN:-}" ]; then
+  S="$SWITCHYARD_BIN"
+else
+  echo "== build (release, --features cuda)"
+  cargo build --release --features cuda --bin switchyard 2>&1 | tail -n 2
+  S="$CARGO_TARGET_DIR/release/switchyard"
+fi
+status=0
+echo "== runtime tests on the device"
+if [ -n "${SWITCHYARD_TESTS:-}" ]; then
+  for t in $SWITCHYARD_TESTS; do
+    echo "-- $(basename "$t")"
+    timeout 600 "$t" --nocapture 2>&1 | grep -v '^$' | tail -n 20 || status=1
+  done
+else
+  timeout 1200 cargo test --release --features cuda -p switchyard-runtime 2>&1 | grep -E '^test |test result|skipping|panicked' || status=1
+fi
 W="$(mktemp -d)"
 trap 'rm -rf "$W"' EXIT
 
@@ -31,41 +45,45 @@ $S traffic --ranks 16 --pattern uniform --bytes "$PAIR" --out "$W/uniform.json"
 $S traffic --ranks 16 --pattern zipf:1.2 --tokens "$TOKENS" --hidden 4096 --bytes-per-elem 2 --out "$W/moe.json"
 $S traffic --ranks 16 --pattern zipf:1.2 --tokens 64 --hidden 512 --out "$W/small.json"
 for m in uniform moe small; do
-  $S compile --topology "$W/topo.json" --traffic "$W/$m.json" --out "$W/$m.plan.json" 2>/dev/null
+  for alg in direct fast; do
+    $S compile --topology "$W/topo.json" --traffic "$W/$m.json" --algorithm "$alg" \
+      --out "$W/$m.$alg.plan.json" 2>/dev/null
+  done
 done
 
 field() { sed -n "s/^  \"$2\": \([^,]*\),\{0,1\}$/\1/p" "$1"; }
 
 echo "== cpu cross-check (small plan)"
-timeout 120 $S run --plan "$W/small.plan.json" --traffic "$W/small.json" --backend cpu
+timeout 120 $S run --plan "$W/small.fast.plan.json" --traffic "$W/small.json" --backend cpu
 
 rows=()
-status=0
 for m in small uniform moe; do
-  for ch in 1 4 8; do
-    out="$W/$m.$ch.json"
-    echo "== cuda: $m, $ch streams per rank"
-    if ! timeout 300 $S run --plan "$W/$m.plan.json" --traffic "$W/$m.json" --backend cuda \
-        --devices 1 --channels "$ch" --iterations 5 --reference --json >"$out" 2>"$W/err"; then
-      status=1
-      cat "$W/err"
-      # No driver or device: every other run would say the same.
-      if grep -q "no CUDA\|not built\|driver is present but unusable" "$W/err"; then
-        break 2
+  for alg in direct fast; do
+    for ch in 1 8; do
+      out="$W/$m.$alg.$ch.json"
+      echo "== cuda: $m, $alg, $ch streams per rank"
+      if ! timeout 300 $S run --plan "$W/$m.$alg.plan.json" --traffic "$W/$m.json" --backend cuda \
+          --devices 1 --channels "$ch" --iterations 5 --reference --json >"$out" 2>"$W/err"; then
+        status=1
+        cat "$W/err"
+        # No driver or device: every other run would say the same.
+        if grep -q "no CUDA\|not built\|driver is present but unusable" "$W/err"; then
+          break 3
+        fi
       fi
-    fi
-    cat "$out" 2>/dev/null | tr -d '\n' | cut -c1-400; echo
-    [ -s "$out" ] || { rows+=("| $m | - | $ch | run failed | - | - | - |"); continue; }
-    bytes=$(awk '/^    "(local|nvlink|rdma)":/ { gsub(/[^0-9]/, "", $2); s += $2 } END { print s + 0 }' "$out")
-    rows+=("$(awk -v m="$m" -v b="$bytes" -v l="$(field "$out" lanes)" -v v="$(field "$out" verified)" \
-      -v r="$(field "$out" copy_rate_gbps)" -v ref="$(field "$out" reference_gbps)" \
-      'BEGIN { printf "| %s | %.0f | %s | %s | %.1f | %.1f | %.2f |", m, b / 1048576, l, v, r, ref, (ref > 0 ? r / ref : 0) }')")
+      cat "$out" 2>/dev/null | tr -d '\n' | cut -c1-400; echo
+      [ -s "$out" ] || { rows+=("| $m | $alg | - | $ch | run failed | - | - | - |"); continue; }
+      bytes=$(awk '/^    "(local|nvlink|rdma)":/ { gsub(/[^0-9]/, "", $2); s += $2 } END { print s + 0 }' "$out")
+      rows+=("$(awk -v m="$m $alg" -v b="$bytes" -v l="$(field "$out" lanes)" -v v="$(field "$out" verified)" \
+        -v r="$(field "$out" copy_rate_gbps)" -v ref="$(field "$out" reference_gbps)" \
+        'BEGIN { split(m, ma, " "); printf "| %s | %s | %.0f | %s | %s | %.1f | %.1f | %.2f |", ma[1], ma[2], b / 1048576, l, v, r, ref, (ref > 0 ? r / ref : 0) }')")
+    done
   done
 done
 
 echo
-echo "GPU check: all 16 ranks of 2 x DGX-H100 direct plans on one GPU (best of 5 runs)"
-echo "| traffic | MiB | streams | verified | plan GB/s | one d2d copy GB/s | ratio |"
-echo "|---|---|---|---|---|---|---|"
+echo "GPU check: all 16 ranks of 2 x DGX-H100 plans on one GPU (best of 5 runs)"
+echo "| traffic | algorithm | MiB | streams | verified | plan GB/s | one d2d copy GB/s | ratio |"
+echo "|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
 exit $status
