@@ -59,11 +59,15 @@ timeout 120 $S run --plan "$W/small.fast.plan.json" --traffic "$W/small.json" --
 rows=()
 for m in small uniform moe; do
   for alg in direct fast; do
-    for ch in 1 8; do
-      out="$W/$m.$alg.$ch.json"
-      echo "== cuda: $m, $alg, $ch streams per rank"
+    # 1 and 8 streams per rank, issued copy by copy; 8 replayed from a CUDA graph.
+    for how in 1 8 8g; do
+      ch=${how%g}
+      graph=()
+      [ "$how" = "$ch" ] || graph=(--graph)
+      out="$W/$m.$alg.$how.json"
+      echo "== cuda: $m, $alg, $ch streams per rank ${graph[*]:-}"
       if ! timeout 300 $S run --plan "$W/$m.$alg.plan.json" --traffic "$W/$m.json" --backend cuda \
-          --devices 1 --channels "$ch" --iterations 5 --reference --json >"$out" 2>"$W/err"; then
+          --devices 1 --channels "$ch" --iterations 5 --reference "${graph[@]}" --json >"$out" 2>"$W/err"; then
         status=1
         cat "$W/err"
         # No driver or device: every other run would say the same.
@@ -71,10 +75,10 @@ for m in small uniform moe; do
           break 3
         fi
       fi
-      cat "$out" 2>/dev/null | tr -d '\n' | cut -c1-400; echo
-      [ -s "$out" ] || { rows+=("| $m | $alg | - | $ch | run failed | - | - | - |"); continue; }
+      cat "$out" 2>/dev/null | tr -d '\n' | cut -c1-700; echo
+      [ -s "$out" ] || { rows+=("| $m | $alg | - | $how | run failed | - | - | - |"); continue; }
       bytes=$(awk '/^    "(local|nvlink|rdma)":/ { gsub(/[^0-9]/, "", $2); s += $2 } END { print s + 0 }' "$out")
-      rows+=("$(awk -v m="$m $alg" -v b="$bytes" -v l="$(field "$out" lanes)" -v v="$(field "$out" verified)" \
+      rows+=("$(awk -v m="$m $alg" -v b="$bytes" -v l="$(field "$out" lanes)${graph[*]:+ graph}" -v v="$(field "$out" verified)" \
         -v r="$(field "$out" copy_rate_gbps)" -v ref="$(field "$out" reference_gbps)" \
         'BEGIN { split(m, ma, " "); printf "| %s | %s | %.0f | %s | %s | %.1f | %.1f | %.2f |", ma[1], ma[2], b / 1048576, l, v, r, ref, (ref > 0 ? r / ref : 0) }')")
     done
@@ -82,7 +86,7 @@ for m in small uniform moe; do
 done
 
 echo
-echo "GPU check: all 16 ranks of 2 x DGX-H100 plans on one GPU (best of 5 runs)"
+echo "GPU check: all 16 ranks of 2 x DGX-H100 plans on one GPU (best of 5 runs; graph: replayed from a CUDA graph)"
 echo "| traffic | algorithm | MiB | streams | verified | plan GB/s | one d2d copy GB/s | ratio |"
 echo "|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"

@@ -130,3 +130,13 @@ fn bad_arguments_exit_2() {
     let o = run(&dir, "missing.json", &[]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+#[test]
+fn graph_needs_the_cuda_backend() {
+    let dir = setup("graph");
+    let o = run(&dir, "plan.json", &["--graph"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--graph"), "{err}");
+}

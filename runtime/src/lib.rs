@@ -119,6 +119,11 @@ pub struct RunOptions {
     /// Also measure a plain copy of the same number of bytes
     /// ([`RunReport::reference_gbps`]).
     pub reference: bool,
+    /// CUDA, one process on one device: issue the copies once into a CUDA
+    /// graph and replay it for every iteration, so that the time measured is
+    /// the copies' and not the host's issuing them (a plan that is run many
+    /// times pays the issuing once). Ignored by the CPU backend.
+    pub graph: bool,
 }
 
 impl Default for RunOptions {
@@ -130,6 +135,7 @@ impl Default for RunOptions {
             devices: 0,
             iterations: 1,
             reference: false,
+            graph: false,
         }
     }
 }
@@ -193,6 +199,10 @@ pub struct RunReport {
     pub lanes: usize,
     /// The plan could race, so it ran one transfer at a time (see [`precheck`]).
     pub serial: bool,
+    /// With [`RunOptions::graph`]: seconds to issue the copies once into a
+    /// CUDA graph and instantiate it (the cost the replays save).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capture_seconds: Option<f64>,
 }
 
 impl RunReport {
@@ -212,6 +222,7 @@ impl RunReport {
             reference_gbps: None,
             lanes: 0,
             serial: mode == Mode::Serial,
+            capture_seconds: None,
         }
     }
 

@@ -43,20 +43,27 @@ fn gpu() -> bool {
     })
 }
 
-fn opts(channels: usize) -> RunOptions {
+fn opts(channels: usize, graph: bool) -> RunOptions {
     RunOptions {
         threads: 2,
         channels,
         timeout: Duration::from_secs(30),
         iterations: 2,
+        devices: 1,
+        graph,
         ..RunOptions::default()
     }
 }
 
 /// Runs `plan` on both backends; the device must report what the CPU does.
 fn both(plan: &Plan, m: &TrafficMatrix, channels: usize) -> RunReport {
-    let cpu = execute(plan, m, BackendKind::Cpu, &opts(channels)).unwrap();
-    let dev = execute(plan, m, BackendKind::Cuda, &opts(channels)).unwrap();
+    both_with(plan, m, opts(channels, false))
+}
+
+fn both_with(plan: &Plan, m: &TrafficMatrix, opts: RunOptions) -> RunReport {
+    let cpu = execute(plan, m, BackendKind::Cpu, &opts).unwrap();
+    let dev = execute(plan, m, BackendKind::Cuda, &opts).unwrap();
+    assert_eq!(dev.capture_seconds.is_some(), opts.graph);
     assert_eq!(dev.verified, cpu.verified, "{:?}", dev.first_bad);
     assert_eq!(dev.bad_bytes, cpu.bad_bytes);
     assert_eq!(dev.first_bad, cpu.first_bad);
@@ -69,10 +76,10 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(32))]
 
     #[test]
-    fn random_plans_verify_on_the_device((m, gpn) in traffic(), seed in any::<u64>(), ch in 1usize..=4) {
+    fn random_plans_verify_on_the_device((m, gpn) in traffic(), seed in any::<u64>(), ch in 1usize..=4, graph in any::<bool>()) {
         if gpu() {
             let plan = random_plan(&m, gpn, seed);
-            let r = both(&plan, &m, ch);
+            let r = both_with(&plan, &m, opts(ch, graph));
             prop_assert!(r.verified, "{:?}", r.first_bad);
             prop_assert!(!r.serial);
         }
@@ -125,6 +132,22 @@ fn every_scheduler_verifies_on_the_device() {
     }
 }
 
+/// Replayed from a CUDA graph (captured once, run twice), every
+/// scheduler's plans deliver what they deliver when issued copy by copy.
+#[test]
+fn graph_replays_verify_on_the_device() {
+    if !gpu() {
+        return;
+    }
+    for (topo, m) in cases().into_iter().step_by(2) {
+        for &alg in Algorithm::ALL {
+            let plan = schedule(alg, &topo, &m, &Options::default()).unwrap();
+            let r = both_with(&plan, &m, opts(4, true));
+            assert!(r.verified, "{} {alg}: {:?}", topo.name(), r.first_bad);
+        }
+    }
+}
+
 #[test]
 fn msccl_xml_read_back_verifies_on_the_device() {
     if !gpu() {
@@ -154,7 +177,9 @@ fn a_racy_plan_runs_serially_on_the_device() {
     let mut plan = direct(&topo, &m);
     let again = plan.transfers[1].clone();
     plan.push(again);
-    let r = both(&plan, &m, 4);
-    assert!(r.serial);
-    assert!(r.verified, "{:?}", r.first_bad);
+    for graph in [false, true] {
+        let r = both_with(&plan, &m, opts(4, graph));
+        assert!(r.serial);
+        assert!(r.verified, "{:?}", r.first_bad);
+    }
 }

@@ -39,6 +39,10 @@ pub struct RunArgs {
     /// Also time a plain copy of the same bytes (one-thread memcpy, or one device copy).
     #[arg(long)]
     reference: bool,
+    /// CUDA, one device: issue the copies once into a CUDA graph and replay
+    /// it for every iteration (times the copies, not the issuing).
+    #[arg(long)]
+    graph: bool,
     /// Watchdog: fail when nothing finishes for this many seconds.
     #[arg(long, default_value_t = 60.0)]
     timeout: f64,
@@ -54,6 +58,11 @@ pub fn run(a: RunArgs) -> CliResult {
             "--timeout: must be a positive number of seconds".into(),
         ));
     }
+    if a.graph && kind != BackendKind::Cuda {
+        return Err(CliError::Input(
+            "--graph: CUDA graphs need --backend cuda".into(),
+        ));
+    }
     let m = TrafficMatrix::load(&a.traffic)?;
     let plan = load_plan(&a.plan, Some(&m), None)?;
     let opts = RunOptions {
@@ -63,6 +72,7 @@ pub fn run(a: RunArgs) -> CliResult {
         devices: a.devices,
         iterations: a.iterations.max(1),
         reference: a.reference,
+        graph: a.graph,
     };
     let report = execute(&plan, &m, kind, &opts).map_err(|e| match e {
         RuntimeError::Ranks { .. } => CliError::Input(format!("{}: {e}", a.traffic.display())),
@@ -91,6 +101,12 @@ pub fn run(a: RunArgs) -> CliResult {
             line += &format!(
                 "; a plain copy of the same bytes: {r:.2} GB/s (ratio {:.2})",
                 report.copy_rate_gbps / r
+            );
+        }
+        if let Some(c) = report.capture_seconds {
+            line += &format!(
+                "; replayed from a CUDA graph (issuing and capturing it took {:.3} ms)",
+                c * 1e3
             );
         }
         if report.serial {

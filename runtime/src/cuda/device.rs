@@ -9,11 +9,11 @@
 
 use std::collections::HashMap;
 use std::ffi::c_char;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{
-    result, sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, DriverError,
+    result, sys, CudaContext, CudaEvent, CudaGraph, CudaSlice, CudaStream, DevicePtr, DriverError,
 };
 use cudarc::nccl::{group_end, group_start, Comm, Id};
 use switchyard_compiler::{Buffer, Layout, Plan, TrafficMatrix};
@@ -61,6 +61,17 @@ fn open_driver() -> Result<usize, RuntimeError> {
     Ok(n as usize)
 }
 
+/// Device runs of one process take turns. A graph capture in progress
+/// makes context-wide synchronisation (`cuCtxSynchronize`, synchronous
+/// copies and frees) fail in every other thread using the device, so two
+/// runs at once, one of them capturing, would break each other.
+static DEVICE_TURN: Mutex<()> = Mutex::new(());
+
+fn take_turn() -> MutexGuard<'static, ()> {
+    // A run that panicked left no state behind the lock: it only orders runs.
+    DEVICE_TURN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Runs the plan: one process for every rank, or one rank of a process group.
 pub fn run(
     plan: &Plan,
@@ -68,6 +79,7 @@ pub fn run(
     opts: &RunOptions,
 ) -> Result<RunReport, RuntimeError> {
     let devices = open_driver()?;
+    let _turn = take_turn();
     match GroupEnv::from_env()? {
         Some(env) if env.world > 1 => run_group(plan, traffic, opts, &env, devices),
         _ => run_single(plan, traffic, opts, devices),
@@ -263,6 +275,11 @@ fn run_single(
     } else {
         opts.devices.min(visible)
     };
+    if opts.graph && ndev != 1 {
+        return Err(RuntimeError::Unavailable(format!(
+            "CUDA graphs are built for runs on one device; this run spreads the ranks over {ndev} (use --devices 1)"
+        )));
+    }
     let ctxs: Vec<Arc<CudaContext>> = (0..ndev)
         .map(|d| CudaContext::new(d).map_err(cu("context creation")))
         .collect::<Result<_, _>>()?;
@@ -306,15 +323,29 @@ fn run_single(
         }
     }
     let mut best = f64::INFINITY;
-    for _ in 0..iterations(mode, opts) {
+    let mut capture_seconds = None;
+    if opts.graph {
         let t0 = Instant::now();
-        issue_all(plan, &sched, &streams, &events, &ranks, &ctxs)?;
-        let done: Vec<CudaEvent> = streams
-            .values()
-            .map(|s| s.record_event(None).map_err(cu("cuEventRecord")))
-            .collect::<Result<_, _>>()?;
-        wait_all(&done, opts.timeout)?;
-        best = best.min(t0.elapsed().as_secs_f64());
+        let (origin, graph) = capture(plan, &sched, &streams, &events, &ranks, &ctxs)?;
+        capture_seconds = Some(t0.elapsed().as_secs_f64());
+        for _ in 0..iterations(mode, opts) {
+            let t0 = Instant::now();
+            graph.launch().map_err(cu("cuGraphLaunch"))?;
+            let done = origin.record_event(None).map_err(cu("cuEventRecord"))?;
+            wait_all(std::slice::from_ref(&done), opts.timeout)?;
+            best = best.min(t0.elapsed().as_secs_f64());
+        }
+    } else {
+        for _ in 0..iterations(mode, opts) {
+            let t0 = Instant::now();
+            issue_all(plan, &sched, &streams, &events, &ranks, &ctxs)?;
+            let done: Vec<CudaEvent> = streams
+                .values()
+                .map(|s| s.record_event(None).map_err(cu("cuEventRecord")))
+                .collect::<Result<_, _>>()?;
+            wait_all(&done, opts.timeout)?;
+            best = best.min(t0.elapsed().as_secs_f64());
+        }
     }
     let mut verdict = Verdict::default();
     for (r, rank) in ranks.iter().enumerate() {
@@ -323,11 +354,60 @@ fn run_single(
     }
     let mut report = RunReport::new(BackendKind::Cuda, plan, mode);
     report.lanes = streams.len();
+    report.capture_seconds = capture_seconds;
     report.finish(best, verdict);
     if opts.reference {
-        report.reference_gbps = Some(copy_rate(report.link_bytes.total())?);
+        report.reference_gbps = Some(copy_rate_now(report.link_bytes.total())?);
     }
     Ok(report)
+}
+
+/// Issues every copy of the schedule once into a CUDA graph: a new stream
+/// on the (one) device starts the capture, every copy stream joins it by
+/// waiting for an event of that stream, the copies are issued as for a
+/// plain run, and the origin waits for every copy stream before the capture
+/// ends. Returns the origin stream (replays go there) and the instantiated,
+/// uploaded graph.
+fn capture(
+    plan: &Plan,
+    sched: &StreamSchedule,
+    streams: &HashMap<u32, Arc<CudaStream>>,
+    events: &[Option<CudaEvent>],
+    ranks: &[SingleRank],
+    ctxs: &[Arc<CudaContext>],
+) -> Result<(Arc<CudaStream>, CudaGraph), RuntimeError> {
+    let ctx = &ctxs[0];
+    let origin = ctx.new_stream().map_err(cu("cuStreamCreate"))?;
+    let fork = ctx.new_event(None).map_err(cu("cuEventCreate"))?;
+    let joins: Vec<CudaEvent> = streams
+        .values()
+        .map(|_| ctx.new_event(None).map_err(cu("cuEventCreate")))
+        .collect::<Result<_, _>>()?;
+    origin
+        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+        .map_err(cu("cuStreamBeginCapture"))?;
+    let issued = (|| {
+        fork.record(&origin).map_err(cu("cuEventRecord"))?;
+        for s in streams.values() {
+            s.wait(&fork).map_err(cu("cuStreamWaitEvent"))?;
+        }
+        issue_all(plan, sched, streams, events, ranks, ctxs)?;
+        for (s, join) in streams.values().zip(&joins) {
+            join.record(s).map_err(cu("cuEventRecord"))?;
+            origin.wait(join).map_err(cu("cuStreamWaitEvent"))?;
+        }
+        Ok(())
+    })();
+    // End the capture on every path, so a failed issue leaves no stream
+    // capturing.
+    let graph = origin.end_capture(sys::CUgraphInstantiate_flags(0));
+    issued?;
+    let graph = graph
+        .map_err(cu("cuStreamEndCapture"))?
+        .ok_or_else(|| RuntimeError::Device("the captured CUDA graph is empty".into()))?;
+    graph.upload().map_err(cu("cuGraphUpload"))?;
+    origin.synchronize().map_err(cu("cuStreamSynchronize"))?;
+    Ok((origin, graph))
 }
 
 /// Issues every copy of the schedule, with its event waits and records.
@@ -406,6 +486,11 @@ fn run_group(
     if mode == Mode::Serial {
         return Err(RuntimeError::InvalidPlan(
             "the plan could race (a double write or an unordered read); across processes only race-free plans run (try the cpu backend to see the damage)".into(),
+        ));
+    }
+    if opts.graph {
+        return Err(RuntimeError::Unavailable(
+            "CUDA graphs are built for one-process runs only (unset WORLD_SIZE)".into(),
         ));
     }
     let me = env.rank;
@@ -491,6 +576,12 @@ fn run_group(
 /// three, timed with events), in GB/s.
 pub fn copy_rate(bytes: u64) -> Result<f64, RuntimeError> {
     open_driver()?;
+    let _turn = take_turn();
+    copy_rate_now(bytes)
+}
+
+/// [`copy_rate`] inside a run that holds the turn already.
+fn copy_rate_now(bytes: u64) -> Result<f64, RuntimeError> {
     let len = (bytes as usize).max(1);
     let ctx = CudaContext::new(0).map_err(cu("context creation"))?;
     let stream = ctx.new_stream().map_err(cu("cuStreamCreate"))?;
