@@ -322,11 +322,19 @@ fn run_single(
             events[e as usize] = Some(ctx.new_event(None).map_err(cu("cuEventCreate"))?);
         }
     }
+    let copies = Copies {
+        plan,
+        sched: &sched,
+        streams: &streams,
+        events: &events,
+        ranks: &ranks,
+        ctxs: &ctxs,
+    };
     let mut best = f64::INFINITY;
     let mut capture_seconds = None;
     if opts.graph {
         let t0 = Instant::now();
-        let (origin, graph) = capture(plan, &sched, &streams, &events, &ranks, &ctxs)?;
+        let (origin, graph) = copies.capture()?;
         capture_seconds = Some(t0.elapsed().as_secs_f64());
         for _ in 0..iterations(mode, opts) {
             let t0 = Instant::now();
@@ -338,7 +346,7 @@ fn run_single(
     } else {
         for _ in 0..iterations(mode, opts) {
             let t0 = Instant::now();
-            issue_all(plan, &sched, &streams, &events, &ranks, &ctxs)?;
+            copies.issue_all()?;
             let done: Vec<CudaEvent> = streams
                 .values()
                 .map(|s| s.record_event(None).map_err(cu("cuEventRecord")))
@@ -362,104 +370,113 @@ fn run_single(
     Ok(report)
 }
 
-/// Issues every copy of the schedule once into a CUDA graph: a new stream
-/// on the (one) device starts the capture, every copy stream joins it by
-/// waiting for an event of that stream, the copies are issued as for a
-/// plain run, and the origin waits for every copy stream before the capture
-/// ends. Returns the origin stream (replays go there) and the instantiated,
-/// uploaded graph.
-fn capture(
-    plan: &Plan,
-    sched: &StreamSchedule,
-    streams: &HashMap<u32, Arc<CudaStream>>,
-    events: &[Option<CudaEvent>],
-    ranks: &[SingleRank],
-    ctxs: &[Arc<CudaContext>],
-) -> Result<(Arc<CudaStream>, CudaGraph), RuntimeError> {
-    let ctx = &ctxs[0];
-    let origin = ctx.new_stream().map_err(cu("cuStreamCreate"))?;
-    let fork = ctx.new_event(None).map_err(cu("cuEventCreate"))?;
-    let joins: Vec<CudaEvent> = streams
-        .values()
-        .map(|_| ctx.new_event(None).map_err(cu("cuEventCreate")))
-        .collect::<Result<_, _>>()?;
-    origin
-        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
-        .map_err(cu("cuStreamBeginCapture"))?;
-    let issued = (|| {
-        fork.record(&origin).map_err(cu("cuEventRecord"))?;
-        for s in streams.values() {
-            s.wait(&fork).map_err(cu("cuStreamWaitEvent"))?;
-        }
-        issue_all(plan, sched, streams, events, ranks, ctxs)?;
-        for (s, join) in streams.values().zip(&joins) {
-            join.record(s).map_err(cu("cuEventRecord"))?;
-            origin.wait(join).map_err(cu("cuStreamWaitEvent"))?;
-        }
-        Ok(())
-    })();
-    // End the capture on every path, so a failed issue leaves no stream
-    // capturing.
-    let graph = origin.end_capture(sys::CUgraphInstantiate_flags(0));
-    issued?;
-    let graph = graph
-        .map_err(cu("cuStreamEndCapture"))?
-        .ok_or_else(|| RuntimeError::Device("the captured CUDA graph is empty".into()))?;
-    graph.upload().map_err(cu("cuGraphUpload"))?;
-    origin.synchronize().map_err(cu("cuStreamSynchronize"))?;
-    Ok((origin, graph))
+/// A single-process run's copies: the plan, its stream schedule, and the
+/// streams, events, buffers and contexts they run on.
+#[derive(Clone, Copy)]
+struct Copies<'a> {
+    plan: &'a Plan,
+    sched: &'a StreamSchedule,
+    streams: &'a HashMap<u32, Arc<CudaStream>>,
+    events: &'a [Option<CudaEvent>],
+    ranks: &'a [SingleRank],
+    ctxs: &'a [Arc<CudaContext>],
 }
 
-/// Issues every copy of the schedule, with its event waits and records.
-fn issue_all(
-    plan: &Plan,
-    sched: &StreamSchedule,
-    streams: &HashMap<u32, Arc<CudaStream>>,
-    events: &[Option<CudaEvent>],
-    ranks: &[SingleRank],
-    ctxs: &[Arc<CudaContext>],
-) -> Result<(), RuntimeError> {
-    let event = |e: u32| -> Result<&CudaEvent, RuntimeError> {
-        events[e as usize]
-            .as_ref()
-            .ok_or_else(|| RuntimeError::Device(format!("event {e} was never created")))
-    };
-    for op in &sched.ops {
-        let t = &plan.transfers[op.transfer as usize];
-        let stream = &streams[&op.stream];
-        for &e in &op.wait {
-            stream.wait(event(e)?).map_err(cu("cuStreamWaitEvent"))?;
-        }
-        let (s, d) = (&ranks[t.src as usize], &ranks[t.dst as usize]);
-        let src = s.base(t.src_buf) + t.src_off;
-        let dst = d.base(t.dst_buf) + t.dst_off;
-        stream
-            .context()
-            .bind_to_thread()
-            .map_err(cu("cuCtxSetCurrent"))?;
-        // SAFETY: `precheck` verified that both ranges lie inside their
-        // allocations; the buffers live until every stream has finished.
-        unsafe {
-            if s.dev == d.dev {
-                result::memcpy_dtod_async(dst, src, t.bytes as usize, stream.cu_stream())
-                    .map_err(cu("cuMemcpyDtoDAsync"))?;
-            } else {
-                result::memcpy_peer_async(
-                    ctxs[d.dev].cu_ctx(),
-                    dst,
-                    ctxs[s.dev].cu_ctx(),
-                    src,
-                    t.bytes as usize,
-                    stream.cu_stream(),
-                )
-                .map_err(cu("cuMemcpyPeerAsync"))?;
+impl Copies<'_> {
+    /// Issues every copy of the schedule once into a CUDA graph: a new stream
+    /// on the (one) device starts the capture, every copy stream joins it by
+    /// waiting for an event of that stream, the copies are issued as for a
+    /// plain run, and the origin waits for every copy stream before the capture
+    /// ends. Returns the origin stream (replays go there) and the instantiated,
+    /// uploaded graph.
+    fn capture(&self) -> Result<(Arc<CudaStream>, CudaGraph), RuntimeError> {
+        let streams = self.streams;
+        let ctx = &self.ctxs[0];
+        let origin = ctx.new_stream().map_err(cu("cuStreamCreate"))?;
+        let fork = ctx.new_event(None).map_err(cu("cuEventCreate"))?;
+        let joins: Vec<CudaEvent> = streams
+            .values()
+            .map(|_| ctx.new_event(None).map_err(cu("cuEventCreate")))
+            .collect::<Result<_, _>>()?;
+        origin
+            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+            .map_err(cu("cuStreamBeginCapture"))?;
+        let issued = (|| {
+            fork.record(&origin).map_err(cu("cuEventRecord"))?;
+            for s in streams.values() {
+                s.wait(&fork).map_err(cu("cuStreamWaitEvent"))?;
+            }
+            self.issue_all()?;
+            for (s, join) in streams.values().zip(&joins) {
+                join.record(s).map_err(cu("cuEventRecord"))?;
+                origin.wait(join).map_err(cu("cuStreamWaitEvent"))?;
+            }
+            Ok(())
+        })();
+        // End the capture on every path, so a failed issue leaves no stream
+        // capturing.
+        let graph = origin.end_capture(sys::CUgraphInstantiate_flags(0));
+        issued?;
+        let graph = graph
+            .map_err(cu("cuStreamEndCapture"))?
+            .ok_or_else(|| RuntimeError::Device("the captured CUDA graph is empty".into()))?;
+        graph.upload().map_err(cu("cuGraphUpload"))?;
+        origin.synchronize().map_err(cu("cuStreamSynchronize"))?;
+        Ok((origin, graph))
+    }
+
+    /// Issues every copy of the schedule, with its event waits and records.
+    fn issue_all(&self) -> Result<(), RuntimeError> {
+        let Copies {
+            plan,
+            sched,
+            streams,
+            events,
+            ranks,
+            ctxs,
+        } = *self;
+        let event = |e: u32| -> Result<&CudaEvent, RuntimeError> {
+            events[e as usize]
+                .as_ref()
+                .ok_or_else(|| RuntimeError::Device(format!("event {e} was never created")))
+        };
+        for op in &sched.ops {
+            let t = &plan.transfers[op.transfer as usize];
+            let stream = &streams[&op.stream];
+            for &e in &op.wait {
+                stream.wait(event(e)?).map_err(cu("cuStreamWaitEvent"))?;
+            }
+            let (s, d) = (&ranks[t.src as usize], &ranks[t.dst as usize]);
+            let src = s.base(t.src_buf) + t.src_off;
+            let dst = d.base(t.dst_buf) + t.dst_off;
+            stream
+                .context()
+                .bind_to_thread()
+                .map_err(cu("cuCtxSetCurrent"))?;
+            // SAFETY: `precheck` verified that both ranges lie inside their
+            // allocations; the buffers live until every stream has finished.
+            unsafe {
+                if s.dev == d.dev {
+                    result::memcpy_dtod_async(dst, src, t.bytes as usize, stream.cu_stream())
+                        .map_err(cu("cuMemcpyDtoDAsync"))?;
+                } else {
+                    result::memcpy_peer_async(
+                        ctxs[d.dev].cu_ctx(),
+                        dst,
+                        ctxs[s.dev].cu_ctx(),
+                        src,
+                        t.bytes as usize,
+                        stream.cu_stream(),
+                    )
+                    .map_err(cu("cuMemcpyPeerAsync"))?;
+                }
+            }
+            if let Some(e) = op.record {
+                event(e)?.record(stream).map_err(cu("cuEventRecord"))?;
             }
         }
-        if let Some(e) = op.record {
-            event(e)?.record(stream).map_err(cu("cuEventRecord"))?;
-        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// One rank of a process group: NCCL between ranks, one group per level.
