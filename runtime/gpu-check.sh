@@ -1,14 +1,28 @@
 #!/usr/bin/env bash
-# GPU check of the CUDA backend on a machine with one NVIDIA GPU (docs/runtime.md).
+# GPU check of the CUDA backend on a machine with NVIDIA GPUs (docs/runtime.md).
 #
-# Builds with --features cuda, maps all 16 ranks of 2 x DGX-H100 `direct` plans
-# onto the one device (every rank's buffers on GPU 0, copies on several streams
-# per rank, events for dependencies), verifies every output byte, and prints
-# the achieved copy rate next to one plain device-to-device copy of the same
-# number of bytes. A CPU run of the smallest plan cross-checks the result.
+# 1. Runs the runtime's tests on the device (runtime/tests/cuda_plans.rs:
+#    random plans, every scheduler, XML read back, CUDA-graph replays, each
+#    checked against the CPU backend).
+# 2. With two or more GPUs: runs a 2 x 1 plan as a process group, one process
+#    per GPU (WORLD_SIZE=2, NCCL send/recv between them), and verifies it.
+# 3. Maps all 16 ranks of 2 x DGX-H100 `direct` and `fast` plans onto GPU 0
+#    (copies on 1 or 8 streams per rank, events for dependencies; and
+#    replayed from a CUDA graph), verifies every output byte, and prints the
+#    copy rate next to one plain device-to-device copy of the same bytes. A
+#    CPU run of the smallest plan cross-checks the result.
 # Takes a few minutes, most of it the release build; the table comes last.
 #
 #   runtime/gpu-check.sh            # or: MIB_PER_RANK=64 runtime/gpu-check.sh
+#
+# On a GPU machine without cargo, build where cargo is and pass the executables:
+#   cargo build --release --features cuda --bin switchyard
+#   cargo test --release --features cuda -p switchyard-runtime --no-run
+#   SWITCHYARD_BIN=.../switchyard SWITCHYARD_TESTS=".../cuda_plans-<hash> ..." runtime/gpu-check.sh
+#
+# cudarc loads NCCL as libnccl.so; where only libnccl.so.2 exists (pip's
+# nvidia-nccl wheels, some images), this script links it in a temporary
+# directory on LD_LIBRARY_PATH.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
@@ -35,6 +49,37 @@ else
 fi
 W="$(mktemp -d)"
 trap 'rm -rf "$W"' EXIT
+
+if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so '; then
+  lib=$(ldconfig -p 2>/dev/null | sed -n 's/.*libnccl\.so\.2 .*=> //p' | head -n 1)
+  [ -n "$lib" ] || lib=$(find /usr /opt -name 'libnccl.so.2' 2>/dev/null | head -n 1)
+  if [ -n "$lib" ]; then
+    mkdir -p "$W/nccl" && ln -sf "$lib" "$W/nccl/libnccl.so"
+    export LD_LIBRARY_PATH="$W/nccl${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
+fi
+
+GPUS=$( (nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null || true) | wc -l)
+if [ "$GPUS" -ge 2 ]; then
+  echo "== process group: 2 x 1 plan, one process per GPU, NCCL between them"
+  $S topology --preset dgx-h100 --nodes 2 --gpus 1 --out "$W/g.topo.json"
+  $S traffic --ranks 2 --pattern lognormal:1.0 --bytes 4194304 --out "$W/g.json"
+  for alg in direct fast; do
+    $S compile --topology "$W/g.topo.json" --traffic "$W/g.json" --algorithm "$alg" \
+      --out "$W/g.$alg.plan.json" 2>/dev/null
+    pids=()
+    for r in 1 0; do
+      RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 SWITCHYARD_PORT=29617 \
+        timeout 120 $S run --plan "$W/g.$alg.plan.json" --traffic "$W/g.json" --backend cuda \
+        --iterations 3 --timeout 60 >"$W/g.$alg.$r.out" 2>&1 &
+      pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || status=1; done
+    echo "-- $alg, rank 0:"; cat "$W/g.$alg.0.out"; echo "-- $alg, rank 1:"; cat "$W/g.$alg.1.out"
+  done
+else
+  echo "== process group: skipped (needs two GPUs; NCCL refuses two ranks on one)"
+fi
 
 $S topology --preset dgx-h100 --nodes 2 --out "$W/topo.json"
 # uniform: MIB_PER_RANK spread evenly over the 16 peers; moe: Zipf 1.2 expert
