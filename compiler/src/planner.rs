@@ -118,6 +118,9 @@ pub struct Planner {
     /// Index in `stages` of the last pair each node sends (first half) and
     /// receives (second half).
     last_pair: Vec<usize>,
+    /// Dependencies being collected for a send, and for its moves.
+    chain_buf: Vec<u32>,
+    gate_buf: Vec<u32>,
 }
 
 const NONE: u32 = u32::MAX;
@@ -213,6 +216,8 @@ impl Planner {
             chunks: Vec::new(),
             last_pair: Vec::with_capacity(2 * nodes),
             relief: MeshRelief::default(),
+            chain_buf: Vec::new(),
+            gate_buf: Vec::new(),
             opts,
         })
     }
@@ -388,8 +393,8 @@ impl Planner {
     fn offsets(&mut self, m: &TrafficMatrix) {
         let n = self.ranks();
         let (nn, g) = (self.nodes, self.gpus);
-        self.send_off.clear();
-        self.recv_off.clear();
+        // Every entry of the two offset tables is written below.
+        self.send_off.resize(n * (n + 1), 0);
         self.recv_off.resize(n * n, 0);
         self.col_acc.clear();
         self.col_acc.resize(n, 0);
@@ -398,23 +403,29 @@ impl Planner {
         self.inter_blocks = 0;
         for s in 0..n {
             let row = m.row(s);
+            let so = &mut self.send_off[s * (n + 1)..(s + 1) * (n + 1)];
+            let recv = &mut self.recv_off[s * n..(s + 1) * n];
             let mut acc = 0u64;
             let mut nonzero = 0u64;
-            let recv = &mut self.recv_off[s * n..(s + 1) * n];
-            for (d, &b) in row.iter().enumerate() {
-                self.send_off.push(acc);
+            for (((&b, off), at), col) in row
+                .iter()
+                .zip(&mut so[..n])
+                .zip(recv)
+                .zip(&mut self.col_acc)
+            {
+                *off = acc;
                 acc += b;
                 nonzero += u64::from(b > 0);
-                recv[d] = self.col_acc[d];
-                self.col_acc[d] += b;
+                *at = *col;
+                *col += b;
             }
-            self.send_off.push(acc);
+            so[n] = acc;
             let a = s / g;
             let own = &row[a * g..(a + 1) * g];
             self.inter_blocks += nonzero - own.iter().filter(|&&b| b > 0).count() as u64;
-            let so = &self.send_off[s * (n + 1)..];
-            for b in 0..nn {
-                self.node_bytes[a * nn + b] += so[(b + 1) * g] - so[b * g];
+            let node_row = &mut self.node_bytes[a * nn..(a + 1) * nn];
+            for (b, x) in node_row.iter_mut().enumerate() {
+                *x += so[(b + 1) * g] - so[b * g];
             }
         }
     }
@@ -432,13 +443,14 @@ impl Planner {
     /// blocks wait for its first inter-node send: NVLink has the whole
     /// exchange to carry them, but the balancing moves that feed the first
     /// sends must not share it with them.
-    fn emit_intra_node(&self, m: &TrafficMatrix, out: &mut Plan) {
+    fn emit_intra_node(&mut self, m: &TrafficMatrix, out: &mut Plan) {
         let (n, g) = (self.ranks(), self.gpus);
+        let mut ids = std::mem::take(&mut self.chain_buf);
         for s in 0..n {
-            let mut deps = Deps::new();
+            ids.clear();
             if self.opts.staged {
                 if let Some(&first) = self.slots[s].first() {
-                    push_ops(&mut deps, first);
+                    add_ops(&mut ids, first);
                 }
             }
             let first = s / g * g;
@@ -449,9 +461,10 @@ impl Planner {
                 }
                 let path = if s == d { Path::Local } else { Path::Nvlink };
                 out.transfers
-                    .push(self.whole_block(s, d, bytes, path, deps.clone()));
+                    .push(self.whole_block(s, d, bytes, path, deps_of(&ids)));
             }
         }
+        self.chain_buf = ids;
     }
 
     fn lane_index(&self, a: usize, b: usize, l: usize) -> usize {
@@ -868,22 +881,25 @@ impl Planner {
         }
         let slot = self.slots[c].len();
         let depth = self.depth as usize;
-        let mut chain = Deps::new();
-        let mut gate = Deps::new();
+        // The send's chain, then (for the send from scratch) its moves.
+        let mut chain = std::mem::take(&mut self.chain_buf);
+        let mut gate = std::mem::take(&mut self.gate_buf);
+        chain.clear();
+        gate.clear();
         if self.opts.staged {
             if slot >= depth {
-                push_ops(&mut chain, self.slots[c][slot - depth]);
+                add_ops(&mut chain, self.slots[c][slot - depth]);
             }
             // The receiving NIC too takes one stage at a time: a sender that
             // runs ahead (its previous pair was light) waits rather than
             // joining another sender at its next receiver (incast).
             let rslot = self.rslots[r].len();
             if rslot >= depth {
-                push_ops(&mut chain, self.rslots[r][rslot - depth]);
+                add_ops(&mut chain, self.rslots[r][rslot - depth]);
             }
             // Moves for this slot start as the previous slot starts.
             if slot > depth {
-                push_ops(&mut gate, self.slots[c][slot - depth - 1]);
+                add_ops(&mut gate, self.slots[c][slot - depth - 1]);
             }
         }
         // GPU `l` sends through its rail NIC `l % nics` (Topology::rail_of).
@@ -904,14 +920,14 @@ impl Planner {
                 bytes: end - from,
                 path,
                 step: stage,
-                deps: chain.clone(),
+                deps: deps_of(&chain),
             });
         }
         if to > lane.own {
             let (g0, g1) = (from.max(lane.own) - lane.own, to - lane.own);
-            let mut deps = chain;
             let mut last_move = self.last_move[c];
             let pieces = &self.pieces[lane.pieces_start as usize..lane.pieces_end as usize];
+            let gated = gate.len();
             // Each send moves just the part of each piece it carries: a
             // piece can be most of a lane's share, and moved whole it kept
             // the carrier's NIC idle until all of it had arrived (2x8
@@ -921,9 +937,9 @@ impl Planner {
                 // A carrier's moves arrive in the order its sends use
                 // them, so the first send's bytes do not share NVLink
                 // with moves needed much later.
-                let mut move_deps = gate.clone();
+                gate.truncate(gated);
                 if self.opts.staged {
-                    push_ops(&mut move_deps, [last_move, NONE]);
+                    add_ops(&mut gate, [last_move, NONE]);
                 }
                 let idx = out.push(Transfer {
                     src: piece.src,
@@ -935,10 +951,10 @@ impl Planner {
                     bytes: hi - lo,
                     path: Path::Nvlink,
                     step: stage,
-                    deps: move_deps,
+                    deps: deps_of(&gate),
                 });
                 last_move = idx;
-                deps.push(idx);
+                chain.push(idx);
             }
             self.last_move[c] = last_move;
             ops[1] = out.push(Transfer {
@@ -951,9 +967,11 @@ impl Planner {
                 bytes: g1 - g0,
                 path,
                 step: stage,
-                deps,
+                deps: deps_of(&chain),
             });
         }
+        self.chain_buf = chain;
+        self.gate_buf = gate;
         self.slots[c].push(ops);
         self.rslots[r].push(ops);
         if ops[0] != NONE {
@@ -986,14 +1004,15 @@ impl Planner {
         // The chains are those of the balanced lane (GPU `l` of `b` stands
         // for the receiving node's lane), so stages keep their order.
         let r = b * g + l;
-        let mut chain = Deps::new();
+        let mut chain = std::mem::take(&mut self.chain_buf);
+        chain.clear();
         if self.opts.staged {
             if slot >= depth {
-                push_ops(&mut chain, self.slots[c][slot - depth]);
+                add_ops(&mut chain, self.slots[c][slot - depth]);
             }
             let rslot = self.rslots[r].len();
             if rslot >= depth {
-                push_ops(&mut chain, self.rslots[r][rslot - depth]);
+                add_ops(&mut chain, self.rslots[r][rslot - depth]);
             }
         }
         let path = Path::Rdma {
@@ -1025,9 +1044,10 @@ impl Planner {
                 bytes: hi - lo,
                 path,
                 step: stage,
-                deps: chain.clone(),
+                deps: deps_of(&chain),
             });
         }
+        self.chain_buf = chain;
         let last = out.transfers.len() as u32;
         if last == first {
             return;
@@ -1038,7 +1058,8 @@ impl Planner {
     }
 
     /// Copies bytes `from..to` of a lane's stream, landed in the receiver's
-    /// scratch by transfer `landed`, to their places in the outputs.
+    /// scratch by transfer `landed`, to their places in the outputs. The
+    /// stream is the carrier's own head, then the pieces in order.
     #[allow(clippy::too_many_arguments)]
     fn emit_forwards(
         &self,
@@ -1054,15 +1075,26 @@ impl Planner {
     ) {
         let g = self.gpus;
         let r = b * g + l;
-        // The stream: the carrier's own head, then the pieces in order.
-        let own = Piece {
-            src: (a * g + l) as u32,
-            row_off: 0,
-            len: lane.own,
-        };
-        let pieces = std::iter::once(&own)
-            .chain(&self.pieces[lane.pieces_start as usize..lane.pieces_end as usize]);
-        for (piece, p0, lo, hi) in clip_pieces(pieces, from, to) {
+        if from < lane.own {
+            let hi = to.min(lane.own);
+            self.forward_blocks(
+                out,
+                a * g + l,
+                b,
+                r,
+                from,
+                hi,
+                lane.recv_base + from,
+                landed,
+                stage,
+            );
+        }
+        if to <= lane.own {
+            return;
+        }
+        let pieces = &self.pieces[lane.pieces_start as usize..lane.pieces_end as usize];
+        for (piece, p0, lo, hi) in clip_pieces(pieces, from.max(lane.own) - lane.own, to - lane.own)
+        {
             // Row range of the piece's source covered by lo..hi.
             let (u, v) = (piece.row_off + (lo - p0), piece.row_off + (hi - p0));
             self.forward_blocks(
@@ -1072,7 +1104,7 @@ impl Planner {
                 r,
                 u,
                 v,
-                lane.recv_base + lo,
+                lane.recv_base + lane.own + lo,
                 landed,
                 stage,
             );
@@ -1080,7 +1112,8 @@ impl Planner {
     }
 
     /// Forwards row range `u..v` of what rank `s` sends to node `b`, sitting
-    /// at `scratch_off` of rank `r`, block by block.
+    /// at `scratch_off` of rank `r`, block by block. The hot loop of the
+    /// planner: most transfers of a plan are forwards.
     #[allow(clippy::too_many_arguments)]
     fn forward_blocks(
         &self,
@@ -1095,32 +1128,34 @@ impl Planner {
         stage: u32,
     ) {
         let (n, g) = (self.ranks(), self.gpus);
-        let row = &self.send_off[s * (n + 1) + b * g..s * (n + 1) + (b + 1) * g + 1];
-        let base = row[0];
-        for j in 0..g {
-            let (b0, b1) = (row[j] - base, row[j + 1] - base);
-            if b1 <= u || b0 == b1 {
-                continue;
-            }
+        let row = &self.send_off[s * (n + 1) + b * g..][..=g];
+        let recv = &self.recv_off[s * n + b * g..][..g];
+        // Absolute offsets in the input of `s`; the first block that ends
+        // after `u`.
+        let (u, v) = (row[0] + u, row[0] + v);
+        let mut j = row[1..].partition_point(|&x| x <= u);
+        while j < g {
+            let (b0, b1) = (row[j], row[j + 1]);
             if b0 >= v {
                 break;
             }
-            let (lo, hi) = (u.max(b0), v.min(b1));
-            let d = b * g + j;
-            let mut deps = Deps::new();
-            deps.push(landed);
-            out.transfers.push(Transfer {
-                src: r as u32,
-                src_buf: Buffer::Scratch,
-                src_off: scratch_off + (lo - u),
-                dst: d as u32,
-                dst_buf: Buffer::Output,
-                dst_off: self.recv_off[s * n + d] + (lo - b0),
-                bytes: hi - lo,
-                path: if d == r { Path::Local } else { Path::Nvlink },
-                step: stage + 1,
-                deps,
-            });
+            if b0 < b1 {
+                let (lo, hi) = (u.max(b0), v.min(b1));
+                let d = b * g + j;
+                out.transfers.push(Transfer {
+                    src: r as u32,
+                    src_buf: Buffer::Scratch,
+                    src_off: scratch_off + (lo - u),
+                    dst: d as u32,
+                    dst_buf: Buffer::Output,
+                    dst_off: recv[j] + (lo - b0),
+                    bytes: hi - lo,
+                    path: if d == r { Path::Local } else { Path::Nvlink },
+                    step: stage + 1,
+                    deps: Deps::from_buf_and_len([landed, 0, 0, 0], 1),
+                });
+            }
+            j += 1;
         }
     }
 }
@@ -1128,13 +1163,13 @@ impl Planner {
 /// The parts of `pieces`, laid end to end from offset 0 of a lane's stream,
 /// that fall in `from..to`: each piece with its start `p0` in the stream and
 /// its clipped range `lo..hi`.
-fn clip_pieces<'p>(
-    pieces: impl IntoIterator<Item = &'p Piece>,
+fn clip_pieces(
+    pieces: &[Piece],
     from: u64,
     to: u64,
-) -> impl Iterator<Item = (&'p Piece, u64, u64, u64)> {
+) -> impl Iterator<Item = (&Piece, u64, u64, u64)> {
     pieces
-        .into_iter()
+        .iter()
         .scan(0u64, |at, piece| {
             let p0 = *at;
             *at += piece.len;
@@ -1149,19 +1184,45 @@ fn clip_pieces<'p>(
 /// per-block sends of a direct slice) rather than a second op.
 const RANGE: u32 = 1 << 31;
 
-fn push_ops(deps: &mut Deps, ops: [u32; 2]) {
+/// Adds the transfers of a slot to `ids`, skipping those already there.
+#[inline]
+fn add_ops(ids: &mut Vec<u32>, ops: [u32; 2]) {
     if ops[1] != NONE && ops[1] & RANGE != 0 {
         for op in ops[0]..=ops[1] & !RANGE {
-            if !deps.contains(&op) {
-                deps.push(op);
-            }
+            add_op(ids, op);
         }
         return;
     }
-    for op in ops {
-        if op != NONE && !deps.contains(&op) {
-            deps.push(op);
+    add_op(ids, ops[0]);
+    add_op(ids, ops[1]);
+}
+
+/// Adds `op` unless it is [`NONE`] or there already. The lists are short:
+/// a plain scan beats `contains`, which is built for long slices.
+#[inline]
+#[allow(clippy::manual_contains)]
+fn add_op(ids: &mut Vec<u32>, op: u32) {
+    if op != NONE && !ids.iter().any(|&x| x == op) {
+        ids.push(op);
+    }
+}
+
+/// A transfer's dependency list from collected ids; inline (no allocation)
+/// up to four.
+#[inline]
+fn deps_of(ids: &[u32]) -> Deps {
+    if let [x, y, z, w] = *ids {
+        return Deps::from_buf_and_len([x, y, z, w], 4);
+    }
+    let mut buf = [0u32; 4];
+    match ids.len() {
+        0..=3 => {
+            for (b, &id) in buf.iter_mut().zip(ids) {
+                *b = id;
+            }
+            Deps::from_buf_and_len(buf, ids.len())
         }
+        _ => Deps::from_slice(ids),
     }
 }
 
