@@ -240,7 +240,9 @@ impl Planner {
     /// Plans one all-to-all into `out`, reusing its allocations.
     pub fn plan_into(&mut self, traffic: &TrafficMatrix, out: &mut Plan) -> Result<()> {
         traffic.check_ranks(self.ranks(), "traffic")?;
-        out.clear();
+        // The previous plan's transfers are overwritten in place (see `Emit`).
+        out.scratch.clear();
+        out.chunking = None;
         out.algorithm.clear();
         out.algorithm
             .push_str(if self.opts.staged { "fast" } else { "spray" });
@@ -250,17 +252,20 @@ impl Planner {
         self.stages.clear();
         self.slots.iter_mut().for_each(Vec::clear);
         self.latency_bound = self.opts.staged && self.is_latency_bound();
+        let mut emit = Emit::new(&mut out.transfers);
         if self.latency_bound {
             // One merged stage of direct sends: no relay hop, no stage latency.
             self.stage_count = u32::from(self.inter_node_bytes() > 0);
-            self.emit_direct(traffic, out);
+            self.emit_direct(traffic, &mut emit);
+            emit.finish();
             return Ok(());
         }
         self.balance();
-        self.layout_scratch(out);
+        self.layout_scratch(&mut out.scratch);
         self.decompose();
-        self.emit_inter_node(out);
-        self.emit_intra_node(traffic, out);
+        self.emit_inter_node(&mut emit);
+        self.emit_intra_node(traffic, &mut emit);
+        emit.finish();
         if self.mesh {
             self.relief.relieve(out, self.gpus);
         }
@@ -339,7 +344,7 @@ impl Planner {
     }
 
     /// Every block straight from its source to its destination, at once.
-    fn emit_direct(&self, m: &TrafficMatrix, out: &mut Plan) {
+    fn emit_direct(&self, m: &TrafficMatrix, out: &mut Emit) {
         let (n, g) = (self.ranks(), self.gpus);
         for s in 0..n {
             for d in 0..n {
@@ -356,8 +361,7 @@ impl Planner {
                         nic: ((s % g) % self.nics) as u32,
                     }
                 };
-                out.transfers
-                    .push(self.whole_block(s, d, bytes, path, Deps::new()));
+                out.push(self.whole_block(s, d, bytes, path, Deps::new()));
             }
         }
     }
@@ -443,7 +447,7 @@ impl Planner {
     /// blocks wait for its first inter-node send: NVLink has the whole
     /// exchange to carry them, but the balancing moves that feed the first
     /// sends must not share it with them.
-    fn emit_intra_node(&mut self, m: &TrafficMatrix, out: &mut Plan) {
+    fn emit_intra_node(&mut self, m: &TrafficMatrix, out: &mut Emit) {
         let (n, g) = (self.ranks(), self.gpus);
         let mut ids = std::mem::take(&mut self.chain_buf);
         for s in 0..n {
@@ -460,8 +464,7 @@ impl Planner {
                     continue;
                 }
                 let path = if s == d { Path::Local } else { Path::Nvlink };
-                out.transfers
-                    .push(self.whole_block(s, d, bytes, path, deps_of(&ids)));
+                out.push(self.whole_block(s, d, bytes, path, deps_of(&ids)));
             }
         }
         self.chain_buf = ids;
@@ -580,7 +583,7 @@ impl Planner {
 
     /// Scratch of each GPU: its gather regions (one per destination node),
     /// then its landing regions (one per source node).
-    fn layout_scratch(&mut self, out: &mut Plan) {
+    fn layout_scratch(&mut self, scratch: &mut Vec<u64>) {
         let (nn, g) = (self.nodes, self.gpus);
         self.scratch_gather.clear();
         for a in 0..nn {
@@ -595,7 +598,7 @@ impl Planner {
             }
         }
         let mut total = 0u64;
-        out.scratch.resize(self.ranks(), 0);
+        scratch.resize(self.ranks(), 0);
         for b in 0..nn {
             for l in 0..g {
                 let r = b * g + l;
@@ -607,12 +610,12 @@ impl Planner {
                         at += self.lanes[i].len();
                     }
                 }
-                out.scratch[r] = at;
+                scratch[r] = at;
                 total += at;
             }
         }
         if total == 0 {
-            out.scratch.clear();
+            scratch.clear();
         }
     }
 
@@ -717,7 +720,7 @@ impl Planner {
         (2.0 + (self.inter_latency / beta).ceil()).clamp(least, 1e6) as u32
     }
 
-    fn emit_inter_node(&mut self, out: &mut Plan) {
+    fn emit_inter_node(&mut self, out: &mut Emit) {
         let nn = self.nodes;
         self.chunk = self.chunk_size();
         self.depth = self.depth_for_chunks();
@@ -864,7 +867,7 @@ impl Planner {
     #[allow(clippy::too_many_arguments)]
     fn emit_slice(
         &mut self,
-        out: &mut Plan,
+        out: &mut Emit,
         a: usize,
         b: usize,
         l: usize,
@@ -989,7 +992,7 @@ impl Planner {
     #[allow(clippy::too_many_arguments)]
     fn emit_direct_slice(
         &mut self,
-        out: &mut Plan,
+        out: &mut Emit,
         a: usize,
         b: usize,
         l: usize,
@@ -1020,7 +1023,7 @@ impl Planner {
         };
         let row = c * (n + 1) + b * g;
         let base = self.send_off[row];
-        let first = out.transfers.len() as u32;
+        let first = out.len() as u32;
         for j in 0..g {
             let (b0, b1) = (
                 self.send_off[row + j] - base,
@@ -1048,7 +1051,7 @@ impl Planner {
             });
         }
         self.chain_buf = chain;
-        let last = out.transfers.len() as u32;
+        let last = out.len() as u32;
         if last == first {
             return;
         }
@@ -1063,7 +1066,7 @@ impl Planner {
     #[allow(clippy::too_many_arguments)]
     fn emit_forwards(
         &self,
-        out: &mut Plan,
+        out: &mut Emit,
         lane: &Lane,
         a: usize,
         b: usize,
@@ -1117,7 +1120,7 @@ impl Planner {
     #[allow(clippy::too_many_arguments)]
     fn forward_blocks(
         &self,
-        out: &mut Plan,
+        out: &mut Emit,
         s: usize,
         b: usize,
         r: usize,
@@ -1142,7 +1145,7 @@ impl Planner {
             if b0 < b1 {
                 let (lo, hi) = (u.max(b0), v.min(b1));
                 let d = b * g + j;
-                out.transfers.push(Transfer {
+                out.push(Transfer {
                     src: r as u32,
                     src_buf: Buffer::Scratch,
                     src_off: scratch_off + (lo - u),
@@ -1178,6 +1181,42 @@ fn clip_pieces(
         .filter(move |(piece, p0)| p0 + piece.len > from)
         .take_while(move |&(_, p0)| p0 < to)
         .map(move |(piece, p0)| (piece, p0, from.max(p0), to.min(p0 + piece.len)))
+}
+
+/// The transfers of the plan being written, over those of the previous
+/// plan: each is overwritten in place, so a large plan's memory is read once
+/// (as it is written) rather than first in a pass that drops every old
+/// transfer and then again to write the new ones.
+struct Emit<'p> {
+    transfers: &'p mut Vec<Transfer>,
+    len: usize,
+}
+
+impl<'p> Emit<'p> {
+    fn new(transfers: &'p mut Vec<Transfer>) -> Self {
+        Emit { transfers, len: 0 }
+    }
+
+    /// Transfers written so far.
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Writes the next transfer and returns its index.
+    #[inline]
+    fn push(&mut self, t: Transfer) -> u32 {
+        match self.transfers.get_mut(self.len) {
+            Some(old) => *old = t,
+            None => self.transfers.push(t),
+        }
+        self.len += 1;
+        (self.len - 1) as u32
+    }
+
+    /// Drops what is left of the previous plan.
+    fn finish(self) {
+        self.transfers.truncate(self.len);
+    }
 }
 
 /// Marks `ops[1]` of a slot as the last of the range `ops[0]..=ops[1]` (the
