@@ -749,10 +749,7 @@ impl Planner {
             for l in 0..self.gpus {
                 let li = self.lane_index(a, b, l);
                 let len = self.lanes[li].len();
-                let cut = |c: u64| match c.checked_mul(len) {
-                    Some(x) => x / total,
-                    None => (c as u128 * len as u128 / total as u128) as u64,
-                };
+                let cut = |c: u64| mul_div(c, len, total);
                 let (from, to) = (cut(before), cut(after));
                 let c = a * self.gpus + l;
                 let direct_row = self.lanes[li]
@@ -809,7 +806,7 @@ impl Planner {
         let chunk = self.chunk;
         let split = |chunks: &mut Vec<(u64, u64)>, lo: u64, hi: u64| {
             let parts = (hi - lo).div_ceil(chunk);
-            let at = |k: u64| lo + ((hi - lo) as u128 * k as u128 / parts as u128) as u64;
+            let at = |k: u64| lo + mul_div(hi - lo, k, parts);
             chunks.extend((0..parts).map(|k| (at(k), at(k + 1))));
         };
         if let Some(row) = direct_row {
@@ -843,11 +840,14 @@ impl Planner {
                 split(&mut self.chunks, pending.0, pending.1);
             }
         } else {
-            split(&mut self.chunks, from, to);
             // Lanes start at different chunks, so their last chunks (and the
-            // forwards that follow them) go to different GPUs.
-            let parts = self.chunks.len();
-            self.chunks.rotate_left(l * parts / self.gpus);
+            // forwards that follow them) go to different GPUs: the chunks of
+            // `split`, rotated left by `first`.
+            let parts = (to - from).div_ceil(chunk);
+            let first = l as u64 * parts / self.gpus as u64;
+            let at = |k: u64| from + mul_div(to - from, k, parts);
+            self.chunks
+                .extend((first..parts).chain(0..first).map(|k| (at(k), at(k + 1))));
         }
         let parts = self.chunks.len();
         // A GPU's first send is cut in two, the halves going first and last:
@@ -1183,6 +1183,15 @@ fn clip_pieces(
         .map(move |(piece, p0)| (piece, p0, from.max(p0), to.min(p0 + piece.len)))
 }
 
+/// `x * y / d`, rounded down, without overflow (in u64 when the product fits).
+#[inline]
+fn mul_div(x: u64, y: u64, d: u64) -> u64 {
+    match x.checked_mul(y) {
+        Some(p) => p / d,
+        None => (x as u128 * y as u128 / d as u128) as u64,
+    }
+}
+
 /// The transfers of the plan being written, over those of the previous
 /// plan: each is overwritten in place, so a large plan's memory is read once
 /// (as it is written) rather than first in a pass that drops every old
@@ -1250,17 +1259,12 @@ fn add_op(ids: &mut Vec<u32>, op: u32) {
 /// up to four.
 #[inline]
 fn deps_of(ids: &[u32]) -> Deps {
-    if let [x, y, z, w] = *ids {
-        return Deps::from_buf_and_len([x, y, z, w], 4);
-    }
-    let mut buf = [0u32; 4];
-    match ids.len() {
-        0..=3 => {
-            for (b, &id) in buf.iter_mut().zip(ids) {
-                *b = id;
-            }
-            Deps::from_buf_and_len(buf, ids.len())
-        }
+    match *ids {
+        [] => Deps::new(),
+        [x] => Deps::from_buf_and_len([x, 0, 0, 0], 1),
+        [x, y] => Deps::from_buf_and_len([x, y, 0, 0], 2),
+        [x, y, z] => Deps::from_buf_and_len([x, y, z, 0], 3),
+        [x, y, z, w] => Deps::from_buf_and_len([x, y, z, w], 4),
         _ => Deps::from_slice(ids),
     }
 }
