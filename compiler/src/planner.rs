@@ -118,9 +118,9 @@ pub struct Planner {
     /// Index in `stages` of the last pair each node sends (first half) and
     /// receives (second half).
     last_pair: Vec<usize>,
-    /// Dependencies being collected for a send, and for its moves.
+    /// Dependencies being collected for a transfer (direct sends, intra-node
+    /// blocks: their slots may be ranges).
     chain_buf: Vec<u32>,
-    gate_buf: Vec<u32>,
 }
 
 const NONE: u32 = u32::MAX;
@@ -217,7 +217,6 @@ impl Planner {
             last_pair: Vec::with_capacity(2 * nodes),
             relief: MeshRelief::default(),
             chain_buf: Vec::new(),
-            gate_buf: Vec::new(),
             opts,
         })
     }
@@ -846,8 +845,9 @@ impl Planner {
             let parts = (to - from).div_ceil(chunk);
             let first = l as u64 * parts / self.gpus as u64;
             let at = |k: u64| from + mul_div(to - from, k, parts);
-            self.chunks
-                .extend((first..parts).chain(0..first).map(|k| (at(k), at(k + 1))));
+            for k in (first..parts).chain(0..first) {
+                self.chunks.push((at(k), at(k + 1)));
+            }
         }
         let parts = self.chunks.len();
         // A GPU's first send is cut in two, the halves going first and last:
@@ -884,25 +884,24 @@ impl Planner {
         }
         let slot = self.slots[c].len();
         let depth = self.depth as usize;
-        // The send's chain, then (for the send from scratch) its moves.
-        let mut chain = std::mem::take(&mut self.chain_buf);
-        let mut gate = std::mem::take(&mut self.gate_buf);
-        chain.clear();
-        gate.clear();
+        // The slots of a balanced lane hold one or two sends (never a range:
+        // lanes are all direct or none are).
+        let mut chain = FewIds::default();
+        let mut gate = FewIds::default();
         if self.opts.staged {
             if slot >= depth {
-                add_ops(&mut chain, self.slots[c][slot - depth]);
+                chain.add_ops(self.slots[c][slot - depth]);
             }
             // The receiving NIC too takes one stage at a time: a sender that
             // runs ahead (its previous pair was light) waits rather than
             // joining another sender at its next receiver (incast).
             let rslot = self.rslots[r].len();
             if rslot >= depth {
-                add_ops(&mut chain, self.rslots[r][rslot - depth]);
+                chain.add_ops(self.rslots[r][rslot - depth]);
             }
             // Moves for this slot start as the previous slot starts.
             if slot > depth {
-                add_ops(&mut gate, self.slots[c][slot - depth - 1]);
+                gate.add_ops(self.slots[c][slot - depth - 1]);
             }
         }
         // GPU `l` sends through its rail NIC `l % nics` (Topology::rail_of).
@@ -923,14 +922,14 @@ impl Planner {
                 bytes: end - from,
                 path,
                 step: stage,
-                deps: deps_of(&chain),
+                deps: chain.deps(),
             });
         }
         if to > lane.own {
             let (g0, g1) = (from.max(lane.own) - lane.own, to - lane.own);
+            let mut deps = chain.deps();
             let mut last_move = self.last_move[c];
             let pieces = &self.pieces[lane.pieces_start as usize..lane.pieces_end as usize];
-            let gated = gate.len();
             // Each send moves just the part of each piece it carries: a
             // piece can be most of a lane's share, and moved whole it kept
             // the carrier's NIC idle until all of it had arrived (2x8
@@ -940,9 +939,9 @@ impl Planner {
                 // A carrier's moves arrive in the order its sends use
                 // them, so the first send's bytes do not share NVLink
                 // with moves needed much later.
-                gate.truncate(gated);
+                let mut move_deps = gate;
                 if self.opts.staged {
-                    add_ops(&mut gate, [last_move, NONE]);
+                    move_deps.add(last_move);
                 }
                 let idx = out.push(Transfer {
                     src: piece.src,
@@ -954,10 +953,10 @@ impl Planner {
                     bytes: hi - lo,
                     path: Path::Nvlink,
                     step: stage,
-                    deps: deps_of(&gate),
+                    deps: move_deps.deps(),
                 });
                 last_move = idx;
-                chain.push(idx);
+                deps.push(idx);
             }
             self.last_move[c] = last_move;
             ops[1] = out.push(Transfer {
@@ -970,11 +969,9 @@ impl Planner {
                 bytes: g1 - g0,
                 path,
                 step: stage,
-                deps: deps_of(&chain),
+                deps,
             });
         }
-        self.chain_buf = chain;
-        self.gate_buf = gate;
         self.slots[c].push(ops);
         self.rslots[r].push(ops);
         if ops[0] != NONE {
@@ -1231,6 +1228,39 @@ impl<'p> Emit<'p> {
 /// Marks `ops[1]` of a slot as the last of the range `ops[0]..=ops[1]` (the
 /// per-block sends of a direct slice) rather than a second op.
 const RANGE: u32 = 1 << 31;
+
+/// The dependencies of a balanced lane's send (its two chains: at most two
+/// slots of at most two sends) or of a move (one slot and the last move),
+/// deduplicated, in a fixed array.
+#[derive(Clone, Copy, Debug, Default)]
+struct FewIds {
+    ids: [u32; 4],
+    len: usize,
+}
+
+impl FewIds {
+    /// Adds `op` unless it is [`NONE`] or there already.
+    #[inline]
+    #[allow(clippy::manual_contains)]
+    fn add(&mut self, op: u32) {
+        if op != NONE && !self.ids[..self.len].iter().any(|&x| x == op) {
+            self.ids[self.len] = op;
+            self.len += 1;
+        }
+    }
+
+    /// Adds the sends of a slot of one or two sends (not a range).
+    #[inline]
+    fn add_ops(&mut self, ops: [u32; 2]) {
+        debug_assert!(ops[1] == NONE || ops[1] & RANGE == 0, "a range slot");
+        self.add(ops[0]);
+        self.add(ops[1]);
+    }
+
+    fn deps(&self) -> Deps {
+        Deps::from_buf_and_len(self.ids, self.len)
+    }
+}
 
 /// Adds the transfers of a slot to `ids`, skipping those already there.
 #[inline]
