@@ -67,8 +67,9 @@ pub struct Planner {
     opts: PlannerOptions,
     nodes: usize,
     gpus: usize,
-    nics: usize,
     weights: LaneWeights,
+    /// GPU `l` sends through its rail NIC `rail[l] = l % nics` (Topology::rail_of).
+    rail: Vec<u32>,
     /// Bytes/us of one NIC, and of all the NICs a node uses.
     nic_rate: f64,
     node_rate: f64,
@@ -101,6 +102,8 @@ pub struct Planner {
     depth: u32,
     chunk: u64,
     taken: Vec<u64>,
+    /// Where each lane's last slice ended (its share of `taken`).
+    lane_cut: Vec<u64>,
     /// Inter-node sends of each GPU, per stage slot (second is NONE if one).
     slots: Vec<Vec<[u32; 2]>>,
     /// Inter-node sends into each GPU, per slot (the receive-side chain).
@@ -184,8 +187,8 @@ impl Planner {
         Ok(Planner {
             nodes,
             gpus,
-            nics,
             weights: LaneWeights::new(gpus, nics),
+            rail: (0..gpus).map(|l| (l % nics) as u32).collect(),
             nic_rate,
             node_rate: nic_rate * rails,
             inter_latency,
@@ -208,6 +211,7 @@ impl Planner {
             depth: 1,
             chunk: u64::MAX,
             taken: Vec::with_capacity(nodes * nodes),
+            lane_cut: Vec::with_capacity(nodes * nodes * gpus),
             slots: vec![Vec::new(); ranks],
             rslots: vec![Vec::new(); ranks],
             latency_bound: false,
@@ -346,19 +350,18 @@ impl Planner {
     fn emit_direct(&self, m: &TrafficMatrix, out: &mut Emit) {
         let (n, g) = (self.ranks(), self.gpus);
         for s in 0..n {
-            for d in 0..n {
-                let bytes = m.get(s, d);
+            let node = s / g * g..(s / g + 1) * g;
+            let nic = self.rail[s - node.start];
+            for (d, &bytes) in m.row(s).iter().enumerate() {
                 if bytes == 0 {
                     continue;
                 }
                 let path = if s == d {
                     Path::Local
-                } else if s / g == d / g {
+                } else if node.contains(&d) {
                     Path::Nvlink
                 } else {
-                    Path::Rdma {
-                        nic: ((s % g) % self.nics) as u32,
-                    }
+                    Path::Rdma { nic }
                 };
                 out.push(self.whole_block(s, d, bytes, path, Deps::new()));
             }
@@ -725,6 +728,8 @@ impl Planner {
         self.depth = self.depth_for_chunks();
         self.taken.clear();
         self.taken.resize(nn * nn, 0);
+        self.lane_cut.clear();
+        self.lane_cut.resize(self.lanes.len(), 0);
         for s in self.slots.iter_mut().chain(&mut self.rslots) {
             s.clear();
         }
@@ -748,8 +753,15 @@ impl Planner {
             for l in 0..self.gpus {
                 let li = self.lane_index(a, b, l);
                 let len = self.lanes[li].len();
-                let cut = |c: u64| mul_div(c, len, total);
-                let (from, to) = (cut(before), cut(after));
+                // Bytes `before..after` of the pair, pro rata on the lane:
+                // the lane's cut of `before` is where its previous slice ended.
+                let from = self.lane_cut[li];
+                let to = if after == total {
+                    len
+                } else {
+                    mul_div(after, len, total)
+                };
+                self.lane_cut[li] = to;
                 let c = a * self.gpus + l;
                 let direct_row = self.lanes[li]
                     .direct
@@ -838,6 +850,8 @@ impl Planner {
             if pending.0 < pending.1 {
                 split(&mut self.chunks, pending.0, pending.1);
             }
+        } else if to - from <= chunk {
+            self.chunks.push((from, to));
         } else {
             // Lanes start at different chunks, so their last chunks (and the
             // forwards that follow them) go to different GPUs: the chunks of
@@ -845,8 +859,11 @@ impl Planner {
             let parts = (to - from).div_ceil(chunk);
             let first = l as u64 * parts / self.gpus as u64;
             let at = |k: u64| from + mul_div(to - from, k, parts);
-            for k in (first..parts).chain(0..first) {
-                self.chunks.push((at(k), at(k + 1)));
+            let mut lo = at(first);
+            for k in (first + 1..=parts).chain(1..=first) {
+                let hi = if k == parts { to } else { at(k) };
+                self.chunks.push((lo, hi));
+                lo = if k == parts { from } else { hi };
             }
         }
         let parts = self.chunks.len();
@@ -904,10 +921,7 @@ impl Planner {
                 gate.add_ops(self.slots[c][slot - depth - 1]);
             }
         }
-        // GPU `l` sends through its rail NIC `l % nics` (Topology::rail_of).
-        let path = Path::Rdma {
-            nic: (l % self.nics) as u32,
-        };
+        let path = Path::Rdma { nic: self.rail[l] };
         let mut ops = [NONE; 2];
         if from < lane.own {
             let end = to.min(lane.own);
@@ -1015,9 +1029,7 @@ impl Planner {
                 add_ops(&mut chain, self.rslots[r][rslot - depth]);
             }
         }
-        let path = Path::Rdma {
-            nic: (l % self.nics) as u32,
-        };
+        let path = Path::Rdma { nic: self.rail[l] };
         let row = c * (n + 1) + b * g;
         let base = self.send_off[row];
         let first = out.len() as u32;
