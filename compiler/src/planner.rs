@@ -322,9 +322,11 @@ impl Planner {
 
     fn inter_node_bytes(&self) -> u64 {
         let nn = self.nodes;
-        (0..nn * nn)
-            .filter(|i| i / nn != i % nn)
-            .map(|i| self.node_bytes[i])
+        (0..nn)
+            .flat_map(|a| {
+                let row = &self.node_bytes[a * nn..(a + 1) * nn];
+                row[..a].iter().chain(&row[a + 1..])
+            })
             .sum()
     }
 
@@ -587,36 +589,31 @@ impl Planner {
     /// then its landing regions (one per source node).
     fn layout_scratch(&mut self, scratch: &mut Vec<u64>) {
         let (nn, g) = (self.nodes, self.gpus);
+        // Both passes walk the lanes in memory order, (a, b, l), with one
+        // running offset per GPU: the gather regions of GPU (a, l) in the
+        // order of b, the landing regions of GPU (b, l) in the order of a.
         self.scratch_gather.clear();
-        for a in 0..nn {
-            for l in 0..g {
-                let mut at = 0;
-                for b in 0..nn {
-                    let i = self.lane_index(a, b, l);
-                    self.lanes[i].gather_base = at;
-                    at += self.lanes[i].gathered;
+        self.scratch_gather.resize(self.ranks(), 0);
+        let rows = self.lanes.chunks_exact_mut(nn * g);
+        for (row, gather) in rows.zip(self.scratch_gather.chunks_exact_mut(g)) {
+            for pair in row.chunks_exact_mut(g) {
+                for (lane, at) in pair.iter_mut().zip(gather.iter_mut()) {
+                    lane.gather_base = *at;
+                    *at += lane.gathered;
                 }
-                self.scratch_gather.push(at);
             }
         }
-        let mut total = 0u64;
-        scratch.resize(self.ranks(), 0);
-        for b in 0..nn {
-            for l in 0..g {
-                let r = b * g + l;
-                let mut at = self.scratch_gather[r];
-                for a in 0..nn {
-                    let i = self.lane_index(a, b, l);
-                    self.lanes[i].recv_base = at;
-                    if !self.lanes[i].direct {
-                        at += self.lanes[i].len();
-                    }
+        scratch.clear();
+        scratch.extend_from_slice(&self.scratch_gather);
+        for row in self.lanes.chunks_exact_mut(nn * g) {
+            for (lane, at) in row.iter_mut().zip(scratch.iter_mut()) {
+                lane.recv_base = *at;
+                if !lane.direct {
+                    *at += lane.len();
                 }
-                scratch[r] = at;
-                total += at;
             }
         }
-        if total == 0 {
+        if scratch.iter().all(|&at| at == 0) {
             scratch.clear();
         }
     }
