@@ -1142,7 +1142,10 @@ impl Planner {
         // Absolute offsets in the input of `s`; the first block that ends
         // after `u`.
         let (u, v) = (row[0] + u, row[0] + v);
-        let mut j = row[1..].partition_point(|&x| x <= u);
+        let mut j = 0;
+        while j < g && row[j + 1] <= u {
+            j += 1;
+        }
         while j < g {
             let (b0, b1) = (row[j], row[j + 1]);
             if b0 >= v {
