@@ -67,8 +67,9 @@ pub struct Planner {
     opts: PlannerOptions,
     nodes: usize,
     gpus: usize,
-    nics: usize,
     weights: LaneWeights,
+    /// GPU `l` sends through its rail NIC `rail[l] = l % nics` (Topology::rail_of).
+    rail: Vec<u32>,
     /// Bytes/us of one NIC, and of all the NICs a node uses.
     nic_rate: f64,
     node_rate: f64,
@@ -101,6 +102,8 @@ pub struct Planner {
     depth: u32,
     chunk: u64,
     taken: Vec<u64>,
+    /// Where each lane's last slice ended (its share of `taken`).
+    lane_cut: Vec<u64>,
     /// Inter-node sends of each GPU, per stage slot (second is NONE if one).
     slots: Vec<Vec<[u32; 2]>>,
     /// Inter-node sends into each GPU, per slot (the receive-side chain).
@@ -118,6 +121,9 @@ pub struct Planner {
     /// Index in `stages` of the last pair each node sends (first half) and
     /// receives (second half).
     last_pair: Vec<usize>,
+    /// Dependencies being collected for a transfer (direct sends, intra-node
+    /// blocks: their slots may be ranges).
+    chain_buf: Vec<u32>,
 }
 
 const NONE: u32 = u32::MAX;
@@ -181,8 +187,8 @@ impl Planner {
         Ok(Planner {
             nodes,
             gpus,
-            nics,
             weights: LaneWeights::new(gpus, nics),
+            rail: (0..gpus).map(|l| (l % nics) as u32).collect(),
             nic_rate,
             node_rate: nic_rate * rails,
             inter_latency,
@@ -205,6 +211,7 @@ impl Planner {
             depth: 1,
             chunk: u64::MAX,
             taken: Vec::with_capacity(nodes * nodes),
+            lane_cut: Vec::with_capacity(nodes * nodes * gpus),
             slots: vec![Vec::new(); ranks],
             rslots: vec![Vec::new(); ranks],
             latency_bound: false,
@@ -213,6 +220,7 @@ impl Planner {
             chunks: Vec::new(),
             last_pair: Vec::with_capacity(2 * nodes),
             relief: MeshRelief::default(),
+            chain_buf: Vec::new(),
             opts,
         })
     }
@@ -235,7 +243,9 @@ impl Planner {
     /// Plans one all-to-all into `out`, reusing its allocations.
     pub fn plan_into(&mut self, traffic: &TrafficMatrix, out: &mut Plan) -> Result<()> {
         traffic.check_ranks(self.ranks(), "traffic")?;
-        out.clear();
+        // The previous plan's transfers are overwritten in place (see `Emit`).
+        out.scratch.clear();
+        out.chunking = None;
         out.algorithm.clear();
         out.algorithm
             .push_str(if self.opts.staged { "fast" } else { "spray" });
@@ -245,17 +255,20 @@ impl Planner {
         self.stages.clear();
         self.slots.iter_mut().for_each(Vec::clear);
         self.latency_bound = self.opts.staged && self.is_latency_bound();
+        let mut emit = Emit::new(&mut out.transfers);
         if self.latency_bound {
             // One merged stage of direct sends: no relay hop, no stage latency.
             self.stage_count = u32::from(self.inter_node_bytes() > 0);
-            self.emit_direct(traffic, out);
+            self.emit_direct(traffic, &mut emit);
+            emit.finish();
             return Ok(());
         }
         self.balance();
-        self.layout_scratch(out);
+        self.layout_scratch(&mut out.scratch);
         self.decompose();
-        self.emit_inter_node(out);
-        self.emit_intra_node(traffic, out);
+        self.emit_inter_node(&mut emit);
+        self.emit_intra_node(traffic, &mut emit);
+        emit.finish();
         if self.mesh {
             self.relief.relieve(out, self.gpus);
         }
@@ -309,9 +322,11 @@ impl Planner {
 
     fn inter_node_bytes(&self) -> u64 {
         let nn = self.nodes;
-        (0..nn * nn)
-            .filter(|i| i / nn != i % nn)
-            .map(|i| self.node_bytes[i])
+        (0..nn)
+            .flat_map(|a| {
+                let row = &self.node_bytes[a * nn..(a + 1) * nn];
+                row[..a].iter().chain(&row[a + 1..])
+            })
             .sum()
     }
 
@@ -334,25 +349,23 @@ impl Planner {
     }
 
     /// Every block straight from its source to its destination, at once.
-    fn emit_direct(&self, m: &TrafficMatrix, out: &mut Plan) {
+    fn emit_direct(&self, m: &TrafficMatrix, out: &mut Emit) {
         let (n, g) = (self.ranks(), self.gpus);
         for s in 0..n {
-            for d in 0..n {
-                let bytes = m.get(s, d);
+            let node = s / g * g..(s / g + 1) * g;
+            let nic = self.rail[s - node.start];
+            for (d, &bytes) in m.row(s).iter().enumerate() {
                 if bytes == 0 {
                     continue;
                 }
                 let path = if s == d {
                     Path::Local
-                } else if s / g == d / g {
+                } else if node.contains(&d) {
                     Path::Nvlink
                 } else {
-                    Path::Rdma {
-                        nic: ((s % g) % self.nics) as u32,
-                    }
+                    Path::Rdma { nic }
                 };
-                out.transfers
-                    .push(self.whole_block(s, d, bytes, path, Deps::new()));
+                out.push(self.whole_block(s, d, bytes, path, Deps::new()));
             }
         }
     }
@@ -388,8 +401,8 @@ impl Planner {
     fn offsets(&mut self, m: &TrafficMatrix) {
         let n = self.ranks();
         let (nn, g) = (self.nodes, self.gpus);
-        self.send_off.clear();
-        self.recv_off.clear();
+        // Every entry of the two offset tables is written below.
+        self.send_off.resize(n * (n + 1), 0);
         self.recv_off.resize(n * n, 0);
         self.col_acc.clear();
         self.col_acc.resize(n, 0);
@@ -398,23 +411,29 @@ impl Planner {
         self.inter_blocks = 0;
         for s in 0..n {
             let row = m.row(s);
+            let so = &mut self.send_off[s * (n + 1)..(s + 1) * (n + 1)];
+            let recv = &mut self.recv_off[s * n..(s + 1) * n];
             let mut acc = 0u64;
             let mut nonzero = 0u64;
-            let recv = &mut self.recv_off[s * n..(s + 1) * n];
-            for (d, &b) in row.iter().enumerate() {
-                self.send_off.push(acc);
+            for (((&b, off), at), col) in row
+                .iter()
+                .zip(&mut so[..n])
+                .zip(recv)
+                .zip(&mut self.col_acc)
+            {
+                *off = acc;
                 acc += b;
                 nonzero += u64::from(b > 0);
-                recv[d] = self.col_acc[d];
-                self.col_acc[d] += b;
+                *at = *col;
+                *col += b;
             }
-            self.send_off.push(acc);
+            so[n] = acc;
             let a = s / g;
             let own = &row[a * g..(a + 1) * g];
             self.inter_blocks += nonzero - own.iter().filter(|&&b| b > 0).count() as u64;
-            let so = &self.send_off[s * (n + 1)..];
-            for b in 0..nn {
-                self.node_bytes[a * nn + b] += so[(b + 1) * g] - so[b * g];
+            let node_row = &mut self.node_bytes[a * nn..(a + 1) * nn];
+            for (b, x) in node_row.iter_mut().enumerate() {
+                *x += so[(b + 1) * g] - so[b * g];
             }
         }
     }
@@ -432,13 +451,14 @@ impl Planner {
     /// blocks wait for its first inter-node send: NVLink has the whole
     /// exchange to carry them, but the balancing moves that feed the first
     /// sends must not share it with them.
-    fn emit_intra_node(&self, m: &TrafficMatrix, out: &mut Plan) {
+    fn emit_intra_node(&mut self, m: &TrafficMatrix, out: &mut Emit) {
         let (n, g) = (self.ranks(), self.gpus);
+        let mut ids = std::mem::take(&mut self.chain_buf);
         for s in 0..n {
-            let mut deps = Deps::new();
+            ids.clear();
             if self.opts.staged {
                 if let Some(&first) = self.slots[s].first() {
-                    push_ops(&mut deps, first);
+                    add_ops(&mut ids, first);
                 }
             }
             let first = s / g * g;
@@ -448,10 +468,10 @@ impl Planner {
                     continue;
                 }
                 let path = if s == d { Path::Local } else { Path::Nvlink };
-                out.transfers
-                    .push(self.whole_block(s, d, bytes, path, deps.clone()));
+                out.push(self.whole_block(s, d, bytes, path, deps_of(&ids)));
             }
         }
+        self.chain_buf = ids;
     }
 
     fn lane_index(&self, a: usize, b: usize, l: usize) -> usize {
@@ -567,39 +587,34 @@ impl Planner {
 
     /// Scratch of each GPU: its gather regions (one per destination node),
     /// then its landing regions (one per source node).
-    fn layout_scratch(&mut self, out: &mut Plan) {
+    fn layout_scratch(&mut self, scratch: &mut Vec<u64>) {
         let (nn, g) = (self.nodes, self.gpus);
+        // Both passes walk the lanes in memory order, (a, b, l), with one
+        // running offset per GPU: the gather regions of GPU (a, l) in the
+        // order of b, the landing regions of GPU (b, l) in the order of a.
         self.scratch_gather.clear();
-        for a in 0..nn {
-            for l in 0..g {
-                let mut at = 0;
-                for b in 0..nn {
-                    let i = self.lane_index(a, b, l);
-                    self.lanes[i].gather_base = at;
-                    at += self.lanes[i].gathered;
+        self.scratch_gather.resize(self.ranks(), 0);
+        let rows = self.lanes.chunks_exact_mut(nn * g);
+        for (row, gather) in rows.zip(self.scratch_gather.chunks_exact_mut(g)) {
+            for pair in row.chunks_exact_mut(g) {
+                for (lane, at) in pair.iter_mut().zip(gather.iter_mut()) {
+                    lane.gather_base = *at;
+                    *at += lane.gathered;
                 }
-                self.scratch_gather.push(at);
             }
         }
-        let mut total = 0u64;
-        out.scratch.resize(self.ranks(), 0);
-        for b in 0..nn {
-            for l in 0..g {
-                let r = b * g + l;
-                let mut at = self.scratch_gather[r];
-                for a in 0..nn {
-                    let i = self.lane_index(a, b, l);
-                    self.lanes[i].recv_base = at;
-                    if !self.lanes[i].direct {
-                        at += self.lanes[i].len();
-                    }
+        scratch.clear();
+        scratch.extend_from_slice(&self.scratch_gather);
+        for row in self.lanes.chunks_exact_mut(nn * g) {
+            for (lane, at) in row.iter_mut().zip(scratch.iter_mut()) {
+                lane.recv_base = *at;
+                if !lane.direct {
+                    *at += lane.len();
                 }
-                out.scratch[r] = at;
-                total += at;
             }
         }
-        if total == 0 {
-            out.scratch.clear();
+        if scratch.iter().all(|&at| at == 0) {
+            scratch.clear();
         }
     }
 
@@ -704,12 +719,14 @@ impl Planner {
         (2.0 + (self.inter_latency / beta).ceil()).clamp(least, 1e6) as u32
     }
 
-    fn emit_inter_node(&mut self, out: &mut Plan) {
+    fn emit_inter_node(&mut self, out: &mut Emit) {
         let nn = self.nodes;
         self.chunk = self.chunk_size();
         self.depth = self.depth_for_chunks();
         self.taken.clear();
         self.taken.resize(nn * nn, 0);
+        self.lane_cut.clear();
+        self.lane_cut.resize(self.lanes.len(), 0);
         for s in self.slots.iter_mut().chain(&mut self.rslots) {
             s.clear();
         }
@@ -733,11 +750,15 @@ impl Planner {
             for l in 0..self.gpus {
                 let li = self.lane_index(a, b, l);
                 let len = self.lanes[li].len();
-                let cut = |c: u64| match c.checked_mul(len) {
-                    Some(x) => x / total,
-                    None => (c as u128 * len as u128 / total as u128) as u64,
+                // Bytes `before..after` of the pair, pro rata on the lane:
+                // the lane's cut of `before` is where its previous slice ended.
+                let from = self.lane_cut[li];
+                let to = if after == total {
+                    len
+                } else {
+                    mul_div(after, len, total)
                 };
-                let (from, to) = (cut(before), cut(after));
+                self.lane_cut[li] = to;
                 let c = a * self.gpus + l;
                 let direct_row = self.lanes[li]
                     .direct
@@ -793,7 +814,7 @@ impl Planner {
         let chunk = self.chunk;
         let split = |chunks: &mut Vec<(u64, u64)>, lo: u64, hi: u64| {
             let parts = (hi - lo).div_ceil(chunk);
-            let at = |k: u64| lo + ((hi - lo) as u128 * k as u128 / parts as u128) as u64;
+            let at = |k: u64| lo + mul_div(hi - lo, k, parts);
             chunks.extend((0..parts).map(|k| (at(k), at(k + 1))));
         };
         if let Some(row) = direct_row {
@@ -826,12 +847,21 @@ impl Planner {
             if pending.0 < pending.1 {
                 split(&mut self.chunks, pending.0, pending.1);
             }
+        } else if to - from <= chunk {
+            self.chunks.push((from, to));
         } else {
-            split(&mut self.chunks, from, to);
             // Lanes start at different chunks, so their last chunks (and the
-            // forwards that follow them) go to different GPUs.
-            let parts = self.chunks.len();
-            self.chunks.rotate_left(l * parts / self.gpus);
+            // forwards that follow them) go to different GPUs: the chunks of
+            // `split`, rotated left by `first`.
+            let parts = (to - from).div_ceil(chunk);
+            let first = l as u64 * parts / self.gpus as u64;
+            let at = |k: u64| from + mul_div(to - from, k, parts);
+            let mut lo = at(first);
+            for k in (first + 1..=parts).chain(1..=first) {
+                let hi = if k == parts { to } else { at(k) };
+                self.chunks.push((lo, hi));
+                lo = if k == parts { from } else { hi };
+            }
         }
         let parts = self.chunks.len();
         // A GPU's first send is cut in two, the halves going first and last:
@@ -851,7 +881,7 @@ impl Planner {
     #[allow(clippy::too_many_arguments)]
     fn emit_slice(
         &mut self,
-        out: &mut Plan,
+        out: &mut Emit,
         a: usize,
         b: usize,
         l: usize,
@@ -868,28 +898,27 @@ impl Planner {
         }
         let slot = self.slots[c].len();
         let depth = self.depth as usize;
-        let mut chain = Deps::new();
-        let mut gate = Deps::new();
+        // The slots of a balanced lane hold one or two sends (never a range:
+        // lanes are all direct or none are).
+        let mut chain = FewIds::default();
+        let mut gate = FewIds::default();
         if self.opts.staged {
             if slot >= depth {
-                push_ops(&mut chain, self.slots[c][slot - depth]);
+                chain.add_ops(self.slots[c][slot - depth]);
             }
             // The receiving NIC too takes one stage at a time: a sender that
             // runs ahead (its previous pair was light) waits rather than
             // joining another sender at its next receiver (incast).
             let rslot = self.rslots[r].len();
             if rslot >= depth {
-                push_ops(&mut chain, self.rslots[r][rslot - depth]);
+                chain.add_ops(self.rslots[r][rslot - depth]);
             }
             // Moves for this slot start as the previous slot starts.
             if slot > depth {
-                push_ops(&mut gate, self.slots[c][slot - depth - 1]);
+                gate.add_ops(self.slots[c][slot - depth - 1]);
             }
         }
-        // GPU `l` sends through its rail NIC `l % nics` (Topology::rail_of).
-        let path = Path::Rdma {
-            nic: (l % self.nics) as u32,
-        };
+        let path = Path::Rdma { nic: self.rail[l] };
         let mut ops = [NONE; 2];
         if from < lane.own {
             let end = to.min(lane.own);
@@ -904,12 +933,12 @@ impl Planner {
                 bytes: end - from,
                 path,
                 step: stage,
-                deps: chain.clone(),
+                deps: chain.deps(),
             });
         }
         if to > lane.own {
             let (g0, g1) = (from.max(lane.own) - lane.own, to - lane.own);
-            let mut deps = chain;
+            let mut deps = chain.deps();
             let mut last_move = self.last_move[c];
             let pieces = &self.pieces[lane.pieces_start as usize..lane.pieces_end as usize];
             // Each send moves just the part of each piece it carries: a
@@ -921,9 +950,9 @@ impl Planner {
                 // A carrier's moves arrive in the order its sends use
                 // them, so the first send's bytes do not share NVLink
                 // with moves needed much later.
-                let mut move_deps = gate.clone();
+                let mut move_deps = gate;
                 if self.opts.staged {
-                    push_ops(&mut move_deps, [last_move, NONE]);
+                    move_deps.add(last_move);
                 }
                 let idx = out.push(Transfer {
                     src: piece.src,
@@ -935,7 +964,7 @@ impl Planner {
                     bytes: hi - lo,
                     path: Path::Nvlink,
                     step: stage,
-                    deps: move_deps,
+                    deps: move_deps.deps(),
                 });
                 last_move = idx;
                 deps.push(idx);
@@ -971,7 +1000,7 @@ impl Planner {
     #[allow(clippy::too_many_arguments)]
     fn emit_direct_slice(
         &mut self,
-        out: &mut Plan,
+        out: &mut Emit,
         a: usize,
         b: usize,
         l: usize,
@@ -986,22 +1015,21 @@ impl Planner {
         // The chains are those of the balanced lane (GPU `l` of `b` stands
         // for the receiving node's lane), so stages keep their order.
         let r = b * g + l;
-        let mut chain = Deps::new();
+        let mut chain = std::mem::take(&mut self.chain_buf);
+        chain.clear();
         if self.opts.staged {
             if slot >= depth {
-                push_ops(&mut chain, self.slots[c][slot - depth]);
+                add_ops(&mut chain, self.slots[c][slot - depth]);
             }
             let rslot = self.rslots[r].len();
             if rslot >= depth {
-                push_ops(&mut chain, self.rslots[r][rslot - depth]);
+                add_ops(&mut chain, self.rslots[r][rslot - depth]);
             }
         }
-        let path = Path::Rdma {
-            nic: (l % self.nics) as u32,
-        };
+        let path = Path::Rdma { nic: self.rail[l] };
         let row = c * (n + 1) + b * g;
         let base = self.send_off[row];
-        let first = out.transfers.len() as u32;
+        let first = out.len() as u32;
         for j in 0..g {
             let (b0, b1) = (
                 self.send_off[row + j] - base,
@@ -1025,10 +1053,11 @@ impl Planner {
                 bytes: hi - lo,
                 path,
                 step: stage,
-                deps: chain.clone(),
+                deps: deps_of(&chain),
             });
         }
-        let last = out.transfers.len() as u32;
+        self.chain_buf = chain;
+        let last = out.len() as u32;
         if last == first {
             return;
         }
@@ -1038,11 +1067,12 @@ impl Planner {
     }
 
     /// Copies bytes `from..to` of a lane's stream, landed in the receiver's
-    /// scratch by transfer `landed`, to their places in the outputs.
+    /// scratch by transfer `landed`, to their places in the outputs. The
+    /// stream is the carrier's own head, then the pieces in order.
     #[allow(clippy::too_many_arguments)]
     fn emit_forwards(
         &self,
-        out: &mut Plan,
+        out: &mut Emit,
         lane: &Lane,
         a: usize,
         b: usize,
@@ -1054,15 +1084,26 @@ impl Planner {
     ) {
         let g = self.gpus;
         let r = b * g + l;
-        // The stream: the carrier's own head, then the pieces in order.
-        let own = Piece {
-            src: (a * g + l) as u32,
-            row_off: 0,
-            len: lane.own,
-        };
-        let pieces = std::iter::once(&own)
-            .chain(&self.pieces[lane.pieces_start as usize..lane.pieces_end as usize]);
-        for (piece, p0, lo, hi) in clip_pieces(pieces, from, to) {
+        if from < lane.own {
+            let hi = to.min(lane.own);
+            self.forward_blocks(
+                out,
+                a * g + l,
+                b,
+                r,
+                from,
+                hi,
+                lane.recv_base + from,
+                landed,
+                stage,
+            );
+        }
+        if to <= lane.own {
+            return;
+        }
+        let pieces = &self.pieces[lane.pieces_start as usize..lane.pieces_end as usize];
+        for (piece, p0, lo, hi) in clip_pieces(pieces, from.max(lane.own) - lane.own, to - lane.own)
+        {
             // Row range of the piece's source covered by lo..hi.
             let (u, v) = (piece.row_off + (lo - p0), piece.row_off + (hi - p0));
             self.forward_blocks(
@@ -1072,7 +1113,7 @@ impl Planner {
                 r,
                 u,
                 v,
-                lane.recv_base + lo,
+                lane.recv_base + lane.own + lo,
                 landed,
                 stage,
             );
@@ -1080,11 +1121,12 @@ impl Planner {
     }
 
     /// Forwards row range `u..v` of what rank `s` sends to node `b`, sitting
-    /// at `scratch_off` of rank `r`, block by block.
+    /// at `scratch_off` of rank `r`, block by block. The hot loop of the
+    /// planner: most transfers of a plan are forwards.
     #[allow(clippy::too_many_arguments)]
     fn forward_blocks(
         &self,
-        out: &mut Plan,
+        out: &mut Emit,
         s: usize,
         b: usize,
         r: usize,
@@ -1095,32 +1137,37 @@ impl Planner {
         stage: u32,
     ) {
         let (n, g) = (self.ranks(), self.gpus);
-        let row = &self.send_off[s * (n + 1) + b * g..s * (n + 1) + (b + 1) * g + 1];
-        let base = row[0];
-        for j in 0..g {
-            let (b0, b1) = (row[j] - base, row[j + 1] - base);
-            if b1 <= u || b0 == b1 {
-                continue;
-            }
+        let row = &self.send_off[s * (n + 1) + b * g..][..=g];
+        let recv = &self.recv_off[s * n + b * g..][..g];
+        // Absolute offsets in the input of `s`; the first block that ends
+        // after `u`.
+        let (u, v) = (row[0] + u, row[0] + v);
+        let mut j = 0;
+        while j < g && row[j + 1] <= u {
+            j += 1;
+        }
+        while j < g {
+            let (b0, b1) = (row[j], row[j + 1]);
             if b0 >= v {
                 break;
             }
-            let (lo, hi) = (u.max(b0), v.min(b1));
-            let d = b * g + j;
-            let mut deps = Deps::new();
-            deps.push(landed);
-            out.transfers.push(Transfer {
-                src: r as u32,
-                src_buf: Buffer::Scratch,
-                src_off: scratch_off + (lo - u),
-                dst: d as u32,
-                dst_buf: Buffer::Output,
-                dst_off: self.recv_off[s * n + d] + (lo - b0),
-                bytes: hi - lo,
-                path: if d == r { Path::Local } else { Path::Nvlink },
-                step: stage + 1,
-                deps,
-            });
+            if b0 < b1 {
+                let (lo, hi) = (u.max(b0), v.min(b1));
+                let d = b * g + j;
+                out.push(Transfer {
+                    src: r as u32,
+                    src_buf: Buffer::Scratch,
+                    src_off: scratch_off + (lo - u),
+                    dst: d as u32,
+                    dst_buf: Buffer::Output,
+                    dst_off: recv[j] + (lo - b0),
+                    bytes: hi - lo,
+                    path: if d == r { Path::Local } else { Path::Nvlink },
+                    step: stage + 1,
+                    deps: Deps::from_buf_and_len([landed, 0, 0, 0], 1),
+                });
+            }
+            j += 1;
         }
     }
 }
@@ -1128,13 +1175,13 @@ impl Planner {
 /// The parts of `pieces`, laid end to end from offset 0 of a lane's stream,
 /// that fall in `from..to`: each piece with its start `p0` in the stream and
 /// its clipped range `lo..hi`.
-fn clip_pieces<'p>(
-    pieces: impl IntoIterator<Item = &'p Piece>,
+fn clip_pieces(
+    pieces: &[Piece],
     from: u64,
     to: u64,
-) -> impl Iterator<Item = (&'p Piece, u64, u64, u64)> {
+) -> impl Iterator<Item = (&Piece, u64, u64, u64)> {
     pieces
-        .into_iter()
+        .iter()
         .scan(0u64, |at, piece| {
             let p0 = *at;
             *at += piece.len;
@@ -1145,23 +1192,122 @@ fn clip_pieces<'p>(
         .map(move |(piece, p0)| (piece, p0, from.max(p0), to.min(p0 + piece.len)))
 }
 
+/// `x * y / d`, rounded down, without overflow (in u64 when the product fits).
+#[inline]
+fn mul_div(x: u64, y: u64, d: u64) -> u64 {
+    match x.checked_mul(y) {
+        Some(p) => p / d,
+        None => (x as u128 * y as u128 / d as u128) as u64,
+    }
+}
+
+/// The transfers of the plan being written, over those of the previous
+/// plan: each is overwritten in place, so a large plan's memory is read once
+/// (as it is written) rather than first in a pass that drops every old
+/// transfer and then again to write the new ones.
+struct Emit<'p> {
+    transfers: &'p mut Vec<Transfer>,
+    len: usize,
+}
+
+impl<'p> Emit<'p> {
+    fn new(transfers: &'p mut Vec<Transfer>) -> Self {
+        Emit { transfers, len: 0 }
+    }
+
+    /// Transfers written so far.
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Writes the next transfer and returns its index.
+    #[inline]
+    fn push(&mut self, t: Transfer) -> u32 {
+        match self.transfers.get_mut(self.len) {
+            Some(old) => *old = t,
+            None => self.transfers.push(t),
+        }
+        self.len += 1;
+        (self.len - 1) as u32
+    }
+
+    /// Drops what is left of the previous plan.
+    fn finish(self) {
+        self.transfers.truncate(self.len);
+    }
+}
+
 /// Marks `ops[1]` of a slot as the last of the range `ops[0]..=ops[1]` (the
 /// per-block sends of a direct slice) rather than a second op.
 const RANGE: u32 = 1 << 31;
 
-fn push_ops(deps: &mut Deps, ops: [u32; 2]) {
+/// The dependencies of a balanced lane's send (its two chains: at most two
+/// slots of at most two sends) or of a move (one slot and the last move),
+/// deduplicated, in a fixed array.
+#[derive(Clone, Copy, Debug, Default)]
+struct FewIds {
+    ids: [u32; 4],
+    len: usize,
+}
+
+impl FewIds {
+    /// Adds `op` unless it is [`NONE`] or there already.
+    #[inline]
+    #[allow(clippy::manual_contains)]
+    fn add(&mut self, op: u32) {
+        if op != NONE && !self.ids[..self.len].iter().any(|&x| x == op) {
+            self.ids[self.len] = op;
+            self.len += 1;
+        }
+    }
+
+    /// Adds the sends of a slot of one or two sends (not a range).
+    #[inline]
+    fn add_ops(&mut self, ops: [u32; 2]) {
+        debug_assert!(ops[1] == NONE || ops[1] & RANGE == 0, "a range slot");
+        self.add(ops[0]);
+        self.add(ops[1]);
+    }
+
+    fn deps(&self) -> Deps {
+        Deps::from_buf_and_len(self.ids, self.len)
+    }
+}
+
+/// Adds the transfers of a slot to `ids`, skipping those already there.
+#[inline]
+fn add_ops(ids: &mut Vec<u32>, ops: [u32; 2]) {
     if ops[1] != NONE && ops[1] & RANGE != 0 {
         for op in ops[0]..=ops[1] & !RANGE {
-            if !deps.contains(&op) {
-                deps.push(op);
-            }
+            add_op(ids, op);
         }
         return;
     }
-    for op in ops {
-        if op != NONE && !deps.contains(&op) {
-            deps.push(op);
-        }
+    add_op(ids, ops[0]);
+    add_op(ids, ops[1]);
+}
+
+/// Adds `op` unless it is [`NONE`] or there already. The lists are short:
+/// a plain scan beats `contains`, which is built for long slices.
+#[inline]
+#[allow(clippy::manual_contains)]
+fn add_op(ids: &mut Vec<u32>, op: u32) {
+    if op != NONE && !ids.iter().any(|&x| x == op) {
+        ids.push(op);
+    }
+}
+
+/// A transfer's dependency list from collected ids; inline (no allocation)
+/// up to four.
+#[inline]
+fn deps_of(ids: &[u32]) -> Deps {
+    match *ids {
+        [] => Deps::new(),
+        [x] => Deps::from_buf_and_len([x, 0, 0, 0], 1),
+        [x, y] => Deps::from_buf_and_len([x, y, 0, 0], 2),
+        [x, y, z] => Deps::from_buf_and_len([x, y, z, 0], 3),
+        [x, y, z, w] => Deps::from_buf_and_len([x, y, z, w], 4),
+        _ => Deps::from_slice(ids),
     }
 }
 

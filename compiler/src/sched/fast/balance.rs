@@ -49,6 +49,9 @@ pub(crate) struct LaneWeights {
     pub cum: Vec<u64>,
     /// GPUs sharing each lane's rail (its NIC bandwidth is divided by this).
     pub sharing: Vec<u64>,
+    /// `log2` of the weights' total when it is a power of two (every GPU
+    /// with a NIC of its own, 8 of them: 8): targets then divide by a shift.
+    shift: Option<u32>,
 }
 
 impl LaneWeights {
@@ -70,7 +73,13 @@ impl LaneWeights {
         for &w in &weight {
             cum.push(cum.last().copied().unwrap_or(0) + w);
         }
-        LaneWeights { cum, sharing }
+        let all = *cum.last().unwrap_or(&1);
+        let shift = all.is_power_of_two().then(|| all.trailing_zeros());
+        LaneWeights {
+            cum,
+            sharing,
+            shift,
+        }
     }
 
     /// Target bytes of lane `l` when the pair carries `total` bytes (the
@@ -83,9 +92,10 @@ impl LaneWeights {
     /// Targets of lanes `0..i` together.
     fn upto(&self, total: u64, i: usize) -> u64 {
         let all = *self.cum.last().unwrap_or(&1);
-        match total.checked_mul(self.cum[i]) {
-            Some(x) => x / all,
-            None => (total as u128 * self.cum[i] as u128 / all as u128) as u64,
+        match (total.checked_mul(self.cum[i]), self.shift) {
+            (Some(x), Some(shift)) => x >> shift,
+            (Some(x), None) => x / all,
+            (None, _) => (total as u128 * self.cum[i] as u128 / all as u128) as u64,
         }
     }
 

@@ -33,8 +33,15 @@ pub(crate) struct Decomposer {
     col_def: Vec<u64>,
     match_row: Vec<u32>,
     match_col: Vec<u32>,
-    seen: Vec<u32>,
-    epoch: u32,
+    /// Words per row of the bit sets below (`ceil(n / 64)`).
+    words: usize,
+    /// Bit `b` of row `a` (words `a * words..`): entry (a, b) of
+    /// `real + pad` is positive. The searches visit only these entries.
+    live: Vec<u64>,
+    /// Columns the current augmenting search has visited.
+    seen: Vec<u64>,
+    /// Free columns, during the greedy step.
+    free: Vec<u64>,
     order: Vec<u32>,
 }
 
@@ -65,9 +72,21 @@ impl Decomposer {
         self.match_row.resize(n, NONE);
         self.match_col.clear();
         self.match_col.resize(n, NONE);
+        let words = n.div_ceil(64);
+        self.words = words;
+        self.live.clear();
+        self.live.resize(n * words, 0);
+        for a in 0..n {
+            for b in 0..n {
+                if self.total(n, a, b) > 0 {
+                    self.live[a * words + b / 64] |= 1 << (b % 64);
+                }
+            }
+        }
         self.seen.clear();
-        self.seen.resize(n, 0);
-        self.epoch = 0;
+        self.seen.resize(words, 0);
+        self.free.clear();
+        self.free.resize(words, 0);
         let mut stage = 0u32;
         while real_left > 0 {
             for a in 0..n {
@@ -100,6 +119,9 @@ impl Decomposer {
                 self.real[i] -= r;
                 let p = self.pad[i].min(w - r);
                 self.pad[i] -= p;
+                if self.real[i] + self.pad[i] == 0 {
+                    self.live[a * words + b as usize / 64] &= !(1 << (b % 64));
+                }
                 real_left -= r;
                 if r > 0 {
                     any = true;
@@ -173,21 +195,37 @@ impl Decomposer {
     /// column of at least `theta` (so stages take large, even amounts), then
     /// augmenting paths complete it.
     fn augment(&mut self, n: usize, theta: u64) {
+        let words = self.words;
+        self.free.fill(0);
+        for b in 0..n {
+            if self.match_col[b] == NONE {
+                self.free[b / 64] |= 1 << (b % 64);
+            }
+        }
         self.order.clear();
         for a in 0..n {
             if self.match_row[a] != NONE {
                 continue;
             }
+            // The lowest column of the largest entry: only live entries can
+            // reach `theta >= 1`.
             let mut best = (0, NONE);
-            for b in 0..n {
-                let x = self.total(n, a, b);
-                if self.match_col[b] == NONE && x >= theta.max(1) && x > best.0 {
-                    best = (x, b as u32);
+            for k in 0..words {
+                let mut cand = self.live[a * words + k] & self.free[k];
+                while cand != 0 {
+                    let b = k * 64 + cand.trailing_zeros() as usize;
+                    cand &= cand - 1;
+                    let x = self.total(n, a, b);
+                    if x >= theta.max(1) && x > best.0 {
+                        best = (x, b as u32);
+                    }
                 }
             }
             if best.1 != NONE {
+                let b = best.1 as usize;
                 self.match_row[a] = best.1;
-                self.match_col[best.1 as usize] = a as u32;
+                self.match_col[b] = a as u32;
+                self.free[b / 64] &= !(1 << (b % 64));
             } else {
                 self.order.push(a as u32);
             }
@@ -196,21 +234,29 @@ impl Decomposer {
         // through any positive entry: the greedy step already took the heavy ones.
         let order = std::mem::take(&mut self.order);
         for &a in &order {
-            self.epoch += 1;
-            self.try_row(n, a as usize, 1);
+            self.seen.fill(0);
+            self.try_row(a as usize);
         }
         self.order = order;
     }
 
-    /// Kuhn's augmenting path from row `a` through entries `>= min`.
-    fn try_row(&mut self, n: usize, a: usize, min: u64) -> bool {
-        for b in 0..n {
-            if self.seen[b] == self.epoch || self.total(n, a, b) < min {
+    /// Kuhn's augmenting path from row `a` through positive entries, lowest
+    /// column first.
+    fn try_row(&mut self, a: usize) -> bool {
+        let words = self.words;
+        let mut k = 0;
+        while k < words {
+            // Recomputed after each visit: the search below marks columns seen.
+            let cand = self.live[a * words + k] & !self.seen[k];
+            if cand == 0 {
+                k += 1;
                 continue;
             }
-            self.seen[b] = self.epoch;
+            let bit = cand.trailing_zeros() as usize;
+            self.seen[k] |= 1 << bit;
+            let b = k * 64 + bit;
             let owner = self.match_col[b];
-            if owner == NONE || self.try_row(n, owner as usize, min) {
+            if owner == NONE || self.try_row(owner as usize) {
                 self.match_row[a] = b as u32;
                 self.match_col[b] = a as u32;
                 return true;
