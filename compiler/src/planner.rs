@@ -23,6 +23,7 @@ use crate::error::{Error, Result};
 use crate::plan::{Buffer, Deps, Path, Plan, Transfer};
 use crate::sched::fast::balance::{balance_pair, Lane, LaneWeights, Piece};
 use crate::sched::fast::mesh::MeshRelief;
+use crate::sched::fast::mul_div;
 use crate::sched::fast::stages::Decomposer;
 pub use crate::sched::fast::stages::{check_partial_permutation, StagePair};
 use crate::topology::{IntraKind, Topology};
@@ -567,10 +568,9 @@ impl Planner {
         let mut balanced = 0u64;
         let mut prev = 0u64;
         for l in 0..g {
-            let at = total as u128 * self.weights.cum[l + 1] as u128
-                / *self.weights.cum.last().unwrap_or(&1) as u128;
-            balanced = balanced.max((at as u64 - prev) * share(l));
-            prev = at as u64;
+            let at = self.weights.upto(total, l + 1);
+            balanced = balanced.max((at - prev) * share(l));
+            prev = at;
         }
         let mut worst = 0u64;
         for l in 0..g {
@@ -1190,15 +1190,6 @@ fn clip_pieces(
         .filter(move |(piece, p0)| p0 + piece.len > from)
         .take_while(move |&(_, p0)| p0 < to)
         .map(move |(piece, p0)| (piece, p0, from.max(p0), to.min(p0 + piece.len)))
-}
-
-/// `x * y / d`, rounded down, without overflow (in u64 when the product fits).
-#[inline]
-fn mul_div(x: u64, y: u64, d: u64) -> u64 {
-    match x.checked_mul(y) {
-        Some(p) => p / d,
-        None => (x as u128 * y as u128 / d as u128) as u64,
-    }
 }
 
 /// The transfers of the plan being written, over those of the previous

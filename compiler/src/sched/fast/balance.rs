@@ -8,6 +8,8 @@
 //! head of its own bytes up to its target; the excess tails move over NVLink
 //! to the lanes below target (pieces). Knows nothing of stages or transfers.
 
+use super::mul_div;
+
 /// Bytes a lane sends that another GPU of its node hands over first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Piece {
@@ -90,12 +92,10 @@ impl LaneWeights {
     }
 
     /// Targets of lanes `0..i` together.
-    fn upto(&self, total: u64, i: usize) -> u64 {
-        let all = *self.cum.last().unwrap_or(&1);
+    pub fn upto(&self, total: u64, i: usize) -> u64 {
         match (total.checked_mul(self.cum[i]), self.shift) {
             (Some(x), Some(shift)) => x >> shift,
-            (Some(x), None) => x / all,
-            (None, _) => (total as u128 * self.cum[i] as u128 / all as u128) as u64,
+            _ => mul_div(total, self.cum[i], *self.cum.last().unwrap_or(&1)),
         }
     }
 
@@ -215,7 +215,7 @@ fn spread_excess(
 ) {
     let excess = |l: usize| sent[l].saturating_sub(targets[l]);
     let total: u64 = (0..sent.len()).map(excess).sum();
-    let cut = |x: u64, y: u64| (x as u128 * y as u128 / total.max(1) as u128) as u64;
+    let cut = |x: u64, y: u64| mul_div(x, y, total.max(1));
     let mut need_before = 0u64;
     for (d, lane) in lanes.iter_mut().enumerate().take(sent.len()) {
         let need = targets[d].saturating_sub(sent[d]);

@@ -23,6 +23,15 @@ use crate::planner::{Planner, PlannerOptions};
 use crate::topology::Topology;
 use crate::traffic::TrafficMatrix;
 
+/// `x * y / d`, rounded down, without overflow (in u64 when the product fits).
+#[inline]
+pub(crate) fn mul_div(x: u64, y: u64, d: u64) -> u64 {
+    match x.checked_mul(y) {
+        Some(p) => p / d,
+        None => (x as u128 * y as u128 / d as u128) as u64,
+    }
+}
+
 /// Plans one all-to-all with `fast`'s default options.
 pub fn fast(topo: &Topology, traffic: &TrafficMatrix) -> Result<Plan> {
     Planner::new(topo, PlannerOptions::default())?.plan(traffic)
