@@ -330,30 +330,33 @@ fn run_single(
         ranks: &ranks,
         ctxs: &ctxs,
     };
-    let mut best = f64::INFINITY;
     let mut capture_seconds = None;
-    if opts.graph {
+    let graph = if opts.graph {
         let t0 = Instant::now();
-        let (origin, graph) = copies.capture()?;
+        let captured = copies.capture()?;
         capture_seconds = Some(t0.elapsed().as_secs_f64());
-        for _ in 0..iterations(mode, opts) {
-            let t0 = Instant::now();
-            graph.launch().map_err(cu("cuGraphLaunch"))?;
-            let done = origin.record_event(None).map_err(cu("cuEventRecord"))?;
-            wait_all(std::slice::from_ref(&done), opts.timeout)?;
-            best = best.min(t0.elapsed().as_secs_f64());
-        }
+        Some(captured)
     } else {
-        for _ in 0..iterations(mode, opts) {
-            let t0 = Instant::now();
-            copies.issue_all()?;
-            let done: Vec<CudaEvent> = streams
-                .values()
-                .map(|s| s.record_event(None).map_err(cu("cuEventRecord")))
-                .collect::<Result<_, _>>()?;
-            wait_all(&done, opts.timeout)?;
-            best = best.min(t0.elapsed().as_secs_f64());
-        }
+        None
+    };
+    let mut best = f64::INFINITY;
+    for _ in 0..iterations(mode, opts) {
+        let t0 = Instant::now();
+        let done: Vec<CudaEvent> = match &graph {
+            Some((origin, graph)) => {
+                graph.launch().map_err(cu("cuGraphLaunch"))?;
+                vec![origin.record_event(None).map_err(cu("cuEventRecord"))?]
+            }
+            None => {
+                copies.issue_all()?;
+                streams
+                    .values()
+                    .map(|s| s.record_event(None).map_err(cu("cuEventRecord")))
+                    .collect::<Result<_, _>>()?
+            }
+        };
+        wait_all(&done, opts.timeout)?;
+        best = best.min(t0.elapsed().as_secs_f64());
     }
     let mut verdict = Verdict::default();
     for (r, rank) in ranks.iter().enumerate() {
