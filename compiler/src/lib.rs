@@ -5,6 +5,30 @@
 //! schedulers ([`sched`]) → [`plan::Plan`] → consumers ([`verify`], the
 //! simulator, the lower bounds, the MSCCL lowering). No module reaches back
 //! upstream. See docs/architecture.md for the code map.
+//!
+//! The whole pipeline on a small cluster:
+//!
+//! ```
+//! use switchyard_compiler::bound::cut_bound;
+//! use switchyard_compiler::sched::{schedule, Options};
+//! use switchyard_compiler::sim::{simulate, SimOptions};
+//! use switchyard_compiler::{verify_on, Algorithm, Topology, TrafficMatrix};
+//!
+//! let topo = Topology::from_json_str(
+//!     r#"{ "name": "2 nodes of 4 GPUs", "nodes": 2, "gpus_per_node": 4,
+//!          "intra": { "kind": "switch", "bandwidth_GBps": 450.0, "latency_us": 1.0 },
+//!          "nic":   { "per_node": 4, "bandwidth_GBps": 50.0, "latency_us": 3.0 } }"#,
+//!     "topology.json",
+//! )?;
+//! let mut traffic = TrafficMatrix::uniform(8, 1 << 20);
+//! traffic.set(0, 4, 16 << 20); // one hot pair between the nodes
+//! let plan = schedule(Algorithm::Fast, &topo, &traffic, &Options::default())?;
+//! verify_on(&plan, &traffic, &topo)?; // every byte lands once, in place
+//! let sim = simulate(&topo, &plan, &SimOptions::default())?;
+//! let ratio = sim.completion_us / cut_bound(&topo, &traffic).best_us();
+//! assert!(ratio >= 1.0);
+//! # Ok::<(), switchyard_compiler::Error>(())
+//! ```
 
 pub mod bound;
 pub mod error;

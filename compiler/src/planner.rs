@@ -29,12 +29,16 @@ pub use crate::sched::fast::stages::{check_partial_permutation, StagePair};
 use crate::topology::{IntraKind, Topology};
 use crate::traffic::TrafficMatrix;
 
-/// Knobs of the planner. The defaults are what `fast` uses.
+/// Knobs of the planner. The defaults are what `fast` uses;
+/// `PlannerOptions { staged: false, ..Default::default() }` is `spray`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlannerOptions {
-    /// Stages in flight per GPU: the send of stage `k` waits for the GPU's
-    /// send of stage `k - depth`. `None` derives it from the alpha-beta cost
-    /// (enough stages in flight to cover the inter-node latency).
+    /// Inter-node sends in flight per GPU: a GPU's send `k` waits for its own
+    /// send `k - depth` and for send `k - depth` into its receiving GPU
+    /// (docs/algorithms.md, eq. 5). `None` derives it from the alpha-beta
+    /// cost: `2 + ceil(latency / send time)`, at least 4 (3 when every node
+    /// pair is sent directly over several stages). Unused when `staged` is
+    /// `false`.
     pub pipeline_depth: Option<u32>,
     /// Target stages per node: the decomposition's stage floor is
     /// `θ = M / (stages_per_node · (N − 1))`; larger means finer, exacter stages.
@@ -62,7 +66,33 @@ impl Default for PlannerOptions {
     }
 }
 
-/// Reusable planner for one topology.
+/// Reusable planner for one topology: build it once per cluster, then call
+/// [`Planner::plan_into`] once per batch with that batch's traffic matrix.
+///
+/// Plans are not verified here (the verifier costs more than planning):
+/// check them with [`crate::verify_on`] in tests; the runtime's backends run
+/// the verifier themselves before moving a byte.
+///
+/// ```
+/// use switchyard_compiler::generate::{generate, Pattern, TrafficSpec};
+/// use switchyard_compiler::planner::{Planner, PlannerOptions};
+/// use switchyard_compiler::{verify_on, Plan, Topology};
+///
+/// let topo = Topology::preset("dgx-h100", 2, None)?; // 2 nodes x 8 GPUs
+/// let mut planner = Planner::new(&topo, PlannerOptions::default())?; // once per cluster
+/// let mut plan = Plan::new("", 0, 0);
+/// for seed in 0..3 {
+///     // One batch's expert routing: MoE traffic with Zipf(1.0) popularity.
+///     let mut spec = TrafficSpec::new(topo.ranks(), Pattern::Zipf(1.0));
+///     spec.seed = seed;
+///     spec.moe.tokens_per_rank = 256;
+///     let traffic = generate(&spec)?;
+///     planner.plan_into(&traffic, &mut plan)?; // once per batch, reusing `plan`
+///     assert_eq!(plan.algorithm, "fast");
+///     verify_on(&plan, &traffic, &topo)?;
+/// }
+/// # Ok::<(), switchyard_compiler::Error>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct Planner {
     opts: PlannerOptions,
@@ -151,8 +181,10 @@ const MIN_DEPTH: u32 = 4;
 const DIRECT_SLACK: f64 = 0.02;
 
 impl Planner {
-    /// Precomputes what depends on the topology. `links` topologies are not
-    /// supported (the planner needs nodes, rails and an intra-node fabric).
+    /// Precomputes what depends on the topology. Errors
+    /// ([`Error::Unsupported`]) for a `links` topology (the planner needs
+    /// nodes, rails and an intra-node fabric: use `lp` there) and for a
+    /// `stages_per_node` that is not a positive number.
     pub fn new(topo: &Topology, opts: PlannerOptions) -> Result<Planner> {
         let name = if opts.staged { "fast" } else { "spray" };
         if !topo.is_hierarchical() {
@@ -241,7 +273,10 @@ impl Planner {
         Ok(plan)
     }
 
-    /// Plans one all-to-all into `out`, reusing its allocations.
+    /// Plans one all-to-all into `out`, reusing its allocations (and this
+    /// planner's): in steady state a call allocates almost nothing. Whatever
+    /// `out` held is replaced. Errors ([`Error::Input`]) when `traffic` does
+    /// not have the topology's number of ranks.
     pub fn plan_into(&mut self, traffic: &TrafficMatrix, out: &mut Plan) -> Result<()> {
         traffic.check_ranks(self.ranks(), "traffic")?;
         // The previous plan's transfers are overwritten in place (see `Emit`).
@@ -387,12 +422,16 @@ impl Planner {
         self.stage_count
     }
 
-    /// Chunk size the last plan used (bytes).
+    /// Chunk size the last plan used (bytes). A latency-bound plan
+    /// ([`Planner::latency_bound`]) is not chunked and leaves this unchanged.
     pub fn chunk_bytes(&self) -> u64 {
         self.chunk
     }
 
-    /// Pipeline depth the last plan used (stages in flight per GPU).
+    /// Pipeline depth the last plan used (inter-node sends in flight per GPU,
+    /// see [`PlannerOptions::pipeline_depth`]; `u32::MAX` for `spray`, whose
+    /// sends do not wait for one another). A latency-bound plan leaves this
+    /// unchanged.
     pub fn pipeline_depth(&self) -> u32 {
         self.depth
     }

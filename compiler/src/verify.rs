@@ -96,7 +96,26 @@ struct Seg {
     writer: u32,
 }
 
-/// Checks that `plan` is a correct all-to-all(v) of `traffic`.
+/// Checks that `plan` is a correct all-to-all(v) of `traffic` (see the
+/// module comment for every rule); on success, what the plan moves. Paths are
+/// checked against the plan's own `gpus_per_node` only; [`verify_on`] also
+/// checks them against a topology (the sender's rail NIC).
+///
+/// ```
+/// use switchyard_compiler::sched::direct;
+/// use switchyard_compiler::{verify, Topology, TrafficMatrix};
+///
+/// let topo = Topology::preset("dgx-h100", 1, Some(4))?; // one node of 4 GPUs
+/// let traffic = TrafficMatrix::uniform(4, 100);
+/// let mut plan = direct(&topo, &traffic);
+/// let stats = verify(&plan, &traffic)?;
+/// assert_eq!(stats.payload_bytes, 12 * 100); // the 12 off-diagonal blocks
+///
+/// plan.transfers[1].dst_off += 1; // put one block a byte off its place
+/// let err = verify(&plan, &traffic).unwrap_err();
+/// println!("{err}"); // names the transfer and the bytes
+/// # Ok::<(), switchyard_compiler::Error>(())
+/// ```
 pub fn verify(plan: &Plan, traffic: &TrafficMatrix) -> Result<VerifyStats, VerifyError> {
     Verifier::new(plan, traffic)?.run()
 }

@@ -151,8 +151,8 @@ pub struct VerifyArgs {
     /// The plan: `.json` (plan IR) or `.xml` (MSCCL XML, from Switchyard or another tool).
     #[arg(long)]
     plan: PathBuf,
-    /// The traffic the plan must deliver; for XML without it, the uniform
-    /// all-to-all the file implies.
+    /// The traffic the plan must deliver; for XML without it, the matrix the
+    /// file implies (docs/msccl.md, "Reading").
     #[arg(long)]
     traffic: Option<PathBuf>,
     /// Also check paths against this topology.

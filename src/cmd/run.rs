@@ -12,7 +12,7 @@ use super::{CliError, CliResult};
 
 #[derive(Args)]
 pub struct RunArgs {
-    /// The plan (`.json` plan IR).
+    /// The plan: `.json` (plan IR) or `.xml` (MSCCL XML).
     #[arg(long)]
     plan: PathBuf,
     /// The traffic matrix the plan was made for.

@@ -17,7 +17,7 @@ pub struct SimulateArgs {
     topology: PathBuf,
     #[arg(long)]
     traffic: PathBuf,
-    /// The plan: `.json` (plan IR).
+    /// The plan: `.json` (plan IR) or `.xml` (MSCCL XML, from Switchyard or another tool).
     #[arg(long)]
     plan: PathBuf,
     /// Print the JSON report instead of a summary.

@@ -110,7 +110,27 @@ impl Default for Options {
     }
 }
 
-/// Runs one scheduler.
+/// Runs one scheduler: the plan of `alg` for `traffic` on `topo`.
+///
+/// Errors when the traffic does not have the topology's ranks
+/// ([`crate::Error::Input`]), when the algorithm cannot handle the topology
+/// (`fast` and `spray` on a `links` graph: [`crate::Error::Unsupported`]), or
+/// when the `lp` solver fails ([`crate::Error::Solver`]). For re-planning
+/// `fast` every batch, keep a [`crate::planner::Planner`] instead: it reuses
+/// its buffers.
+///
+/// ```
+/// use switchyard_compiler::sched::{schedule, Options};
+/// use switchyard_compiler::{verify_on, Algorithm, Topology, TrafficMatrix};
+///
+/// let topo = Topology::preset("dgx-h100", 2, None)?;
+/// let traffic = TrafficMatrix::uniform(topo.ranks(), 1 << 20); // 1 MiB per pair
+/// let plan = schedule(Algorithm::Hierarchical, &topo, &traffic, &Options::default())?;
+/// assert_eq!(plan.algorithm, "hierarchical");
+/// assert_eq!(plan.steps(), 2); // NVLink gather, then rail-aligned RDMA
+/// verify_on(&plan, &traffic, &topo)?;
+/// # Ok::<(), switchyard_compiler::Error>(())
+/// ```
 pub fn schedule(
     alg: Algorithm,
     topo: &Topology,

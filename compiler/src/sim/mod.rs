@@ -173,8 +173,30 @@ impl SimResult {
     }
 }
 
-/// Simulates `plan` on `topo`. Errors if the plan does not fit the topology
-/// or its dependencies are malformed (an index out of range, a cycle).
+/// Simulates `plan` on `topo`: when every transfer runs, what every link
+/// carries, and the completion time. Errors if the plan does not fit the
+/// topology or its dependencies are malformed (an index out of range, a
+/// cycle). It prices any plan and checks nothing else: verify plans first.
+///
+/// ```
+/// use switchyard_compiler::bound::cut_bound;
+/// use switchyard_compiler::sched::direct;
+/// use switchyard_compiler::sim::{simulate, Network, SimOptions};
+/// use switchyard_compiler::{Topology, TrafficMatrix};
+///
+/// let topo = Topology::preset("dgx-h100", 2, None)?;
+/// let mut traffic = TrafficMatrix::uniform(topo.ranks(), 1 << 20);
+/// for s in 0..topo.ranks() {
+///     traffic.set(s, 15, 8 << 20); // everyone sends 8 MiB to rank 15: incast
+/// }
+/// let plan = direct(&topo, &traffic);
+/// let ideal = simulate(&topo, &plan, &SimOptions::default())?;
+/// let congested = simulate(&topo, &plan, &SimOptions::new(Network::Congested))?;
+/// let bound = cut_bound(&topo, &traffic).best_us();
+/// assert!(ideal.completion_us >= bound); // no plan beats the lower bound
+/// assert!(congested.completion_us > ideal.completion_us); // incast costs
+/// # Ok::<(), switchyard_compiler::Error>(())
+/// ```
 pub fn simulate(topo: &Topology, plan: &Plan, opts: &SimOptions) -> Result<SimResult> {
     check_plan(topo, plan)?;
     let eps = opts.tolerance_for(plan.transfers.len());
