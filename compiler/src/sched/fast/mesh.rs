@@ -49,8 +49,8 @@ pub(crate) struct MeshRelief {
 
 impl MeshRelief {
     /// Reroutes part of the traffic on each node's busiest NVLink links
-    /// through relays, in pieces of at most `chunk` bytes. `g` is the GPUs
-    /// per node.
+    /// through relays, in pieces of at most `chunk` bytes (and about
+    /// [`MIN_RELAY_BYTES`] at least). `g` is the GPUs per node.
     pub fn relieve(&mut self, plan: &mut Plan, g: usize, chunk: u64) {
         if g < 3 {
             return;
@@ -221,7 +221,7 @@ impl MeshRelief {
                 // whole part would add its full transfer time again (2x8
                 // intra-skew: a 5.4 MB block relayed whole ended 66 us after
                 // the last inter-node byte).
-                let pieces = part.div_ceil(chunk.max(1)).max(1);
+                let pieces = part.div_ceil(chunk.max(MIN_RELAY_BYTES)).max(1);
                 let mut prev = None;
                 for p in 0..pieces {
                     let (lo, hi) = (mul_div(part, p, pieces), mul_div(part, p + 1, pieces));
