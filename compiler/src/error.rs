@@ -89,6 +89,24 @@ impl Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// At most 40 characters of a value a user wrote, for a one-line message
+/// (a file may hold a megabyte where a number belongs).
+pub fn clip(s: &str) -> String {
+    match s.char_indices().nth(40) {
+        Some((i, _)) => format!("{}...", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+/// A number a user wrote, short: `1e300` rather than its 301 digits.
+pub fn num(x: f64) -> String {
+    if x == 0.0 || (x.abs() >= 1e-6 && x.abs() < 1e15) {
+        format!("{x}")
+    } else {
+        format!("{x:e}")
+    }
+}
+
 /// Reads a whole file, turning a missing or unreadable file into an input error.
 pub fn read_file(path: &std::path::Path) -> Result<String> {
     std::fs::read_to_string(path).map_err(|e| {
