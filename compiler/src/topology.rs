@@ -14,10 +14,26 @@ use std::collections::HashMap;
 use petgraph::graph::{DiGraph, EdgeIndex, NodeIndex};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{json_error, read_file, InputError, Result};
+use crate::error::{json_error, num, read_file, InputError, Result};
 
 /// Bytes per microsecond in one GB/s.
 pub const BYTES_PER_US_PER_GBPS: f64 = 1_000.0;
+
+/// Bandwidths a file may give, GB/s: 1 MB/s to 1 PB/s. Outside, the LP's
+/// coefficients lose precision and the simulator's rates underflow or
+/// overflow, so the value is a typo, not a link.
+pub const BANDWIDTH_RANGE_GBPS: (f64, f64) = (1e-3, 1e6);
+/// Largest latency a file may give, microseconds (1000 s).
+pub const MAX_LATENCY_US: f64 = 1e9;
+/// Oversubscription ratios a file may give.
+pub const OVERSUBSCRIPTION_RANGE: (f64, f64) = (1e-3, 1e6);
+/// GPUs (and NICs) of one cluster.
+pub const MAX_GPUS: usize = 1 << 20;
+/// GPUs of a `links` topology: all-pairs paths are kept, `ranks^2` of them.
+pub const MAX_LINKS_GPUS: usize = 1024;
+/// Links of an `intra.kind = "mesh"` cluster, which has one per ordered
+/// pair of a node's GPUs (2^20 GPUs in nodes of 16 fit).
+pub const MAX_MESH_LINKS: usize = 1 << 24;
 
 /// Intra-node fabric kind.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -266,11 +282,20 @@ impl Topology {
         let ranks = spec
             .nodes
             .checked_mul(spec.gpus_per_node)
-            .filter(|&r| r <= 1 << 20);
+            .filter(|&r| r <= MAX_GPUS);
         if ranks.is_none() {
             return Err(bad("nodes", "cluster too large (at most 2^20 GPUs)".into()).into());
         }
         if let Some(links) = &spec.links {
+            if spec.nodes * spec.gpus_per_node > MAX_LINKS_GPUS {
+                return Err(bad(
+                    "nodes",
+                    format!(
+                        "a `links` topology has at most {MAX_LINKS_GPUS} GPUs (every pair's path is precomputed)"
+                    ),
+                )
+                .into());
+            }
             if spec.intra.is_some() || spec.nic.is_some() || spec.fabric.is_some() {
                 return Err(bad(
                     "links",
@@ -441,20 +466,47 @@ pub fn vertex_name(v: &Vertex) -> String {
     }
 }
 
+/// A bandwidth in GB/s: positive and within [`BANDWIDTH_RANGE_GBPS`].
 fn check_positive(file: &str, place: &str, x: f64) -> Result<()> {
     if !x.is_finite() || x <= 0.0 {
-        return Err(
-            InputError::at(file, place, format!("must be a positive number, got {x}")).into(),
-        );
+        return Err(InputError::at(
+            file,
+            place,
+            format!("must be a positive number, got {}", num(x)),
+        )
+        .into());
+    }
+    check_range(file, place, x, BANDWIDTH_RANGE_GBPS)
+}
+
+fn check_range(file: &str, place: &str, x: f64, (lo, hi): (f64, f64)) -> Result<()> {
+    if !x.is_finite() || x < lo || x > hi {
+        return Err(InputError::at(
+            file,
+            place,
+            format!("must be between {lo:e} and {hi:e}, got {}", num(x)),
+        )
+        .into());
     }
     Ok(())
 }
 
 fn check_latency(file: &str, place: &str, x: f64) -> Result<()> {
     if !x.is_finite() || x < 0.0 {
-        return Err(
-            InputError::at(file, place, format!("must be zero or positive, got {x}")).into(),
-        );
+        return Err(InputError::at(
+            file,
+            place,
+            format!("must be zero or positive, got {}", num(x)),
+        )
+        .into());
+    }
+    if x > MAX_LATENCY_US {
+        return Err(InputError::at(
+            file,
+            place,
+            format!("must be at most {MAX_LATENCY_US:e} us, got {}", num(x)),
+        )
+        .into());
     }
     Ok(())
 }
@@ -468,10 +520,33 @@ fn build_hierarchical(spec: TopologySpec, file: &str) -> Result<Topology> {
         .ok_or_else(|| InputError::at(file, "intra", "missing (or give a `links` list)"))?;
     check_positive(file, "intra.bandwidth_GBps", intra.bandwidth_gbps)?;
     check_latency(file, "intra.latency_us", intra.latency_us)?;
+    // n <= 2^20 and g <= 2^20 (checked above), so this cannot overflow.
+    let mesh_links = n * g * (g - 1);
+    if intra.kind == IntraKind::Mesh && mesh_links > MAX_MESH_LINKS {
+        return Err(InputError::at(
+            file,
+            "gpus_per_node",
+            format!(
+                "a full mesh of {g} GPUs in each of {n} nodes has {mesh_links} links; at most 2^24"
+            ),
+        )
+        .into());
+    }
     let nic = match (&spec.nic, n) {
         (Some(nic), _) => {
             if nic.per_node == 0 {
                 return Err(InputError::at(file, "nic.per_node", "must be at least 1").into());
+            }
+            if nic.per_node.checked_mul(n).is_none_or(|x| x > MAX_GPUS) {
+                return Err(InputError::at(
+                    file,
+                    "nic.per_node",
+                    format!(
+                        "{} NICs per node: at most 2^20 NICs in all, as for GPUs",
+                        nic.per_node
+                    ),
+                )
+                .into());
             }
             check_positive(file, "nic.bandwidth_GBps", nic.bandwidth_gbps)?;
             check_latency(file, "nic.latency_us", nic.latency_us)?;
@@ -494,7 +569,12 @@ fn build_hierarchical(spec: TopologySpec, file: &str) -> Result<Topology> {
                     InputError::at(file, "fabric.nodes_per_leaf", "must be at least 1").into(),
                 );
             }
-            check_positive(file, "fabric.oversubscription", f.oversubscription)?;
+            check_range(
+                file,
+                "fabric.oversubscription",
+                f.oversubscription,
+                OVERSUBSCRIPTION_RANGE,
+            )?;
             check_latency(file, "fabric.latency_us", f.latency_us)?;
             f.nodes_per_leaf
         }
@@ -862,6 +942,54 @@ mod tests {
             .to_string();
         assert!(e.contains("disconnected"), "{e}");
         assert!(e.starts_with("x.json: links: "), "{e}");
+    }
+
+    #[test]
+    fn absurd_sizes_and_values_rejected() {
+        let e = |text: &str| {
+            Topology::from_json_str(text, "t.json")
+                .unwrap_err()
+                .to_string()
+        };
+        let intra = r#""intra":{"kind":"switch","bandwidth_GBps":100,"latency_us":1}"#;
+        let two = |nic: &str| {
+            format!(r#"{{"name":"x","nodes":2,"gpus_per_node":2,{intra},"nic":{nic}}}"#)
+        };
+        // 1e308 GB/s became an infinite capacity (the LP failed); 1e-320 a rate of 0 (the simulator stalled).
+        assert_eq!(
+            e(&two(
+                r#"{"per_node":2,"bandwidth_GBps":1e308,"latency_us":1}"#
+            )),
+            "t.json: nic.bandwidth_GBps: must be between 1e-3 and 1e6, got 1e308"
+        );
+        assert!(e(&two(
+            r#"{"per_node":2,"bandwidth_GBps":1e-320,"latency_us":1}"#
+        ))
+        .contains("got 1e-320"));
+        assert!(e(&two(
+            r#"{"per_node":2,"bandwidth_GBps":50,"latency_us":1e308}"#
+        ))
+        .contains("nic.latency_us: must be at most 1e9 us, got 1e308"));
+        // 10^12 NICs per node were allocated before anything used them.
+        assert!(e(&two(
+            r#"{"per_node":1000000000000,"bandwidth_GBps":50,"latency_us":1}"#
+        ))
+        .starts_with("t.json: nic.per_node: 1000000000000 NICs per node: at most 2^20"));
+        let fabric = |over: &str| {
+            format!(
+                r#"{{"name":"x","nodes":2,"gpus_per_node":2,{intra},"nic":{{"per_node":2,"bandwidth_GBps":5,"latency_us":1}},"fabric":{{"kind":"fat-tree","nodes_per_leaf":1,"oversubscription":{over}}}}}"#
+            )
+        };
+        assert!(e(&fabric("1e-300")).contains("fabric.oversubscription: must be between"));
+        assert!(Topology::from_json_str(&fabric("4"), "t.json").is_ok());
+        // A full mesh of 2^20 GPUs would be 2^40 links; all-pairs paths of 2^20 GPUs 2^40 paths.
+        let mesh = r#"{"name":"x","nodes":1,"gpus_per_node":1048576,"intra":{"kind":"mesh","bandwidth_GBps":100,"latency_us":1}}"#;
+        assert!(e(mesh)
+            .starts_with("t.json: gpus_per_node: a full mesh of 1048576 GPUs in each of 1 nodes"));
+        let links = r#"{"name":"x","nodes":1048576,"gpus_per_node":1,"links":[{"from":"gpu0","to":"gpu1","bandwidth_GBps":1}]}"#;
+        assert!(e(links).starts_with("t.json: nodes: a `links` topology has at most 1024 GPUs"));
+        let slow = r#"{"name":"x","nodes":2,"gpus_per_node":1,"links":[{"from":"gpu0","to":"gpu1","bandwidth_GBps":1,"latency_us":1e300,"bidirectional":true}]}"#;
+        assert!(e(slow).contains("links[0].latency_us: must be at most 1e9 us"));
     }
 
     #[test]
