@@ -6,7 +6,8 @@ use std::time::Instant;
 use clap::Args;
 use switchyard::compiler::lp::{lower_bound, LpOptions};
 use switchyard::compiler::msccl::{
-    assign_paths, parse_xml, to_xml, xml_traffic, Layout, Protocol, XmlOptions, PLAN_LANES_PER_GPU,
+    assign_paths, parse_xml, to_xml, xml_traffic, Layout, Protocol, XmlOptions, MAX_CHUNK_BYTES,
+    PLAN_LANES_PER_GPU,
 };
 use switchyard::compiler::report::Report;
 use switchyard::compiler::sched::{schedule, Options};
@@ -16,6 +17,8 @@ use switchyard::compiler::{verify_on, Algorithm, Plan, Topology, TrafficMatrix};
 use super::{write_out, CliError, CliResult};
 
 #[derive(Args)]
+// A negative number is a value to reject with its reason, not an unknown flag.
+#[command(allow_negative_numbers = true)]
 pub struct CompileArgs {
     #[arg(long)]
     topology: PathBuf,
@@ -62,6 +65,13 @@ pub fn load_inputs(topology: &Path, traffic: &Path) -> Result<(Topology, Traffic
 pub fn compile(a: CompileArgs) -> CliResult {
     let alg: Algorithm = a.algorithm.parse()?;
     let network: Network = a.network.parse()?;
+    if let Some(u) = a.chunk_bytes {
+        if u == 0 || u > MAX_CHUNK_BYTES {
+            return Err(CliError::Input(format!(
+                "--chunk-bytes: must be in 1..={MAX_CHUNK_BYTES} (2^38), got {u}"
+            )));
+        }
+    }
     let (topo, m) = load_inputs(&a.topology, &a.traffic)?;
     let t0 = Instant::now();
     // An MSCCL file runs at most ~108 threadblocks per GPU: a plan for one
