@@ -500,3 +500,61 @@ fn a_run_that_cannot_allocate_fails_with_exit_1() {
         "{err}"
     );
 }
+
+#[test]
+fn files_that_do_not_fit_each_other_are_input_errors() {
+    // A JSON plan for 16 ranks against a 2-rank matrix was a failed check
+    // (exit 1, "transfer 0: ...") in verify and simulate, and blamed the
+    // traffic file in run.
+    let dir = scratch("fit");
+    let (topo, traffic, _) = tiny(&dir);
+    let big = dir.join("big.json").display().to_string();
+    let (code, err) = run(&[
+        "compile",
+        "--topology",
+        &example("topologies/dgx-h100-2x8.json"),
+        "--traffic",
+        &example("traffic/moe-16.json"),
+        "--out",
+        &big,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    for cmd in ["verify", "run"] {
+        expect_input_error(
+            &[cmd, "--plan", &big, "--traffic", &traffic],
+            &["big.json: the plan is for 16 ranks but the traffic has 2"],
+        );
+    }
+    expect_input_error(
+        &[
+            "simulate",
+            "--plan",
+            &big,
+            "--traffic",
+            &traffic,
+            "--topology",
+            &topo,
+        ],
+        &["big.json: the plan is for 16 ranks but the traffic has 2"],
+    );
+    // A links topology naming one GPU two ways built two vertices.
+    let alias = write(
+        &dir,
+        "alias.json",
+        r#"{"name":"x","nodes":2,"gpus_per_node":1,"links":[{"from":"gpu0","to":"gpu1","bandwidth_GBps":1},{"from":"gpu01","to":"gpu0","bandwidth_GBps":1}]}"#,
+    );
+    let m2 = write(&dir, "m2.json", r#"{"ranks":2,"matrix":[[0,1],[1,0]]}"#);
+    let out = dir.join("q.json").display().to_string();
+    expect_input_error(
+        &[
+            "compile",
+            "--topology",
+            &alias,
+            "--traffic",
+            &m2,
+            "--out",
+            &out,
+        ],
+        &["alias.json: links[1].from: `gpu01` is not a GPU's name; write gpu1"],
+    );
+}

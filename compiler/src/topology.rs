@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use petgraph::graph::{DiGraph, EdgeIndex, NodeIndex};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{json_error, num, read_file, InputError, Result};
+use crate::error::{clip, json_error, num, read_file, InputError, Result};
 
 /// Bytes per microsecond in one GB/s.
 pub const BYTES_PER_US_PER_GBPS: f64 = 1_000.0;
@@ -748,6 +748,32 @@ fn build_links(spec: TopologySpec, links: Vec<LinkSpec>, file: &str) -> Result<T
     let mut named: HashMap<String, NodeIndex> = HashMap::new();
     let mut vertex =
         |graph: &mut DiGraph<Vertex, Link>, name: &str, place: &str| -> Result<NodeIndex> {
+            let digits = name.strip_prefix("gpu").unwrap_or("");
+            if !digits.is_empty()
+                && digits.bytes().all(|b| b.is_ascii_digit())
+                && digits.parse::<usize>().is_err()
+            {
+                return Err(InputError::at(
+                    file,
+                    place,
+                    format!(
+                        "{} does not exist: the topology has {ranks} GPUs",
+                        clip(name)
+                    ),
+                )
+                .into());
+            }
+            // `gpu01` and `gpu+1` parse as rank 1: one GPU must have one name.
+            if let Vertex::Gpu(r) = parse_vertex(name) {
+                if name != format!("gpu{r}") {
+                    return Err(InputError::at(
+                        file,
+                        place,
+                        format!("`{}` is not a GPU's name; write gpu{r}", clip(name)),
+                    )
+                    .into());
+                }
+            }
             match parse_vertex(name) {
                 Vertex::Gpu(r) if r < ranks => Ok(gpu_vertex[r]),
                 Vertex::Gpu(r) => Err(InputError::at(
@@ -988,6 +1014,11 @@ mod tests {
             .starts_with("t.json: gpus_per_node: a full mesh of 1048576 GPUs in each of 1 nodes"));
         let links = r#"{"name":"x","nodes":1048576,"gpus_per_node":1,"links":[{"from":"gpu0","to":"gpu1","bandwidth_GBps":1}]}"#;
         assert!(e(links).starts_with("t.json: nodes: a `links` topology has at most 1024 GPUs"));
+        let alias = r#"{"name":"x","nodes":2,"gpus_per_node":1,"links":[{"from":"gpu0","to":"gpu01","bandwidth_GBps":1,"bidirectional":true}]}"#;
+        assert_eq!(
+            e(alias),
+            "t.json: links[0].to: `gpu01` is not a GPU's name; write gpu1"
+        );
         let slow = r#"{"name":"x","nodes":2,"gpus_per_node":1,"links":[{"from":"gpu0","to":"gpu1","bandwidth_GBps":1,"latency_us":1e300,"bidirectional":true}]}"#;
         assert!(e(slow).contains("links[0].latency_us: must be at most 1e9 us"));
     }

@@ -185,7 +185,26 @@ pub fn load_plan(
 ) -> Result<Plan, CliError> {
     let file = path.display().to_string();
     match path.extension().and_then(|e| e.to_str()) {
-        Some("json") => Ok(Plan::load_json(path)?),
+        Some("json") => {
+            let plan = Plan::load_json(path)?;
+            // Files that do not fit each other are bad input, as for XML;
+            // the verifier's own check would call it a failed check.
+            if let Some(m) = traffic.filter(|m| m.ranks() != plan.ranks as usize) {
+                return Err(CliError::Input(format!(
+                    "{file}: the plan is for {} ranks but the traffic has {}",
+                    plan.ranks,
+                    m.ranks()
+                )));
+            }
+            if let Some(t) = topo.filter(|t| t.gpus_per_node() != plan.gpus_per_node as usize) {
+                return Err(CliError::Input(format!(
+                    "{file}: the plan is for nodes of {} GPUs but the topology has {}",
+                    plan.gpus_per_node,
+                    t.gpus_per_node()
+                )));
+            }
+            Ok(plan)
+        }
         Some("xml") => {
             let text = switchyard::compiler::error::read_file(path)?;
             let mut plan = parse_xml(&text, &file, traffic)?;
