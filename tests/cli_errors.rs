@@ -358,6 +358,25 @@ fn argument_errors_are_one_line() {
             &["--chunk-bytes: must be in 1..=274877906944"],
         );
     }
+    // The whole suite (or the solver) ran before the path was found unwritable.
+    expect_input_error(
+        &["bench", "--quick", "--json", "/nonexistent/dir/b.json"],
+        &["/nonexistent/dir/b.json: cannot write: /nonexistent/dir is not a directory"],
+    );
+    expect_input_error(
+        &[
+            "compile",
+            "--topology",
+            &topo,
+            "--traffic",
+            &traffic,
+            "--algorithm",
+            "lp",
+            "--out",
+            "/nonexistent/dir/p.json",
+        ],
+        &["/nonexistent/dir/p.json: cannot write"],
+    );
     // ranks^2 cells were allocated for any --ranks; u64::MAX bytes overflowed.
     expect_input_error(
         &["traffic", "--ranks", "100000000"],

@@ -73,6 +73,10 @@ pub fn compile(a: CompileArgs) -> CliResult {
         }
     }
     let (topo, m) = load_inputs(&a.topology, &a.traffic)?;
+    // `lp` may solve for a minute: a path it cannot write fails first.
+    for p in std::iter::once(&a.out).chain(&a.report) {
+        super::check_out_dir(p)?;
+    }
     let t0 = Instant::now();
     // An MSCCL file runs at most ~108 threadblocks per GPU: a plan for one
     // must not run more lanes at once than that (only `lp` would).
