@@ -23,6 +23,10 @@ pub const BYTES_PER_US_PER_GBPS: f64 = 1_000.0;
 /// coefficients lose precision and the simulator's rates underflow or
 /// overflow, so the value is a typo, not a link.
 pub const BANDWIDTH_RANGE_GBPS: (f64, f64) = (1e-3, 1e6);
+/// Largest ratio of the fastest to the slowest link of one topology
+/// (uplinks included): a span of 1e9 made the LP bound infeasible in HiGHS,
+/// 1e8 still solved.
+pub const MAX_BANDWIDTH_SPAN: f64 = 1e6;
 /// Largest latency a file may give, microseconds (1000 s).
 pub const MAX_LATENCY_US: f64 = 1e9;
 /// Oversubscription ratios a file may give.
@@ -466,6 +470,37 @@ pub fn vertex_name(v: &Vertex) -> String {
     }
 }
 
+/// The fastest link is at most [`MAX_BANDWIDTH_SPAN`] times the slowest:
+/// beyond, HiGHS calls the LP bound's flow problem infeasible. `links` are
+/// `(place, GB/s)`; the error names the fastest.
+fn check_bandwidth_span(file: &str, links: impl Iterator<Item = (String, f64)>) -> Result<()> {
+    let mut slow: Option<(String, f64)> = None;
+    let mut fast: Option<(String, f64)> = None;
+    for (place, bw) in links {
+        if slow.as_ref().is_none_or(|s| bw < s.1) {
+            slow = Some((place.clone(), bw));
+        }
+        if fast.as_ref().is_none_or(|f| bw > f.1) {
+            fast = Some((place, bw));
+        }
+    }
+    if let (Some((slow_at, lo)), Some((fast_at, hi))) = (slow, fast) {
+        if hi > lo * MAX_BANDWIDTH_SPAN {
+            return Err(InputError::at(
+                file,
+                fast_at,
+                format!(
+                    "a link of {} GB/s is more than {MAX_BANDWIDTH_SPAN:e} times the slowest, {} GB/s ({slow_at}); the LP bound cannot solve across that span",
+                    num(hi),
+                    num(lo)
+                ),
+            )
+            .into());
+        }
+    }
+    Ok(())
+}
+
 /// A bandwidth in GB/s: positive and within [`BANDWIDTH_RANGE_GBPS`].
 fn check_positive(file: &str, place: &str, x: f64) -> Result<()> {
     if !x.is_finite() || x <= 0.0 {
@@ -719,6 +754,15 @@ fn build_hierarchical(spec: TopologySpec, file: &str) -> Result<Topology> {
             }
         }
     }
+    let bandwidths = graph.edge_weights().map(|l| {
+        let place = match l.class {
+            LinkClass::NvlinkOut | LinkClass::NvlinkIn => "intra.bandwidth_GBps",
+            LinkClass::Uplink | LinkClass::Downlink => "fabric.oversubscription",
+            _ => "nic.bandwidth_GBps",
+        };
+        (place.to_string(), l.bandwidth / BYTES_PER_US_PER_GBPS)
+    });
+    check_bandwidth_span(file, bandwidths)?;
     Ok(Topology {
         spec,
         graph,
@@ -790,6 +834,20 @@ fn build_links(spec: TopologySpec, links: Vec<LinkSpec>, file: &str) -> Result<T
                     .or_insert_with(|| graph.add_node(v))),
             }
         };
+    for (i, l) in links.iter().enumerate() {
+        check_positive(
+            file,
+            &format!("links[{i}].bandwidth_GBps"),
+            l.bandwidth_gbps,
+        )?;
+    }
+    check_bandwidth_span(
+        file,
+        links
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (format!("links[{i}].bandwidth_GBps"), l.bandwidth_gbps)),
+    )?;
     for (i, l) in links.iter().enumerate() {
         let place = format!("links[{i}]");
         check_positive(file, &format!("{place}.bandwidth_GBps"), l.bandwidth_gbps)?;
@@ -1014,6 +1072,12 @@ mod tests {
             .starts_with("t.json: gpus_per_node: a full mesh of 1048576 GPUs in each of 1 nodes"));
         let links = r#"{"name":"x","nodes":1048576,"gpus_per_node":1,"links":[{"from":"gpu0","to":"gpu1","bandwidth_GBps":1}]}"#;
         assert!(e(links).starts_with("t.json: nodes: a `links` topology has at most 1024 GPUs"));
+        // Links from 1e-3 to 1e6 GB/s made the LP bound infeasible in HiGHS.
+        let span = format!(
+            r#"{{"name":"x","nodes":2,"gpus_per_node":2,"intra":{{"kind":"switch","bandwidth_GBps":1e6,"latency_us":0}},"nic":{{"per_node":2,"bandwidth_GBps":1e-3,"latency_us":1}}}}"#
+        );
+        assert_eq!(e(&span), "t.json: intra.bandwidth_GBps: a link of 1000000 GB/s is more than 1e6 times the slowest, 0.001 GB/s (nic.bandwidth_GBps); the LP bound cannot solve across that span");
+        assert!(Topology::from_json_str(&span.replace("1e6,", "1e3,"), "t.json").is_ok());
         let alias = r#"{"name":"x","nodes":2,"gpus_per_node":1,"links":[{"from":"gpu0","to":"gpu01","bandwidth_GBps":1,"bidirectional":true}]}"#;
         assert_eq!(
             e(alias),
