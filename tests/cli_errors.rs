@@ -556,6 +556,34 @@ fn files_that_do_not_fit_each_other_are_input_errors() {
         ],
         &["big.json: the plan is for 16 ranks but the traffic has 2"],
     );
+    // `P.JSON` and `P.XML` were "unknown plan format" (verify even read
+    // `P.XML`'s traffic first, as XML).
+    let upper = dir.join("P.JSON").display().to_string();
+    let (code, err) = run(&[
+        "compile",
+        "--topology",
+        &topo,
+        "--traffic",
+        &traffic,
+        "--out",
+        &upper,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (code, err) = run(&["verify", "--plan", &upper, "--traffic", &traffic]);
+    assert_eq!(code, 0, "{err}");
+    let upper_xml = dir.join("P.XML").display().to_string();
+    let (code, err) = run(&[
+        "compile",
+        "--topology",
+        &topo,
+        "--traffic",
+        &traffic,
+        "--out",
+        &upper_xml,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (code, err) = run(&["verify", "--plan", &upper_xml]);
+    assert_eq!(code, 0, "{err}");
     // A links topology naming one GPU two ways built two vertices.
     let alias = write(
         &dir,

@@ -119,6 +119,20 @@ pub fn read_file(path: &std::path::Path) -> Result<String> {
     })
 }
 
+/// JSON and CSV files must not begin with a UTF-8 byte-order mark (as
+/// spreadsheets write): without this, the parser's error was "line 1, column
+/// 1: expected value" or a first cell that is "not a byte count".
+pub fn check_no_bom(text: &str, file: &str) -> Result<(), InputError> {
+    if text.starts_with('\u{feff}') {
+        return Err(InputError::at(
+            file,
+            "line 1",
+            "begins with a UTF-8 byte-order mark; save the file without one",
+        ));
+    }
+    Ok(())
+}
+
 /// Turns a serde_json error into an input error with its line and column.
 pub fn json_error(file: &str, e: &serde_json::Error) -> InputError {
     let reason = match e.classify() {

@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 
-use crate::error::{clip, json_error, read_file, InputError, Result};
+use crate::error::{check_no_bom, clip, json_error, read_file, InputError, Result};
 
 /// A rank's buffers. `input` and `output` follow the all-to-all(v) layout
 /// ([`crate::traffic::Layout`]); `scratch` holds relayed data.
@@ -158,6 +158,7 @@ impl Plan {
     /// ([`Plan::check_structure`]); whether it is a correct all-to-all is
     /// the verifier's question.
     pub fn from_json_str(text: &str, file: &str) -> Result<Plan> {
+        check_no_bom(text, file)?;
         let plan: Plan = serde_json::from_str(text).map_err(|e| json_error(file, &e))?;
         plan.check_structure(file)?;
         Ok(plan)

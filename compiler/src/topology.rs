@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use petgraph::graph::{DiGraph, EdgeIndex, NodeIndex};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{clip, json_error, num, read_file, InputError, Result};
+use crate::error::{check_no_bom, clip, json_error, num, read_file, InputError, Result};
 
 /// Bytes per microsecond in one GB/s.
 pub const BYTES_PER_US_PER_GBPS: f64 = 1_000.0;
@@ -264,6 +264,7 @@ impl Topology {
 
     /// Parses and validates topology JSON; `file` names it in errors.
     pub fn from_json_str(text: &str, file: &str) -> Result<Topology> {
+        check_no_bom(text, file)?;
         let spec: TopologySpec = serde_json::from_str(text).map_err(|e| json_error(file, &e))?;
         Topology::from_spec(spec, file)
     }

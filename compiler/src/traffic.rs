@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use crate::error::{clip, read_file, InputError, Result};
+use crate::error::{check_no_bom, clip, read_file, InputError, Result};
 
 /// Most bytes one matrix may carry in total: 2^53 (9 PB), so that every byte
 /// count, offset and sum is exact in the f64s the simulator and the LP
@@ -110,6 +110,7 @@ impl TrafficMatrix {
 
     /// Parses the JSON form, naming the row and column of a bad value.
     pub fn from_json_str(text: &str, file: &str) -> Result<Self> {
+        check_no_bom(text, file)?;
         let value: serde_json::Value =
             serde_json::from_str(text).map_err(|e| crate::error::json_error(file, &e))?;
         let obj = value.as_object().ok_or_else(|| {
@@ -179,6 +180,7 @@ impl TrafficMatrix {
 
     /// Parses CSV: one line per source rank, comma-separated byte counts.
     pub fn from_csv_str(text: &str, file: &str) -> Result<Self> {
+        check_no_bom(text, file)?;
         let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
         let n = lines.len();
         if n == 0 {
@@ -454,6 +456,11 @@ mod tests {
         assert!(c("1,NaN\n3,4\n").contains("not a byte count"));
         assert!(c("1,1e3\n3,4\n").contains("plain integer"));
         assert!(c("1,2.5\n3,4\n").contains("fractional"));
+        assert_eq!(
+            c("\u{feff}1,2\n3,4\n"),
+            "m.csv: line 1: begins with a UTF-8 byte-order mark; save the file without one"
+        );
+        assert!(e("\u{feff}{\"matrix\":[[1]]}").contains("byte-order mark"));
     }
 
     #[test]

@@ -102,7 +102,7 @@ pub fn compile(a: CompileArgs) -> CliResult {
     verify_on(&plan, &m, &topo)
         .map_err(|e| CliError::Failed(format!("internal error: {alg} made a wrong plan: {e}")))?;
     // For XML the plan that runs is the one requantised to chunks: report that one.
-    let (text, plan, msccl) = match a.out.extension().and_then(|e| e.to_str()) {
+    let (text, plan, msccl) = match extension(&a.out).as_deref() {
         Some("json") => (plan.to_json(), plan, None),
         Some("xml") => {
             let opts = XmlOptions {
@@ -174,6 +174,13 @@ pub struct VerifyArgs {
     topology: Option<PathBuf>,
 }
 
+/// A file's extension in lower case: `plan.JSON` is a JSON plan.
+fn extension(path: &Path) -> Option<String> {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase)
+}
+
 fn is_xml(path: &Path) -> bool {
     path.extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("xml"))
@@ -188,7 +195,7 @@ pub fn load_plan(
     topo: Option<&Topology>,
 ) -> Result<Plan, CliError> {
     let file = path.display().to_string();
-    match path.extension().and_then(|e| e.to_str()) {
+    match extension(path).as_deref() {
         Some("json") => {
             let plan = Plan::load_json(path)?;
             // Files that do not fit each other are bad input, as for XML;
