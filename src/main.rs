@@ -6,6 +6,7 @@ mod cmd;
 
 use std::process::ExitCode;
 
+use clap::error::ErrorKind;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -40,7 +41,19 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // --help and --version print as clap has them, on stdout.
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            eprintln!("switchyard: error: no command given; `switchyard --help` lists them");
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            eprintln!("switchyard: error: {}", one_line(&e.to_string()));
+            return ExitCode::from(2);
+        }
+    };
     let result = match cli.command {
         Command::Demo(a) => cmd::demo::run(a),
         Command::Topology(a) => cmd::io::topology(a),
@@ -58,4 +71,23 @@ fn main() -> ExitCode {
             ExitCode::from(e.exit_code())
         }
     }
+}
+
+/// Clap's usage error on one line: its message and tips, without the usage
+/// block (`--help` shows that). A line ending in `:` runs on into the next.
+fn one_line(rendered: &str) -> String {
+    let mut out = String::new();
+    for line in rendered.lines().map(str::trim) {
+        if line.starts_with("Usage:") || line.starts_with("For more information") {
+            break;
+        }
+        if line.is_empty() {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(if out.ends_with(':') { " " } else { "; " });
+        }
+        out.push_str(line);
+    }
+    out.strip_prefix("error: ").unwrap_or(&out).to_string()
 }

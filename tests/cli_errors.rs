@@ -245,3 +245,363 @@ fn wrong_plan_fails_verification_with_exit_1() {
         "{err}"
     );
 }
+
+/// A one-node, two-GPU cluster and a 2x2 matrix, with a direct plan for them.
+fn tiny(dir: &std::path::Path) -> (String, String, String) {
+    let topo = write(
+        dir,
+        "t.json",
+        r#"{"name":"x","nodes":1,"gpus_per_node":2,"intra":{"kind":"switch","bandwidth_GBps":100,"latency_us":1}}"#,
+    );
+    let traffic = write(dir, "m.json", r#"{"ranks":2,"matrix":[[10,20],[30,40]]}"#);
+    let plan = dir.join("p.json").display().to_string();
+    let (code, err) = run(&[
+        "compile",
+        "--topology",
+        &topo,
+        "--traffic",
+        &traffic,
+        "--out",
+        &plan,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    (topo, traffic, plan)
+}
+
+#[test]
+fn argument_errors_are_one_line() {
+    // clap printed a usage block; a negative number was "an unexpected argument".
+    expect_input_error(
+        &["compile", "--topology", "t.json"],
+        &["required arguments were not provided: --traffic <TRAFFIC>; --out <OUT>"],
+    );
+    expect_input_error(
+        &["compile", "--frobnicate"],
+        &["unexpected argument '--frobnicate'"],
+    );
+    expect_input_error(&[], &["no command given"]);
+    let dir = scratch("args");
+    let (topo, traffic, plan) = tiny(&dir);
+    let out = dir.join("q.json").display().to_string();
+    expect_input_error(
+        &[
+            "compile",
+            "--topology",
+            &topo,
+            "--traffic",
+            &traffic,
+            "--algorithm",
+            "lp",
+            "--out",
+            &out,
+            "--time-limit",
+            "-1",
+        ],
+        &["--time-limit: must be a positive number of seconds, got -1"],
+    );
+    expect_input_error(
+        &["traffic", "--ranks", "4", "--skew", "-5"],
+        &["--skew: must be zero or positive"],
+    );
+    expect_input_error(
+        &[
+            "topology",
+            "--preset",
+            "dgx-h100",
+            "--nodes",
+            "2",
+            "--oversubscription",
+            "-3",
+        ],
+        &["--oversubscription", "--nodes-per-leaf"],
+    );
+    // 1e300 s panicked converting to a Duration.
+    expect_input_error(
+        &[
+            "run",
+            "--plan",
+            &plan,
+            "--traffic",
+            &traffic,
+            "--timeout",
+            "1e300",
+        ],
+        &["--timeout: must be a positive number of seconds, got 1e300"],
+    );
+    expect_input_error(
+        &[
+            "run",
+            "--plan",
+            &plan,
+            "--traffic",
+            &traffic,
+            "--threads",
+            "100000",
+        ],
+        &["--threads: 100000 worker threads; at most 1024"],
+    );
+    // 2^64 - 1 overflowed chunks x bytes; 0 was a failed run (exit 1).
+    let xml = dir.join("q.xml").display().to_string();
+    for bad in ["0", "18446744073709551615"] {
+        expect_input_error(
+            &[
+                "compile",
+                "--topology",
+                &topo,
+                "--traffic",
+                &traffic,
+                "--out",
+                &xml,
+                "--chunk-bytes",
+                bad,
+            ],
+            &["--chunk-bytes: must be in 1..=274877906944"],
+        );
+    }
+    // The whole suite (or the solver) ran before the path was found unwritable.
+    expect_input_error(
+        &["bench", "--quick", "--json", "/nonexistent/dir/b.json"],
+        &["/nonexistent/dir/b.json: cannot write: /nonexistent/dir is not a directory"],
+    );
+    expect_input_error(
+        &[
+            "compile",
+            "--topology",
+            &topo,
+            "--traffic",
+            &traffic,
+            "--algorithm",
+            "lp",
+            "--out",
+            "/nonexistent/dir/p.json",
+        ],
+        &["/nonexistent/dir/p.json: cannot write"],
+    );
+    // ranks^2 cells were allocated for any --ranks; u64::MAX bytes overflowed.
+    expect_input_error(
+        &["traffic", "--ranks", "100000000"],
+        &["--ranks", "at most 4096"],
+    );
+    expect_input_error(
+        &[
+            "traffic",
+            "--ranks",
+            "4",
+            "--pattern",
+            "hotspot:0.5",
+            "--bytes",
+            "18446744073709551615",
+        ],
+        &["--bytes", "2^53"],
+    );
+}
+
+#[test]
+fn absurd_sizes_are_input_errors() {
+    let dir = scratch("absurd");
+    let (topo, traffic, plan) = tiny(&dir);
+    let out = dir.join("q.json").display().to_string();
+    // Sums overflowed (a panic); a million empty rows allocated 8 TB.
+    let max = write(
+        &dir,
+        "max.json",
+        r#"{"matrix":[[18446744073709551615,1],[1,1]]}"#,
+    );
+    expect_input_error(
+        &[
+            "compile",
+            "--topology",
+            &topo,
+            "--traffic",
+            &max,
+            "--out",
+            &out,
+        ],
+        &["max.json: row 0, column 0", "past 2^53 bytes"],
+    );
+    let rows = write(&dir, "rows.csv", &"0\n".repeat(1_000_000));
+    expect_input_error(
+        &[
+            "compile",
+            "--topology",
+            &topo,
+            "--traffic",
+            &rows,
+            "--out",
+            &out,
+        ],
+        &["rows.csv: row 0: has 1 values but the file has 1000000 rows"],
+    );
+    // 1e308 GB/s: the LP failed with "unexpected error" (exit 1).
+    let fast = write(
+        &dir,
+        "fast.json",
+        r#"{"name":"x","nodes":1,"gpus_per_node":2,"intra":{"kind":"switch","bandwidth_GBps":1e308,"latency_us":1}}"#,
+    );
+    expect_input_error(
+        &[
+            "compile",
+            "--topology",
+            &fast,
+            "--traffic",
+            &traffic,
+            "--out",
+            &out,
+        ],
+        &["fast.json: intra.bandwidth_GBps: must be between 1e-3 and 1e6, got 1e308"],
+    );
+    // A links graph of 2^20 GPUs allocated 2^40 paths.
+    let big = write(
+        &dir,
+        "big.json",
+        r#"{"name":"x","nodes":1048576,"gpus_per_node":1,"links":[{"from":"gpu0","to":"gpu1","bandwidth_GBps":1}]}"#,
+    );
+    expect_input_error(
+        &[
+            "compile",
+            "--topology",
+            &big,
+            "--traffic",
+            &traffic,
+            "--out",
+            &out,
+        ],
+        &["big.json: nodes: a `links` topology has at most 1024 GPUs"],
+    );
+    // Plans: structure errors are bad input (exit 2), named by JSON place.
+    let mut p: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
+    p["transfers"][0]["deps"] = serde_json::json!([99]);
+    let deps = write(&dir, "deps.json", &p.to_string());
+    for cmd in ["verify", "run"] {
+        expect_input_error(
+            &[cmd, "--plan", &deps, "--traffic", &traffic],
+            &["deps.json: transfers[0].deps: depends on transfer 99"],
+        );
+    }
+    // XML: an offset near i64::MAX overflowed `off + cnt`.
+    let xml = dir.join("q.xml").display().to_string();
+    let (code, err) = run(&[
+        "compile",
+        "--topology",
+        &topo,
+        "--traffic",
+        &traffic,
+        "--out",
+        &xml,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let text = std::fs::read_to_string(&xml).unwrap();
+    let at = text.find("srcoff=\"").unwrap() + "srcoff=\"".len();
+    let end = at + text[at..].find('"').unwrap();
+    let broken = format!("{}9223372036854775807{}", &text[..at], &text[end..]);
+    let bad = write(&dir, "bad.xml", &broken);
+    expect_input_error(
+        &["verify", "--plan", &bad, "--traffic", &traffic],
+        &["bad.xml: line ", "chunks 9223372036854775807.."],
+    );
+}
+
+#[test]
+fn a_run_that_cannot_allocate_fails_with_exit_1() {
+    let dir = scratch("alloc");
+    let (_, traffic, plan) = tiny(&dir);
+    let mut p: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
+    p["scratch"] = serde_json::json!([u64::MAX, 0]);
+    let huge = write(&dir, "huge.json", &p.to_string());
+    let (code, err) = run(&["run", "--plan", &huge, "--traffic", &traffic]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(
+            "huge.json (cpu): cannot allocate 18446744073709551615 bytes for the scratch of rank 0"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn files_that_do_not_fit_each_other_are_input_errors() {
+    // A JSON plan for 16 ranks against a 2-rank matrix was a failed check
+    // (exit 1, "transfer 0: ...") in verify and simulate, and blamed the
+    // traffic file in run.
+    let dir = scratch("fit");
+    let (topo, traffic, _) = tiny(&dir);
+    let big = dir.join("big.json").display().to_string();
+    let (code, err) = run(&[
+        "compile",
+        "--topology",
+        &example("topologies/dgx-h100-2x8.json"),
+        "--traffic",
+        &example("traffic/moe-16.json"),
+        "--out",
+        &big,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    for cmd in ["verify", "run"] {
+        expect_input_error(
+            &[cmd, "--plan", &big, "--traffic", &traffic],
+            &["big.json: the plan is for 16 ranks but the traffic has 2"],
+        );
+    }
+    expect_input_error(
+        &[
+            "simulate",
+            "--plan",
+            &big,
+            "--traffic",
+            &traffic,
+            "--topology",
+            &topo,
+        ],
+        &["big.json: the plan is for 16 ranks but the traffic has 2"],
+    );
+    // `P.JSON` and `P.XML` were "unknown plan format" (verify even read
+    // `P.XML`'s traffic first, as XML).
+    let upper = dir.join("P.JSON").display().to_string();
+    let (code, err) = run(&[
+        "compile",
+        "--topology",
+        &topo,
+        "--traffic",
+        &traffic,
+        "--out",
+        &upper,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (code, err) = run(&["verify", "--plan", &upper, "--traffic", &traffic]);
+    assert_eq!(code, 0, "{err}");
+    let upper_xml = dir.join("P.XML").display().to_string();
+    let (code, err) = run(&[
+        "compile",
+        "--topology",
+        &topo,
+        "--traffic",
+        &traffic,
+        "--out",
+        &upper_xml,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (code, err) = run(&["verify", "--plan", &upper_xml]);
+    assert_eq!(code, 0, "{err}");
+    // A links topology naming one GPU two ways built two vertices.
+    let alias = write(
+        &dir,
+        "alias.json",
+        r#"{"name":"x","nodes":2,"gpus_per_node":1,"links":[{"from":"gpu0","to":"gpu1","bandwidth_GBps":1},{"from":"gpu01","to":"gpu0","bandwidth_GBps":1}]}"#,
+    );
+    let m2 = write(&dir, "m2.json", r#"{"ranks":2,"matrix":[[0,1],[1,0]]}"#);
+    let out = dir.join("q.json").display().to_string();
+    expect_input_error(
+        &[
+            "compile",
+            "--topology",
+            &alias,
+            "--traffic",
+            &m2,
+            "--out",
+            &out,
+        ],
+        &["alias.json: links[1].from: `gpu01` is not a GPU's name; write gpu1"],
+    );
+}

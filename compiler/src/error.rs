@@ -89,6 +89,24 @@ impl Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// At most 40 characters of a value a user wrote, for a one-line message
+/// (a file may hold a megabyte where a number belongs).
+pub fn clip(s: &str) -> String {
+    match s.char_indices().nth(40) {
+        Some((i, _)) => format!("{}...", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+/// A number a user wrote, short: `1e300` rather than its 301 digits.
+pub fn num(x: f64) -> String {
+    if x == 0.0 || (x.abs() >= 1e-6 && x.abs() < 1e15) {
+        format!("{x}")
+    } else {
+        format!("{x:e}")
+    }
+}
+
 /// Reads a whole file, turning a missing or unreadable file into an input error.
 pub fn read_file(path: &std::path::Path) -> Result<String> {
     std::fs::read_to_string(path).map_err(|e| {
@@ -99,6 +117,20 @@ pub fn read_file(path: &std::path::Path) -> Result<String> {
         };
         Error::Input(InputError::new(path.display().to_string(), reason))
     })
+}
+
+/// JSON and CSV files must not begin with a UTF-8 byte-order mark (as
+/// spreadsheets write): without this, the parser's error was "line 1, column
+/// 1: expected value" or a first cell that is "not a byte count".
+pub fn check_no_bom(text: &str, file: &str) -> Result<(), InputError> {
+    if text.starts_with('\u{feff}') {
+        return Err(InputError::at(
+            file,
+            "line 1",
+            "begins with a UTF-8 byte-order mark; save the file without one",
+        ));
+    }
+    Ok(())
 }
 
 /// Turns a serde_json error into an input error with its line and column.

@@ -16,7 +16,14 @@ use rand_chacha::ChaCha8Rng;
 use rand_distr::StandardNormal;
 
 use crate::error::{InputError, Result};
-use crate::traffic::TrafficMatrix;
+use crate::traffic::{TrafficMatrix, MAX_TOTAL_BYTES};
+
+/// Most ranks the generator makes a matrix for: `ranks^2` cells are held and
+/// printed, 16 M of them here.
+pub const MAX_GENERATED_RANKS: usize = 4096;
+/// Most expert choices `moe` draws (`ranks * tokens * top_k`), each a random
+/// sample: beyond this the generator would run for minutes.
+pub const MAX_ROUTING_DECISIONS: u64 = 1 << 30;
 
 /// A traffic pattern (`--pattern`).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -139,6 +146,31 @@ pub fn generate(spec: &TrafficSpec) -> Result<TrafficMatrix> {
     if n == 0 {
         return Err(bad("--ranks", "must be at least 1".into()).into());
     }
+    if n > MAX_GENERATED_RANKS {
+        return Err(bad(
+            "--ranks",
+            format!("{n} ranks; the generator makes matrices of at most {MAX_GENERATED_RANKS}"),
+        )
+        .into());
+    }
+    let too_much = || {
+        bad(
+            "--bytes",
+            "the matrix would carry more than 2^53 bytes (9 PB), the most one all-to-all may carry"
+                .into(),
+        )
+    };
+    // The mean matrix, n^2 pairs of `bytes`, must fit before any cell is drawn
+    // (cells are computed in f64 and saturate; the total is checked at the end).
+    let n2 = (n * n) as u64;
+    if !matches!(spec.pattern, Pattern::Moe | Pattern::Zipf(_))
+        && spec
+            .bytes
+            .checked_mul(n2)
+            .is_none_or(|t| t > MAX_TOTAL_BYTES)
+    {
+        return Err(too_much().into());
+    }
     let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
     let mut m = TrafficMatrix::zeros(n);
     let mean = spec.bytes as f64;
@@ -163,7 +195,7 @@ pub fn generate(spec: &TrafficSpec) -> Result<TrafficMatrix> {
             let extra = (f * row_total).round() as u64;
             for s in 0..n {
                 for d in 0..n {
-                    m.set(s, d, base + if d == hot { extra } else { 0 });
+                    m.set(s, d, base.saturating_add(if d == hot { extra } else { 0 }));
                 }
             }
         }
@@ -202,6 +234,11 @@ pub fn generate(spec: &TrafficSpec) -> Result<TrafficMatrix> {
             moe(&mut m, &p, &mut rng)?
         }
     }
+    // Log-normal tails and rounding can pass the mean's total.
+    let total = m.as_slice().iter().try_fold(0u64, |t, &b| t.checked_add(b));
+    if total.is_none_or(|t| t > MAX_TOTAL_BYTES) {
+        return Err(too_much().into());
+    }
     Ok(m)
 }
 
@@ -218,7 +255,14 @@ fn moe(m: &mut TrafficMatrix, p: &MoeParams, rng: &mut ChaCha8Rng) -> Result<()>
     if p.experts_per_gpu == 0 {
         return Err(bad("--experts-per-gpu", "must be at least 1").into());
     }
-    let experts = n * p.experts_per_gpu;
+    if !p.skew.is_finite() || p.skew < 0.0 {
+        return Err(bad("--skew", "must be zero or positive").into());
+    }
+    // One popularity weight per expert is held: at most 2^24 of them.
+    let experts = n
+        .checked_mul(p.experts_per_gpu)
+        .filter(|&e| e <= 1 << 24)
+        .ok_or_else(|| bad("--experts-per-gpu", "more than 2^24 experts in all"))?;
     if p.top_k == 0 || p.top_k > experts {
         return Err(bad(
             "--top-k",
@@ -226,7 +270,31 @@ fn moe(m: &mut TrafficMatrix, p: &MoeParams, rng: &mut ChaCha8Rng) -> Result<()>
         )
         .into());
     }
-    let token_bytes = (p.hidden * p.bytes_per_elem) as u64;
+    let decisions = (n as u64)
+        .checked_mul(p.tokens_per_rank as u64)
+        .and_then(|x| x.checked_mul(p.top_k as u64))
+        .filter(|&x| x <= MAX_ROUTING_DECISIONS);
+    let Some(decisions) = decisions else {
+        return Err(bad(
+            "--tokens",
+            "ranks x tokens x top-k is more than 2^30 expert choices to draw",
+        )
+        .into());
+    };
+    // Every choice sends one token: the total must fit before any is added.
+    let token_bytes = (p.hidden as u64)
+        .checked_mul(p.bytes_per_elem as u64)
+        .filter(|&b| {
+            decisions
+                .checked_mul(b)
+                .is_some_and(|t| t <= MAX_TOTAL_BYTES)
+        })
+        .ok_or_else(|| {
+            bad(
+                "--hidden",
+                "the tokens would carry more than 2^53 bytes (9 PB), the most one all-to-all may carry",
+            )
+        })?;
     let mut popularity = zipf_weights(experts, p.skew);
     popularity.shuffle(rng);
     let dist = WeightedIndex::new(&popularity).map_err(|e| bad("--skew", &e.to_string()))?;
@@ -322,6 +390,32 @@ mod tests {
         let t = node_pair(0, 1) as f64;
         assert!((node_pair(2, 3) as f64 - t).abs() / t < 1e-3);
         assert!(m.get(0, 5) != m.get(1, 5) || m.get(0, 5) != m.get(0, 6));
+    }
+
+    #[test]
+    fn parameters_that_overflow_or_never_end_are_rejected() {
+        let err = |spec: &TrafficSpec| generate(spec).unwrap_err().to_string();
+        // n^2 cells were allocated whatever n was.
+        let e = err(&TrafficSpec::new(100_000_000, Pattern::Uniform));
+        assert!(e.starts_with("<generator>: --ranks: 100000000 ranks; the generator makes matrices of at most 4096"), "{e}");
+        // `base + extra` and the layout's sums overflowed.
+        let mut spec = TrafficSpec::new(4, Pattern::Hotspot(0.5));
+        spec.bytes = u64::MAX;
+        assert!(err(&spec).contains("--bytes: the matrix would carry more than 2^53 bytes"));
+        // `hidden * bytes_per_elem` overflowed; 2^64 tokens never ended.
+        let mut spec = TrafficSpec::new(4, Pattern::Moe);
+        spec.moe.hidden = usize::MAX;
+        spec.moe.bytes_per_elem = 8;
+        assert!(err(&spec).contains("--hidden"));
+        let mut spec = TrafficSpec::new(4, Pattern::Moe);
+        spec.moe.tokens_per_rank = usize::MAX;
+        assert!(err(&spec).contains("--tokens"));
+        let mut spec = TrafficSpec::new(4, Pattern::Moe);
+        spec.moe.experts_per_gpu = 1 << 30;
+        assert!(err(&spec).contains("--experts-per-gpu: more than 2^24 experts"));
+        let mut spec = TrafficSpec::new(4, Pattern::Moe);
+        spec.moe.skew = -5.0;
+        assert!(err(&spec).contains("--skew: must be zero or positive"));
     }
 
     proptest! {

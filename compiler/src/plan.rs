@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 
-use crate::error::{json_error, read_file, Result};
+use crate::error::{check_no_bom, clip, json_error, read_file, InputError, Result};
 
 /// A rank's buffers. `input` and `output` follow the all-to-all(v) layout
 /// ([`crate::traffic::Layout`]); `scratch` holds relayed data.
@@ -50,6 +50,7 @@ pub type Deps = SmallVec<[u32; 4]>;
 
 /// One contiguous copy.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
 pub struct Transfer {
     pub src: u32,
     pub src_buf: Buffer,
@@ -68,6 +69,7 @@ pub struct Transfer {
 
 /// A schedule for one all-to-all(v).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
 pub struct Plan {
     /// The algorithm that made it (`direct`, `fast`, …, or `msccl-xml`).
     pub algorithm: String,
@@ -84,6 +86,7 @@ pub struct Plan {
 
 /// How a skewed plan was quantised into MSCCL chunks (DESIGN.md "MSCCL XML").
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
 pub struct Chunking {
     pub chunk_bytes: u64,
     /// `padded` or `packed`.
@@ -138,21 +141,106 @@ impl Plan {
             .unwrap_or(0)
     }
 
-    /// Bytes moved between different ranks.
+    /// Bytes moved between different ranks. The sum saturates: a plan read
+    /// from a file may copy one range any number of times.
     pub fn bytes_moved(&self) -> u64 {
         self.transfers
             .iter()
             .filter(|t| t.src != t.dst)
-            .map(|t| t.bytes)
-            .sum()
+            .fold(0u64, |sum, t| sum.saturating_add(t.bytes))
     }
 
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("plan serialises")
     }
 
+    /// Parses the IR's JSON form and checks that it is a plan at all
+    /// ([`Plan::check_structure`]); whether it is a correct all-to-all is
+    /// the verifier's question.
     pub fn from_json_str(text: &str, file: &str) -> Result<Plan> {
-        serde_json::from_str(text).map_err(|e| json_error(file, &e).into())
+        check_no_bom(text, file)?;
+        let plan: Plan = serde_json::from_str(text).map_err(|e| json_error(file, &e))?;
+        plan.check_structure(file)?;
+        Ok(plan)
+    }
+
+    /// What makes a file a plan, whatever the traffic: at least one rank,
+    /// nodes that split the ranks, one scratch size per rank (or none),
+    /// transfers between ranks that exist with byte ranges that do not
+    /// overflow, dependencies on other transfers that exist, and chunking
+    /// facts that mean something. The error names the JSON place.
+    pub fn check_structure(&self, file: &str) -> Result<(), InputError> {
+        let bad = |place: String, reason: String| InputError::at(file, place, reason);
+        let n = self.ranks;
+        if n == 0 {
+            return Err(bad("ranks".into(), "must be at least 1".into()));
+        }
+        let g = self.gpus_per_node;
+        if g == 0 || n % g != 0 {
+            return Err(bad(
+                "gpus_per_node".into(),
+                format!("{g} does not split {n} ranks into whole nodes"),
+            ));
+        }
+        if !self.scratch.is_empty() && self.scratch.len() != n as usize {
+            return Err(bad(
+                "scratch".into(),
+                format!(
+                    "has {} sizes for {n} ranks (give one per rank, or none)",
+                    self.scratch.len()
+                ),
+            ));
+        }
+        let len = self.transfers.len();
+        for (i, t) in self.transfers.iter().enumerate() {
+            let at = |field: &str| format!("transfers[{i}].{field}");
+            for (field, r) in [("src", t.src), ("dst", t.dst)] {
+                if r >= n {
+                    return Err(bad(
+                        at(field),
+                        format!("rank {r} does not exist (the plan has {n} ranks)"),
+                    ));
+                }
+            }
+            for (field, off) in [("src_off", t.src_off), ("dst_off", t.dst_off)] {
+                if off.checked_add(t.bytes).is_none() {
+                    return Err(bad(
+                        at(field),
+                        format!(
+                            "offset {off} plus {} bytes passes the largest byte address (2^64 - 1)",
+                            t.bytes
+                        ),
+                    ));
+                }
+            }
+            if let Some(&d) = t
+                .deps
+                .iter()
+                .find(|&&d| d as usize >= len || d as usize == i)
+            {
+                let why = if d as usize == i {
+                    "itself".to_string()
+                } else {
+                    format!("a transfer that does not exist (the plan has {len})")
+                };
+                return Err(bad(at("deps"), format!("depends on transfer {d}, {why}")));
+            }
+        }
+        if let Some(c) = &self.chunking {
+            if c.chunk_bytes == 0 {
+                return Err(bad(
+                    "chunking.chunk_bytes".into(),
+                    "must be at least 1".into(),
+                ));
+            }
+            if c.layout != "padded" && c.layout != "packed" {
+                return Err(bad(
+                    "chunking.layout".into(),
+                    format!("`{}` is not a layout (padded, packed)", clip(&c.layout)),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Reads a plan in the IR's JSON form.
@@ -252,6 +340,88 @@ impl DepGraph {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn structure_checked_when_read() {
+        let mut p = Plan::new("direct", 2, 1);
+        p.push(Transfer {
+            src: 0,
+            src_buf: Buffer::Input,
+            src_off: 0,
+            dst: 1,
+            dst_buf: Buffer::Output,
+            dst_off: 0,
+            bytes: 4,
+            path: Path::Rdma { nic: 0 },
+            step: 0,
+            deps: Deps::new(),
+        });
+        let base: serde_json::Value = serde_json::from_str(&p.to_json()).unwrap();
+        let e = |edit: &dyn Fn(&mut serde_json::Value)| {
+            let mut v = base.clone();
+            edit(&mut v);
+            Plan::from_json_str(&v.to_string(), "p.json")
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(Plan::from_json_str(&base.to_string(), "p.json").is_ok());
+        assert_eq!(
+            e(&|v| v["transfers"][0]["dst"] = 7.into()),
+            "p.json: transfers[0].dst: rank 7 does not exist (the plan has 2 ranks)"
+        );
+        assert_eq!(
+            e(&|v| {
+                v["transfers"][0]["src_off"] = u64::MAX.into();
+            }),
+            "p.json: transfers[0].src_off: offset 18446744073709551615 plus 4 bytes passes the largest byte address (2^64 - 1)"
+        );
+        assert_eq!(
+            e(&|v| v["transfers"][0]["deps"] = serde_json::json!([0])),
+            "p.json: transfers[0].deps: depends on transfer 0, itself"
+        );
+        assert!(e(&|v| v["transfers"][0]["deps"] = serde_json::json!([5]))
+            .contains("depends on transfer 5, a transfer that does not exist (the plan has 1)"));
+        assert_eq!(
+            e(&|v| v["ranks"] = 0.into()),
+            "p.json: ranks: must be at least 1"
+        );
+        assert!(e(&|v| v["gpus_per_node"] = 0.into())
+            .starts_with("p.json: gpus_per_node: 0 does not split"));
+        assert!(e(&|v| v["gpus_per_node"] = 3.into()).contains("3 does not split 2 ranks"));
+        assert!(e(&|v| v["scratch"] = serde_json::json!([1, 2, 3]))
+            .contains("scratch: has 3 sizes for 2 ranks"));
+        assert!(
+            e(&|v| v["chunking"] = serde_json::json!({"chunk_bytes": 0, "layout": "padded"}))
+                .contains("chunking.chunk_bytes: must be at least 1")
+        );
+        assert!(
+            e(&|v| v["chunking"] = serde_json::json!({"chunk_bytes": 8, "layout": "wavy"}))
+                .contains("chunking.layout: `wavy` is not a layout")
+        );
+        // A misspelt field was silently dropped.
+        assert!(e(&|v| v["transfers"][0]["byte"] = 4.into()).contains("unknown field `byte`"));
+        assert!(e(&|v| v["scratchpad"] = 4.into()).contains("unknown field `scratchpad`"));
+    }
+
+    #[test]
+    fn bytes_moved_saturates() {
+        let mut p = Plan::new("x", 2, 1);
+        for _ in 0..3 {
+            p.push(Transfer {
+                src: 0,
+                src_buf: Buffer::Scratch,
+                src_off: 0,
+                dst: 1,
+                dst_buf: Buffer::Scratch,
+                dst_off: 0,
+                bytes: u64::MAX / 2,
+                path: Path::Rdma { nic: 0 },
+                step: 0,
+                deps: Deps::new(),
+            });
+        }
+        assert_eq!(p.bytes_moved(), u64::MAX);
+    }
 
     #[test]
     fn json_round_trip() {

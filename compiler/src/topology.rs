@@ -14,10 +14,30 @@ use std::collections::HashMap;
 use petgraph::graph::{DiGraph, EdgeIndex, NodeIndex};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{json_error, read_file, InputError, Result};
+use crate::error::{check_no_bom, clip, json_error, num, read_file, InputError, Result};
 
 /// Bytes per microsecond in one GB/s.
 pub const BYTES_PER_US_PER_GBPS: f64 = 1_000.0;
+
+/// Bandwidths a file may give, GB/s: 1 MB/s to 1 PB/s. Outside, the LP's
+/// coefficients lose precision and the simulator's rates underflow or
+/// overflow, so the value is a typo, not a link.
+pub const BANDWIDTH_RANGE_GBPS: (f64, f64) = (1e-3, 1e6);
+/// Largest ratio of the fastest to the slowest link of one topology
+/// (uplinks included): a span of 1e9 made the LP bound infeasible in HiGHS,
+/// 1e8 still solved.
+pub const MAX_BANDWIDTH_SPAN: f64 = 1e6;
+/// Largest latency a file may give, microseconds (1000 s).
+pub const MAX_LATENCY_US: f64 = 1e9;
+/// Oversubscription ratios a file may give.
+pub const OVERSUBSCRIPTION_RANGE: (f64, f64) = (1e-3, 1e6);
+/// GPUs (and NICs) of one cluster.
+pub const MAX_GPUS: usize = 1 << 20;
+/// GPUs of a `links` topology: all-pairs paths are kept, `ranks^2` of them.
+pub const MAX_LINKS_GPUS: usize = 1024;
+/// Links of an `intra.kind = "mesh"` cluster, which has one per ordered
+/// pair of a node's GPUs (2^20 GPUs in nodes of 16 fit).
+pub const MAX_MESH_LINKS: usize = 1 << 24;
 
 /// Intra-node fabric kind.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -244,6 +264,7 @@ impl Topology {
 
     /// Parses and validates topology JSON; `file` names it in errors.
     pub fn from_json_str(text: &str, file: &str) -> Result<Topology> {
+        check_no_bom(text, file)?;
         let spec: TopologySpec = serde_json::from_str(text).map_err(|e| json_error(file, &e))?;
         Topology::from_spec(spec, file)
     }
@@ -266,11 +287,20 @@ impl Topology {
         let ranks = spec
             .nodes
             .checked_mul(spec.gpus_per_node)
-            .filter(|&r| r <= 1 << 20);
+            .filter(|&r| r <= MAX_GPUS);
         if ranks.is_none() {
             return Err(bad("nodes", "cluster too large (at most 2^20 GPUs)".into()).into());
         }
         if let Some(links) = &spec.links {
+            if spec.nodes * spec.gpus_per_node > MAX_LINKS_GPUS {
+                return Err(bad(
+                    "nodes",
+                    format!(
+                        "a `links` topology has at most {MAX_LINKS_GPUS} GPUs (every pair's path is precomputed)"
+                    ),
+                )
+                .into());
+            }
             if spec.intra.is_some() || spec.nic.is_some() || spec.fabric.is_some() {
                 return Err(bad(
                     "links",
@@ -441,20 +471,78 @@ pub fn vertex_name(v: &Vertex) -> String {
     }
 }
 
+/// The fastest link is at most [`MAX_BANDWIDTH_SPAN`] times the slowest:
+/// beyond, HiGHS calls the LP bound's flow problem infeasible. `links` are
+/// `(place, GB/s)`; the error names the fastest.
+fn check_bandwidth_span(file: &str, links: impl Iterator<Item = (String, f64)>) -> Result<()> {
+    let mut slow: Option<(String, f64)> = None;
+    let mut fast: Option<(String, f64)> = None;
+    for (place, bw) in links {
+        if slow.as_ref().is_none_or(|s| bw < s.1) {
+            slow = Some((place.clone(), bw));
+        }
+        if fast.as_ref().is_none_or(|f| bw > f.1) {
+            fast = Some((place, bw));
+        }
+    }
+    if let (Some((slow_at, lo)), Some((fast_at, hi))) = (slow, fast) {
+        if hi > lo * MAX_BANDWIDTH_SPAN {
+            return Err(InputError::at(
+                file,
+                fast_at,
+                format!(
+                    "a link of {} GB/s is more than {MAX_BANDWIDTH_SPAN:e} times the slowest, {} GB/s ({slow_at}); the LP bound cannot solve across that span",
+                    num(hi),
+                    num(lo)
+                ),
+            )
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// A bandwidth in GB/s: positive and within [`BANDWIDTH_RANGE_GBPS`].
 fn check_positive(file: &str, place: &str, x: f64) -> Result<()> {
     if !x.is_finite() || x <= 0.0 {
-        return Err(
-            InputError::at(file, place, format!("must be a positive number, got {x}")).into(),
-        );
+        return Err(InputError::at(
+            file,
+            place,
+            format!("must be a positive number, got {}", num(x)),
+        )
+        .into());
+    }
+    check_range(file, place, x, BANDWIDTH_RANGE_GBPS)
+}
+
+fn check_range(file: &str, place: &str, x: f64, (lo, hi): (f64, f64)) -> Result<()> {
+    if !x.is_finite() || x < lo || x > hi {
+        return Err(InputError::at(
+            file,
+            place,
+            format!("must be between {lo:e} and {hi:e}, got {}", num(x)),
+        )
+        .into());
     }
     Ok(())
 }
 
 fn check_latency(file: &str, place: &str, x: f64) -> Result<()> {
     if !x.is_finite() || x < 0.0 {
-        return Err(
-            InputError::at(file, place, format!("must be zero or positive, got {x}")).into(),
-        );
+        return Err(InputError::at(
+            file,
+            place,
+            format!("must be zero or positive, got {}", num(x)),
+        )
+        .into());
+    }
+    if x > MAX_LATENCY_US {
+        return Err(InputError::at(
+            file,
+            place,
+            format!("must be at most {MAX_LATENCY_US:e} us, got {}", num(x)),
+        )
+        .into());
     }
     Ok(())
 }
@@ -468,10 +556,33 @@ fn build_hierarchical(spec: TopologySpec, file: &str) -> Result<Topology> {
         .ok_or_else(|| InputError::at(file, "intra", "missing (or give a `links` list)"))?;
     check_positive(file, "intra.bandwidth_GBps", intra.bandwidth_gbps)?;
     check_latency(file, "intra.latency_us", intra.latency_us)?;
+    // n <= 2^20 and g <= 2^20 (checked above), so this cannot overflow.
+    let mesh_links = n * g * (g - 1);
+    if intra.kind == IntraKind::Mesh && mesh_links > MAX_MESH_LINKS {
+        return Err(InputError::at(
+            file,
+            "gpus_per_node",
+            format!(
+                "a full mesh of {g} GPUs in each of {n} nodes has {mesh_links} links; at most 2^24"
+            ),
+        )
+        .into());
+    }
     let nic = match (&spec.nic, n) {
         (Some(nic), _) => {
             if nic.per_node == 0 {
                 return Err(InputError::at(file, "nic.per_node", "must be at least 1").into());
+            }
+            if nic.per_node.checked_mul(n).is_none_or(|x| x > MAX_GPUS) {
+                return Err(InputError::at(
+                    file,
+                    "nic.per_node",
+                    format!(
+                        "{} NICs per node: at most 2^20 NICs in all, as for GPUs",
+                        nic.per_node
+                    ),
+                )
+                .into());
             }
             check_positive(file, "nic.bandwidth_GBps", nic.bandwidth_gbps)?;
             check_latency(file, "nic.latency_us", nic.latency_us)?;
@@ -494,7 +605,12 @@ fn build_hierarchical(spec: TopologySpec, file: &str) -> Result<Topology> {
                     InputError::at(file, "fabric.nodes_per_leaf", "must be at least 1").into(),
                 );
             }
-            check_positive(file, "fabric.oversubscription", f.oversubscription)?;
+            check_range(
+                file,
+                "fabric.oversubscription",
+                f.oversubscription,
+                OVERSUBSCRIPTION_RANGE,
+            )?;
             check_latency(file, "fabric.latency_us", f.latency_us)?;
             f.nodes_per_leaf
         }
@@ -639,6 +755,15 @@ fn build_hierarchical(spec: TopologySpec, file: &str) -> Result<Topology> {
             }
         }
     }
+    let bandwidths = graph.edge_weights().map(|l| {
+        let place = match l.class {
+            LinkClass::NvlinkOut | LinkClass::NvlinkIn => "intra.bandwidth_GBps",
+            LinkClass::Uplink | LinkClass::Downlink => "fabric.oversubscription",
+            _ => "nic.bandwidth_GBps",
+        };
+        (place.to_string(), l.bandwidth / BYTES_PER_US_PER_GBPS)
+    });
+    check_bandwidth_span(file, bandwidths)?;
     Ok(Topology {
         spec,
         graph,
@@ -668,6 +793,32 @@ fn build_links(spec: TopologySpec, links: Vec<LinkSpec>, file: &str) -> Result<T
     let mut named: HashMap<String, NodeIndex> = HashMap::new();
     let mut vertex =
         |graph: &mut DiGraph<Vertex, Link>, name: &str, place: &str| -> Result<NodeIndex> {
+            let digits = name.strip_prefix("gpu").unwrap_or("");
+            if !digits.is_empty()
+                && digits.bytes().all(|b| b.is_ascii_digit())
+                && digits.parse::<usize>().is_err()
+            {
+                return Err(InputError::at(
+                    file,
+                    place,
+                    format!(
+                        "{} does not exist: the topology has {ranks} GPUs",
+                        clip(name)
+                    ),
+                )
+                .into());
+            }
+            // `gpu01` and `gpu+1` parse as rank 1: one GPU must have one name.
+            if let Vertex::Gpu(r) = parse_vertex(name) {
+                if name != format!("gpu{r}") {
+                    return Err(InputError::at(
+                        file,
+                        place,
+                        format!("`{}` is not a GPU's name; write gpu{r}", clip(name)),
+                    )
+                    .into());
+                }
+            }
             match parse_vertex(name) {
                 Vertex::Gpu(r) if r < ranks => Ok(gpu_vertex[r]),
                 Vertex::Gpu(r) => Err(InputError::at(
@@ -684,6 +835,20 @@ fn build_links(spec: TopologySpec, links: Vec<LinkSpec>, file: &str) -> Result<T
                     .or_insert_with(|| graph.add_node(v))),
             }
         };
+    for (i, l) in links.iter().enumerate() {
+        check_positive(
+            file,
+            &format!("links[{i}].bandwidth_GBps"),
+            l.bandwidth_gbps,
+        )?;
+    }
+    check_bandwidth_span(
+        file,
+        links
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (format!("links[{i}].bandwidth_GBps"), l.bandwidth_gbps)),
+    )?;
     for (i, l) in links.iter().enumerate() {
         let place = format!("links[{i}]");
         check_positive(file, &format!("{place}.bandwidth_GBps"), l.bandwidth_gbps)?;
@@ -862,6 +1027,65 @@ mod tests {
             .to_string();
         assert!(e.contains("disconnected"), "{e}");
         assert!(e.starts_with("x.json: links: "), "{e}");
+    }
+
+    #[test]
+    fn absurd_sizes_and_values_rejected() {
+        let e = |text: &str| {
+            Topology::from_json_str(text, "t.json")
+                .unwrap_err()
+                .to_string()
+        };
+        let intra = r#""intra":{"kind":"switch","bandwidth_GBps":100,"latency_us":1}"#;
+        let two = |nic: &str| {
+            format!(r#"{{"name":"x","nodes":2,"gpus_per_node":2,{intra},"nic":{nic}}}"#)
+        };
+        // 1e308 GB/s became an infinite capacity (the LP failed); 1e-320 a rate of 0 (the simulator stalled).
+        assert_eq!(
+            e(&two(
+                r#"{"per_node":2,"bandwidth_GBps":1e308,"latency_us":1}"#
+            )),
+            "t.json: nic.bandwidth_GBps: must be between 1e-3 and 1e6, got 1e308"
+        );
+        assert!(e(&two(
+            r#"{"per_node":2,"bandwidth_GBps":1e-320,"latency_us":1}"#
+        ))
+        .contains("got 1e-320"));
+        assert!(e(&two(
+            r#"{"per_node":2,"bandwidth_GBps":50,"latency_us":1e308}"#
+        ))
+        .contains("nic.latency_us: must be at most 1e9 us, got 1e308"));
+        // 10^12 NICs per node were allocated before anything used them.
+        assert!(e(&two(
+            r#"{"per_node":1000000000000,"bandwidth_GBps":50,"latency_us":1}"#
+        ))
+        .starts_with("t.json: nic.per_node: 1000000000000 NICs per node: at most 2^20"));
+        let fabric = |over: &str| {
+            format!(
+                r#"{{"name":"x","nodes":2,"gpus_per_node":2,{intra},"nic":{{"per_node":2,"bandwidth_GBps":5,"latency_us":1}},"fabric":{{"kind":"fat-tree","nodes_per_leaf":1,"oversubscription":{over}}}}}"#
+            )
+        };
+        assert!(e(&fabric("1e-300")).contains("fabric.oversubscription: must be between"));
+        assert!(Topology::from_json_str(&fabric("4"), "t.json").is_ok());
+        // A full mesh of 2^20 GPUs would be 2^40 links; all-pairs paths of 2^20 GPUs 2^40 paths.
+        let mesh = r#"{"name":"x","nodes":1,"gpus_per_node":1048576,"intra":{"kind":"mesh","bandwidth_GBps":100,"latency_us":1}}"#;
+        assert!(e(mesh)
+            .starts_with("t.json: gpus_per_node: a full mesh of 1048576 GPUs in each of 1 nodes"));
+        let links = r#"{"name":"x","nodes":1048576,"gpus_per_node":1,"links":[{"from":"gpu0","to":"gpu1","bandwidth_GBps":1}]}"#;
+        assert!(e(links).starts_with("t.json: nodes: a `links` topology has at most 1024 GPUs"));
+        // Links from 1e-3 to 1e6 GB/s made the LP bound infeasible in HiGHS.
+        let span = format!(
+            r#"{{"name":"x","nodes":2,"gpus_per_node":2,"intra":{{"kind":"switch","bandwidth_GBps":1e6,"latency_us":0}},"nic":{{"per_node":2,"bandwidth_GBps":1e-3,"latency_us":1}}}}"#
+        );
+        assert_eq!(e(&span), "t.json: intra.bandwidth_GBps: a link of 1000000 GB/s is more than 1e6 times the slowest, 0.001 GB/s (nic.bandwidth_GBps); the LP bound cannot solve across that span");
+        assert!(Topology::from_json_str(&span.replace("1e6,", "1e3,"), "t.json").is_ok());
+        let alias = r#"{"name":"x","nodes":2,"gpus_per_node":1,"links":[{"from":"gpu0","to":"gpu01","bandwidth_GBps":1,"bidirectional":true}]}"#;
+        assert_eq!(
+            e(alias),
+            "t.json: links[0].to: `gpu01` is not a GPU's name; write gpu1"
+        );
+        let slow = r#"{"name":"x","nodes":2,"gpus_per_node":1,"links":[{"from":"gpu0","to":"gpu1","bandwidth_GBps":1,"latency_us":1e300,"bidirectional":true}]}"#;
+        assert!(e(slow).contains("links[0].latency_us: must be at most 1e9 us"));
     }
 
     #[test]

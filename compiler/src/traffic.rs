@@ -7,7 +7,12 @@
 
 use serde::Serialize;
 
-use crate::error::{read_file, InputError, Result};
+use crate::error::{check_no_bom, clip, read_file, InputError, Result};
+
+/// Most bytes one matrix may carry in total: 2^53 (9 PB), so that every byte
+/// count, offset and sum is exact in the f64s the simulator and the LP
+/// compute in, and no sum of a matrix's bytes can overflow a u64.
+pub const MAX_TOTAL_BYTES: u64 = 1 << 53;
 
 /// `bytes[s * ranks + d]`: bytes rank `s` sends to rank `d`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -105,6 +110,7 @@ impl TrafficMatrix {
 
     /// Parses the JSON form, naming the row and column of a bad value.
     pub fn from_json_str(text: &str, file: &str) -> Result<Self> {
+        check_no_bom(text, file)?;
         let value: serde_json::Value =
             serde_json::from_str(text).map_err(|e| crate::error::json_error(file, &e))?;
         let obj = value.as_object().ok_or_else(|| {
@@ -136,7 +142,12 @@ impl TrafficMatrix {
             )
             .into());
         }
-        let mut m = TrafficMatrix::zeros(n);
+        if n == 0 {
+            return Err(InputError::at(file, "matrix", "is empty").into());
+        }
+        // Every row's shape first: the n x n cells are allocated only once
+        // the file is known to hold them all.
+        let mut cells: Vec<&[serde_json::Value]> = Vec::with_capacity(n);
         for (i, row) in rows.iter().enumerate() {
             let row = row.as_array().ok_or_else(|| {
                 InputError::at(file, format!("row {i}"), "must be an array of byte counts")
@@ -152,47 +163,50 @@ impl TrafficMatrix {
                 )
                 .into());
             }
-            for (j, v) in row.iter().enumerate() {
-                m.set(
-                    i,
-                    j,
-                    json_bytes(v).map_err(|reason| cell(file, i, j, reason))?,
-                );
-            }
+            cells.push(row);
         }
-        if n == 0 {
-            return Err(InputError::at(file, "matrix", "is empty").into());
+        let mut m = TrafficMatrix::zeros(n);
+        let mut total = Total::default();
+        for (i, row) in cells.iter().enumerate() {
+            for (j, v) in row.iter().enumerate() {
+                let b = json_bytes(v)
+                    .and_then(|b| total.add(b))
+                    .map_err(|reason| cell(file, i, j, reason))?;
+                m.set(i, j, b);
+            }
         }
         Ok(m)
     }
 
     /// Parses CSV: one line per source rank, comma-separated byte counts.
     pub fn from_csv_str(text: &str, file: &str) -> Result<Self> {
+        check_no_bom(text, file)?;
         let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
         let n = lines.len();
         if n == 0 {
             return Err(InputError::new(file, "is empty").into());
         }
-        let mut m = TrafficMatrix::zeros(n);
+        // Every row's shape first, as for JSON: allocate n x n cells only
+        // once the file is known to hold them.
         for (i, line) in lines.iter().enumerate() {
-            let cells: Vec<&str> = line.split(',').map(str::trim).collect();
-            if cells.len() != n {
+            let count = line.split(',').count();
+            if count != n {
                 return Err(InputError::at(
                     file,
                     format!("row {i}"),
-                    format!(
-                        "has {} values but the file has {n} rows: it must be square",
-                        cells.len()
-                    ),
+                    format!("has {count} values but the file has {n} rows: it must be square"),
                 )
                 .into());
             }
-            for (j, c) in cells.iter().enumerate() {
-                m.set(
-                    i,
-                    j,
-                    text_bytes(c).map_err(|reason| cell(file, i, j, reason))?,
-                );
+        }
+        let mut m = TrafficMatrix::zeros(n);
+        let mut total = Total::default();
+        for (i, line) in lines.iter().enumerate() {
+            for (j, c) in line.split(',').map(str::trim).enumerate() {
+                let b = text_bytes(c)
+                    .and_then(|b| total.add(b))
+                    .map_err(|reason| cell(file, i, j, reason))?;
+                m.set(i, j, b);
             }
         }
         Ok(m)
@@ -247,18 +261,37 @@ fn cell(file: &str, row: usize, col: usize, reason: String) -> InputError {
     InputError::at(file, format!("row {row}, column {col}"), reason)
 }
 
-fn json_bytes(v: &serde_json::Value) -> std::result::Result<u64, String> {
-    if let Some(b) = v.as_u64() {
-        return Ok(b);
+/// The running total of a matrix being read, held under [`MAX_TOTAL_BYTES`].
+#[derive(Default)]
+struct Total(u64);
+
+impl Total {
+    fn add(&mut self, b: u64) -> std::result::Result<u64, String> {
+        match self.0.checked_add(b).filter(|&t| t <= MAX_TOTAL_BYTES) {
+            Some(t) => {
+                self.0 = t;
+                Ok(b)
+            }
+            None => Err(format!(
+                "{b} bytes bring the matrix's total past 2^53 bytes (9 PB), the most one all-to-all may carry"
+            )),
+        }
     }
+}
+
+fn json_bytes(v: &serde_json::Value) -> std::result::Result<u64, String> {
     match v {
-        serde_json::Value::Number(x) if x.as_i64().is_some() => {
-            Err(format!("negative byte count {x}"))
-        }
         serde_json::Value::Number(x) => {
-            Err(format!("fractional byte count {x}: bytes must be whole"))
+            if let Some(b) = x.as_u64() {
+                return Ok(b);
+            }
+            // serde_json keeps integers outside i64/u64 and anything with a
+            // fraction or an exponent as f64; `x` prints as the file wrote it
+            // only for integers, so name the value by what it is.
+            let f = x.as_f64().unwrap_or(f64::NAN);
+            number_error(&x.to_string(), f)
         }
-        other => Err(format!("not a byte count: {other}")),
+        other => Err(format!("not a byte count: {}", clip(&other.to_string()))),
     }
 }
 
@@ -266,13 +299,29 @@ fn text_bytes(c: &str) -> std::result::Result<u64, String> {
     if let Ok(b) = c.parse::<u64>() {
         return Ok(b);
     }
-    if c.starts_with('-') && c[1..].parse::<f64>().is_ok() {
-        return Err(format!("negative byte count {c}"));
+    match c.parse::<f64>() {
+        // `inf` and `NaN` parse as f64 but are not numbers a file means.
+        Ok(f) if f.is_finite() => number_error(c, f),
+        _ => Err(format!("not a byte count: {:?}", clip(c))),
     }
-    if c.parse::<f64>().is_ok() {
-        return Err(format!("fractional byte count {c}: bytes must be whole"));
+}
+
+/// Why a number that is not a u64 is no byte count.
+fn number_error(text: &str, f: f64) -> std::result::Result<u64, String> {
+    let text = clip(text);
+    if f < 0.0 || (f == 0.0 && text.starts_with('-')) {
+        Err(format!("negative byte count {text}"))
+    } else if f.fract() != 0.0 {
+        Err(format!("fractional byte count {text}: bytes must be whole"))
+    } else if f >= u64::MAX as f64 {
+        Err(format!(
+            "byte count {text} is too large (at most 2^53 bytes in all)"
+        ))
+    } else {
+        Err(format!(
+            "byte count {text} must be written as a plain integer (no fraction or exponent)"
+        ))
     }
-    Err(format!("not a byte count: {c:?}"))
 }
 
 /// Where every block of an all-to-all(v) sits.
@@ -373,6 +422,66 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("negative"), "{e}");
+    }
+
+    #[test]
+    fn totals_and_numbers_are_bounded() {
+        let e = |t: &str| {
+            TrafficMatrix::from_json_str(t, "m.json")
+                .unwrap_err()
+                .to_string()
+        };
+        let c = |t: &str| {
+            TrafficMatrix::from_csv_str(t, "m.csv")
+                .unwrap_err()
+                .to_string()
+        };
+        // Sums of u64::MAX cells overflowed in the layout and every total.
+        assert!(e(r#"{"matrix":[[18446744073709551615,1],[0,0]]}"#)
+            .starts_with("m.json: row 0, column 0: 18446744073709551615 bytes bring the matrix's total past 2^53"));
+        assert!(c("9007199254740992,0\n1,0\n").starts_with("m.csv: row 1, column 0: 1 bytes bring"));
+        assert!(TrafficMatrix::from_csv_str("9007199254740992,0\n0,0\n", "m.csv").is_ok());
+        // Numbers that are whole, huge or not numbers at all were called "fractional".
+        assert_eq!(
+            e(r#"{"matrix":[[1e3,1],[1,1]]}"#),
+            "m.json: row 0, column 0: byte count 1000.0 must be written as a plain integer (no fraction or exponent)"
+        );
+        assert!(e(r#"{"matrix":[[18446744073709551616,1],[1,1]]}"#).contains("is too large"));
+        assert!(c("1,2\n3,18446744073709551616\n")
+            .contains("row 1, column 1: byte count 18446744073709551616 is too large"));
+        assert_eq!(
+            c("1,inf\n3,4\n"),
+            "m.csv: row 0, column 1: not a byte count: \"inf\""
+        );
+        assert!(c("1,NaN\n3,4\n").contains("not a byte count"));
+        assert!(c("1,1e3\n3,4\n").contains("plain integer"));
+        assert!(c("1,2.5\n3,4\n").contains("fractional"));
+        assert_eq!(
+            c("\u{feff}1,2\n3,4\n"),
+            "m.csv: line 1: begins with a UTF-8 byte-order mark; save the file without one"
+        );
+        assert!(e("\u{feff}{\"matrix\":[[1]]}").contains("byte-order mark"));
+    }
+
+    #[test]
+    fn shape_is_checked_before_cells_are_allocated() {
+        // 2 million empty rows asked for 2M x 2M cells (32 TB) before the
+        // first row's length was looked at.
+        let rows = vec!["[]"; 2_000_000].join(",");
+        let e = TrafficMatrix::from_json_str(&format!(r#"{{"matrix":[{rows}]}}"#), "m.json")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "m.json: row 0: has 0 values but the matrix has 2000000 rows: it must be square"
+        );
+        let e = TrafficMatrix::from_csv_str(&"0\n".repeat(300_000), "m.csv")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("m.csv: row 0: has 1 values but the file has 300000 rows"),
+            "{e}"
+        );
     }
 
     #[test]

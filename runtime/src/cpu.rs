@@ -19,8 +19,8 @@ use switchyard_compiler::{Buffer, Layout, Plan, TrafficMatrix, Transfer};
 use crate::dag::Dag;
 use crate::pattern::{check_output, fill_input, Verdict};
 use crate::{
-    iterations, precheck, Backend, BackendKind, LinkBytes, Mode, RunOptions, RunReport,
-    RuntimeError,
+    host_buffer, iterations, precheck, Backend, BackendKind, LinkBytes, Mode, RunOptions,
+    RunReport, RuntimeError,
 };
 
 /// Byte written into output and scratch before a run, so that pages are
@@ -39,17 +39,31 @@ pub struct RankBuffers {
 }
 
 impl RankBuffers {
-    /// Buffers of every rank, inputs filled with the pattern.
-    pub fn for_plan(plan: &Plan, traffic: &TrafficMatrix, layout: &Layout) -> Vec<RankBuffers> {
+    /// Buffers of every rank, inputs filled with the pattern; an error when
+    /// the host cannot hold them.
+    pub fn for_plan(
+        plan: &Plan,
+        traffic: &TrafficMatrix,
+        layout: &Layout,
+    ) -> Result<Vec<RankBuffers>, RuntimeError> {
         (0..traffic.ranks())
             .map(|r| {
-                let mut input = vec![0u8; layout.input_size(r) as usize];
+                let mut input =
+                    host_buffer(layout.input_size(r), 0, &format!("the input of rank {r}"))?;
                 fill_input(&mut input, traffic, layout, r);
-                RankBuffers {
+                Ok(RankBuffers {
                     input,
-                    output: vec![POISON; layout.output_size(r) as usize],
-                    scratch: vec![POISON; plan.scratch_bytes(r) as usize],
-                }
+                    output: host_buffer(
+                        layout.output_size(r),
+                        POISON,
+                        &format!("the output of rank {r}"),
+                    )?,
+                    scratch: host_buffer(
+                        plan.scratch_bytes(r),
+                        POISON,
+                        &format!("the scratch of rank {r}"),
+                    )?,
+                })
             })
             .collect()
     }
@@ -68,16 +82,18 @@ impl Backend for CpuBackend {
     ) -> Result<RunReport, RuntimeError> {
         let mode = precheck(plan, traffic)?;
         let layout = Layout::new(traffic);
-        let mut bufs = RankBuffers::for_plan(plan, traffic, &layout);
+        let mut bufs = RankBuffers::for_plan(plan, traffic, &layout)?;
         let lanes = match mode {
             Mode::Serial => 1,
             Mode::Concurrent => worker_count(opts.threads),
         };
         // With a reference, plan runs and plain copies alternate, so that both
         // see the same machine (other processes, frequency, caches).
-        let mut probe = opts
-            .reference
-            .then(|| MemcpyProbe::new(LinkBytes::of(plan).total() as usize));
+        let mut probe = if opts.reference {
+            Some(MemcpyProbe::new(LinkBytes::of(plan).total())?)
+        } else {
+            None
+        };
         let mut seconds = f64::INFINITY;
         let mut reference = f64::INFINITY;
         for _ in 0..iterations(mode, opts) {
@@ -116,12 +132,14 @@ pub struct MemcpyProbe {
 }
 
 impl MemcpyProbe {
-    pub fn new(bytes: usize) -> Self {
-        MemcpyProbe {
-            bytes,
-            src: vec![0x5A; bytes],
-            dst: vec![POISON; bytes],
-        }
+    pub fn new(bytes: u64) -> Result<Self, RuntimeError> {
+        let what = "the reference copy";
+        let src = host_buffer(bytes, 0x5A, what)?;
+        Ok(MemcpyProbe {
+            bytes: src.len(),
+            dst: host_buffer(bytes, POISON, what)?,
+            src,
+        })
     }
 
     /// Seconds one copy of all the bytes takes.
@@ -482,6 +500,30 @@ mod tests {
             assert_eq!(r.link_bytes.total(), m.total());
             assert_eq!(r.bytes_moved, m.off_diagonal_total());
             assert!(!r.serial);
+        }
+    }
+
+    #[test]
+    fn buffers_the_host_cannot_hold_are_an_error() {
+        // A plan may declare any scratch size; 2^64 - 1 bytes was a
+        // capacity-overflow panic, 10^15 an allocation abort.
+        let topo = Topology::preset("dgx-h100", 1, Some(2)).unwrap();
+        let m = TrafficMatrix::from_rows(vec![vec![1, 2], vec![3, 4]]);
+        let mut plan = direct(&topo, &m);
+        for huge in [u64::MAX, 1 << 50] {
+            plan.scratch = vec![huge, 0];
+            let e = execute(&plan, &m, BackendKind::Cpu, &opts()).unwrap_err();
+            assert_eq!(
+                e,
+                RuntimeError::Memory {
+                    what: "the scratch of rank 0".into(),
+                    bytes: huge
+                }
+            );
+            assert_eq!(
+                e.to_string(),
+                format!("cannot allocate {huge} bytes for the scratch of rank 0")
+            );
         }
     }
 

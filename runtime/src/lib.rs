@@ -59,6 +59,9 @@ pub enum RuntimeError {
     /// The backend cannot run here (not built, no driver, no GPU).
     #[error("{0}")]
     Unavailable(String),
+    /// A host buffer the plan needs cannot be allocated.
+    #[error("cannot allocate {bytes} bytes for {what}")]
+    Memory { what: String, bytes: u64 },
     /// A CUDA driver or NCCL call failed.
     #[error("{0}")]
     Device(String),
@@ -152,21 +155,40 @@ pub struct LinkBytes {
 }
 
 impl LinkBytes {
+    /// Sums saturate: a plan that copies one range many times (it may, when
+    /// it runs serially) must not overflow a report.
     pub fn of(plan: &Plan) -> Self {
         let mut b = LinkBytes::default();
         for t in &plan.transfers {
-            match t.path {
-                Path::Local => b.local += t.bytes,
-                Path::Nvlink => b.nvlink += t.bytes,
-                Path::Rdma { .. } => b.rdma += t.bytes,
-            }
+            let slot = match t.path {
+                Path::Local => &mut b.local,
+                Path::Nvlink => &mut b.nvlink,
+                Path::Rdma { .. } => &mut b.rdma,
+            };
+            *slot = slot.saturating_add(t.bytes);
         }
         b
     }
 
     pub fn total(&self) -> u64 {
-        self.local + self.nvlink + self.rdma
+        self.local
+            .saturating_add(self.nvlink)
+            .saturating_add(self.rdma)
     }
+}
+
+/// A host buffer of `len` bytes, each `fill`, or an error naming `what`
+/// when the allocator refuses (a plan or matrix asking for petabytes).
+pub(crate) fn host_buffer(len: u64, fill: u8, what: &str) -> Result<Vec<u8>, RuntimeError> {
+    let fail = || RuntimeError::Memory {
+        what: what.to_string(),
+        bytes: len,
+    };
+    let n = usize::try_from(len).map_err(|_| fail())?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| fail())?;
+    v.resize(n, fill);
+    Ok(v)
 }
 
 /// What a run did and whether every output byte is right.

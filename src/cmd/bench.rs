@@ -37,6 +37,9 @@ pub fn run(a: BenchArgs) -> CliResult {
             algs.insert(0, Algorithm::Direct);
         }
     }
+    for p in a.json.iter().chain(&a.svg) {
+        super::check_out_dir(p)?;
+    }
     let cases = suite(a.quick)?;
     let bar = ProgressBar::new(cases.len() as u64);
     bar.set_style(

@@ -6,7 +6,8 @@ use std::time::Instant;
 use clap::Args;
 use switchyard::compiler::lp::{lower_bound, LpOptions};
 use switchyard::compiler::msccl::{
-    assign_paths, parse_xml, to_xml, xml_traffic, Layout, Protocol, XmlOptions, PLAN_LANES_PER_GPU,
+    assign_paths, parse_xml, to_xml, xml_traffic, Layout, Protocol, XmlOptions, MAX_CHUNK_BYTES,
+    PLAN_LANES_PER_GPU,
 };
 use switchyard::compiler::report::Report;
 use switchyard::compiler::sched::{schedule, Options};
@@ -16,6 +17,8 @@ use switchyard::compiler::{verify_on, Algorithm, Plan, Topology, TrafficMatrix};
 use super::{write_out, CliError, CliResult};
 
 #[derive(Args)]
+// A negative number is a value to reject with its reason, not an unknown flag.
+#[command(allow_negative_numbers = true)]
 pub struct CompileArgs {
     #[arg(long)]
     topology: PathBuf,
@@ -62,7 +65,18 @@ pub fn load_inputs(topology: &Path, traffic: &Path) -> Result<(Topology, Traffic
 pub fn compile(a: CompileArgs) -> CliResult {
     let alg: Algorithm = a.algorithm.parse()?;
     let network: Network = a.network.parse()?;
+    if let Some(u) = a.chunk_bytes {
+        if u == 0 || u > MAX_CHUNK_BYTES {
+            return Err(CliError::Input(format!(
+                "--chunk-bytes: must be in 1..={MAX_CHUNK_BYTES} (2^38), got {u}"
+            )));
+        }
+    }
     let (topo, m) = load_inputs(&a.topology, &a.traffic)?;
+    // `lp` may solve for a minute: a path it cannot write fails first.
+    for p in std::iter::once(&a.out).chain(&a.report) {
+        super::check_out_dir(p)?;
+    }
     let t0 = Instant::now();
     // An MSCCL file runs at most ~108 threadblocks per GPU: a plan for one
     // must not run more lanes at once than that (only `lp` would).
@@ -88,7 +102,7 @@ pub fn compile(a: CompileArgs) -> CliResult {
     verify_on(&plan, &m, &topo)
         .map_err(|e| CliError::Failed(format!("internal error: {alg} made a wrong plan: {e}")))?;
     // For XML the plan that runs is the one requantised to chunks: report that one.
-    let (text, plan, msccl) = match a.out.extension().and_then(|e| e.to_str()) {
+    let (text, plan, msccl) = match extension(&a.out).as_deref() {
         Some("json") => (plan.to_json(), plan, None),
         Some("xml") => {
             let opts = XmlOptions {
@@ -160,6 +174,13 @@ pub struct VerifyArgs {
     topology: Option<PathBuf>,
 }
 
+/// A file's extension in lower case: `plan.JSON` is a JSON plan.
+fn extension(path: &Path) -> Option<String> {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase)
+}
+
 fn is_xml(path: &Path) -> bool {
     path.extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("xml"))
@@ -174,8 +195,27 @@ pub fn load_plan(
     topo: Option<&Topology>,
 ) -> Result<Plan, CliError> {
     let file = path.display().to_string();
-    match path.extension().and_then(|e| e.to_str()) {
-        Some("json") => Ok(Plan::load_json(path)?),
+    match extension(path).as_deref() {
+        Some("json") => {
+            let plan = Plan::load_json(path)?;
+            // Files that do not fit each other are bad input, as for XML;
+            // the verifier's own check would call it a failed check.
+            if let Some(m) = traffic.filter(|m| m.ranks() != plan.ranks as usize) {
+                return Err(CliError::Input(format!(
+                    "{file}: the plan is for {} ranks but the traffic has {}",
+                    plan.ranks,
+                    m.ranks()
+                )));
+            }
+            if let Some(t) = topo.filter(|t| t.gpus_per_node() != plan.gpus_per_node as usize) {
+                return Err(CliError::Input(format!(
+                    "{file}: the plan is for nodes of {} GPUs but the topology has {}",
+                    plan.gpus_per_node,
+                    t.gpus_per_node()
+                )));
+            }
+            Ok(plan)
+        }
         Some("xml") => {
             let text = switchyard::compiler::error::read_file(path)?;
             let mut plan = parse_xml(&text, &file, traffic)?;

@@ -13,6 +13,8 @@ use switchyard::compiler::{verify_on, Algorithm, Error, Topology};
 use super::{CliError, CliResult};
 
 #[derive(Args)]
+// A negative number is a value to reject with its reason, not an unknown flag.
+#[command(allow_negative_numbers = true)]
 pub struct DemoArgs {
     /// Nodes of the built-in DGX-H100 cluster.
     #[arg(long, default_value_t = 4)]

@@ -9,6 +9,8 @@ use switchyard::compiler::topology::{FabricKind, FabricSpec, Topology, TopologyS
 use super::{write_out, CliResult};
 
 #[derive(Args)]
+// A negative number is a value to reject with its reason, not an unknown flag.
+#[command(allow_negative_numbers = true)]
 pub struct TopologyArgs {
     /// dgx-h100, dgx-a100 or mi300x.
     #[arg(long)]
@@ -30,6 +32,11 @@ pub struct TopologyArgs {
 
 pub fn topology(a: TopologyArgs) -> CliResult {
     let mut spec = TopologySpec::preset(&a.preset, a.nodes, a.gpus)?;
+    if a.nodes_per_leaf.is_none() && a.oversubscription != 1.0 {
+        return Err(super::CliError::Input(
+            "--oversubscription: applies to a fat-tree fabric; give --nodes-per-leaf too".into(),
+        ));
+    }
     if let Some(k) = a.nodes_per_leaf {
         spec.fabric = Some(FabricSpec {
             kind: FabricKind::FatTree,
@@ -44,6 +51,8 @@ pub fn topology(a: TopologyArgs) -> CliResult {
 }
 
 #[derive(Args)]
+// A negative number is a value to reject with its reason, not an unknown flag.
+#[command(allow_negative_numbers = true)]
 pub struct TrafficArgs {
     #[arg(long)]
     ranks: usize,

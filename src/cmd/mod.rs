@@ -58,6 +58,24 @@ impl From<switchyard::compiler::InputError> for CliError {
 
 pub type CliResult = Result<(), CliError>;
 
+/// Fails early, before minutes of work, when `path` cannot be written
+/// because its directory does not exist (or is not a directory).
+pub fn check_out_dir(path: &Path) -> CliResult {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if dir.is_dir() {
+        Ok(())
+    } else {
+        Err(CliError::Input(format!(
+            "{}: cannot write: {} is not a directory",
+            path.display(),
+            dir.display()
+        )))
+    }
+}
+
 /// Writes `text` to `path`, or to stdout when there is no path.
 pub fn write_out(path: Option<&Path>, text: &str) -> CliResult {
     match path {

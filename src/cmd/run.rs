@@ -10,7 +10,12 @@ use switchyard_runtime::{execute, BackendKind, RunOptions, RuntimeError};
 use super::compile::load_plan;
 use super::{CliError, CliResult};
 
+/// Most CPU worker threads a run may ask for (each is an OS thread).
+const MAX_THREADS: usize = 1024;
+
 #[derive(Args)]
+// A negative number is a value to reject with its reason, not an unknown flag.
+#[command(allow_negative_numbers = true)]
 pub struct RunArgs {
     /// The plan: `.json` (plan IR) or `.xml` (MSCCL XML).
     #[arg(long)]
@@ -53,10 +58,20 @@ pub fn run(a: RunArgs) -> CliResult {
         .backend
         .parse()
         .map_err(|e: String| CliError::Input(format!("--backend: {e}")))?;
-    if !(a.timeout.is_finite() && a.timeout > 0.0) {
-        return Err(CliError::Input(
-            "--timeout: must be a positive number of seconds".into(),
-        ));
+    let timeout = Duration::try_from_secs_f64(a.timeout)
+        .ok()
+        .filter(|t| !t.is_zero())
+        .ok_or_else(|| {
+            CliError::Input(format!(
+                "--timeout: must be a positive number of seconds, got {}",
+                switchyard::compiler::error::num(a.timeout)
+            ))
+        })?;
+    if a.threads > MAX_THREADS {
+        return Err(CliError::Input(format!(
+            "--threads: {} worker threads; at most {MAX_THREADS}",
+            a.threads
+        )));
     }
     if a.graph && kind != BackendKind::Cuda {
         return Err(CliError::Input(
@@ -67,7 +82,7 @@ pub fn run(a: RunArgs) -> CliResult {
     let plan = load_plan(&a.plan, Some(&m), None)?;
     let opts = RunOptions {
         threads: a.threads,
-        timeout: Duration::from_secs_f64(a.timeout),
+        timeout,
         channels: a.channels.max(1),
         devices: a.devices,
         iterations: a.iterations.max(1),

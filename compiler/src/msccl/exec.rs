@@ -407,7 +407,10 @@ fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
         } else {
             "the executor knows no such collective"
         };
-        return Err(err(algo.line, format!("coll=\"{}\": {why}", algo.coll)));
+        return Err(err(
+            algo.line,
+            format!("coll=\"{}\": {why}", crate::error::clip(&algo.coll)),
+        ));
     }
     if algo.nchunksperloop < 1 || algo.nchunksperloop > MAX_OFFSET + 1 {
         return Err(err(
@@ -632,10 +635,12 @@ fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
                     }
                     for (what, b, off) in operands {
                         let sz = size(b);
-                        if off < 0 || off + st.cnt > sz {
+                        // `cnt` is in 0..=MAX_CNT here, so `sz - cnt` cannot
+                        // overflow where `off + cnt` could (off is the file's i64).
+                        if off < 0 || off > sz - st.cnt {
                             return Err(e(format!(
                                 "{what} chunks {off}..{} lie outside {} ({sz} chunks)",
-                                off + st.cnt,
+                                off.saturating_add(st.cnt),
                                 b.name()
                             )));
                         }

@@ -35,7 +35,7 @@ use super::read::{parse_algo, trace_to_plan};
 use super::write::write_algo;
 use super::{Algo, BufRef, ChunkMap, Gpu, Layout, NameFacts, Protocol, Step, StepKind, Tb};
 use super::{MAX_CHANNELS, MAX_CNT, MAX_NODES, MAX_OFFSET, MAX_PEER_TBS_PER_CHANNEL};
-use super::{MAX_STEPS_PER_TB, MAX_TBS_PER_GPU};
+use super::{MAX_CHUNK_BYTES, MAX_STEPS_PER_TB, MAX_TBS_PER_GPU};
 use crate::error::{Error, Result};
 use crate::plan::{Buffer, Plan};
 use crate::sim::{simulate, SimOptions, TransferTime};
@@ -153,6 +153,11 @@ pub fn to_xml(
     }
     let base = match opts.chunk_bytes {
         Some(0) => return Err(unsupported("chunk size of 0 bytes".into())),
+        Some(u) if u > MAX_CHUNK_BYTES => {
+            return Err(unsupported(format!(
+                "chunk size of {u} bytes; at most 2^38 bytes (256 GB)"
+            )))
+        }
         Some(u) => u,
         None => {
             traffic
@@ -165,11 +170,19 @@ pub fn to_xml(
     };
     // When the plan's transfers run (the simulator's ideal network): steps
     // are ordered and lanes shared so that the file runs them as the plan does.
+    if base > MAX_CHUNK_BYTES {
+        return Err(unsupported(format!(
+            "pairs of up to {} bytes need chunks of more than 2^38 bytes (256 GB), the most a file may declare",
+            traffic.max_entry()
+        )));
+    }
     let timeline = simulate(topo, plan, &SimOptions::default())?.transfers;
     let mut u = base;
     loop {
         match lower_with(plan, topo, traffic, opts, u, &timeline) {
-            Err(LowerError::Limit(why)) if opts.chunk_bytes.is_none() && u < base << 10 => {
+            Err(LowerError::Limit(why))
+                if opts.chunk_bytes.is_none() && u < base << 10 && u * 2 <= MAX_CHUNK_BYTES =>
+            {
                 let _ = why;
                 u *= 2;
             }

@@ -44,6 +44,11 @@ pub const MAX_PEER_TBS_PER_CHANNEL: usize = 32;
 pub const MAX_NODES: usize = 4096;
 /// Chunk offsets are stored as int16.
 pub const MAX_OFFSET: i64 = i16::MAX as i64;
+/// Largest chunk a file may declare or a plan be lowered with: 2^38 bytes
+/// (256 GB). A buffer holds at most `MAX_OFFSET + 1` = 2^15 chunks, so every
+/// byte offset in one stays under 2^53, the most a traffic matrix carries
+/// ([`crate::traffic::MAX_TOTAL_BYTES`]), and byte arithmetic cannot overflow.
+pub const MAX_CHUNK_BYTES: u64 = 1 << 38;
 /// Attributes the executor keeps per element.
 pub const MAX_ATTRS: usize = 16;
 
@@ -90,7 +95,8 @@ impl FromStr for Protocol {
             "LL" => Ok(Protocol::LL),
             "LL128" => Ok(Protocol::LL128),
             _ => Err(format!(
-                "unknown protocol `{s}` (the executor knows Simple, LL, LL128, spelled exactly)"
+                "unknown protocol `{}` (the executor knows Simple, LL, LL128, spelled exactly)",
+                crate::error::clip(s)
             )),
         }
     }

@@ -15,10 +15,11 @@ use quick_xml::Reader;
 
 use super::exec::{self, Trace};
 use super::{Algo, BufRef, ChunkMap, Gpu, NameFacts, Protocol, Step, StepKind, Tb};
-use crate::error::{InputError, Result};
+use super::{MAX_CHUNK_BYTES, MAX_NODES, MAX_OFFSET};
+use crate::error::{clip, InputError, Result};
 use crate::plan::{Buffer, Chunking, Deps, Path, Plan, Transfer};
 use crate::topology::Topology;
-use crate::traffic::{Layout as ByteLayout, TrafficMatrix};
+use crate::traffic::{Layout as ByteLayout, TrafficMatrix, MAX_TOTAL_BYTES};
 
 /// Bytes of one peer block assumed when neither a traffic matrix nor the
 /// file says how large a chunk is (the traffic generator's default pair size).
@@ -42,8 +43,8 @@ pub fn parse_xml(text: &str, file: &str, traffic: Option<&TrafficMatrix>) -> Res
 pub fn xml_traffic(text: &str, file: &str) -> Result<TrafficMatrix> {
     let algo = parse_algo(text, file)?;
     let map = chunk_map(&algo, file)?;
-    let u = default_chunk_bytes(&algo, &map);
-    Ok(implied_matrix(&map, u))
+    let u = check_chunk_bytes(&algo, default_chunk_bytes(&algo, &map), file)?;
+    implied_matrix(&map, u, &algo, file)
 }
 
 /// Sets the plan's GPUs per node and every transfer's path as `topo` has
@@ -56,13 +57,48 @@ pub fn assign_paths(plan: &mut Plan, topo: &Topology) {
     }
 }
 
-fn implied_matrix(map: &ChunkMap, u: u64) -> TrafficMatrix {
+/// The matrix of `map`'s chunks of `u` bytes; more than
+/// [`MAX_TOTAL_BYTES`] in all is an error naming the `<algo>` line.
+fn implied_matrix(map: &ChunkMap, u: u64, algo: &Algo, file: &str) -> Result<TrafficMatrix> {
+    let chunks: u64 = map.k.iter().map(|&k| u64::from(k)).sum();
+    if chunks.checked_mul(u).is_none_or(|t| t > MAX_TOTAL_BYTES) {
+        return Err(InputError::at(
+            file,
+            format!("line {}", algo.line),
+            format!(
+                "{chunks} chunks of {u} bytes are more than 2^53 bytes, the most one all-to-all may carry"
+            ),
+        )
+        .into());
+    }
     let rows = map
         .rows()
         .into_iter()
-        .map(|r| r.into_iter().map(|k| k as u64 * u).collect())
+        .map(|r| r.into_iter().map(|k| u64::from(k) * u).collect())
         .collect();
-    TrafficMatrix::from_rows(rows)
+    Ok(TrafficMatrix::from_rows(rows))
+}
+
+/// A chunk size the byte arithmetic can hold ([`MAX_CHUNK_BYTES`]), from a
+/// file whose name, if Switchyard's, does not declare chunks of 0 bytes.
+fn check_chunk_bytes(algo: &Algo, u: u64, file: &str) -> Result<u64> {
+    if NameFacts::parse(&algo.name).chunk_bytes == Some(0) {
+        return Err(InputError::at(
+            file,
+            format!("line {}", algo.line),
+            "the name declares chunk_bytes=0: a chunk holds at least one byte",
+        )
+        .into());
+    }
+    if u > MAX_CHUNK_BYTES {
+        return Err(InputError::at(
+            file,
+            format!("line {}", algo.line),
+            format!("chunks of {u} bytes; at most 2^38 bytes (256 GB) per chunk"),
+        )
+        .into());
+    }
+    Ok(u)
 }
 
 fn default_chunk_bytes(algo: &Algo, map: &ChunkMap) -> u64 {
@@ -79,10 +115,23 @@ fn default_chunk_bytes(algo: &Algo, map: &ChunkMap) -> u64 {
 /// Chunks per pair and where they sit: from the file's chunk comments and
 /// the layout in its name, else the uniform all-to-all.
 pub(crate) fn chunk_map(algo: &Algo, file: &str) -> Result<ChunkMap> {
-    let n = algo.ngpus.max(1);
     let bad = |reason: String| -> crate::error::Error {
         InputError::at(file, format!("line {}", algo.line), reason).into()
     };
+    // Bounds first: the map holds ngpus^2 counts, and offsets are int16.
+    let n = algo.ngpus;
+    if n < 1 || n > MAX_NODES as i64 {
+        return Err(bad(format!(
+            "ngpus=\"{n}\" must be in 1..={MAX_NODES} (the executor loads at most {MAX_NODES} elements)"
+        )));
+    }
+    if algo.nchunksperloop < 1 || algo.nchunksperloop > MAX_OFFSET + 1 {
+        return Err(bad(format!(
+            "nchunksperloop=\"{}\" must be in 1..={}",
+            algo.nchunksperloop,
+            MAX_OFFSET + 1
+        )));
+    }
     let layout = NameFacts::parse(&algo.name).layout.unwrap_or_default();
     match &algo.chunks {
         Some(rows) => {
@@ -132,6 +181,7 @@ pub(crate) fn trace_to_plan(
         (None, None, Some(m)) => m.max_entry().div_ceil(bmax).max(1),
         (None, None, None) => default_chunk_bytes(algo, map),
     };
+    let u = check_chunk_bytes(algo, u, file)?;
     let m = match traffic {
         Some(m) => {
             if m.ranks() != n {
@@ -146,7 +196,7 @@ pub(crate) fn trace_to_plan(
             }
             for s in 0..n {
                 for d in 0..n {
-                    let cap = map.chunks(s, d) as u64 * u;
+                    let cap = u64::from(map.chunks(s, d)) * u;
                     if m.get(s, d) > cap {
                         return Err(InputError::new(
                             file,
@@ -162,7 +212,7 @@ pub(crate) fn trace_to_plan(
             }
             m.clone()
         }
-        None => implied_matrix(map, u),
+        None => implied_matrix(map, u, algo, file)?,
     };
     let layout = ByteLayout::new(&m);
     let gpn = trace
@@ -567,6 +617,7 @@ pub fn parse_algo(text: &str, file: &str) -> Result<Algo> {
             Event::Comment(c) => {
                 let body: &str = &c;
                 if let Some(row) = parse_chunk_comment(body) {
+                    let row = row.map_err(bad)?;
                     chunk_rows.push((line, row.1));
                     if row.0 != chunk_rows.len() - 1 {
                         return Err(bad(format!(
@@ -601,16 +652,34 @@ fn last_gpu(algo: &mut Option<Algo>) -> &mut Gpu {
         .expect("depth 2 is inside gpu")
 }
 
-/// ` chunks from S: k0 k1 ... ` → `(S, [k...])`.
-fn parse_chunk_comment(body: &str) -> Option<(usize, Vec<u32>)> {
+/// ` chunks from S: k0 k1 ... ` → `(S, [k...])`; `None` for any other
+/// comment. A comment that starts like one but does not parse, or counts
+/// more chunks than offsets address, is an error: it is a damaged file, and
+/// reading it as uniform would check the wrong all-to-all.
+fn parse_chunk_comment(body: &str) -> Option<std::result::Result<(usize, Vec<u32>), String>> {
     let rest = body.trim().strip_prefix("chunks from ")?;
-    let (s, cells) = rest.split_once(':')?;
-    let row = cells
-        .split_whitespace()
-        .map(str::parse)
-        .collect::<std::result::Result<Vec<u32>, _>>()
-        .ok()?;
-    Some((s.parse().ok()?, row))
+    let malformed = || format!("malformed chunk comment `{}`", clip(body.trim()));
+    let Some((s, cells)) = rest.split_once(':') else {
+        return Some(Err(malformed()));
+    };
+    let Ok(s) = s.parse::<usize>() else {
+        return Some(Err(malformed()));
+    };
+    let mut row = Vec::new();
+    for c in cells.split_whitespace() {
+        match c.parse::<u32>() {
+            Ok(k) if i64::from(k) <= MAX_OFFSET + 1 => row.push(k),
+            Ok(_) => {
+                return Some(Err(format!(
+                    "chunk comment for rank {s}: {k} chunks, more than offsets address ({})",
+                    MAX_OFFSET + 1,
+                    k = clip(c)
+                )))
+            }
+            Err(_) => return Some(Err(malformed())),
+        }
+    }
+    Some(Ok((s, row)))
 }
 
 fn read_algo_attrs(a: &Attrs) -> Result<Algo> {
@@ -637,12 +706,16 @@ fn read_step(a: &Attrs) -> Result<Step> {
     let kind = a.get("type")?;
     let kind = StepKind::parse(kind).ok_or_else(|| {
         a.bad(format!(
-            "type=\"{kind}\" is not a step type (s r rcs rrs rrc rrcs cpy re nop)"
+            "type=\"{}\" is not a step type (s r rcs rrs rrc rrcs cpy re nop)",
+            clip(kind)
         ))
     })?;
     let buf = |key: &str| -> Result<BufRef> {
         let v = a.get(key)?;
-        BufRef::parse(v).ok_or_else(|| a.bad(format!("{key}=\"{v}\" must be i, o or s")).into())
+        BufRef::parse(v).ok_or_else(|| {
+            a.bad(format!("{key}=\"{}\" must be i, o or s", clip(v)))
+                .into()
+        })
     };
     Ok(Step {
         s: a.int("s")?,
@@ -726,7 +799,8 @@ impl<'f> Attrs<'f> {
             Ok(x) if plain => Ok(x),
             _ => Err(self
                 .bad(format!(
-                    "{key}=\"{v}\" is not a plain decimal number (the executor reads numbers with strtol)"
+                    "{key}=\"{}\" is not a plain decimal number (the executor reads numbers with strtol)",
+                    clip(v)
                 ))
                 .into()),
         }
@@ -736,7 +810,9 @@ impl<'f> Attrs<'f> {
         match self.get(key)? {
             "0" => Ok(false),
             "1" => Ok(true),
-            v => Err(self.bad(format!("{key}=\"{v}\" must be 0 or 1")).into()),
+            v => Err(self
+                .bad(format!("{key}=\"{}\" must be 0 or 1", clip(v)))
+                .into()),
         }
     }
 }
@@ -766,6 +842,134 @@ impl LineIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A correct 2-GPU all-to-all, one chunk per pair.
+    const TWO: &str = r#"<algo name="t" proto="Simple" nchannels="1" nchunksperloop="2" ngpus="2" coll="alltoall" inplace="0" outofplace="1" minBytes="0" maxBytes="0">
+  <gpu id="0" i_chunks="2" o_chunks="2" s_chunks="0">
+    <tb id="0" send="-1" recv="-1" chan="0">
+      <step s="0" type="cpy" srcbuf="i" srcoff="0" dstbuf="o" dstoff="0" cnt="1" depid="-1" deps="-1" hasdep="0"/>
+    </tb>
+    <tb id="1" send="1" recv="-1" chan="0">
+      <step s="0" type="s" srcbuf="i" srcoff="1" dstbuf="o" dstoff="0" cnt="1" depid="-1" deps="-1" hasdep="0"/>
+    </tb>
+    <tb id="2" send="-1" recv="1" chan="0">
+      <step s="0" type="r" srcbuf="i" srcoff="0" dstbuf="o" dstoff="1" cnt="1" depid="-1" deps="-1" hasdep="0"/>
+    </tb>
+  </gpu>
+  <gpu id="1" i_chunks="2" o_chunks="2" s_chunks="0">
+    <tb id="0" send="-1" recv="-1" chan="0">
+      <step s="0" type="cpy" srcbuf="i" srcoff="1" dstbuf="o" dstoff="1" cnt="1" depid="-1" deps="-1" hasdep="0"/>
+    </tb>
+    <tb id="1" send="0" recv="-1" chan="0">
+      <step s="0" type="s" srcbuf="i" srcoff="0" dstbuf="o" dstoff="0" cnt="1" depid="-1" deps="-1" hasdep="0"/>
+    </tb>
+    <tb id="2" send="-1" recv="0" chan="0">
+      <step s="0" type="r" srcbuf="i" srcoff="0" dstbuf="o" dstoff="0" cnt="1" depid="-1" deps="-1" hasdep="0"/>
+    </tb>
+  </gpu>
+</algo>
+"#;
+
+    fn err(text: &str) -> String {
+        let e = parse_xml(text, "f.xml", None).unwrap_err();
+        assert!(e.is_bad_input(), "{e}");
+        e.to_string()
+    }
+
+    #[test]
+    fn numbers_from_the_file_cannot_overflow() {
+        assert!(parse_xml(TWO, "f.xml", None).is_ok());
+        // An offset near i64::MAX once overflowed `off + cnt`.
+        let e = err(&TWO.replacen(
+            r#"srcoff="1" dstbuf="o" dstoff="0""#,
+            r#"srcoff="9223372036854775807" dstbuf="o" dstoff="0""#,
+            1,
+        ));
+        assert!(
+            e.starts_with("f.xml: line 7: gpu 0, tb 1, step 0: src chunks 9223372036854775807.."),
+            "{e}"
+        );
+        // A chunk size near u64::MAX once overflowed chunks x bytes.
+        let big = TWO.replace(r#"name="t""#, r#"name="switchyard direct layout=padded chunk_bytes=18446744073709551615 gpus_per_node=2""#);
+        let e = err(&big);
+        assert!(
+            e.contains("line 1: chunks of 18446744073709551615 bytes; at most 2^38"),
+            "{e}"
+        );
+        let e = xml_traffic(&big, "f.xml").unwrap_err().to_string();
+        assert!(e.contains("at most 2^38"), "{e}");
+        let zero = TWO.replace(
+            r#"name="t""#,
+            r#"name="switchyard direct layout=padded chunk_bytes=0 gpus_per_node=2""#,
+        );
+        assert!(err(&zero).contains("chunk_bytes=0"));
+        // Chunk counts past int16 offsets once overflowed the chunk map.
+        let rows = "  <!-- chunks from 0: 4294967295 1 -->\n  <!-- chunks from 1: 1 1 -->\n  <gpu id=\"0\"";
+        let e = err(&TWO.replacen("  <gpu id=\"0\"", rows, 1));
+        assert!(
+            e.contains(
+                "line 2: chunk comment for rank 0: 4294967295 chunks, more than offsets address"
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn damaged_chunk_comments_are_errors() {
+        let e = err(&TWO.replacen(
+            "  <gpu id=\"0\"",
+            "  <!-- chunks from 0: 1 x -->\n  <gpu id=\"0\"",
+            1,
+        ));
+        assert_eq!(
+            e,
+            "f.xml: line 2: malformed chunk comment `chunks from 0: 1 x`"
+        );
+        // Other comments are the file's business.
+        let ok = TWO.replacen(
+            "  <gpu id=\"0\"",
+            "  <!-- chunks, as you like -->\n  <gpu id=\"0\"",
+            1,
+        );
+        assert!(parse_xml(&ok, "f.xml", None).is_ok());
+    }
+
+    #[test]
+    fn implied_traffic_is_bounded_before_it_is_allocated() {
+        // ngpus x ngpus counts were allocated before any other check: 10^10 here.
+        let huge = TWO
+            .replace(r#"ngpus="2""#, r#"ngpus="100000""#)
+            .replace(r#"nchunksperloop="2""#, r#"nchunksperloop="100000""#);
+        let e = xml_traffic(&huge, "f.xml").unwrap_err().to_string();
+        assert!(
+            e.contains(r#"line 1: ngpus="100000" must be in 1..=4096"#),
+            "{e}"
+        );
+        let e = xml_traffic(
+            &TWO.replace(r#"nchunksperloop="2""#, r#"nchunksperloop="65536""#),
+            "f.xml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("must be in 1..=32768"), "{e}");
+        // 2^38-byte chunks are allowed, but not so many that the matrix passes 2^53 bytes.
+        let many = TWO
+            .replace(r#"name="t""#, r#"name="switchyard direct layout=padded chunk_bytes=274877906944 gpus_per_node=2""#)
+            .replace(r#"nchunksperloop="2""#, r#"nchunksperloop="32768""#);
+        let e = xml_traffic(&many, "f.xml").unwrap_err().to_string();
+        assert!(e.contains("more than 2^53 bytes"), "{e}");
+    }
+
+    #[test]
+    fn long_values_are_clipped_in_messages() {
+        let long = "c".repeat(100_000);
+        let e = err(&TWO.replacen(r#"type="cpy""#, &format!(r#"type="{long}""#), 1));
+        assert!(e.len() < 200, "{} bytes", e.len());
+        assert!(
+            e.contains(r#"type="cccccccccccccccccccccccccccccccccccccccc...""#),
+            "{e}"
+        );
+    }
 
     #[test]
     fn numbers_must_be_plain_decimal() {

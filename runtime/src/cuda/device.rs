@@ -293,7 +293,8 @@ fn run_single(
     let mut ranks = Vec::with_capacity(n);
     for r in 0..n {
         let dev = r % ndev;
-        let mut input = vec![0u8; layout.input_size(r) as usize];
+        let mut input =
+            crate::host_buffer(layout.input_size(r), 0, &format!("the input of rank {r}"))?;
         fill_input(&mut input, traffic, &layout, r);
         let ctx = &ctxs[dev];
         let bufs = [
@@ -528,7 +529,8 @@ fn run_group(
     let id: [c_char; ID_LEN] = id.map(|b| b as c_char);
     let comm = Comm::from_rank(stream.clone(), me, env.world, Id::uninit(id))
         .map_err(nccl("ncclCommInitRank"))?;
-    let mut input = vec![0u8; layout.input_size(me) as usize];
+    let mut input =
+        crate::host_buffer(layout.input_size(me), 0, &format!("the input of rank {me}"))?;
     fill_input(&mut input, traffic, &layout, me);
     let sizes = [
         input.len(),
