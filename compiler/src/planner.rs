@@ -686,6 +686,8 @@ impl Planner {
             |m| (m as f64 / per).ceil() as u64,
             &mut self.stages,
         );
+        self.decomposer
+            .order_light_first(&mut self.stages, 0, self.stage_count);
     }
 
     /// The NIC-cut time of the exchange: the busiest node's inter-node bytes
@@ -923,10 +925,10 @@ impl Planner {
     /// intra-node blocks and forwards, so just-in-time moves fell behind
     /// the sends that carry them (4x8 MI300X intra-skew 1.2: the first
     /// moves ran at 20-30 GB/s and a NIC idled for 55 us). Measured on
-    /// MI300X 2-8 nodes, 9 patterns, 2 seeds, default and 64 KB pairs:
-    /// 23 of 108 cases better by more than 1% and one worse (4x8 log-normal
-    /// 0.5: 1.057 -> 1.069); the bench suite's MI300X intra-skew 1.180 ->
-    /// 1.117. On a switch (DGX-H100) the longer lead moved cases by 1-2%
+    /// MI300X 2-8 nodes, 9 patterns, 2 seeds, default and 64 KB pairs,
+    /// stages ordered light first: 16 of 108 cases better by more than 1%
+    /// and one worse (8x8 log-normal 0.5 at 64 KB: 1.255 -> 1.275); the
+    /// bench suite's MI300X intra-skew 1.180 -> 1.117. On a switch (DGX-H100) the longer lead moved cases by 1-2%
     /// either way (suite median 1.047 -> 1.046, 2x8 log-normal 1.0 1.027
     /// -> 1.044), so it is kept to meshes.
     fn move_lead(&self, depth: usize) -> usize {

@@ -43,6 +43,12 @@ pub(crate) struct Decomposer {
     /// Free columns, during the greedy step.
     free: Vec<u64>,
     order: Vec<u32>,
+    /// Stage reordering: where each stage starts, its real bytes, the new
+    /// order, and the reordered pairs.
+    stage_at: Vec<usize>,
+    stage_bytes: Vec<u64>,
+    stage_order: Vec<u32>,
+    reordered: Vec<StagePair>,
 }
 
 const NONE: u32 = u32::MAX;
@@ -138,6 +144,56 @@ impl Decomposer {
             }
         }
         stage
+    }
+
+    /// Puts the `count` stages appended to `out` from `start` on (numbered
+    /// `0..count` in extraction order, each contiguous) in order of their
+    /// real bytes, lightest first (ties keep the extraction order), and
+    /// numbers them again in that order.
+    ///
+    /// The extraction order is ragged: heavy full permutations alternate
+    /// with partial stages of a few pairs, and the last stages are the
+    /// decomposition's leftovers, a few uneven pairs. Run last, those make a
+    /// ragged finish (some nodes done, others still sending) that nothing
+    /// can fill; run first, when every node starts together, their gaps are
+    /// filled by the stages behind them in the pipeline, and the exchange
+    /// ends on the heaviest stages, full permutations whose pairs carry
+    /// near-equal bytes and finish together. Stages of similar weight also
+    /// end up next to each other, so the sends in flight at once are of
+    /// similar length. See docs/algorithms.md (3) for the measurements.
+    pub fn order_light_first(&mut self, out: &mut Vec<StagePair>, start: usize, count: u32) {
+        let k = count as usize;
+        if k < 2 {
+            return;
+        }
+        self.stage_at.clear();
+        self.stage_at.resize(k + 1, 0);
+        self.stage_bytes.clear();
+        self.stage_bytes.resize(k, 0);
+        for p in &out[start..] {
+            let s = p.stage as usize;
+            self.stage_bytes[s] += p.bytes;
+            self.stage_at[s + 1] += 1;
+        }
+        for s in 0..k {
+            self.stage_at[s + 1] += self.stage_at[s];
+        }
+        self.stage_order.clear();
+        self.stage_order.extend(0..count);
+        let bytes = &self.stage_bytes;
+        self.stage_order
+            .sort_unstable_by_key(|&s| (bytes[s as usize], s));
+        self.reordered.clear();
+        for (new, &s) in self.stage_order.iter().enumerate() {
+            let (lo, hi) = (self.stage_at[s as usize], self.stage_at[s as usize + 1]);
+            self.reordered
+                .extend(out[start + lo..start + hi].iter().map(|p| StagePair {
+                    stage: new as u32,
+                    ..*p
+                }));
+        }
+        out.truncate(start);
+        out.extend_from_slice(&self.reordered);
     }
 
     fn total(&self, n: usize, a: usize, b: usize) -> u64 {
@@ -363,6 +419,43 @@ mod tests {
         assert_eq!(covered(n, &coarse), covered(n, &exact));
         assert!(k < k_exact, "{k} vs {k_exact}");
         assert!(k as usize <= 2 * n, "{k} stages");
+    }
+
+    #[test]
+    fn stages_are_ordered_light_first_and_renumbered() {
+        let n = 8;
+        let t: Vec<u64> = (0..n * n)
+            .map(|i| 1000 + (i as u64 * 7919) % 977 + if i % 9 == 1 { 5000 } else { 0 })
+            .collect();
+        let mut d = Decomposer::default();
+        let mut out = vec![StagePair {
+            stage: 7,
+            src_node: 0,
+            dst_node: 1,
+            bytes: 1,
+        }];
+        let k = d.decompose(n, &t, |_| 1000, &mut out);
+        let before: Vec<StagePair> = out[1..].to_vec();
+        let weight = |pairs: &[StagePair], s: u32| -> u64 {
+            pairs.iter().filter(|p| p.stage == s).map(|p| p.bytes).sum()
+        };
+        let mut weights: Vec<u64> = (0..k).map(|s| weight(&before, s)).collect();
+        assert!(
+            weights.windows(2).any(|w| w[0] < w[1]),
+            "extraction order already sorted: the test proves nothing {weights:?}"
+        );
+        d.order_light_first(&mut out, 1, k);
+        // What was before `start` stays; the stages are the same pairs, in
+        // non-decreasing weight, numbered 0..k, each contiguous.
+        assert_eq!(out[0].stage, 7);
+        let after = &out[1..];
+        assert_eq!(after.len(), before.len());
+        assert_eq!(covered(n, after), covered(n, &before));
+        check_partial_permutation(after, n).unwrap();
+        let got: Vec<u64> = (0..k).map(|s| weight(after, s)).collect();
+        weights.sort_unstable();
+        assert_eq!(got, weights);
+        assert!(after.windows(2).all(|w| w[0].stage <= w[1].stage));
     }
 
     #[test]
