@@ -605,3 +605,33 @@ fn files_that_do_not_fit_each_other_are_input_errors() {
         &["alias.json: links[1].from: `gpu01` is not a GPU's name; write gpu1"],
     );
 }
+
+/// `switchyard traffic ... | head -c 100`: when the reader goes away the
+/// binary ends quietly (SIGPIPE), as other command-line tools do, instead of
+/// panicking on the closed pipe.
+#[cfg(unix)]
+#[test]
+fn a_closed_pipe_ends_quietly() {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    // A 512-rank matrix is about 1.5 MB of JSON: far more than a pipe holds.
+    let mut child = bin()
+        .args(["traffic", "--pattern", "uniform", "--ranks", "512"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("binary runs");
+    let mut head = [0u8; 100];
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_exact(&mut head)
+        .expect("first bytes");
+    // The read end is dropped here; the writer hits the closed pipe.
+    let out = child.wait_with_output().expect("binary ends");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.is_empty(), "stderr: {err}");
+    assert_eq!(out.status.signal(), Some(13), "{:?}", out.status);
+}
