@@ -41,6 +41,20 @@ fn run(args: &[&str]) -> (i32, String) {
     (code, err)
 }
 
+/// `compile` that must succeed: the files other checks start from.
+fn compile_ok(topology: &str, traffic: &str, out: &str) {
+    let (code, err) = run(&[
+        "compile",
+        "--topology",
+        topology,
+        "--traffic",
+        traffic,
+        "--out",
+        out,
+    ]);
+    assert_eq!(code, 0, "{err}");
+}
+
 fn expect_input_error(args: &[&str], needles: &[&str]) {
     let (code, err) = run(args);
     assert_eq!(code, 2, "exit code for {args:?}: {err}");
@@ -213,16 +227,7 @@ fn wrong_plan_fails_verification_with_exit_1() {
     let topo = example("topologies/dgx-h100-2x8.json");
     let traffic = example("traffic/moe-16.json");
     let out = dir.join("p.json").display().to_string();
-    let (code, err) = run(&[
-        "compile",
-        "--topology",
-        &topo,
-        "--traffic",
-        &traffic,
-        "--out",
-        &out,
-    ]);
-    assert_eq!(code, 0, "{err}");
+    compile_ok(&topo, &traffic, &out);
     let (code, _) = run(&[
         "verify",
         "--plan",
@@ -255,16 +260,7 @@ fn tiny(dir: &std::path::Path) -> (String, String, String) {
     );
     let traffic = write(dir, "m.json", r#"{"ranks":2,"matrix":[[10,20],[30,40]]}"#);
     let plan = dir.join("p.json").display().to_string();
-    let (code, err) = run(&[
-        "compile",
-        "--topology",
-        &topo,
-        "--traffic",
-        &traffic,
-        "--out",
-        &plan,
-    ]);
-    assert_eq!(code, 0, "{err}");
+    compile_ok(&topo, &traffic, &plan);
     (topo, traffic, plan)
 }
 
@@ -481,16 +477,7 @@ fn absurd_sizes_are_input_errors() {
     }
     // XML: an offset near i64::MAX overflowed `off + cnt`.
     let xml = dir.join("q.xml").display().to_string();
-    let (code, err) = run(&[
-        "compile",
-        "--topology",
-        &topo,
-        "--traffic",
-        &traffic,
-        "--out",
-        &xml,
-    ]);
-    assert_eq!(code, 0, "{err}");
+    compile_ok(&topo, &traffic, &xml);
     let text = std::fs::read_to_string(&xml).unwrap();
     let at = text.find("srcoff=\"").unwrap() + "srcoff=\"".len();
     let end = at + text[at..].find('"').unwrap();
@@ -528,16 +515,11 @@ fn files_that_do_not_fit_each_other_are_input_errors() {
     let dir = scratch("fit");
     let (topo, traffic, _) = tiny(&dir);
     let big = dir.join("big.json").display().to_string();
-    let (code, err) = run(&[
-        "compile",
-        "--topology",
+    compile_ok(
         &example("topologies/dgx-h100-2x8.json"),
-        "--traffic",
         &example("traffic/moe-16.json"),
-        "--out",
         &big,
-    ]);
-    assert_eq!(code, 0, "{err}");
+    );
     for cmd in ["verify", "run"] {
         expect_input_error(
             &[cmd, "--plan", &big, "--traffic", &traffic],
@@ -559,29 +541,11 @@ fn files_that_do_not_fit_each_other_are_input_errors() {
     // `P.JSON` and `P.XML` were "unknown plan format" (verify even read
     // `P.XML`'s traffic first, as XML).
     let upper = dir.join("P.JSON").display().to_string();
-    let (code, err) = run(&[
-        "compile",
-        "--topology",
-        &topo,
-        "--traffic",
-        &traffic,
-        "--out",
-        &upper,
-    ]);
-    assert_eq!(code, 0, "{err}");
+    compile_ok(&topo, &traffic, &upper);
     let (code, err) = run(&["verify", "--plan", &upper, "--traffic", &traffic]);
     assert_eq!(code, 0, "{err}");
     let upper_xml = dir.join("P.XML").display().to_string();
-    let (code, err) = run(&[
-        "compile",
-        "--topology",
-        &topo,
-        "--traffic",
-        &traffic,
-        "--out",
-        &upper_xml,
-    ]);
-    assert_eq!(code, 0, "{err}");
+    compile_ok(&topo, &traffic, &upper_xml);
     let (code, err) = run(&["verify", "--plan", &upper_xml]);
     assert_eq!(code, 0, "{err}");
     // A links topology naming one GPU two ways built two vertices.

@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 use switchyard_compiler::{Buffer, Layout, Plan, TrafficMatrix, Transfer};
 
 use crate::dag::Dag;
-use crate::pattern::{check_output, fill_input, Verdict};
+use crate::pattern::{check_output, Verdict};
 use crate::{
-    host_buffer, iterations, precheck, Backend, BackendKind, LinkBytes, Mode, RunOptions,
-    RunReport, RuntimeError,
+    host_buffer, input_buffer, iterations, precheck, Backend, BackendKind, LinkBytes, Mode,
+    RunOptions, RunReport, RuntimeError,
 };
 
 /// Byte written into output and scratch before a run, so that pages are
@@ -48,11 +48,8 @@ impl RankBuffers {
     ) -> Result<Vec<RankBuffers>, RuntimeError> {
         (0..traffic.ranks())
             .map(|r| {
-                let mut input =
-                    host_buffer(layout.input_size(r), 0, &format!("the input of rank {r}"))?;
-                fill_input(&mut input, traffic, layout, r);
                 Ok(RankBuffers {
-                    input,
+                    input: input_buffer(traffic, layout, r)?,
                     output: host_buffer(
                         layout.output_size(r),
                         POISON,

@@ -26,7 +26,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use serde::Serialize;
-use switchyard_compiler::{verify, Path, Plan, TrafficMatrix, VerifyError};
+use switchyard_compiler::{verify, Layout, Path, Plan, TrafficMatrix, VerifyError};
 use thiserror::Error;
 
 pub use pattern::BadRange;
@@ -175,6 +175,18 @@ impl LinkBytes {
             .saturating_add(self.nvlink)
             .saturating_add(self.rdma)
     }
+}
+
+/// Rank `r`'s input, filled with the test pattern, or an error when the
+/// host cannot hold it.
+pub(crate) fn input_buffer(
+    traffic: &TrafficMatrix,
+    layout: &Layout,
+    r: usize,
+) -> Result<Vec<u8>, RuntimeError> {
+    let mut input = host_buffer(layout.input_size(r), 0, &format!("the input of rank {r}"))?;
+    pattern::fill_input(&mut input, traffic, layout, r);
+    Ok(input)
 }
 
 /// A host buffer of `len` bytes, each `fill`, or an error naming `what`

@@ -182,8 +182,7 @@ fn extension(path: &Path) -> Option<String> {
 }
 
 fn is_xml(path: &Path) -> bool {
-    path.extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("xml"))
+    extension(path).as_deref() == Some("xml")
 }
 
 /// Reads a plan file by its extension. An MSCCL XML file is read as the

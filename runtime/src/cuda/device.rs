@@ -20,7 +20,7 @@ use switchyard_compiler::{Buffer, Layout, Plan, TrafficMatrix};
 
 use super::bootstrap::{fnv1a, GroupEnv, Rendezvous, ID_LEN};
 use super::schedule::{nccl_stages, stream_schedule, StreamSchedule};
-use crate::pattern::{check_output, fill_input, Verdict};
+use crate::pattern::{check_output, Verdict};
 use crate::{iterations, precheck, BackendKind, Mode, RunOptions, RunReport, RuntimeError};
 
 const POISON: u8 = 0xA5;
@@ -293,9 +293,7 @@ fn run_single(
     let mut ranks = Vec::with_capacity(n);
     for r in 0..n {
         let dev = r % ndev;
-        let mut input =
-            crate::host_buffer(layout.input_size(r), 0, &format!("the input of rank {r}"))?;
-        fill_input(&mut input, traffic, &layout, r);
+        let input = crate::input_buffer(traffic, &layout, r)?;
         let ctx = &ctxs[dev];
         let bufs = [
             DevBuf::new(ctx, input.len(), 0)?,
@@ -529,9 +527,7 @@ fn run_group(
     let id: [c_char; ID_LEN] = id.map(|b| b as c_char);
     let comm = Comm::from_rank(stream.clone(), me, env.world, Id::uninit(id))
         .map_err(nccl("ncclCommInitRank"))?;
-    let mut input =
-        crate::host_buffer(layout.input_size(me), 0, &format!("the input of rank {me}"))?;
-    fill_input(&mut input, traffic, &layout, me);
+    let input = crate::input_buffer(traffic, &layout, me)?;
     let sizes = [
         input.len(),
         layout.output_size(me) as usize,
