@@ -298,6 +298,9 @@ impl Planner {
         if self.latency_bound {
             // One merged stage of direct sends: no relay hop, no stage latency.
             self.stage_count = u32::from(self.inter_node_bytes() > 0);
+            // Blocks go whole and none waits for another.
+            self.chunk = u64::MAX;
+            self.depth = u32::MAX;
             self.emit_direct(traffic, &mut emit);
             emit.finish();
             return Ok(());
@@ -425,16 +428,16 @@ impl Planner {
         self.stage_count
     }
 
-    /// Chunk size the last plan used (bytes). A latency-bound plan
-    /// ([`Planner::latency_bound`]) is not chunked and leaves this unchanged.
+    /// Chunk size the last plan used (bytes); `u64::MAX` for a latency-bound
+    /// plan ([`Planner::latency_bound`]), whose blocks go whole.
     pub fn chunk_bytes(&self) -> u64 {
         self.chunk
     }
 
     /// Pipeline depth the last plan used (inter-node sends in flight per GPU,
     /// see [`PlannerOptions::pipeline_depth`]; `u32::MAX` for `spray`, whose
-    /// sends do not wait for one another). A latency-bound plan leaves this
-    /// unchanged.
+    /// sends do not wait for one another, and for a latency-bound plan, whose
+    /// sends all start at once).
     pub fn pipeline_depth(&self) -> u32 {
         self.depth
     }
@@ -1655,6 +1658,27 @@ mod tests {
             .unwrap();
         assert_eq!(plan, fresh);
         verify_on(&plan, &m2, &t).unwrap();
+    }
+
+    #[test]
+    fn a_latency_bound_plan_reports_its_own_chunk_and_depth() {
+        let t = topo(2, 4, 4, IntraKind::Switch);
+        let mut big = TrafficMatrix::zeros(8);
+        for (s, d) in (0..8).flat_map(|s| (0..8).map(move |d| (s, d))) {
+            big.set(s, d, (1 << 20) + 4096 * (s * d) as u64);
+        }
+        let mut tiny = TrafficMatrix::zeros(8);
+        tiny.set(0, 5, 4000);
+        let mut p = Planner::new(&t, PlannerOptions::default()).unwrap();
+        let mut plan = Plan::new("", 0, 0);
+        p.plan_into(&big, &mut plan).unwrap();
+        let (chunk, depth) = (p.chunk_bytes(), p.pipeline_depth());
+        assert!(!p.latency_bound() && chunk < u64::MAX && depth < u32::MAX);
+        p.plan_into(&tiny, &mut plan).unwrap();
+        assert!(p.latency_bound());
+        assert_eq!((p.chunk_bytes(), p.pipeline_depth()), (u64::MAX, u32::MAX));
+        p.plan_into(&big, &mut plan).unwrap();
+        assert_eq!((p.chunk_bytes(), p.pipeline_depth()), (chunk, depth));
     }
 
     #[test]
