@@ -3,7 +3,7 @@
 //! reject a file with a step removed.
 
 mod common;
-use common::{root, run};
+use common::{refdata_dir, root, run};
 
 /// `compile --out XML --report R` must succeed; returns the report.
 fn compile_xml(topo: &str, traffic: &str, alg: &str, xml: &str, report: &str) -> serde_json::Value {
@@ -73,10 +73,13 @@ fn compile_to_xml_then_verify_simulate_run() {
 
 #[test]
 fn real_msccl_plan_verifies_and_a_broken_copy_is_rejected() {
-    let real = "/../shared/refdata/msccl-examples/alltoall_a100_two_step_2x8.xml";
-    let path = format!("{}{real}", env!("CARGO_MANIFEST_DIR"));
+    let real = "msccl-examples/alltoall_a100_two_step_2x8.xml";
+    let Some(path) = refdata_dir().map(|d| d.join(real).display().to_string()) else {
+        eprintln!("skipped: no reference data (set SWITCHYARD_REFDATA)");
+        return;
+    };
     let Ok(text) = std::fs::read_to_string(&path) else {
-        eprintln!("skipped: {path} is not beside this checkout");
+        eprintln!("skipped: {path} is missing");
         return;
     };
     let (code, out, err) = run(&["verify", "--plan", &path]);
@@ -98,6 +101,56 @@ fn real_msccl_plan_verifies_and_a_broken_copy_is_rejected() {
     assert_ne!(code, 0);
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert!(err.contains("broken.xml"), "{err}");
+}
+
+/// A well-formed file that is not the all-to-all fails the check (exit 1),
+/// as a wrong JSON plan does; a malformed one is bad input (exit 2).
+#[test]
+fn a_wrong_all_to_all_fails_the_check_and_a_malformed_file_is_bad_input() {
+    let step = |gpu: u32, tb: u32, ty: &str, src: u32, dst: u32| {
+        let (send, recv) = match ty {
+            "s" => (1 - gpu as i32, -1),
+            "r" => (-1, 1 - gpu as i32),
+            _ => (-1, -1),
+        };
+        format!(
+            "    <tb id=\"{tb}\" send=\"{send}\" recv=\"{recv}\" chan=\"0\">\n      <step s=\"0\" type=\"{ty}\" srcbuf=\"i\" srcoff=\"{src}\" dstbuf=\"o\" dstoff=\"{dst}\" cnt=\"1\" depid=\"-1\" deps=\"-1\" hasdep=\"0\"/>\n    </tb>\n"
+        )
+    };
+    // Two GPUs, one chunk per pair; gpu 1 copies its own chunk to `own`.
+    let file = |own: u32| {
+        let mut x = String::from("<algo name=\"t\" proto=\"Simple\" nchannels=\"1\" nchunksperloop=\"2\" ngpus=\"2\" coll=\"alltoall\" inplace=\"0\" outofplace=\"1\" minBytes=\"0\" maxBytes=\"0\">\n");
+        for g in 0..2u32 {
+            x += &format!("  <gpu id=\"{g}\" i_chunks=\"2\" o_chunks=\"2\" s_chunks=\"0\">\n");
+            x += &step(g, 0, "cpy", g, if g == 1 { own } else { 0 });
+            x += &step(g, 1, "s", 1 - g, g);
+            x += &step(g, 2, "r", 0, 1 - g);
+            x += "  </gpu>\n";
+        }
+        x + "</algo>\n"
+    };
+    let dir = std::env::temp_dir().join(format!("switchyard-cli-xml-codes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("good.xml");
+    let wrong = dir.join("wrong.xml");
+    let malformed = dir.join("malformed.xml");
+    std::fs::write(&good, file(1)).unwrap();
+    std::fs::write(&wrong, file(0)).unwrap();
+    std::fs::write(&malformed, file(1).replace("cnt=\"1\"", "cnt=\"x\"")).unwrap();
+    let path = |p: &std::path::Path| p.display().to_string();
+    let (code, out, err) = run(&["verify", "--plan", &path(&good)]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, _, err) = run(&["verify", "--plan", &path(&wrong)]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("not a correct all-to-all")
+            && err.contains("wrong.xml: line ")
+            && err.contains("which should hold input chunk 1 of gpu 0"),
+        "{err}"
+    );
+    let (code, _, err) = run(&["verify", "--plan", &path(&malformed)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("malformed.xml"), "{err}");
 }
 
 /// `compile --out *.xml` caps `lp`'s parallel lanes, so on 4x8 (where the

@@ -2,6 +2,8 @@
 //! survive the symbolic executor; copies with one step removed are rejected
 //! with a message naming the gpu, threadblock and step.
 
+mod common;
+
 use std::path::PathBuf;
 
 use switchyard::compiler::msccl::{check_executable_with, parse_xml, xml_traffic};
@@ -16,19 +18,11 @@ const FILES: [&str; 6] = [
     "msccl-scheduler_ndv4_a2a4ll.xml",
 ];
 
-/// The examples live in the shared reference data beside the checkout;
-/// `SWITCHYARD_REFDATA` points elsewhere.
+/// The examples live in the shared reference data (`common::refdata_dir`).
 fn examples_dir() -> Option<PathBuf> {
-    let candidates = [
-        std::env::var_os("SWITCHYARD_REFDATA").map(PathBuf::from),
-        Some(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/refdata")),
-        Some(PathBuf::from("/work/shared/refdata")),
-    ];
-    candidates
-        .into_iter()
-        .flatten()
+    common::refdata_dir()
         .map(|p| p.join("msccl-examples"))
-        .find(|p| p.join(FILES[0]).is_file())
+        .filter(|p| p.join(FILES[0]).is_file())
 }
 
 fn load(name: &str) -> Option<String> {

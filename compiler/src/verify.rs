@@ -68,6 +68,15 @@ pub enum VerifyError {
         expected_rank: usize,
         expected_start: u64,
     },
+    /// An MSCCL XML file that runs but is not the all-to-all: an output chunk
+    /// nobody writes, or one that gets another chunk. Found by the symbolic
+    /// executor, which names the file's line.
+    #[error("{file}: line {line}: {reason}")]
+    Xml {
+        file: String,
+        line: usize,
+        reason: String,
+    },
 }
 
 fn fmt_cycle(c: &[usize]) -> String {

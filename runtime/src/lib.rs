@@ -329,7 +329,10 @@ pub fn precheck(plan: &Plan, traffic: &TrafficMatrix) -> Result<Mode, RuntimeErr
             Ok(Mode::Serial)
         }
         Err(VerifyError::Ranks { plan, traffic }) => Err(RuntimeError::Ranks { plan, traffic }),
-        Err(e @ VerifyError::Transfer { .. }) => Err(RuntimeError::InvalidPlan(e.to_string())),
+        // `Xml` comes from reading a file, never from verifying a plan.
+        Err(e @ (VerifyError::Transfer { .. } | VerifyError::Xml { .. })) => {
+            Err(RuntimeError::InvalidPlan(e.to_string()))
+        }
         Err(VerifyError::Cycle { cycle }) => Err(RuntimeError::Deadlock {
             stuck: cycle.len(),
             total: plan.transfers.len(),

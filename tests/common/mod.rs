@@ -27,3 +27,13 @@ pub fn root(rel: &str) -> String {
         .display()
         .to_string()
 }
+
+/// The shared reference data (MSCCL spec and example plans): where
+/// `SWITCHYARD_REFDATA` points, else `../shared/refdata` beside the checkout;
+/// `None` when neither holds it (the tests that need it then skip).
+pub fn refdata_dir() -> Option<PathBuf> {
+    std::env::var_os("SWITCHYARD_REFDATA")
+        .map(PathBuf::from)
+        .or_else(|| Some(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/refdata")))
+        .filter(|p| p.is_dir())
+}

@@ -25,6 +25,7 @@ use super::{read, Algo, BufRef, ChunkMap, Layout, NameFacts, Protocol, StepKind}
 use super::{MAX_CHANNELS, MAX_CNT, MAX_NODES, MAX_OFFSET, MAX_PEER_TBS_PER_CHANNEL};
 use super::{MAX_STEPS_PER_TB, MAX_TBS_PER_GPU};
 use crate::error::{InputError, Result};
+use crate::verify::VerifyError;
 
 /// What a checked file does.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -1249,20 +1250,22 @@ fn check_outputs(l: &Loaded<'_>) -> Result<()> {
                 };
                 let line = algo.gpus[r].line;
                 match out_r.get(pos).copied().flatten() {
+                    // The file is well formed but not the all-to-all: a
+                    // failed check (exit 1), as a wrong JSON plan is.
                     None => {
-                        return Err(InputError::at(
-                            l.file,
-                            format!("line {line}"),
-                            format!("gpu {r}: output chunk {pos} is never written; it should hold input chunk {} of gpu {s}", want.idx),
-                        )
+                        return Err(VerifyError::Xml {
+                            file: l.file.to_string(),
+                            line,
+                            reason: format!("gpu {r}: output chunk {pos} is never written; it should hold input chunk {} of gpu {s}", want.idx),
+                        }
                         .into())
                     }
                     Some((got, by)) if got != want => {
-                        return Err(InputError::at(
-                            l.file,
-                            format!("line {}", step_line(algo, by.gpu as usize, by.tb as usize, by.pos as usize)),
-                            format!("{}: writes input chunk {} of gpu {} into output chunk {pos} of gpu {r}, which should hold input chunk {} of gpu {s}", at(algo, by), got.idx, got.rank, want.idx),
-                        )
+                        return Err(VerifyError::Xml {
+                            file: l.file.to_string(),
+                            line: step_line(algo, by.gpu as usize, by.tb as usize, by.pos as usize),
+                            reason: format!("{}: writes input chunk {} of gpu {} into output chunk {pos} of gpu {r}, which should hold input chunk {} of gpu {s}", at(algo, by), got.idx, got.rank, want.idx),
+                        }
                         .into())
                     }
                     Some(_) => {}
