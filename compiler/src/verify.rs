@@ -68,9 +68,10 @@ pub enum VerifyError {
         expected_rank: usize,
         expected_start: u64,
     },
-    /// An MSCCL XML file that runs but is not the all-to-all: an output chunk
-    /// nobody writes, or one that gets another chunk. Found by the symbolic
-    /// executor, which names the file's line.
+    /// A well-formed MSCCL XML file that is not a correct all-to-all: its run
+    /// deadlocks or reads a chunk nobody wrote, or an output chunk is never
+    /// written or gets another chunk. Found by the symbolic executor, which
+    /// names the file's line.
     #[error("{file}: line {line}: {reason}")]
     Xml {
         file: String,

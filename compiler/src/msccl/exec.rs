@@ -1149,17 +1149,19 @@ fn execute(l: &mut Loaded<'_>, mode: Mode) -> Result<()> {
         lines.push(format!("{here} (line {}) {why}", tb.steps[p].line));
     }
     let (gi, ti) = stuck[0];
-    Err(InputError::at(
-        l.file,
-        format!("line {}", step_line(algo, gi, ti, pc[gi][ti])),
-        format!(
+    // A well-formed file that cannot finish: a failed check, as a JSON
+    // plan's dependency cycle is.
+    Err(VerifyError::Xml {
+        file: l.file.to_string(),
+        line: step_line(algo, gi, ti, pc[gi][ti]),
+        reason: format!(
             "deadlock with {} ({} FIFO depth {depth}): {} tbs cannot finish; {}",
             mode.name(),
             algo.proto,
             stuck.len(),
             lines.join("; ")
         ),
-    )
+    }
     .into())
 }
 
@@ -1190,16 +1192,16 @@ fn move_data(
             .enumerate()
             .map(|(j, c)| {
                 c.ok_or_else(|| {
-                    InputError::at(
-                        l.file,
-                        format!("line {}", st.line),
-                        format!(
+                    VerifyError::Xml {
+                        file: l.file.to_string(),
+                        line: st.line,
+                        reason: format!(
                             "{}: reads {} chunk {} before anything is written there",
                             at(algo, here),
                             b.name(),
                             off as usize + j
                         ),
-                    )
+                    }
                     .into()
                 })
             })
