@@ -295,6 +295,23 @@ fn argument_errors_are_one_line() {
         ],
         &["--time-limit: must be a positive number of seconds, got -1"],
     );
+    // An absurd value is quoted short, not with its 300 digits.
+    expect_input_error(
+        &[
+            "compile",
+            "--topology",
+            &topo,
+            "--traffic",
+            &traffic,
+            "--algorithm",
+            "lp",
+            "--out",
+            &out,
+            "--time-limit",
+            "-1e300",
+        ],
+        &["--time-limit: must be a positive number of seconds, got -1e300"],
+    );
     expect_input_error(
         &["traffic", "--ranks", "4", "--skew", "-5"],
         &["--skew: must be zero or positive"],

@@ -19,7 +19,7 @@
 //!   `l` of node A to GPU `l` of node B, into B's scratch;
 //! - forwards: NVLink (or local) copies from that scratch to the final outputs.
 
-use crate::error::{Error, Result};
+use crate::error::{num, Error, Result};
 use crate::plan::{Buffer, Deps, Path, Plan, Transfer};
 use crate::sched::fast::balance::{balance_pair, Lane, LaneWeights, Piece};
 use crate::sched::fast::mesh::MeshRelief;
@@ -200,7 +200,7 @@ impl Planner {
                 algorithm: name.into(),
                 reason: format!(
                     "stages_per_node must be positive, got {}",
-                    opts.stages_per_node
+                    num(opts.stages_per_node)
                 ),
             });
         }

@@ -16,7 +16,7 @@ use good_lp::{
 };
 use petgraph::visit::EdgeRef;
 
-use crate::error::{Error, InputError, Result};
+use crate::error::{num, Error, InputError, Result};
 use crate::topology::{LinkId, Topology, Vertex};
 use crate::traffic::TrafficMatrix;
 
@@ -172,7 +172,7 @@ pub fn solve_mcf(
             "--time-limit",
             format!(
                 "must be a positive number of seconds, got {}",
-                opts.time_limit_s
+                num(opts.time_limit_s)
             ),
         )
         .into());
