@@ -1,7 +1,8 @@
 //! Synthesis time of the per-batch Planner (issue 4 targets: 8x8 <= 40 us,
 //! 16x8 <= 200 us, 32x8 <= 1 ms, 64x8 <= 10 ms), on MoE zipf s=1.0 traffic
 //! over dgx-h100 clusters. One `plan_into` per iteration, buffers reused, as
-//! a training loop calls it.
+//! a training loop calls it. `copy_fast_plan` is the floor under it: the
+//! same transfers copied into a reused buffer, nothing computed.
 //!
 //! cargo bench -p switchyard-compiler --bench compile
 
@@ -41,6 +42,16 @@ fn plan_time(c: &mut Criterion) {
                 &traffic,
                 |b, m| b.iter(|| planner.plan_into(m, &mut plan).expect("plan")),
             );
+            // The floor under any planner that writes this plan: copying its
+            // transfers into a reused buffer, computing nothing.
+            if staged {
+                let mut copy = Plan::new("", 0, 0);
+                group.bench_with_input(
+                    BenchmarkId::new("copy_fast_plan", format!("{nodes}x8")),
+                    &plan,
+                    |b, p| b.iter(|| copy.transfers.clone_from(&p.transfers)),
+                );
+            }
         }
     }
     group.finish();
