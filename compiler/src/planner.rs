@@ -139,8 +139,14 @@ pub struct Planner {
     slots: Vec<Vec<[u32; 2]>>,
     /// Inter-node sends into each GPU, per slot (the receive-side chain).
     rslots: Vec<Vec<[u32; 2]>>,
-    /// The last plan was one merged stage of direct sends.
+    /// The last plan was latency-bound ([`Planner::is_latency_bound`]).
     latency_bound: bool,
+    /// The last plan was one merged stage of direct sends (see
+    /// [`Planner::merged`]).
+    merged: bool,
+    /// Each node sends through one NIC and has at most [`MIN_DEPTH`] peers
+    /// (see [`Planner::merged`]).
+    one_nic_few_peers: bool,
     /// Every node pair of the last plan was sent directly (no balancing).
     all_direct: bool,
     /// Last balancing move into each GPU's scratch.
@@ -250,6 +256,8 @@ impl Planner {
             slots: vec![Vec::new(); ranks],
             rslots: vec![Vec::new(); ranks],
             latency_bound: false,
+            merged: false,
+            one_nic_few_peers: nics.min(gpus) == 1 && nodes.saturating_sub(1) <= MIN_DEPTH as usize,
             all_direct: false,
             last_move: Vec::with_capacity(ranks),
             chunks: Vec::new(),
@@ -294,8 +302,9 @@ impl Planner {
         self.stages.clear();
         self.slots.iter_mut().for_each(Vec::clear);
         self.latency_bound = self.opts.staged && self.is_latency_bound();
+        self.merged = self.latency_bound || (self.opts.staged && self.one_nic_few_peers);
         let mut emit = Emit::new(&mut out.transfers);
-        if self.latency_bound {
+        if self.merged {
             // One merged stage of direct sends: no relay hop, no stage latency.
             self.stage_count = u32::from(self.inter_node_bytes() > 0);
             // Blocks go whole and none waits for another.
@@ -412,10 +421,25 @@ impl Planner {
         }
     }
 
-    /// True when the last plan was latency-bound and sent as one merged
-    /// stage of direct sends (its stage is then not a permutation).
+    /// True when the last plan was latency-bound, and so sent as one merged
+    /// stage of direct sends.
     pub fn latency_bound(&self) -> bool {
         self.latency_bound
+    }
+
+    /// True when the last plan was one merged stage of direct sends (its
+    /// stage is then not a permutation): the exchange was latency-bound
+    /// ([`Planner::latency_bound`]), or every node sends through a single NIC
+    /// and has at most four peers (`fast` only). Then there is
+    /// nothing to balance (a node's GPUs share its one NIC whichever of them
+    /// holds the bytes), and sent all at once no receiving NIC hears from more
+    /// than four sending NICs, the incast threshold the depth is built on:
+    /// stages would only add their latencies and drift. Measured with
+    /// `examples/fast_shapes.rs` (2026-12-01, seed 3, 1 MiB per pair): 4x8
+    /// with one NIC per node 1.012-1.049 of the bound staged, 1.000 merged
+    /// in both network modes; 4x1 1.002-1.027 staged, 1.000 merged.
+    pub fn merged(&self) -> bool {
+        self.merged
     }
 
     /// The stages of the last plan: node pairs with their bytes, in stage order.
@@ -428,16 +452,16 @@ impl Planner {
         self.stage_count
     }
 
-    /// Chunk size the last plan used (bytes); `u64::MAX` for a latency-bound
-    /// plan ([`Planner::latency_bound`]), whose blocks go whole.
+    /// Chunk size the last plan used (bytes); `u64::MAX` for a merged plan
+    /// ([`Planner::merged`]), whose blocks go whole.
     pub fn chunk_bytes(&self) -> u64 {
         self.chunk
     }
 
     /// Pipeline depth the last plan used (inter-node sends in flight per GPU,
     /// see [`PlannerOptions::pipeline_depth`]; `u32::MAX` for `spray`, whose
-    /// sends do not wait for one another, and for a latency-bound plan, whose
-    /// sends all start at once).
+    /// sends do not wait for one another, and for a merged plan
+    /// ([`Planner::merged`]), whose sends all start at once).
     pub fn pipeline_depth(&self) -> u32 {
         self.depth
     }
@@ -1682,6 +1706,32 @@ mod tests {
     }
 
     #[test]
+    fn one_nic_and_few_peers_send_everything_at_once() {
+        for (nodes, merged) in [(5, true), (6, false)] {
+            let t = topo(nodes, 4, 1, IntraKind::Switch);
+            let m = moe(nodes * 4, 7);
+            let mut p = Planner::new(&t, PlannerOptions::default()).unwrap();
+            let plan = p.plan(&m).unwrap();
+            verify_on(&plan, &m, &t).unwrap();
+            assert_eq!(p.merged(), merged, "{nodes} nodes");
+            assert!(!p.latency_bound());
+            if merged {
+                // `direct`'s transfers: one per block, no relay, no chain.
+                let d = crate::sched::direct(&t, &m);
+                assert_eq!(plan.transfers, d.transfers);
+                assert!(plan.scratch.is_empty());
+            } else {
+                assert!(plan.transfers.iter().any(|x| !x.deps.is_empty()));
+            }
+        }
+        // Two NICs: which GPU holds the bytes matters, so it stays staged.
+        let t = topo(3, 4, 2, IntraKind::Switch);
+        let mut p = Planner::new(&t, PlannerOptions::default()).unwrap();
+        p.plan(&moe(12, 7)).unwrap();
+        assert!(!p.merged());
+    }
+
+    #[test]
     fn stages_beat_spray_under_congestion() {
         let t = Topology::preset("dgx-h100", 8, Some(2)).unwrap();
         let mut spec = TrafficSpec::new(16, Pattern::Zipf(1.0));
@@ -1831,7 +1881,7 @@ mod tests {
                 let done = simulate(&t, &plan, &SimOptions::new(net)).unwrap().completion_us;
                 prop_assert!(done >= bound * (1.0 - 1e-9), "{net}: {done} < bound {bound}");
             }
-            if staged && !planner.latency_bound() {
+            if staged && !planner.merged() {
                 prop_assert!(check_partial_permutation(&rdma_stages(&plan, g), n).is_ok());
                 prop_assert!(check_partial_permutation(planner.stages(), n).is_ok());
             }
