@@ -777,17 +777,33 @@ impl Planner {
         if beta <= 0.0 {
             return u32::MAX;
         }
-        // Direct sends (every pair balanced already) move equal bytes per
-        // pair and stage: nothing drifts, and the extra send in flight only
-        // reaches into the next stage's NICs (uniform 16x8: 1.000 at depth
-        // 3, 1.021 at 4). With a single stage there is no next stage, and
-        // the fourth send hides more latency (uniform 2x8: 1.015 -> 1.004).
-        let least = if self.all_direct && self.stage_count > 1 {
+        // Direct sends (every pair balanced already) whose stages move
+        // equal bytes per pair: nothing drifts, and the extra send in
+        // flight only reaches into the next stage's NICs (uniform 16x8:
+        // 1.000 at depth 3, 1.021 at 4). With a single stage there is no
+        // next stage, and the fourth send hides more latency (uniform 2x8:
+        // 1.015 -> 1.004). Direct is not enough: with one GPU per node every
+        // pair is direct, skewed or not, and there the stages drift (8x1
+        // log-normal 0.5: 1.143 at depth 3, 1.045 at 4).
+        let least = if self.all_direct && self.stage_count > 1 && self.stages_are_even() {
             3.0
         } else {
             MIN_DEPTH as f64
         };
         (2.0 + (self.inter_latency / beta).ceil()).clamp(least, 1e6) as u32
+    }
+
+    /// True when the pairs of every stage carry the same bytes, to within
+    /// 1/64 (uniform traffic): then no node finishes a stage early.
+    fn stages_are_even(&self) -> bool {
+        self.stages
+            .chunk_by(|x, y| x.stage == y.stage)
+            .all(|stage| {
+                let (lo, hi) = stage.iter().fold((u64::MAX, 0), |(lo, hi), p| {
+                    (lo.min(p.bytes), hi.max(p.bytes))
+                });
+                hi - lo <= hi / 64
+            })
     }
 
     fn emit_inter_node(&mut self, out: &mut Emit) {
@@ -1729,6 +1745,23 @@ mod tests {
         let mut p = Planner::new(&t, PlannerOptions::default()).unwrap();
         p.plan(&moe(12, 7)).unwrap();
         assert!(!p.merged());
+    }
+
+    #[test]
+    fn only_even_stages_of_direct_pairs_take_the_shallower_pipeline() {
+        // One GPU per node: every pair is direct, skewed or not.
+        let t = topo(8, 1, 1, IntraKind::Switch);
+        let mut p = Planner::new(&t, PlannerOptions::default()).unwrap();
+        p.plan(&TrafficMatrix::uniform(8, 1 << 20)).unwrap();
+        assert!(p.stage_count() > 1 && p.stages_are_even());
+        assert_eq!(p.pipeline_depth(), 3);
+        let mut spec = TrafficSpec::new(8, Pattern::Lognormal(0.5));
+        spec.seed = 3;
+        let m = generate(&spec).unwrap();
+        let plan = p.plan(&m).unwrap();
+        verify_on(&plan, &m, &t).unwrap();
+        assert!(!p.stages_are_even());
+        assert_eq!(p.pipeline_depth(), MIN_DEPTH);
     }
 
     #[test]
