@@ -1,5 +1,5 @@
 //! `fast` on node shapes other than 8 GPUs with a NIC each (issue 4, item 5):
-//! GPUs sharing NICs, 6 GPUs per node, one GPU per node. Ratio of the
+//! GPUs sharing NICs, 1 to 72 GPUs per node. Ratio of the
 //! simulated completion to the cut bound, `fast` next to `direct`, in both
 //! network modes; NVLink 450 GB/s through a switch, 50 GB/s NICs, 1 MiB per
 //! pair on average (MoE: 1024 tokens per rank).
@@ -31,6 +31,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         (4, 4),
         (2, 2),
         (1, 1),
+        (16, 16),
+        (16, 8),
+        (72, 18),
     ] {
         for &n in &nodes {
             let topo = Topology::from_spec(
