@@ -456,21 +456,20 @@ impl Planner {
             let row = m.row(s);
             let so = &mut self.send_off[s * (n + 1)..(s + 1) * (n + 1)];
             let recv = &mut self.recv_off[s * n..(s + 1) * n];
+            // Two passes: the running sum is serial, the column sums are not
+            // (this one vectorises).
             let mut acc = 0u64;
             let mut nonzero = 0u64;
-            for (((&b, off), at), col) in row
-                .iter()
-                .zip(&mut so[..n])
-                .zip(recv)
-                .zip(&mut self.col_acc)
-            {
+            for (&b, off) in row.iter().zip(&mut so[..n]) {
                 *off = acc;
                 acc += b;
-                nonzero += u64::from(b > 0);
-                *at = *col;
-                *col += b;
             }
             so[n] = acc;
+            for ((&b, at), col) in row.iter().zip(recv).zip(&mut self.col_acc) {
+                *at = *col;
+                *col += b;
+                nonzero += u64::from(b > 0);
+            }
             let a = s / g;
             let own = &row[a * g..(a + 1) * g];
             self.inter_blocks += nonzero - own.iter().filter(|&&b| b > 0).count() as u64;
