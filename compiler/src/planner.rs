@@ -865,7 +865,9 @@ impl Planner {
     /// its block for GPU `l`, then `l + 1`, ... (wrapping): the lanes of a
     /// pair send into different GPUs (and NICs) at any time. Its sends are
     /// cut at block boundaries, but adjacent latency-bound blocks go as one
-    /// send (a slot of several transfers).
+    /// send (a slot of several transfers). Inlined into its one caller:
+    /// called apart it cost 1.5% of a plan's instructions at 8x8.
+    #[inline(always)]
     fn cut_chunks(&mut self, c: usize, l: usize, from: u64, to: u64, direct_row: Option<usize>) {
         self.chunks.clear();
         if from >= to {
