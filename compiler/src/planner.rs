@@ -835,7 +835,8 @@ impl Planner {
     /// MI300X 2-8 nodes, 9 patterns, 2 seeds, default and 64 KB pairs, 24
     /// cases better by more than 1% and 6 worse (a few cases move by ±1.5%
     /// either way, as any change of the send order does).
-    #[inline(never)]
+    // Cold (once per lane); out of line so that it does not crowd
+    // emit_inter_node's registers.
     #[inline(never)]
     fn taper_last_chunks(&mut self) {
         let k = if self.depth == u32::MAX {
@@ -1086,7 +1087,6 @@ impl Planner {
     /// into the outputs. They form one slot of the sender's chain and one of
     /// the chain of GPU `l` of `b`, as the balanced lane's send would.
     #[allow(clippy::too_many_arguments)]
-    #[inline(never)]
     #[inline(never)]
     fn emit_direct_slice(
         &mut self,
