@@ -1306,10 +1306,19 @@ impl<'p> Emit<'p> {
     fn push(&mut self, t: Transfer) -> u32 {
         match self.transfers.get_mut(self.len) {
             Some(old) => *old = t,
-            None => self.transfers.push(t),
+            None => self.grow(t),
         }
         self.len += 1;
         (self.len - 1) as u32
+    }
+
+    /// Appends past the previous plan's transfers: out of line, so that
+    /// the loops that write transfers keep their registers for the usual
+    /// case, an overwrite.
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self, t: Transfer) {
+        self.transfers.push(t);
     }
 
     /// Drops what is left of the previous plan.
