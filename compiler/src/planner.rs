@@ -1314,16 +1314,37 @@ impl<'p> Emit<'p> {
 
     /// Appends past the previous plan's transfers: out of line, so that
     /// the loops that write transfers keep their registers for the usual
-    /// case, an overwrite.
+    /// case, an overwrite. The spare capacity is filled with placeholders,
+    /// which the next transfers overwrite ([`Emit::finish`] drops those
+    /// left), so that a fresh plan too takes this path once per growth of
+    /// the vector rather than once per transfer.
     #[cold]
     #[inline(never)]
     fn grow(&mut self, t: Transfer) {
         self.transfers.push(t);
+        let capacity = self.transfers.capacity();
+        self.transfers.resize_with(capacity, placeholder);
     }
 
     /// Drops what is left of the previous plan.
     fn finish(self) {
         self.transfers.truncate(self.len);
+    }
+}
+
+/// A slot of [`Emit::grow`]'s spare capacity, not written yet.
+fn placeholder() -> Transfer {
+    Transfer {
+        src: 0,
+        src_buf: Buffer::Input,
+        src_off: 0,
+        dst: 0,
+        dst_buf: Buffer::Output,
+        dst_off: 0,
+        bytes: 0,
+        path: Path::Local,
+        step: 0,
+        deps: Deps::new(),
     }
 }
 
