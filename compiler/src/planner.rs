@@ -1239,6 +1239,9 @@ impl Planner {
         while j < g && row[j + 1] <= u {
             j += 1;
         }
+        // The write position in a local, not stored back per transfer.
+        let Emit { transfers, len } = out;
+        let mut at = *len;
         while j < g {
             let (b0, b1) = (row[j], row[j + 1]);
             if b0 >= v {
@@ -1247,7 +1250,7 @@ impl Planner {
             if b0 < b1 {
                 let (lo, hi) = (u.max(b0), v.min(b1));
                 let d = b * g + j;
-                out.push(Transfer {
+                let t = Transfer {
                     src: r as u32,
                     src_buf: Buffer::Scratch,
                     src_off: scratch_off + (lo - u),
@@ -1260,10 +1263,13 @@ impl Planner {
                     // The inline buffer past the length is never read: `[landed; 4]`
                     // is one vector store.
                     deps: Deps::from_buf_and_len([landed; 4], 1),
-                });
+                };
+                put(transfers, at, t);
+                at += 1;
             }
             j += 1;
         }
+        *len = at;
     }
 }
 
@@ -1309,26 +1315,9 @@ impl<'p> Emit<'p> {
     /// Writes the next transfer and returns its index.
     #[inline]
     fn push(&mut self, t: Transfer) -> u32 {
-        match self.transfers.get_mut(self.len) {
-            Some(old) => *old = t,
-            None => self.grow(t),
-        }
+        put(self.transfers, self.len, t);
         self.len += 1;
         (self.len - 1) as u32
-    }
-
-    /// Appends past the previous plan's transfers: out of line, so that
-    /// the loops that write transfers keep their registers for the usual
-    /// case, an overwrite. The spare capacity is filled with placeholders,
-    /// which the next transfers overwrite ([`Emit::finish`] drops those
-    /// left), so that a fresh plan too takes this path once per growth of
-    /// the vector rather than once per transfer.
-    #[cold]
-    #[inline(never)]
-    fn grow(&mut self, t: Transfer) {
-        self.transfers.push(t);
-        let capacity = self.transfers.capacity();
-        self.transfers.resize_with(capacity, placeholder);
     }
 
     /// Drops what is left of the previous plan.
@@ -1337,7 +1326,31 @@ impl<'p> Emit<'p> {
     }
 }
 
-/// A slot of [`Emit::grow`]'s spare capacity, not written yet.
+/// Writes transfer `at` (`at <= transfers.len()`): over the previous
+/// plan's, or appended.
+#[inline]
+fn put(transfers: &mut Vec<Transfer>, at: usize, t: Transfer) {
+    match transfers.get_mut(at) {
+        Some(old) => *old = t,
+        None => grow(transfers, t),
+    }
+}
+
+/// Appends `t` past the previous plan's transfers: out of line, so that
+/// the loops that write transfers keep their registers for the usual case,
+/// an overwrite. The spare capacity is filled with placeholders, which the
+/// next transfers overwrite ([`Emit::finish`] drops those left), so that a
+/// fresh plan too takes this path once per growth of the vector rather
+/// than once per transfer.
+#[cold]
+#[inline(never)]
+fn grow(transfers: &mut Vec<Transfer>, t: Transfer) {
+    transfers.push(t);
+    let capacity = transfers.capacity();
+    transfers.resize_with(capacity, placeholder);
+}
+
+/// A slot of [`grow`]'s spare capacity, not written yet.
 fn placeholder() -> Transfer {
     Transfer {
         src: 0,
