@@ -1011,7 +1011,7 @@ impl Planner {
         let mut ops = [NONE; 2];
         if from < lane.own {
             let end = to.min(lane.own);
-            let (base, _) = self.to_node(c, b);
+            let base = self.send_off[c * (self.ranks() + 1) + b * g];
             ops[0] = out.push(Transfer {
                 src: c as u32,
                 src_buf: Buffer::Input,
