@@ -792,7 +792,7 @@ impl Planner {
             let total = self.node_bytes[a * nn + b];
             for l in 0..self.gpus {
                 let li = self.lane_index(a, b, l);
-                let len = self.lanes[li].len();
+                let (len, direct) = (self.lanes[li].len(), self.lanes[li].direct);
                 // Bytes `before..after` of the pair, pro rata on the lane:
                 // the lane's cut of `before` is where its previous slice ended.
                 let from = self.lane_cut[li];
@@ -803,9 +803,7 @@ impl Planner {
                 };
                 self.lane_cut[li] = to;
                 let c = a * self.gpus + l;
-                let direct_row = self.lanes[li]
-                    .direct
-                    .then(|| c * (self.ranks() + 1) + b * self.gpus);
+                let direct_row = direct.then(|| c * (self.ranks() + 1) + b * self.gpus);
                 self.cut_chunks(c, l, from, to, direct_row);
                 if taper && direct_row.is_none() {
                     self.taper_last_chunks();
