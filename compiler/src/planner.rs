@@ -810,7 +810,7 @@ impl Planner {
                 }
                 for k in 0..self.chunks.len() {
                     let (lo, hi) = self.chunks[k];
-                    self.emit_slice(out, a, b, l, lo, hi, p.stage);
+                    self.emit_slice(out, li, (a, b, l), lo, hi, p.stage);
                 }
             }
         }
@@ -961,22 +961,22 @@ impl Planner {
         }
     }
 
-    /// The sends of bytes `from..to` of lane `l` of pair (a, b) in stage
-    /// `stage`, the balancing moves they need first, and the forwards after.
+    /// The sends of bytes `from..to` of lane `l` of pair (a, b) (index `li`
+    /// in `lanes`) in stage `stage`, the balancing moves they need first,
+    /// and the forwards after.
     #[allow(clippy::too_many_arguments)]
     fn emit_slice(
         &mut self,
         out: &mut Emit,
-        a: usize,
-        b: usize,
-        l: usize,
+        li: usize,
+        (a, b, l): (usize, usize, usize),
         from: u64,
         to: u64,
         stage: u32,
     ) {
         let g = self.gpus;
         let (c, r) = (a * g + l, b * g + l);
-        let lane = self.lanes[self.lane_index(a, b, l)];
+        let lane = self.lanes[li];
         if lane.direct {
             self.emit_direct_slice(out, a, b, l, from, to, stage);
             return;
