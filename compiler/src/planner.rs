@@ -1330,37 +1330,7 @@ impl<'p> Emit<'p> {
 fn put(transfers: &mut Vec<Transfer>, at: usize, t: Transfer) {
     match transfers.get_mut(at) {
         Some(old) => *old = t,
-        None => grow(transfers, t),
-    }
-}
-
-/// Appends `t` past the previous plan's transfers: out of line, so that
-/// the loops that write transfers keep their registers for the usual case,
-/// an overwrite. The spare capacity is filled with placeholders, which the
-/// next transfers overwrite ([`Emit::finish`] drops those left), so that a
-/// fresh plan too takes this path once per growth of the vector rather
-/// than once per transfer.
-#[cold]
-#[inline(never)]
-fn grow(transfers: &mut Vec<Transfer>, t: Transfer) {
-    transfers.push(t);
-    let capacity = transfers.capacity();
-    transfers.resize_with(capacity, placeholder);
-}
-
-/// A slot of [`grow`]'s spare capacity, not written yet.
-fn placeholder() -> Transfer {
-    Transfer {
-        src: 0,
-        src_buf: Buffer::Input,
-        src_off: 0,
-        dst: 0,
-        dst_buf: Buffer::Output,
-        dst_off: 0,
-        bytes: 0,
-        path: Path::Local,
-        step: 0,
-        deps: Deps::new(),
+        None => transfers.push(t),
     }
 }
 
