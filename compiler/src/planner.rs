@@ -1258,9 +1258,7 @@ impl Planner {
                     bytes: hi - lo,
                     path: if d == r { Path::Local } else { Path::Nvlink },
                     step: stage + 1,
-                    // The inline buffer past the length is never read: `[landed; 4]`
-                    // is one vector store.
-                    deps: Deps::from_buf_and_len([landed; 4], 1),
+                    deps: Deps::from_buf_and_len([landed, 0, 0, 0], 1),
                 };
                 put(transfers, at, t);
                 at += 1;
