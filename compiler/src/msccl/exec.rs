@@ -55,7 +55,9 @@ pub struct ExecReport {
 }
 
 /// Checks a file with every rule the executor applies and runs it
-/// symbolically; the error names the line, gpu, threadblock and step.
+/// symbolically; the error names the line, gpu, threadblock and step. A
+/// malformed file is an [`InputError`]; a well-formed one whose run fails
+/// or that is not the all-to-all is a [`VerifyError::Xml`].
 pub fn check_executable(text: &str) -> Result<ExecReport> {
     check_executable_with(text, "<xml>")
 }

@@ -29,7 +29,10 @@ pub const DEFAULT_BLOCK_BYTES: u64 = 1 << 20;
 /// block `(s, d)` carries bytes `c*u .. min((c+1)*u, M[s][d])` of that block
 /// (`u` from the file's name, else the largest pair over the chunks per
 /// block); without, the plan is for the matrix [`xml_traffic`] gives.
-/// Errors are [`InputError`]s naming the line.
+/// Errors name the line: [`InputError`]s for a malformed file,
+/// [`crate::verify::VerifyError::Xml`] for a well-formed one that is not a
+/// correct all-to-all (its run deadlocks, reads an unwritten chunk, or leaves
+/// an output chunk unwritten or wrong).
 pub fn parse_xml(text: &str, file: &str, traffic: Option<&TrafficMatrix>) -> Result<Plan> {
     let algo = parse_algo(text, file)?;
     let trace = exec::run(&algo, file)?;
