@@ -2,7 +2,7 @@
 //! verified all-to-all schedule (the Plan IR), its simulated cost, and MSCCL XML.
 //!
 //! Data flows one way: inputs ([`topology`], [`traffic`], [`generate`]) →
-//! schedulers ([`sched`]) → [`plan::Plan`] → consumers ([`verify`], the
+//! schedulers ([`sched`]) → [`plan::Plan`] → consumers ([`verify`](mod@verify), the
 //! simulator, the lower bounds, the MSCCL lowering). No module reaches back
 //! upstream. See docs/architecture.md for the code map.
 //!

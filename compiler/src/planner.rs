@@ -11,7 +11,7 @@
 //! - intra-node traffic, NVLink (or a local copy), after the GPU's first
 //!   inter-node send;
 //! - direct sends, when every node pair is balanced already (within
-//!   [`DIRECT_SLACK`]): RDMA from each block's source GPU straight into its
+//!   `DIRECT_SLACK`, 2%): RDMA from each block's source GPU straight into its
 //!   destination's output, still in permutation stages;
 //! - balancing moves ("pieces"): NVLink from a GPU with more than its share of
 //!   what its node sends to one node, into the scratch of a GPU with less;

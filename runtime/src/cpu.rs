@@ -4,7 +4,7 @@
 //! checked afterwards.
 //!
 //! Soundness: workers write through raw pointers into shared buffers. That is
-//! sound because [`precheck`](crate::precheck) has run the verifier first:
+//! sound because [`crate::precheck`] has run the verifier first:
 //! in [`Mode::Concurrent`] no two transfers write one byte and every read of
 //! output or scratch is ordered after the transfer that writes it, so
 //! transfers that run at the same time touch disjoint bytes (inputs are only

@@ -16,7 +16,7 @@
 //!    chunk carries the input chunk it holds, and the outputs are checked
 //!    against the all-to-all layout (spec §10, §11).
 //!
-//! Unordered accesses (spec §14 item 8) are left to [`crate::verify`], run on
+//! Unordered accesses (spec §14 item 8) are left to [`verify`](fn@crate::verify), run on
 //! the plan the trace converts to.
 
 use std::collections::{HashMap, VecDeque};

@@ -8,8 +8,8 @@
 //! described in docs/msccl.md and in the shared MSCCL XML spec.
 //!
 //! - [`lower`]: Plan → [`Algo`] (threadblocks, channels, steps, dependencies).
-//! - [`write`]: [`Algo`] → text, in the executor's lexical rules.
-//! - [`read`]: text → [`Algo`] → [`Plan`].
+//! - [`write`](mod@write): [`Algo`] → text, in the executor's lexical rules.
+//! - [`read`]: text → [`Algo`] → [`crate::Plan`].
 //! - [`exec`]: lexical rules, loader rules and a symbolic run of the text.
 
 pub mod exec;

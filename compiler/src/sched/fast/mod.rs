@@ -1,10 +1,10 @@
 //! `fast`: the skew-aware scheduler (docs/algorithms.md, `fast`).
 //!
-//! 1. [`balance`]: inside each node, spread what the node sends to each other
+//! 1. `balance`: inside each node, spread what the node sends to each other
 //!    node evenly over its GPUs and NICs through NVLink;
-//! 2. [`stages`]: decompose the node matrix into few partial-permutation
+//! 2. `stages`: decompose the node matrix into few partial-permutation
 //!    stages (coarsened Birkhoff–von Neumann), rail-aligned inside a stage;
-//! 3. [`mesh`]: on a mesh fabric, part of the intra-node blocks on the
+//! 3. `mesh`: on a mesh fabric, part of the intra-node blocks on the
 //!    busiest links go through a third GPU;
 //! 4. the [`crate::planner::Planner`] emits the plan: balancing moves run under
 //!    the previous stage's sends, forwards under the next, each GPU keeps a
