@@ -151,6 +151,10 @@ pub struct Planner {
     all_direct: bool,
     /// Last balancing move into each GPU's scratch.
     last_move: Vec<u32>,
+    /// Mesh only: the last balancing move over each intra-node link `s → d`
+    /// (index `s * g + d % g`) among those that start at once, before the
+    /// move gate of `emit_slice` holds them back (see `emit_intra_node`).
+    early_move: Vec<u32>,
     /// Chunks of the lane slice being emitted.
     chunks: Vec<(u64, u64)>,
     /// The chunks being tapered.
@@ -260,6 +264,7 @@ impl Planner {
             one_nic_few_peers: nics.min(gpus) == 1 && nodes.saturating_sub(1) <= MIN_DEPTH as usize,
             all_direct: false,
             last_move: Vec::with_capacity(ranks),
+            early_move: Vec::new(),
             chunks: Vec::new(),
             tail: Vec::new(),
             last_pair: Vec::with_capacity(2 * nodes),
@@ -321,7 +326,8 @@ impl Planner {
         self.emit_intra_node(traffic, &mut emit);
         emit.finish();
         if self.mesh {
-            self.relief.relieve(out, self.gpus, self.chunk);
+            self.relief
+                .relieve(out, self.gpus, self.chunk, &self.early_move);
         }
         Ok(())
     }
@@ -519,7 +525,14 @@ impl Planner {
     /// Traffic inside a node: one transfer per block. With stages, a GPU's
     /// blocks wait for its first inter-node send: NVLink has the whole
     /// exchange to carry them, but the balancing moves that feed the first
-    /// sends must not share it with them.
+    /// sends must not share it with them. On a mesh, block `(s, d)` also
+    /// waits for the early moves over its link `s → d` (`early_move`):
+    /// there the link is hardly faster than a NIC, and a hot GPU's big
+    /// block took half of it while the moves that feed the first sends
+    /// crawled behind (4x8 MI300X intra-skew 1.2: moves at 21-32 GB/s of
+    /// 64, a carrier's NIC idle for 150 us, 1.118 of the bound; 1.068
+    /// with the wait, 1.060 when the relief pass's relays wait too, on
+    /// their first hop).
     fn emit_intra_node(&mut self, m: &TrafficMatrix, out: &mut Emit) {
         let (n, g) = (self.ranks(), self.gpus);
         let mut ids = std::mem::take(&mut self.chain_buf);
@@ -530,11 +543,16 @@ impl Planner {
                     add_ops(&mut ids, first);
                 }
             }
+            let base = ids.len();
             let first = s / g * g;
             for d in first..first + g {
                 let bytes = m.get(s, d);
                 if bytes == 0 {
                     continue;
+                }
+                ids.truncate(base);
+                if let Some(&mv) = self.early_move.get(s * g + d - first) {
+                    add_op(&mut ids, mv);
                 }
                 let path = if s == d { Path::Local } else { Path::Nvlink };
                 out.push(self.whole_block(s, d, bytes, path, deps_of(&ids)));
@@ -818,6 +836,10 @@ impl Planner {
         }
         self.last_move.clear();
         self.last_move.resize(self.ranks(), NONE);
+        self.early_move.clear();
+        if self.mesh && self.opts.staged {
+            self.early_move.resize(self.ranks() * self.gpus, NONE);
+        }
         // The last pair each node sends and receives: their final chunks taper.
         self.last_pair.clear();
         self.last_pair.resize(2 * nn, usize::MAX);
@@ -1030,6 +1052,7 @@ impl Planner {
         // lanes are all direct or none are).
         let mut chain = FewIds::default();
         let mut gate = FewIds::default();
+        let lead = self.move_lead(depth);
         if self.opts.staged {
             if slot >= depth {
                 chain.add_ops(self.slots[c][slot - depth]);
@@ -1043,7 +1066,6 @@ impl Planner {
             }
             // Moves for this slot start as the previous slot starts; on a
             // mesh, a window earlier (see `move_lead`).
-            let lead = self.move_lead(depth);
             if slot >= lead {
                 gate.add_ops(self.slots[c][slot - lead]);
             }
@@ -1097,6 +1119,9 @@ impl Planner {
                     deps: move_deps.deps(),
                 });
                 last_move = idx;
+                if !self.early_move.is_empty() && slot < lead {
+                    self.early_move[piece.src as usize * g + l] = idx;
+                }
                 deps.push(idx);
             }
             self.last_move[c] = last_move;
@@ -1701,6 +1726,74 @@ mod tests {
         assert!(moves.len() >= 3 * 7, "{} moves", moves.len());
         assert!(moves.iter().all(|tr| tr.bytes <= 100_000));
         assert_eq!(moves.iter().map(|tr| tr.bytes).sum::<u64>(), 3_000_000);
+    }
+
+    #[test]
+    fn mesh_intra_node_traffic_waits_for_the_first_moves_on_its_link() {
+        // 2x4 MI300X-like mesh: GPU 1 of each node is hot, towards the other
+        // node (so its bytes are moved to the carriers) and inside its node
+        // (a big block, partly relayed by the relief pass).
+        let t = Topology::preset("mi300x", 2, Some(4)).unwrap();
+        let mut m = TrafficMatrix::uniform(8, 200_000);
+        for s in [1usize, 5] {
+            for d in 0..8 {
+                m.set(s, d, if d / 4 == s / 4 { 3_000_000 } else { 4_000_000 });
+            }
+        }
+        let opts = PlannerOptions {
+            chunk_bytes: Some(250_000),
+            ..PlannerOptions::default()
+        };
+        let plan = Planner::new(&t, opts).unwrap().plan(&m).unwrap();
+        verify_on(&plan, &m, &t).unwrap();
+        let is_move_or_hop = |x: &Transfer| {
+            x.path == Path::Nvlink && x.src_buf == Buffer::Input && x.dst_buf == Buffer::Scratch
+        };
+        let rdma = |i: &u32| matches!(plan.transfers[*i as usize].path, Path::Rdma { .. });
+        // Moves that start at once (no send gates them) and the first hops
+        // of relays (an NVLink forward into an output depends on them).
+        let early: Vec<&Transfer> = plan
+            .transfers
+            .iter()
+            .filter(|x| is_move_or_hop(x) && !x.deps.iter().any(rdma))
+            .collect();
+        let mut relay_hop = vec![false; plan.transfers.len()];
+        for x in &plan.transfers {
+            if x.path == Path::Nvlink && x.src_buf == Buffer::Scratch && x.dst_buf == Buffer::Output
+            {
+                for &d in &x.deps {
+                    relay_hop[d as usize] |= is_move_or_hop(&plan.transfers[d as usize]);
+                }
+            }
+        }
+        let r = simulate(&t, &plan, &SimOptions::new(Network::Ideal)).unwrap();
+        let mut checked = 0;
+        for (i, x) in plan.transfers.iter().enumerate() {
+            let block =
+                x.path == Path::Nvlink && x.src_buf == Buffer::Input && x.dst_buf == Buffer::Output;
+            if !(block || relay_hop[i]) {
+                continue;
+            }
+            for mv in early.iter().filter(|mv| (mv.src, mv.dst) == (x.src, x.dst)) {
+                let end = r
+                    .transfers
+                    .iter()
+                    .zip(&plan.transfers)
+                    .find(|(_, y)| std::ptr::eq(*y, *mv))
+                    .map(|(rt, _)| rt.end_us)
+                    .unwrap();
+                assert!(
+                    r.transfers[i].start_us >= end - 1e-9,
+                    "{x:?} starts before {mv:?} ends"
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked > 0);
+        assert!(
+            relay_hop.iter().any(|&h| h),
+            "the relief pass relayed nothing"
+        );
     }
 
     #[test]

@@ -50,8 +50,12 @@ pub(crate) struct MeshRelief {
 impl MeshRelief {
     /// Reroutes part of the traffic on each node's busiest NVLink links
     /// through relays, in pieces of at most `chunk` bytes (and about
-    /// [`MIN_RELAY_BYTES`] at least). `g` is the GPUs per node.
-    pub fn relieve(&mut self, plan: &mut Plan, g: usize, chunk: u64) {
+    /// [`MIN_RELAY_BYTES`] at least). `g` is the GPUs per node. `early[x *
+    /// g + z % g]` is the last balancing move over link `x → z` that starts
+    /// at once (`u32::MAX`: none; an empty slice: no moves): a relay's first
+    /// hop over that link waits for it, as the planner's intra-node blocks
+    /// wait for theirs.
+    pub fn relieve(&mut self, plan: &mut Plan, g: usize, chunk: u64, early: &[u32]) {
         if g < 3 {
             return;
         }
@@ -96,7 +100,7 @@ impl MeshRelief {
         }
         if !self.relays.is_empty() {
             self.cands.sort_unstable();
-            self.apply(plan, g, chunk);
+            self.apply(plan, g, chunk, early);
         }
     }
 
@@ -188,7 +192,7 @@ impl MeshRelief {
     /// in preference order: a candidate's tail goes `x → z` (into `z`'s
     /// scratch, after what it already holds) then `z → y` (where the
     /// candidate wrote); a candidate taken whole becomes the first hop.
-    fn apply(&mut self, plan: &mut Plan, g: usize, chunk: u64) {
+    fn apply(&mut self, plan: &mut Plan, g: usize, chunk: u64, early: &[u32]) {
         plan.scratch.resize(plan.ranks as usize, 0);
         self.relays.sort_unstable();
         let mut c = 0;
@@ -227,6 +231,13 @@ impl MeshRelief {
                     let (lo, hi) = (mul_div(part, p, pieces), mul_div(part, p + 1, pieces));
                     let mut deps = t.deps.clone();
                     deps.extend(prev);
+                    // The first hop waits for the early balancing moves on
+                    // its link, as intra-node blocks do.
+                    if let Some(&mv) = early.get(t.src as usize * g + z_local as usize) {
+                        if mv != u32::MAX && !deps.as_slice().contains(&mv) {
+                            deps.push(mv);
+                        }
+                    }
                     let hop = Transfer {
                         dst: z as u32,
                         dst_buf: Buffer::Scratch,
@@ -298,7 +309,7 @@ mod tests {
         m.set(0, 1, 8 << 20);
         let mut plan = direct(&t, &m);
         let before = link_loads(&plan, 4);
-        MeshRelief::default().relieve(&mut plan, 4, u64::MAX);
+        MeshRelief::default().relieve(&mut plan, 4, u64::MAX, &[]);
         verify_on(&plan, &m, &t).unwrap();
         let after = link_loads(&plan, 4);
         // The hot link levels with the relays' links: 8 MB over three paths.
@@ -318,9 +329,9 @@ mod tests {
         m.set(0, 1, 8 << 20);
         let chunk = 512 << 10;
         let mut whole = direct(&t, &m);
-        MeshRelief::default().relieve(&mut whole, 4, u64::MAX);
+        MeshRelief::default().relieve(&mut whole, 4, u64::MAX, &[]);
         let mut cut = direct(&t, &m);
-        MeshRelief::default().relieve(&mut cut, 4, chunk);
+        MeshRelief::default().relieve(&mut cut, 4, chunk, &[]);
         verify_on(&cut, &m, &t).unwrap();
         // Every relayed piece is at most a chunk; each second hop waits for
         // its own first hop only, and each first hop after the first of a
@@ -368,7 +379,7 @@ mod tests {
         let m = TrafficMatrix::uniform(4, 1 << 20);
         let mut plan = direct(&t, &m);
         let n = plan.transfers.len();
-        MeshRelief::default().relieve(&mut plan, 4, u64::MAX);
+        MeshRelief::default().relieve(&mut plan, 4, u64::MAX, &[]);
         assert_eq!(plan.transfers.len(), n);
         assert!(plan.scratch.iter().all(|&s| s == 0));
     }
