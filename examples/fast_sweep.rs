@@ -48,11 +48,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     let mut spec = TrafficSpec::new(topo.ranks(), p);
                     spec.seed = seed;
                     if let Some(b) = pair_bytes {
-                        spec.bytes = b;
-                        // Scale MoE tokens so the mean pair is near `b` too.
-                        spec.moe.tokens_per_rank = (b as usize * topo.ranks()
-                            / (spec.moe.top_k * spec.moe.hidden * spec.moe.bytes_per_elem))
-                            .max(1);
+                        spec.set_mean_pair_bytes(b);
                     }
                     let m = generate(&spec)?;
                     let bound = cut_bound(&topo, &m).best_us();

@@ -137,6 +137,16 @@ impl TrafficSpec {
             moe: MoeParams::default(),
         }
     }
+
+    /// Sets the mean bytes per GPU pair for every pattern: `bytes` for the
+    /// byte-sized ones, and the MoE tokens per rank so that a `moe` or
+    /// `zipf` matrix's mean pair is near `pair_bytes` too (at least one
+    /// token per rank).
+    pub fn set_mean_pair_bytes(&mut self, pair_bytes: u64) {
+        self.bytes = pair_bytes;
+        let per_token = (self.moe.top_k * self.moe.hidden * self.moe.bytes_per_elem).max(1);
+        self.moe.tokens_per_rank = (pair_bytes as usize * self.ranks / per_token).max(1);
+    }
 }
 
 /// Generates a traffic matrix; the same spec always gives the same matrix.
@@ -341,6 +351,20 @@ impl BelowExt for ChaCha8Rng {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn mean_pair_bytes_scales_moe_tokens() {
+        let mut spec = TrafficSpec::new(16, Pattern::Zipf(1.0));
+        spec.set_mean_pair_bytes(65536);
+        assert_eq!(spec.bytes, 65536);
+        // 2 experts per token, 4096 bf16 elements: 16 KiB per token copy.
+        assert_eq!(spec.moe.tokens_per_rank, 65536 * 16 / (2 * 4096 * 2));
+        let m = generate(&spec).unwrap();
+        let mean = m.total() as f64 / (16.0 * 16.0);
+        assert!((mean / 65536.0 - 1.0).abs() < 0.05, "mean pair {mean}");
+        spec.set_mean_pair_bytes(1);
+        assert_eq!(spec.moe.tokens_per_rank, 1);
+    }
 
     #[test]
     fn parses_patterns() {

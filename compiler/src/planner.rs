@@ -1573,6 +1573,18 @@ mod tests {
             .collect()
     }
 
+    /// `fast`'s plan with sends of at most `chunk` bytes, checked by the
+    /// verifier.
+    fn verified_plan_with_chunk(t: &Topology, m: &TrafficMatrix, chunk: u64) -> Plan {
+        let opts = PlannerOptions {
+            chunk_bytes: Some(chunk),
+            ..PlannerOptions::default()
+        };
+        let plan = Planner::new(t, opts).unwrap().plan(m).unwrap();
+        verify_on(&plan, m, t).unwrap();
+        plan
+    }
+
     fn moe(ranks: usize, seed: u64) -> TrafficMatrix {
         let mut spec = TrafficSpec::new(ranks, Pattern::Zipf(1.0));
         spec.seed = seed;
@@ -1766,12 +1778,7 @@ mod tests {
         let t = topo(2, 4, 4, IntraKind::Switch);
         let mut m = TrafficMatrix::zeros(8);
         m.set(0, 5, 4_000_000);
-        let opts = PlannerOptions {
-            chunk_bytes: Some(100_000),
-            ..PlannerOptions::default()
-        };
-        let plan = Planner::new(&t, opts).unwrap().plan(&m).unwrap();
-        verify_on(&plan, &m, &t).unwrap();
+        let plan = verified_plan_with_chunk(&t, &m, 100_000);
         let moves: Vec<&Transfer> = plan
             .transfers
             .iter()
@@ -1794,22 +1801,18 @@ mod tests {
                 m.set(s, d, if d / 4 == s / 4 { 3_000_000 } else { 4_000_000 });
             }
         }
-        let opts = PlannerOptions {
-            chunk_bytes: Some(250_000),
-            ..PlannerOptions::default()
-        };
-        let plan = Planner::new(&t, opts).unwrap().plan(&m).unwrap();
-        verify_on(&plan, &m, &t).unwrap();
+        let plan = verified_plan_with_chunk(&t, &m, 250_000);
         let is_move_or_hop = |x: &Transfer| {
             x.path == Path::Nvlink && x.src_buf == Buffer::Input && x.dst_buf == Buffer::Scratch
         };
         let rdma = |i: &u32| matches!(plan.transfers[*i as usize].path, Path::Rdma { .. });
         // Moves that start at once (no send gates them) and the first hops
         // of relays (an NVLink forward into an output depends on them).
-        let early: Vec<&Transfer> = plan
-            .transfers
-            .iter()
-            .filter(|x| is_move_or_hop(x) && !x.deps.iter().any(rdma))
+        let early: Vec<usize> = (0..plan.transfers.len())
+            .filter(|&j| {
+                let x = &plan.transfers[j];
+                is_move_or_hop(x) && !x.deps.iter().any(rdma)
+            })
             .collect();
         let mut relay_hop = vec![false; plan.transfers.len()];
         for x in &plan.transfers {
@@ -1828,16 +1831,13 @@ mod tests {
             if !(block || relay_hop[i]) {
                 continue;
             }
-            for mv in early.iter().filter(|mv| (mv.src, mv.dst) == (x.src, x.dst)) {
-                let end = r
-                    .transfers
-                    .iter()
-                    .zip(&plan.transfers)
-                    .find(|(_, y)| std::ptr::eq(*y, *mv))
-                    .map(|(rt, _)| rt.end_us)
-                    .unwrap();
+            for &j in &early {
+                let mv = &plan.transfers[j];
+                if (mv.src, mv.dst) != (x.src, x.dst) {
+                    continue;
+                }
                 assert!(
-                    r.transfers[i].start_us >= end - 1e-9,
+                    r.transfers[i].start_us >= r.transfers[j].end_us - 1e-9,
                     "{x:?} starts before {mv:?} ends"
                 );
                 checked += 1;
@@ -1866,12 +1866,7 @@ mod tests {
         m.set(2, 5, 50_000);
         m.set(2, 6, 1_000_000);
         m.set(2, 7, 6_000_000);
-        let opts = PlannerOptions {
-            chunk_bytes: Some(250_000),
-            ..PlannerOptions::default()
-        };
-        let plan = Planner::new(&t, opts).unwrap().plan(&m).unwrap();
-        verify_on(&plan, &m, &t).unwrap();
+        let plan = verified_plan_with_chunk(&t, &m, 250_000);
         let moved_in = plan
             .transfers
             .iter()
