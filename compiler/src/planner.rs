@@ -155,6 +155,10 @@ pub struct Planner {
     /// (index `s * g + d % g`) among those that start at once, before the
     /// move gate of `emit_slice` holds them back (see `emit_intra_node`).
     early_move: Vec<u32>,
+    /// Switch only: the last of those early moves out of each GPU
+    /// (`early_out`) and into each GPU (`early_in`).
+    early_out: Vec<u32>,
+    early_in: Vec<u32>,
     /// Chunks of the lane slice being emitted.
     chunks: Vec<(u64, u64)>,
     /// The chunks being tapered.
@@ -265,6 +269,8 @@ impl Planner {
             all_direct: false,
             last_move: Vec::with_capacity(ranks),
             early_move: Vec::new(),
+            early_out: Vec::new(),
+            early_in: Vec::new(),
             chunks: Vec::new(),
             tail: Vec::new(),
             last_pair: Vec::with_capacity(2 * nodes),
@@ -522,37 +528,45 @@ impl Planner {
         )
     }
 
-    /// Traffic inside a node: one transfer per block. With stages, a GPU's
-    /// blocks wait for its first inter-node send: NVLink has the whole
-    /// exchange to carry them, but the balancing moves that feed the first
-    /// sends must not share it with them. On a mesh, block `(s, d)` also
-    /// waits for the early moves over its link `s → d` (`early_move`):
-    /// there the link is hardly faster than a NIC, and a hot GPU's big
-    /// block took half of it while the moves that feed the first sends
-    /// crawled behind (4x8 MI300X intra-skew 1.2: moves at 21-32 GB/s of
-    /// 64, a carrier's NIC idle for 150 us, 1.118 of the bound; 1.068
-    /// with the wait, 1.060 when the relief pass's relays wait too, on
-    /// their first hop).
+    /// Traffic inside a node: one transfer per block. NVLink has the whole
+    /// exchange to carry these blocks, but the balancing moves that feed the
+    /// first sends must not share it with them. So with stages, block
+    /// `(s, d)` waits for the early moves (those of the first sends, which
+    /// start at once) that share its NVLink ports: on a switch the last
+    /// early move out of `s` and the last into `d` (`early_out`,
+    /// `early_in`); on a mesh the early moves over its link `s → d`
+    /// (`early_move`), where the link is hardly faster than a NIC and a hot
+    /// GPU's big block took half of it while the moves crawled behind (4x8
+    /// MI300X intra-skew 1.2: moves at 21-32 GB/s of 64, a carrier's NIC
+    /// idle for 150 us, 1.118 of the bound; 1.068 with the wait, 1.060 when
+    /// the relief pass's relays wait too, on their first hop).
+    ///
+    /// Blocks used to wait for their GPU's whole first inter-node send as
+    /// well. With few sends per GPU (64 KB pairs) that send ends near the
+    /// end of the exchange, and on big nodes the hot GPU's NVLink ingress
+    /// then carried its node's blocks and the forwards of the last stages at
+    /// once: 4x72 Zipf 1.0 1.411 -> 1.128 of the bound without that wait,
+    /// 8x16 Zipf 1.0 1.179 -> 1.054, MI300X 2x8 intra-skew 1.2 at 64 KB
+    /// 2.093 -> 1.579 (docs/algorithms.md, section 3).
     fn emit_intra_node(&mut self, m: &TrafficMatrix, out: &mut Emit) {
         let (n, g) = (self.ranks(), self.gpus);
         let mut ids = std::mem::take(&mut self.chain_buf);
         for s in 0..n {
-            ids.clear();
-            if self.opts.staged {
-                if let Some(&first) = self.slots[s].first() {
-                    add_ops(&mut ids, first);
-                }
-            }
-            let base = ids.len();
             let first = s / g * g;
             for d in first..first + g {
                 let bytes = m.get(s, d);
                 if bytes == 0 {
                     continue;
                 }
-                ids.truncate(base);
-                if let Some(&mv) = self.early_move.get(s * g + d - first) {
-                    add_op(&mut ids, mv);
+                ids.clear();
+                if s != d {
+                    if let Some(&mv) = self.early_move.get(s * g + d - first) {
+                        add_op(&mut ids, mv);
+                    }
+                    if let (Some(&o), Some(&i)) = (self.early_out.get(s), self.early_in.get(d)) {
+                        add_op(&mut ids, o);
+                        add_op(&mut ids, i);
+                    }
                 }
                 let path = if s == d { Path::Local } else { Path::Nvlink };
                 out.push(self.whole_block(s, d, bytes, path, deps_of(&ids)));
@@ -837,8 +851,15 @@ impl Planner {
         self.last_move.clear();
         self.last_move.resize(self.ranks(), NONE);
         self.early_move.clear();
-        if self.mesh && self.opts.staged {
-            self.early_move.resize(self.ranks() * self.gpus, NONE);
+        self.early_out.clear();
+        self.early_in.clear();
+        if self.opts.staged {
+            if self.mesh {
+                self.early_move.resize(self.ranks() * self.gpus, NONE);
+            } else {
+                self.early_out.resize(self.ranks(), NONE);
+                self.early_in.resize(self.ranks(), NONE);
+            }
         }
         // The last pair each node sends and receives: their final chunks taper.
         self.last_pair.clear();
@@ -1173,8 +1194,13 @@ impl Planner {
                     deps: move_deps.deps(),
                 });
                 last_move = idx;
-                if !self.early_move.is_empty() && slot < lead {
-                    self.early_move[piece.src as usize * g + l] = idx;
+                if slot < lead {
+                    if !self.early_move.is_empty() {
+                        self.early_move[piece.src as usize * g + l] = idx;
+                    } else if !self.early_out.is_empty() {
+                        self.early_out[piece.src as usize] = idx;
+                        self.early_in[c] = idx;
+                    }
                 }
                 deps.push(idx);
             }
@@ -1585,6 +1611,27 @@ mod tests {
         plan
     }
 
+    /// The balancing moves of `plan` (NVLink copies into a scratch that a
+    /// send depends on) that start at once: no send gates them.
+    fn early_moves(plan: &Plan) -> Vec<usize> {
+        let is_send = |x: &Transfer| matches!(x.path, Path::Rdma { .. });
+        let mut feeds_a_send = vec![false; plan.transfers.len()];
+        for x in plan.transfers.iter().filter(|x| is_send(x)) {
+            for &d in &x.deps {
+                feeds_a_send[d as usize] = true;
+            }
+        }
+        (0..plan.transfers.len())
+            .filter(|&j| {
+                let x = &plan.transfers[j];
+                feeds_a_send[j]
+                    && x.path == Path::Nvlink
+                    && (x.src_buf, x.dst_buf) == (Buffer::Input, Buffer::Scratch)
+                    && !x.deps.iter().any(|&d| is_send(&plan.transfers[d as usize]))
+            })
+            .collect()
+    }
+
     fn moe(ranks: usize, seed: u64) -> TrafficMatrix {
         let mut spec = TrafficSpec::new(ranks, Pattern::Zipf(1.0));
         spec.seed = seed;
@@ -1805,15 +1852,7 @@ mod tests {
         let is_move_or_hop = |x: &Transfer| {
             x.path == Path::Nvlink && x.src_buf == Buffer::Input && x.dst_buf == Buffer::Scratch
         };
-        let rdma = |i: &u32| matches!(plan.transfers[*i as usize].path, Path::Rdma { .. });
-        // Moves that start at once (no send gates them) and the first hops
-        // of relays (an NVLink forward into an output depends on them).
-        let early: Vec<usize> = (0..plan.transfers.len())
-            .filter(|&j| {
-                let x = &plan.transfers[j];
-                is_move_or_hop(x) && !x.deps.iter().any(rdma)
-            })
-            .collect();
+        let early = early_moves(&plan);
         let mut relay_hop = vec![false; plan.transfers.len()];
         for x in &plan.transfers {
             if x.path == Path::Nvlink && x.src_buf == Buffer::Scratch && x.dst_buf == Buffer::Output
@@ -1848,6 +1887,62 @@ mod tests {
             relay_hop.iter().any(|&h| h),
             "the relief pass relayed nothing"
         );
+    }
+
+    #[test]
+    fn switch_intra_node_traffic_waits_for_early_moves_not_for_sends() {
+        // 2x4 NVSwitch nodes: GPU 1 of each node is hot towards the other
+        // node, so its bytes are moved to the carriers first; every GPU also
+        // has 1 MB for each GPU of its own node.
+        let t = Topology::preset("dgx-h100", 2, Some(4)).unwrap();
+        let mut m = TrafficMatrix::uniform(8, 1_000_000);
+        for s in [1usize, 5] {
+            for d in 0..8 {
+                if d / 4 != s / 4 {
+                    m.set(s, d, 4_000_000);
+                }
+            }
+        }
+        let plan = verified_plan_with_chunk(&t, &m, 250_000);
+        let is_send = |x: &Transfer| matches!(x.path, Path::Rdma { .. });
+        let early = early_moves(&plan);
+        assert!(!early.is_empty());
+        let r = simulate(&t, &plan, &SimOptions::new(Network::Ideal)).unwrap();
+        // The end of each GPU's first inter-node send.
+        let mut first_send_end = vec![f64::INFINITY; 8];
+        for (i, x) in plan.transfers.iter().enumerate() {
+            let s = x.src as usize;
+            if is_send(x) && first_send_end[s].is_infinite() {
+                first_send_end[s] = r.transfers[i].end_us;
+            }
+        }
+        let (mut checked, mut ahead_of_sends) = (0, 0);
+        for (i, x) in plan.transfers.iter().enumerate() {
+            if !(x.path == Path::Nvlink
+                && x.src_buf == Buffer::Input
+                && x.dst_buf == Buffer::Output)
+            {
+                continue;
+            }
+            // A block shares the sending GPU's NVLink egress with its moves
+            // out, and the receiving GPU's ingress with its moves in.
+            for &j in &early {
+                let mv = &plan.transfers[j];
+                if mv.src == x.src || mv.dst == x.dst {
+                    assert!(
+                        r.transfers[i].start_us >= r.transfers[j].end_us - 1e-9,
+                        "{x:?} starts before {mv:?} ends"
+                    );
+                    checked += 1;
+                }
+            }
+            if r.transfers[i].start_us < first_send_end[x.src as usize] {
+                ahead_of_sends += 1;
+            }
+        }
+        assert!(checked > 0);
+        // No block waits for its GPU's first send to land.
+        assert!(ahead_of_sends > 0, "every block waited for a send");
     }
 
     #[test]
