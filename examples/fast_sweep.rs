@@ -1,17 +1,59 @@
-//! The 108-case sweep that docs/algorithms.md and docs/benchmarks.md quote
-//! for changes to `fast`: one preset cluster at 2, 4 and 8 nodes (or the
-//! given counts), nine traffic patterns, seeds 1 and 2, the generator's
-//! default sizes and 64 KB per pair. Prints each case's simulated completion
-//! over the bound (the bench's bound, `CutBound::best_us`), then the median,
-//! the worst and the geometric mean. Compare two builds line by line.
+//! The sweeps that docs/algorithms.md and docs/benchmarks.md quote for
+//! changes to `fast`. With a preset: that cluster at 2, 4 and 8 nodes (or
+//! the given counts), nine traffic patterns, seeds 1 and 2, the generator's
+//! default sizes and 64 KB per pair (108 cases at three node counts). With
+//! `shapes`: 90 cases of other node shapes (2-8 nodes of 8 to 72 GPUs, 4 to
+//! 32 NICs, NVSwitch at 450 GB/s and 50 GB/s NICs), MoE Zipf 1.0,
+//! log-normal 0.5 and hotspot 0.3, seeds 1-3, 1024 MoE tokens per rank.
+//! Prints each case's simulated completion over the bound (the bench's
+//! bound, `CutBound::best_us`), then the median, the worst and the
+//! geometric mean. Compare two builds line by line.
 //!
-//! cargo run --release --example fast_sweep -- [PRESET] [NODES,..] [--congested]
+//! cargo run --release --example fast_sweep -- [PRESET | shapes] [NODES,..] [--congested]
 
 use switchyard::compiler::bound::cut_bound;
 use switchyard::compiler::generate::{generate, Pattern, TrafficSpec};
 use switchyard::compiler::planner::{Planner, PlannerOptions};
 use switchyard::compiler::sim::{simulate, Network, SimOptions};
+use switchyard::compiler::topology::{IntraKind, IntraSpec, NicSpec, TopologySpec};
 use switchyard::compiler::Topology;
+
+/// The node shapes of the `shapes` sweep: (nodes, GPUs per node, NICs per
+/// node).
+const SHAPES: [(usize, usize, usize); 10] = [
+    (4, 8, 8),
+    (8, 8, 8),
+    (4, 8, 4),
+    (4, 16, 16),
+    (8, 16, 16),
+    (4, 16, 8),
+    (8, 16, 8),
+    (4, 32, 32),
+    (4, 72, 18),
+    (2, 16, 16),
+];
+
+/// `nodes` nodes of `gpus` GPUs on an NVSwitch, sharing `nics` NICs.
+fn shape(nodes: usize, gpus: usize, nics: usize) -> Result<Topology, Box<dyn std::error::Error>> {
+    let spec = TopologySpec {
+        name: format!("{nodes}x{gpus}, {nics} NICs"),
+        nodes,
+        gpus_per_node: gpus,
+        intra: Some(IntraSpec {
+            kind: IntraKind::Switch,
+            bandwidth_gbps: 450.0,
+            latency_us: 1.0,
+        }),
+        nic: Some(NicSpec {
+            per_node: nics,
+            bandwidth_gbps: 50.0,
+            latency_us: 3.0,
+        }),
+        fabric: None,
+        links: None,
+    };
+    Ok(Topology::from_spec(spec, "shapes")?)
+}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -22,50 +64,74 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(a) => a.split(',').map(str::parse).collect::<Result<_, _>>()?,
         None => vec![2, 4, 8],
     };
-    let patterns = [
-        Pattern::Zipf(0.5),
-        Pattern::Zipf(1.0),
-        Pattern::Zipf(1.2),
-        Pattern::Lognormal(0.5),
-        Pattern::Lognormal(1.0),
-        Pattern::Hotspot(0.3),
-        Pattern::IntraSkew(1.0),
-        Pattern::IntraSkew(1.2),
-        Pattern::Uniform,
-    ];
     let net = if congested {
         Network::Congested
     } else {
         Network::Ideal
     };
-    let mut ratios = Vec::new();
-    for &n in &nodes {
-        let topo = Topology::preset(preset, n, None)?;
-        let mut planner = Planner::new(&topo, PlannerOptions::default())?;
-        for p in patterns {
-            for seed in [1u64, 2] {
-                for pair_bytes in [None, Some(65536u64)] {
+    // (label, topology, traffic spec) of every case.
+    let mut cases = Vec::new();
+    if preset == "shapes" {
+        for (n, gpus, nics) in SHAPES {
+            let topo = shape(n, gpus, nics)?;
+            for p in [
+                Pattern::Zipf(1.0),
+                Pattern::Lognormal(0.5),
+                Pattern::Hotspot(0.3),
+            ] {
+                for seed in 1u64..=3 {
                     let mut spec = TrafficSpec::new(topo.ranks(), p);
                     spec.seed = seed;
-                    if let Some(b) = pair_bytes {
-                        spec.set_mean_pair_bytes(b);
-                    }
-                    let m = generate(&spec)?;
-                    let bound = cut_bound(&topo, &m).best_us();
-                    let plan = planner.plan(&m)?;
-                    let t = simulate(&topo, &plan, &SimOptions::new(net))?.completion_us;
-                    let size = pair_bytes.map_or("default".to_string(), |b| format!("{b} B"));
-                    println!(
-                        "{n}x{} {:16} seed {seed} {:10} {:.3}",
-                        topo.gpus_per_node(),
-                        format!("{p:?}"),
-                        size,
-                        t / bound
-                    );
-                    ratios.push(t / bound);
+                    spec.gpus_per_node = gpus;
+                    spec.moe.tokens_per_rank = 1024;
+                    let label = format!("{n}x{gpus}/{nics} {:16} seed {seed}", format!("{p:?}"));
+                    cases.push((label, topo.clone(), spec));
                 }
             }
         }
+    } else {
+        let patterns = [
+            Pattern::Zipf(0.5),
+            Pattern::Zipf(1.0),
+            Pattern::Zipf(1.2),
+            Pattern::Lognormal(0.5),
+            Pattern::Lognormal(1.0),
+            Pattern::Hotspot(0.3),
+            Pattern::IntraSkew(1.0),
+            Pattern::IntraSkew(1.2),
+            Pattern::Uniform,
+        ];
+        for &n in &nodes {
+            let topo = Topology::preset(preset, n, None)?;
+            for p in patterns {
+                for seed in [1u64, 2] {
+                    for pair_bytes in [None, Some(65536u64)] {
+                        let mut spec = TrafficSpec::new(topo.ranks(), p);
+                        spec.seed = seed;
+                        if let Some(b) = pair_bytes {
+                            spec.set_mean_pair_bytes(b);
+                        }
+                        let size = pair_bytes.map_or("default".to_string(), |b| format!("{b} B"));
+                        let label = format!(
+                            "{n}x{} {:16} seed {seed} {:10}",
+                            topo.gpus_per_node(),
+                            format!("{p:?}"),
+                            size
+                        );
+                        cases.push((label, topo.clone(), spec));
+                    }
+                }
+            }
+        }
+    }
+    let mut ratios = Vec::new();
+    for (label, topo, spec) in &cases {
+        let m = generate(spec)?;
+        let bound = cut_bound(topo, &m).best_us();
+        let plan = Planner::new(topo, PlannerOptions::default())?.plan(&m)?;
+        let t = simulate(topo, &plan, &SimOptions::new(net))?.completion_us;
+        println!("{label} {:.3}", t / bound);
+        ratios.push(t / bound);
     }
     if ratios.is_empty() {
         return Ok(());
