@@ -11,7 +11,7 @@ use switchyard::compiler::generate::{generate, Pattern, TrafficSpec};
 use switchyard::compiler::planner::{Planner, PlannerOptions};
 use switchyard::compiler::sched::direct;
 use switchyard::compiler::sim::{simulate, Network, SimOptions};
-use switchyard::compiler::topology::{IntraKind, IntraSpec, NicSpec, TopologySpec};
+use switchyard::compiler::topology::TopologySpec;
 use switchyard::compiler::Topology;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -36,26 +36,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         (72, 18),
     ] {
         for &n in &nodes {
-            let topo = Topology::from_spec(
-                TopologySpec {
-                    name: format!("{n}x{gpus}"),
-                    nodes: n,
-                    gpus_per_node: gpus,
-                    intra: Some(IntraSpec {
-                        kind: IntraKind::Switch,
-                        bandwidth_gbps: 450.0,
-                        latency_us: 1.0,
-                    }),
-                    nic: Some(NicSpec {
-                        per_node: nics,
-                        bandwidth_gbps: 50.0,
-                        latency_us: 3.0,
-                    }),
-                    fabric: None,
-                    links: None,
-                },
-                "shape",
-            )?;
+            // DGX-H100's NVSwitch and NICs, `nics` of them per node.
+            let mut spec = TopologySpec::preset("dgx-h100", n, Some(gpus))?;
+            if let Some(nic) = spec.nic.as_mut() {
+                nic.per_node = nics;
+            }
+            let topo = Topology::from_spec(spec, "shape")?;
             for p in [
                 Pattern::Zipf(1.0),
                 Pattern::Lognormal(0.5),

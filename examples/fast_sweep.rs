@@ -15,7 +15,7 @@ use switchyard::compiler::bound::cut_bound;
 use switchyard::compiler::generate::{generate, Pattern, TrafficSpec};
 use switchyard::compiler::planner::{Planner, PlannerOptions};
 use switchyard::compiler::sim::{simulate, Network, SimOptions};
-use switchyard::compiler::topology::{IntraKind, IntraSpec, NicSpec, TopologySpec};
+use switchyard::compiler::topology::TopologySpec;
 use switchyard::compiler::Topology;
 
 /// The node shapes of the `shapes` sweep: (nodes, GPUs per node, NICs per
@@ -33,25 +33,13 @@ const SHAPES: [(usize, usize, usize); 10] = [
     (2, 16, 16),
 ];
 
-/// `nodes` nodes of `gpus` GPUs on an NVSwitch, sharing `nics` NICs.
+/// `nodes` nodes of `gpus` GPUs with DGX-H100's NVSwitch and NICs, `nics`
+/// NICs per node.
 fn shape(nodes: usize, gpus: usize, nics: usize) -> Result<Topology, Box<dyn std::error::Error>> {
-    let spec = TopologySpec {
-        name: format!("{nodes}x{gpus}, {nics} NICs"),
-        nodes,
-        gpus_per_node: gpus,
-        intra: Some(IntraSpec {
-            kind: IntraKind::Switch,
-            bandwidth_gbps: 450.0,
-            latency_us: 1.0,
-        }),
-        nic: Some(NicSpec {
-            per_node: nics,
-            bandwidth_gbps: 50.0,
-            latency_us: 3.0,
-        }),
-        fabric: None,
-        links: None,
-    };
+    let mut spec = TopologySpec::preset("dgx-h100", nodes, Some(gpus))?;
+    if let Some(nic) = spec.nic.as_mut() {
+        nic.per_node = nics;
+    }
     Ok(Topology::from_spec(spec, "shapes")?)
 }
 
