@@ -1909,7 +1909,7 @@ mod tests {
         assert!(!early.is_empty());
         let r = simulate(&t, &plan, &SimOptions::new(Network::Ideal)).unwrap();
         // The end of each GPU's first inter-node send.
-        let mut first_send_end = vec![f64::INFINITY; 8];
+        let mut first_send_end = [f64::INFINITY; 8];
         for (i, x) in plan.transfers.iter().enumerate() {
             let s = x.src as usize;
             if is_send(x) && first_send_end[s].is_infinite() {
