@@ -57,11 +57,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     } else {
         Network::Ideal
     };
-    // (label, topology, traffic spec) of every case.
-    let mut cases = Vec::new();
+    // Each topology with the (label, traffic spec) of its cases.
+    let mut groups: Vec<(Topology, Vec<(String, TrafficSpec)>)> = Vec::new();
     if preset == "shapes" {
         for (n, gpus, nics) in SHAPES {
             let topo = shape(n, gpus, nics)?;
+            let mut cases = Vec::new();
             for p in [
                 Pattern::Zipf(1.0),
                 Pattern::Lognormal(0.5),
@@ -73,9 +74,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     spec.gpus_per_node = gpus;
                     spec.moe.tokens_per_rank = 1024;
                     let label = format!("{n}x{gpus}/{nics} {:16} seed {seed}", format!("{p:?}"));
-                    cases.push((label, topo.clone(), spec));
+                    cases.push((label, spec));
                 }
             }
+            groups.push((topo, cases));
         }
     } else {
         let patterns = [
@@ -91,6 +93,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ];
         for &n in &nodes {
             let topo = Topology::preset(preset, n, None)?;
+            let mut cases = Vec::new();
             for p in patterns {
                 for seed in [1u64, 2] {
                     for pair_bytes in [None, Some(65536u64)] {
@@ -106,20 +109,26 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                             format!("{p:?}"),
                             size
                         );
-                        cases.push((label, topo.clone(), spec));
+                        cases.push((label, spec));
                     }
                 }
             }
+            groups.push((topo, cases));
         }
     }
     let mut ratios = Vec::new();
-    for (label, topo, spec) in &cases {
-        let m = generate(spec)?;
-        let bound = cut_bound(topo, &m).best_us();
-        let plan = Planner::new(topo, PlannerOptions::default())?.plan(&m)?;
-        let t = simulate(topo, &plan, &SimOptions::new(net))?.completion_us;
-        println!("{label} {:.3}", t / bound);
-        ratios.push(t / bound);
+    for (topo, cases) in &groups {
+        // One planner per topology, re-planning each case as a training loop
+        // would.
+        let mut planner = Planner::new(topo, PlannerOptions::default())?;
+        for (label, spec) in cases {
+            let m = generate(spec)?;
+            let bound = cut_bound(topo, &m).best_us();
+            let plan = planner.plan(&m)?;
+            let t = simulate(topo, &plan, &SimOptions::new(net))?.completion_us;
+            println!("{label} {:.3}", t / bound);
+            ratios.push(t / bound);
+        }
     }
     if ratios.is_empty() {
         return Ok(());
