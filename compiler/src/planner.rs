@@ -139,6 +139,18 @@ pub struct Planner {
     slots: Vec<Vec<[u32; 2]>>,
     /// Inter-node sends into each GPU, per slot (the receive-side chain).
     rslots: Vec<Vec<[u32; 2]>>,
+    /// Windows counted in bytes ([`Planner::window_unit`]): the reference
+    /// send, 0 when windows count sends.
+    unit: u64,
+    /// The sends of the lane slice being emitted, at their nominal size
+    /// (before the first-send split and the taper).
+    nominal: u64,
+    /// With `unit > 0`: running total of the bytes each GPU's slots count
+    /// for (`out_bytes`), of those into each GPU (`in_bytes`), and the
+    /// sending GPU of each of the latter (`in_from`).
+    out_bytes: Vec<Vec<u64>>,
+    in_bytes: Vec<Vec<u64>>,
+    in_from: Vec<Vec<u32>>,
     /// The last plan was latency-bound ([`Planner::is_latency_bound`]).
     latency_bound: bool,
     /// The last plan was one merged stage of direct sends (see
@@ -263,6 +275,11 @@ impl Planner {
             lane_cut: Vec::with_capacity(nodes * nodes * gpus),
             slots: vec![Vec::new(); ranks],
             rslots: vec![Vec::new(); ranks],
+            unit: 0,
+            nominal: 0,
+            out_bytes: vec![Vec::new(); ranks],
+            in_bytes: vec![Vec::new(); ranks],
+            in_from: vec![Vec::new(); ranks],
             latency_bound: false,
             merged: false,
             one_nic_few_peers: nics.min(gpus) == 1 && nodes.saturating_sub(1) <= MIN_DEPTH as usize,
@@ -779,11 +796,100 @@ impl Planner {
         if let Some(c) = self.opts.chunk_bytes {
             return c.max(1);
         }
-        let exchange_us = self.exchange_us();
-        let lane_rate = self.nic_rate / self.weights.max_sharing() as f64;
-        let by_hop = 0.005 * exchange_us * self.intra_rate;
-        let by_latency = 4.0 * self.inter_latency * lane_rate;
+        let (by_hop, by_latency) = self.chunk_bounds();
         by_hop.max(by_latency).max(1.0) as u64
+    }
+
+    /// The two lower bounds on the chunk size (bytes): by the NVLink hop
+    /// (half a percent of the exchange) and by the latency (four inter-node
+    /// latencies on a lane).
+    fn chunk_bounds(&self) -> (f64, f64) {
+        let lane_rate = self.nic_rate / self.weights.max_sharing() as f64;
+        (
+            0.005 * self.exchange_us() * self.intra_rate,
+            4.0 * self.inter_latency * lane_rate,
+        )
+    }
+
+    /// The reference send of windows counted in bytes, or 0 when windows
+    /// count sends. A chain's window is `depth` sends, which holds
+    /// `depth` sends' worth of bytes only when they are of about one size.
+    /// Where a node pair's slice of a stage is light, its one short send
+    /// takes a whole place in the window of its GPU and of its receiver,
+    /// the NIC runs below its rate until the window moves on, and the line
+    /// that binds the exchange loses that time. Counted in bytes, the
+    /// window looks back past such light sends (never stopping short of
+    /// `depth` sends back): a send waits for the send after which the
+    /// window holds `depth - 1` reference sends (to within 1/8). Each send
+    /// counts its nominal size (its slice over its chunks, before the
+    /// first-send split and the taper), at most the reference. The
+    /// reference is the nominal send of a stage pair of average bytes.
+    ///
+    /// The look-back stops `2 depth` slots back, which bounds its cost.
+    ///
+    /// Kept to exchanges whose chunks are set by the latency bound
+    /// (sends a few latencies long, decode-size exchanges) and to one GPU
+    /// per NIC. Measured (docs/algorithms.md, section 3): DGX-H100 2-16
+    /// nodes, 7 patterns, 2 seeds, at 64 KB per pair 25 of 56 cases better
+    /// by more than 1% and 2 worse (geometric mean -1.8%, up to -13% at
+    /// 2x8); MI300X 2-8 nodes 22 better and 3 worse (-2.5%). With larger
+    /// chunks (256 KB-1 MB per pair) it moved as many cases up as down
+    /// and cost the congested model up to 4% (more senders per receiver);
+    /// with NICs shared by several GPUs, whose other lanes fill a light
+    /// send's gap, it made 4x72 with 18 NICs up to 13% slower.
+    fn window_unit(&self) -> u64 {
+        if !self.opts.staged || self.depth == u32::MAX || self.weights.max_sharing() > 1 {
+            return 0;
+        }
+        let (by_hop, by_latency) = self.chunk_bounds();
+        if by_hop >= by_latency {
+            return 0;
+        }
+        let moved: u64 = self.stages.iter().map(|p| p.bytes).sum();
+        let sends = self.stages.len() as u64 * self.gpus as u64;
+        let share = moved.checked_div(sends).unwrap_or(0);
+        if share == 0 {
+            return 0;
+        }
+        share / share.div_ceil(self.chunk)
+    }
+
+    /// The slot of GPU `c`'s chain its next send waits for, if any.
+    fn sender_wait(&self, c: usize, depth: usize) -> Option<usize> {
+        if self.unit == 0 {
+            return self.slots[c].len().checked_sub(depth);
+        }
+        window_start(&self.out_bytes[c], depth, self.unit)
+    }
+
+    /// The slot of GPU `r`'s receive chain the next send into it (from GPU
+    /// `c`) waits for, if any. Counted in bytes, the window also holds at
+    /// most `depth` distinct senders, as one of `depth` sends does: more
+    /// than four sending NICs at one receiver is incast (docs/cost-model.md).
+    fn receiver_wait(&self, r: usize, c: usize, depth: usize) -> Option<usize> {
+        if self.unit == 0 {
+            return self.rslots[r].len().checked_sub(depth);
+        }
+        receive_window_start(
+            &self.in_bytes[r],
+            &self.in_from[r],
+            c as u32,
+            depth,
+            self.unit,
+        )
+    }
+
+    /// Records a send of GPU `c` into GPU `r` in the byte-counted windows.
+    fn count_send(&mut self, c: usize, r: usize) {
+        if self.unit == 0 {
+            return;
+        }
+        let bytes = self.nominal.min(self.unit);
+        for cum in [&mut self.out_bytes[c], &mut self.in_bytes[r]] {
+            let total = cum.last().copied().unwrap_or(0) + bytes;
+            cum.push(total);
+        }
+        self.in_from[r].push(c as u32);
     }
 
     /// Sends in flight per GPU: enough that one send's transfer time covers
@@ -848,6 +954,11 @@ impl Planner {
         for s in self.slots.iter_mut().chain(&mut self.rslots) {
             s.clear();
         }
+        for s in self.out_bytes.iter_mut().chain(&mut self.in_bytes) {
+            s.clear();
+        }
+        self.in_from.iter_mut().for_each(Vec::clear);
+        self.unit = self.window_unit();
         self.last_move.clear();
         self.last_move.resize(self.ranks(), NONE);
         self.early_move.clear();
@@ -902,6 +1013,9 @@ impl Planner {
                         (self.send_off[row + l + 1] - start).min(lane.own),
                     )
                 });
+                if self.unit > 0 && to > from {
+                    self.nominal = (to - from) / (to - from).div_ceil(self.chunk);
+                }
                 self.cut_chunks(c, l, from, to, direct_row, own_block);
                 if taper && direct_row.is_none() {
                     self.taper_last_chunks();
@@ -1129,15 +1243,14 @@ impl Planner {
         let mut gate = FewIds::default();
         let lead = self.move_lead(depth);
         if self.opts.staged {
-            if slot >= depth {
-                chain.add_ops(self.slots[c][slot - depth]);
+            if let Some(j) = self.sender_wait(c, depth) {
+                chain.add_ops(self.slots[c][j]);
             }
             // The receiving NIC too takes one stage at a time: a sender that
             // runs ahead (its previous pair was light) waits rather than
             // joining another sender at its next receiver (incast).
-            let rslot = self.rslots[r].len();
-            if rslot >= depth {
-                chain.add_ops(self.rslots[r][rslot - depth]);
+            if let Some(j) = self.receiver_wait(r, c, depth) {
+                chain.add_ops(self.rslots[r][j]);
             }
             // Moves for this slot start as the previous slot starts; on a
             // mesh, a window earlier (see `move_lead`).
@@ -1220,6 +1333,7 @@ impl Planner {
         }
         self.slots[c].push(ops);
         self.rslots[r].push(ops);
+        self.count_send(c, r);
         if ops[0] != NONE {
             self.emit_forwards(out, &lane, a, b, l, from, to.min(lane.own), ops[0], stage);
         }
@@ -1246,7 +1360,6 @@ impl Planner {
     ) {
         let (n, g) = (self.ranks(), self.gpus);
         let c = a * g + l;
-        let slot = self.slots[c].len();
         let depth = self.depth as usize;
         // The chains are those of the balanced lane (GPU `l` of `b` stands
         // for the receiving node's lane), so stages keep their order.
@@ -1254,12 +1367,11 @@ impl Planner {
         let mut chain = std::mem::take(&mut self.chain_buf);
         chain.clear();
         if self.opts.staged {
-            if slot >= depth {
-                add_ops(&mut chain, self.slots[c][slot - depth]);
+            if let Some(j) = self.sender_wait(c, depth) {
+                add_ops(&mut chain, self.slots[c][j]);
             }
-            let rslot = self.rslots[r].len();
-            if rslot >= depth {
-                add_ops(&mut chain, self.rslots[r][rslot - depth]);
+            if let Some(j) = self.receiver_wait(r, c, depth) {
+                add_ops(&mut chain, self.rslots[r][j]);
             }
         }
         let path = Path::Rdma { nic: self.rail[l] };
@@ -1300,6 +1412,7 @@ impl Planner {
         let ops = [first, (last - 1) | RANGE];
         self.slots[c].push(ops);
         self.rslots[r].push(ops);
+        self.count_send(c, r);
     }
 
     /// Copies bytes `from..to` of a lane's stream, landed in the receiver's
@@ -1415,6 +1528,63 @@ impl Planner {
         }
         *len = at;
     }
+}
+
+/// Most distinct senders a receiver's byte-counted window tracks (its cap
+/// is the depth, and at most this).
+const MAX_TRACKED_SENDERS: usize = 32;
+
+/// The slot a chain's next send waits for when its window is counted in
+/// bytes (`cum`: running total of the counted bytes per slot): the last slot
+/// after which the window holds `depth - 1` reference sends (`unit`) to
+/// within 1/8, never one later than `depth` slots back and never one more
+/// than `2 depth` back (once the chain is that long).
+fn window_start(cum: &[u64], depth: usize, unit: u64) -> Option<usize> {
+    let (k, depth) = (cum.len(), depth.max(1));
+    let by_count = k.checked_sub(depth)?;
+    let full = (depth as u64 - 1).saturating_mul(unit);
+    let thr = cum[k - 1].checked_sub(full - full / 8);
+    // Running totals rise: the last slot at or below `thr`, looking back at
+    // most `depth` slots past `by_count`.
+    let floor = by_count.saturating_sub(depth);
+    let found = thr.and_then(|thr| (floor..=by_count).rev().find(|&j| cum[j] <= thr));
+    found.or_else(|| {
+        // Not within reach: the window holds less than `depth - 1` full
+        // sends even `2 depth` back; wait there (if the chain is that long).
+        (by_count >= depth).then_some(floor)
+    })
+}
+
+/// [`window_start`] for a receiver's chain (`from`: the sender of each
+/// slot), also stopping where the window would hold more than `depth`
+/// distinct senders counting `sender`, the new send's (and never more than
+/// [`MAX_TRACKED_SENDERS`]).
+fn receive_window_start(
+    cum: &[u64],
+    from: &[u32],
+    sender: u32,
+    depth: usize,
+    unit: u64,
+) -> Option<usize> {
+    let by_count = cum.len().checked_sub(depth.max(1))?;
+    let by_bytes = window_start(cum, depth, unit);
+    if by_bytes == Some(by_count) {
+        // `depth - 1` slots and the new send: at most `depth` senders.
+        return by_bytes;
+    }
+    let cap = depth.clamp(1, MAX_TRACKED_SENDERS);
+    let mut seen = [sender; MAX_TRACKED_SENDERS];
+    let mut n = 1;
+    for i in (by_bytes.map_or(0, |j| j + 1)..cum.len()).rev() {
+        if !seen[..n].contains(&from[i]) {
+            if n == cap {
+                return Some(i.min(by_count));
+            }
+            seen[n] = from[i];
+            n += 1;
+        }
+    }
+    by_bytes
 }
 
 /// The parts of `pieces`, laid end to end from offset 0 of a lane's stream,
@@ -2065,6 +2235,84 @@ mod tests {
         verify_on(&plan, &m, &t).unwrap();
         assert!(!p.stages_are_even());
         assert_eq!(p.pipeline_depth(), MIN_DEPTH);
+    }
+
+    /// Running totals of sends of the given sizes.
+    fn running(sizes: &[u64]) -> Vec<u64> {
+        sizes
+            .iter()
+            .scan(0, |t, &x| {
+                *t += x;
+                Some(*t)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn byte_windows_look_back_past_light_sends_only() {
+        let u = 1000;
+        // Fewer sends than the depth: nothing to wait for.
+        assert_eq!(window_start(&running(&[u, u, u]), 4, u), None);
+        // Full sends: `depth` back, as a count would.
+        assert_eq!(window_start(&running(&[u; 4]), 4, u), Some(0));
+        assert_eq!(window_start(&running(&[u; 7]), 4, u), Some(3));
+        // Within 1/8 of the reference counts as full.
+        assert_eq!(window_start(&running(&[900; 7]), 4, u), Some(3));
+        // Two light sends among the last three: the window reaches past them.
+        assert_eq!(
+            window_start(&running(&[u, u, u, u, 200, 200, u]), 4, u),
+            Some(1)
+        );
+        // So light that even the whole chain holds less: no wait.
+        assert_eq!(window_start(&running(&[100; 6]), 4, u), None);
+        // Depth one waits for the previous send whatever its size.
+        assert_eq!(window_start(&running(&[100, 100]), 1, u), Some(1));
+    }
+
+    #[test]
+    fn receive_windows_hold_at_most_depth_senders() {
+        let u = 1000;
+        let cum = running(&[u, u, u, u, 100, 100, 100, 100]);
+        // From two senders, the bytes decide: back to slot 0.
+        let two = [0, 1, 0, 1, 0, 1, 0, 1];
+        assert_eq!(window_start(&cum, 4, u), Some(0));
+        assert_eq!(receive_window_start(&cum, &two, 1, 4, u), Some(0));
+        // Eight senders: the window stops where a fifth would join.
+        let eight = [0, 1, 2, 3, 4, 5, 6, 7];
+        assert_eq!(receive_window_start(&cum, &eight, 9, 4, u), Some(4));
+        // Never later than `depth` back.
+        let cum = running(&[u; 6]);
+        assert_eq!(
+            receive_window_start(&cum, &[0, 1, 2, 3, 4, 5], 9, 4, u),
+            Some(2)
+        );
+    }
+
+    #[test]
+    fn latency_scale_sends_fill_the_binding_nic() {
+        // 2x8 hotspot at 64 KB per pair: the chunks are set by the latency
+        // bound and the lanes of the hot pair carry unequal bytes; counted
+        // in sends, the windows held light sends and the NICs of the
+        // binding node idled (1.263 of the bound; 1.095 counted in bytes).
+        let t = Topology::preset("dgx-h100", 2, None).unwrap();
+        let mut spec = TrafficSpec::new(t.ranks(), Pattern::Hotspot(0.3));
+        spec.seed = 1;
+        spec.set_mean_pair_bytes(65536);
+        let m = generate(&spec).unwrap();
+        let mut planner = Planner::new(&t, PlannerOptions::default()).unwrap();
+        let plan = planner.plan(&m).unwrap();
+        assert!(planner.unit > 0, "windows count bytes here");
+        verify_on(&plan, &m, &t).unwrap();
+        let bound = cut_bound(&t, &m).best_us();
+        let ratio = simulate(&t, &plan, &SimOptions::new(Network::Ideal))
+            .unwrap()
+            .completion_us
+            / bound;
+        assert!(ratio < 1.15, "{ratio}");
+        // Chunks set by the NVLink hop keep counting sends.
+        spec.set_mean_pair_bytes(4 << 20);
+        planner.plan(&generate(&spec).unwrap()).unwrap();
+        assert_eq!(planner.unit, 0);
     }
 
     #[test]
