@@ -791,12 +791,11 @@ impl Planner {
     /// Chunk size: the un-overlapped NVLink hop before the first chunk and
     /// after the last should cost about half a percent of the whole exchange
     /// (`M / node_rate`), and a chunk should take a few latencies on its NIC so
-    /// that the pipeline hides them.
-    fn chunk_size(&self) -> u64 {
+    /// that the pipeline hides them (`bounds`: [`Planner::chunk_bounds`]).
+    fn chunk_size(&self, (by_hop, by_latency): (f64, f64)) -> u64 {
         if let Some(c) = self.opts.chunk_bytes {
             return c.max(1);
         }
-        let (by_hop, by_latency) = self.chunk_bounds();
         by_hop.max(by_latency).max(1.0) as u64
     }
 
@@ -837,11 +836,12 @@ impl Planner {
     /// and cost the congested model up to 4% (more senders per receiver);
     /// with NICs shared by several GPUs, whose other lanes fill a light
     /// send's gap, it made 4x72 with 18 NICs up to 13% slower.
-    fn window_unit(&self) -> u64 {
+    ///
+    /// `bounds`: [`Planner::chunk_bounds`].
+    fn window_unit(&self, (by_hop, by_latency): (f64, f64)) -> u64 {
         if !self.opts.staged || self.depth == u32::MAX || self.weights.max_sharing() > 1 {
             return 0;
         }
-        let (by_hop, by_latency) = self.chunk_bounds();
         if by_hop >= by_latency {
             return 0;
         }
@@ -945,7 +945,9 @@ impl Planner {
 
     fn emit_inter_node(&mut self, out: &mut Emit) {
         let nn = self.nodes;
-        self.chunk = self.chunk_size();
+        // The chunk size and the window unit both follow from them.
+        let bounds = self.chunk_bounds();
+        self.chunk = self.chunk_size(bounds);
         self.depth = self.depth_for_chunks();
         self.taken.clear();
         self.taken.resize(nn * nn, 0);
@@ -958,7 +960,7 @@ impl Planner {
             s.clear();
         }
         self.in_from.iter_mut().for_each(Vec::clear);
-        self.unit = self.window_unit();
+        self.unit = self.window_unit(bounds);
         self.last_move.clear();
         self.last_move.resize(self.ranks(), NONE);
         self.early_move.clear();
