@@ -3,7 +3,9 @@
 //! over dgx-h100 clusters. One `plan_into` per iteration, buffers reused, as
 //! a training loop calls it. `store_only` is the floor under it: storing as
 //! many transfers as the `fast` plan has into a reused buffer, nothing
-//! computed.
+//! computed. `fast-lognormal-64KB` plans a decode-size exchange (log-normal
+//! traffic, 64 KB per pair), whose byte-counted pipeline windows cost more
+//! per send.
 //!
 //! cargo bench -p switchyard-compiler --bench compile
 
@@ -57,6 +59,30 @@ fn plan_time(c: &mut Criterion) {
                 );
             }
         }
+    }
+    // Decode-size exchanges (64 KB per pair on average): the chunks are set
+    // by the latency bound and the pipeline windows are counted in bytes
+    // (docs/algorithms.md, section 3), which costs the planner more per send.
+    for nodes in [8usize, 16] {
+        let topo = Topology::preset("dgx-h100", nodes, None).expect("preset");
+        let mut spec = TrafficSpec::new(topo.ranks(), Pattern::Lognormal(0.5));
+        spec.seed = 1;
+        spec.set_mean_pair_bytes(64 << 10);
+        let traffic = generate(&spec).expect("traffic");
+        let mut planner = Planner::new(&topo, PlannerOptions::default()).expect("planner");
+        let mut plan = Plan::new("", 0, 0);
+        planner.plan_into(&traffic, &mut plan).expect("plan");
+        eprintln!(
+            "fast {nodes}x8 log-normal 64 KB: {} transfers, {} stages, chunk {} B",
+            plan.transfers.len(),
+            planner.stage_count(),
+            planner.chunk_bytes()
+        );
+        group.bench_with_input(
+            BenchmarkId::new("fast-lognormal-64KB", format!("{nodes}x8")),
+            &traffic,
+            |b, m| b.iter(|| planner.plan_into(m, &mut plan).expect("plan")),
+        );
     }
     group.finish();
 }
