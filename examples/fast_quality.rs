@@ -13,6 +13,7 @@ use switchyard::compiler::sim::{simulate, Network, SimOptions};
 use switchyard::compiler::{Plan, Topology};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    switchyard::restore_sigpipe();
     let mut args = std::env::args().skip(1);
     let nodes: Vec<usize> = match args.next() {
         Some(a) => a.split(',').map(str::parse).collect::<Result<_, _>>()?,

@@ -44,6 +44,7 @@ fn shape(nodes: usize, gpus: usize, nics: usize) -> Result<Topology, Box<dyn std
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    switchyard::restore_sigpipe();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let congested = args.iter().any(|a| a == "--congested");
     let mut plain = args.iter().filter(|a| !a.starts_with("--"));

@@ -13,6 +13,7 @@ use switchyard::compiler::planner::{Planner, PlannerOptions};
 use switchyard::compiler::{verify_on, Plan, Topology};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    switchyard::restore_sigpipe();
     let mut args = std::env::args().skip(1);
     let nodes: usize = args.next().map_or(Ok(4), |a| a.parse())?;
     let batches: u64 = args.next().map_or(Ok(10), |a| a.parse())?;

@@ -5,3 +5,17 @@ pub mod bench;
 
 pub use switchyard_compiler as compiler;
 pub use switchyard_runtime as runtime;
+
+/// Restores the default action of SIGPIPE, so that a program piped into
+/// `head` ends quietly, as other command-line tools do, when the reader goes
+/// away. Rust ignores SIGPIPE, so `println!` on the closed pipe panicked with
+/// a backtrace; the default action ends the process instead (exit status 141
+/// in a shell). The CLI and the examples call it first thing in `main`.
+pub fn restore_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: `signal` with SIG_DFL installs no handler of ours; callers do
+    // it first thing in `main`, before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}

@@ -41,7 +41,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    restore_sigpipe();
+    switchyard::restore_sigpipe();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         // --help and --version print as clap has them, on stdout.
@@ -91,17 +91,4 @@ fn one_line(rendered: &str) -> String {
         out.push_str(line);
     }
     out.strip_prefix("error: ").unwrap_or(&out).to_string()
-}
-
-/// `switchyard demo | head` should end as other command-line tools do,
-/// quietly, when the reader goes away. Rust ignores SIGPIPE, so `println!`
-/// on the closed pipe panicked with a backtrace; the default action ends the
-/// process instead (exit status 141 in a shell).
-fn restore_sigpipe() {
-    #[cfg(unix)]
-    // SAFETY: called first thing in `main`, before any thread exists;
-    // `signal` with SIG_DFL installs no handler of ours.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
 }
