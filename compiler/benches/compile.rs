@@ -13,7 +13,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use switchyard_compiler::generate::{generate, Pattern, TrafficSpec};
 use switchyard_compiler::plan::{Buffer, Deps, Path, Transfer};
 use switchyard_compiler::planner::{Planner, PlannerOptions};
-use switchyard_compiler::{Plan, Topology};
+use switchyard_compiler::{Plan, Topology, TrafficMatrix};
 
 fn plan_time(c: &mut Criterion) {
     let mut group = c.benchmark_group("plan_into");
@@ -32,15 +32,8 @@ fn plan_time(c: &mut Criterion) {
                 staged,
                 ..PlannerOptions::default()
             };
-            let mut planner = Planner::new(&topo, opts).expect("planner");
-            let mut plan = Plan::new("", 0, 0);
-            planner.plan_into(&traffic, &mut plan).expect("plan");
-            eprintln!(
-                "{name} {nodes}x8: {} transfers, {} stages, depth {}",
-                plan.transfers.len(),
-                planner.stage_count(),
-                planner.pipeline_depth()
-            );
+            let (mut planner, mut plan) =
+                first_plan(&topo, opts, &traffic, &format!("{name} {nodes}x8"));
             group.bench_with_input(
                 BenchmarkId::new(name, format!("{nodes}x8")),
                 &traffic,
@@ -69,14 +62,11 @@ fn plan_time(c: &mut Criterion) {
         spec.seed = 1;
         spec.set_mean_pair_bytes(64 << 10);
         let traffic = generate(&spec).expect("traffic");
-        let mut planner = Planner::new(&topo, PlannerOptions::default()).expect("planner");
-        let mut plan = Plan::new("", 0, 0);
-        planner.plan_into(&traffic, &mut plan).expect("plan");
-        eprintln!(
-            "fast {nodes}x8 log-normal 64 KB: {} transfers, {} stages, chunk {} B",
-            plan.transfers.len(),
-            planner.stage_count(),
-            planner.chunk_bytes()
+        let (mut planner, mut plan) = first_plan(
+            &topo,
+            PlannerOptions::default(),
+            &traffic,
+            &format!("fast {nodes}x8 log-normal 64 KB"),
         );
         group.bench_with_input(
             BenchmarkId::new("fast-lognormal-64KB", format!("{nodes}x8")),
@@ -85,6 +75,27 @@ fn plan_time(c: &mut Criterion) {
         );
     }
     group.finish();
+}
+
+/// A planner for `topo` and its first plan of `traffic` (the cold call,
+/// outside the measurement), with the plan's shape printed under `label`.
+fn first_plan(
+    topo: &Topology,
+    opts: PlannerOptions,
+    traffic: &TrafficMatrix,
+    label: &str,
+) -> (Planner, Plan) {
+    let mut planner = Planner::new(topo, opts).expect("planner");
+    let mut plan = Plan::new("", 0, 0);
+    planner.plan_into(traffic, &mut plan).expect("plan");
+    eprintln!(
+        "{label}: {} transfers, {} stages, depth {}, chunk {} B",
+        plan.transfers.len(),
+        planner.stage_count(),
+        planner.pipeline_depth(),
+        planner.chunk_bytes()
+    );
+    (planner, plan)
 }
 
 /// Stores `n` transfers into `out` (cleared, capacity kept).
