@@ -52,27 +52,27 @@ fn plan_time(c: &mut Criterion) {
                 );
             }
         }
-    }
-    // Decode-size exchanges (64 KB per pair on average): the chunks are set
-    // by the latency bound and the pipeline windows are counted in bytes
-    // (docs/algorithms.md, section 3), which costs the planner more per send.
-    for nodes in [8usize, 16] {
-        let topo = Topology::preset("dgx-h100", nodes, None).expect("preset");
-        let mut spec = TrafficSpec::new(topo.ranks(), Pattern::Lognormal(0.5));
-        spec.seed = 1;
-        spec.set_mean_pair_bytes(64 << 10);
-        let traffic = generate(&spec).expect("traffic");
-        let (mut planner, mut plan) = first_plan(
-            &topo,
-            PlannerOptions::default(),
-            &traffic,
-            &format!("fast {nodes}x8 log-normal 64 KB"),
-        );
-        group.bench_with_input(
-            BenchmarkId::new("fast-lognormal-64KB", format!("{nodes}x8")),
-            &traffic,
-            |b, m| b.iter(|| planner.plan_into(m, &mut plan).expect("plan")),
-        );
+        // Decode-size exchanges (64 KB per pair on average): the chunks are
+        // set by the latency bound and the pipeline windows are counted in
+        // bytes (docs/algorithms.md, section 3), which costs the planner more
+        // per send.
+        if nodes <= 16 {
+            let mut spec = TrafficSpec::new(topo.ranks(), Pattern::Lognormal(0.5));
+            spec.seed = 1;
+            spec.set_mean_pair_bytes(64 << 10);
+            let traffic = generate(&spec).expect("traffic");
+            let (mut planner, mut plan) = first_plan(
+                &topo,
+                PlannerOptions::default(),
+                &traffic,
+                &format!("fast {nodes}x8 log-normal 64 KB"),
+            );
+            group.bench_with_input(
+                BenchmarkId::new("fast-lognormal-64KB", format!("{nodes}x8")),
+                &traffic,
+                |b, m| b.iter(|| planner.plan_into(m, &mut plan).expect("plan")),
+            );
+        }
     }
     group.finish();
 }
