@@ -37,6 +37,7 @@ pub mod lp;
 pub mod msccl;
 pub mod plan;
 pub mod planner;
+pub mod program;
 pub mod report;
 pub mod sched;
 pub mod sim;
@@ -46,6 +47,7 @@ pub mod verify;
 
 pub use error::{Error, InputError, Result};
 pub use plan::{Buffer, Path, Plan, Transfer};
+pub use program::RankProgram;
 pub use sched::Algorithm;
 pub use topology::{Topology, TopologySpec};
 pub use traffic::{Layout, TrafficMatrix};

@@ -335,6 +335,25 @@ impl DepGraph {
         }
         Ok(order)
     }
+
+    /// Level of every transfer of `plan` (the plan this graph was built
+    /// from): 0 without dependencies, else one more than its deepest
+    /// dependency. Transfers of one level never depend on each other, so an
+    /// executor may run a level all at once after the levels before it. On a
+    /// cycle, returns what [`DepGraph::topo_order`] returns.
+    pub fn levels(&self, plan: &Plan) -> std::result::Result<Vec<u32>, Vec<u32>> {
+        let order = self.topo_order()?;
+        let mut level = vec![0u32; self.len()];
+        for &i in &order {
+            level[i as usize] = plan.transfers[i as usize]
+                .deps
+                .iter()
+                .map(|&d| level[d as usize] + 1)
+                .max()
+                .unwrap_or(0);
+        }
+        Ok(level)
+    }
 }
 
 #[cfg(test)]

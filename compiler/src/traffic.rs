@@ -49,6 +49,32 @@ impl TrafficMatrix {
         }
     }
 
+    /// A matrix from `ranks * ranks` byte counts in row-major order, checked
+    /// as a file's are: at least one rank, and at most [`MAX_TOTAL_BYTES`] in
+    /// all. `source` names the matrix in errors (bindings pass `matrix`).
+    pub fn from_row_major(ranks: usize, bytes: Vec<u64>, source: &str) -> Result<Self> {
+        if ranks == 0 {
+            return Err(InputError::new(source, "is empty").into());
+        }
+        if ranks.checked_mul(ranks) != Some(bytes.len()) {
+            return Err(InputError::new(
+                source,
+                format!(
+                    "has {} values, not {ranks} x {ranks}: it must be square",
+                    bytes.len()
+                ),
+            )
+            .into());
+        }
+        let mut total = Total::default();
+        for (k, &b) in bytes.iter().enumerate() {
+            total
+                .add(b)
+                .map_err(|reason| cell(source, k / ranks, k % ranks, reason))?;
+        }
+        Ok(TrafficMatrix { ranks, bytes })
+    }
+
     /// The same number of bytes between every pair, and on the diagonal.
     pub fn uniform(ranks: usize, bytes: u64) -> Self {
         TrafficMatrix {
@@ -385,6 +411,20 @@ impl Layout {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn row_major_checked() {
+        let m = TrafficMatrix::from_row_major(2, vec![1, 2, 3, 4], "matrix").unwrap();
+        assert_eq!(m, TrafficMatrix::from_rows(vec![vec![1, 2], vec![3, 4]]));
+        let e = TrafficMatrix::from_row_major(2, vec![1, 2, 3], "matrix").unwrap_err();
+        assert!(e.to_string().contains("must be square"), "{e}");
+        assert!(TrafficMatrix::from_row_major(0, vec![], "matrix").is_err());
+        let e = TrafficMatrix::from_row_major(1, vec![u64::MAX], "matrix").unwrap_err();
+        assert_eq!(
+            e.to_string().split(": ").take(2).collect::<Vec<_>>(),
+            ["matrix", "row 0, column 0"]
+        );
+    }
 
     #[test]
     fn json_round_trip() {

@@ -1,0 +1,287 @@
+//! One rank's part of a plan, as plain data any executor can run: what the
+//! rank sends, receives and copies, each with the level it belongs to.
+//!
+//! Levels come from the plan's dependencies ([`DepGraph::levels`]): a
+//! transfer's level is one more than its deepest dependency's. An executor
+//! that runs level after level, every operation of a level at once and all of
+//! them finished before the next level starts, honours every dependency of the
+//! plan, because a transfer's dependencies all sit on lower levels. Both sides
+//! of a transfer see it on the same level, so a rank that posts a level's sends
+//! and receives as one group (NCCL's `ncclGroupStart`/`End`, torch's
+//! `batch_isend_irecv`) is always matched by its peers' groups: no deadlock.
+//! Inside a level, operations are in plan order, the same on every rank, so
+//! several transfers between one pair of ranks match in order.
+//!
+//! Owns: [`RankProgram`], [`Op`], [`program`], [`programs`]. Knows nothing of
+//! time, topologies or how the plan was made.
+
+use serde::Serialize;
+
+use crate::error::{InputError, Result};
+use crate::plan::{Buffer, DepGraph, Path, Plan};
+
+/// What a rank does in one operation.
+#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum OpKind {
+    /// Send `bytes` from `src_buf` at `src_off` of this rank to `peer`.
+    Send,
+    /// Receive `bytes` from `peer` into `dst_buf` at `dst_off` of this rank.
+    Recv,
+    /// Copy `bytes` inside this rank's memory (`peer` is the rank itself).
+    Copy,
+}
+
+/// One operation of a rank: one side of a plan transfer, or a whole local copy.
+/// Both ends of the transfer are given on both sides, so either side can
+/// check the other.
+#[derive(Serialize, Clone, Debug, PartialEq, Eq)]
+pub struct Op {
+    pub op: OpKind,
+    /// Level of the transfer: every operation of a lower level must finish first.
+    pub level: u32,
+    /// Index of the transfer in the plan.
+    pub transfer: u32,
+    /// The other rank (the rank itself for a copy).
+    pub peer: u32,
+    pub bytes: u64,
+    pub src_buf: Buffer,
+    pub src_off: u64,
+    pub dst_buf: Buffer,
+    pub dst_off: u64,
+    pub path: Path,
+}
+
+/// Everything one rank executes for a plan, level by level.
+#[derive(Serialize, Clone, Debug, PartialEq, Eq)]
+pub struct RankProgram {
+    pub rank: u32,
+    pub ranks: u32,
+    /// Levels of the whole plan: an executor runs levels `0..levels`; this
+    /// rank may have nothing to do on some of them.
+    pub levels: u32,
+    /// Scratch bytes this rank needs.
+    pub scratch_bytes: u64,
+    /// Sorted by level, then by transfer index. Transfers of zero bytes are
+    /// left out: they move nothing, and levels already order what follows them.
+    pub ops: Vec<Op>,
+}
+
+impl RankProgram {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a rank program serialises")
+    }
+}
+
+/// The program of rank `rank`. Errors when the rank is not in the plan or the
+/// plan's dependencies are broken (a dependency that names no transfer, or a
+/// cycle): such a plan has no order to run in.
+pub fn program(plan: &Plan, rank: usize) -> Result<RankProgram> {
+    if rank >= plan.ranks as usize {
+        return Err(InputError::new(
+            "rank",
+            format!("{rank} is not a rank of the plan (it has {})", plan.ranks),
+        )
+        .into());
+    }
+    let levels = plan_levels(plan)?;
+    let mut prog = empty(plan, rank, &levels);
+    for (i, t) in plan.transfers.iter().enumerate() {
+        if t.bytes > 0 && (t.src as usize == rank || t.dst as usize == rank) {
+            push_side(&mut prog, plan, i, levels[i], rank as u32);
+        }
+    }
+    sort(&mut prog);
+    Ok(prog)
+}
+
+/// The programs of every rank, in rank order, in one pass over the plan.
+pub fn programs(plan: &Plan) -> Result<Vec<RankProgram>> {
+    let levels = plan_levels(plan)?;
+    let mut progs: Vec<RankProgram> = (0..plan.ranks as usize)
+        .map(|r| empty(plan, r, &levels))
+        .collect();
+    for (i, t) in plan.transfers.iter().enumerate() {
+        if t.bytes == 0 {
+            continue;
+        }
+        let (s, d) = (t.src as usize, t.dst as usize);
+        if s >= progs.len() || d >= progs.len() {
+            return Err(bad_plan(format!(
+                "transfer {i} names rank {} of a plan of {} ranks",
+                s.max(d),
+                plan.ranks
+            )));
+        }
+        push_side(&mut progs[s], plan, i, levels[i], t.src);
+        if s != d {
+            push_side(&mut progs[d], plan, i, levels[i], t.dst);
+        }
+    }
+    for p in &mut progs {
+        sort(p);
+    }
+    Ok(progs)
+}
+
+fn bad_plan(reason: String) -> crate::Error {
+    InputError::new("plan", reason).into()
+}
+
+fn plan_levels(plan: &Plan) -> Result<Vec<u32>> {
+    let graph = DepGraph::new(plan).map_err(|(i, d)| {
+        bad_plan(format!(
+            "transfer {i} depends on transfer {d}, which does not exist or is itself"
+        ))
+    })?;
+    graph.levels(plan).map_err(|indeg| {
+        let first = indeg.iter().position(|&d| d > 0).unwrap_or(0);
+        bad_plan(format!(
+            "its dependencies form a cycle, e.g. through transfer {first}"
+        ))
+    })
+}
+
+fn empty(plan: &Plan, rank: usize, levels: &[u32]) -> RankProgram {
+    RankProgram {
+        rank: rank as u32,
+        ranks: plan.ranks,
+        levels: levels.iter().max().map_or(0, |&l| l + 1),
+        scratch_bytes: plan.scratch_bytes(rank),
+        ops: Vec::new(),
+    }
+}
+
+/// Adds rank `me`'s side of transfer `i`.
+fn push_side(prog: &mut RankProgram, plan: &Plan, i: usize, level: u32, me: u32) {
+    let t = &plan.transfers[i];
+    let (op, peer) = if t.src == t.dst {
+        (OpKind::Copy, me)
+    } else if t.src == me {
+        (OpKind::Send, t.dst)
+    } else {
+        (OpKind::Recv, t.src)
+    };
+    prog.ops.push(Op {
+        op,
+        level,
+        transfer: i as u32,
+        peer,
+        bytes: t.bytes,
+        src_buf: t.src_buf,
+        src_off: t.src_off,
+        dst_buf: t.dst_buf,
+        dst_off: t.dst_off,
+        path: t.path,
+    });
+}
+
+fn sort(prog: &mut RankProgram) {
+    prog.ops.sort_unstable_by_key(|o| (o.level, o.transfer));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sched::{schedule, Algorithm, Options};
+    use crate::{Topology, TrafficMatrix, Transfer};
+
+    fn t(src: u32, dst: u32, bytes: u64, deps: &[u32]) -> Transfer {
+        Transfer {
+            src,
+            src_buf: Buffer::Input,
+            src_off: 0,
+            dst,
+            dst_buf: Buffer::Scratch,
+            dst_off: 0,
+            bytes,
+            path: if src == dst {
+                Path::Local
+            } else {
+                Path::Nvlink
+            },
+            step: 0,
+            deps: deps.iter().copied().collect(),
+        }
+    }
+
+    #[test]
+    fn levels_sides_and_order() {
+        let mut p = Plan::new("test", 3, 3);
+        p.push(t(0, 1, 8, &[])); // 0: level 0
+        p.push(t(1, 2, 8, &[0])); // 1: level 1
+        p.push(t(1, 1, 4, &[])); // 2: level 0, a copy
+        p.push(t(2, 0, 0, &[1])); // 3: zero bytes, left out
+        p.push(t(0, 1, 2, &[1, 2])); // 4: level 2
+        let progs = programs(&p).unwrap();
+        let one = &progs[1];
+        assert_eq!(one.levels, 3);
+        let seen: Vec<(OpKind, u32, u32, u32)> = one
+            .ops
+            .iter()
+            .map(|o| (o.op, o.level, o.transfer, o.peer))
+            .collect();
+        assert_eq!(
+            seen,
+            vec![
+                (OpKind::Recv, 0, 0, 0),
+                (OpKind::Copy, 0, 2, 1),
+                (OpKind::Send, 1, 1, 2),
+                (OpKind::Recv, 2, 4, 0),
+            ]
+        );
+        assert!(progs[2].ops.iter().all(|o| o.transfer != 3));
+        for r in 0..3 {
+            assert_eq!(program(&p, r).unwrap(), progs[r]);
+        }
+    }
+
+    #[test]
+    fn errors_are_input_errors() {
+        let mut p = Plan::new("test", 2, 2);
+        p.push(t(0, 1, 8, &[1]));
+        p.push(t(1, 0, 8, &[0]));
+        let e = programs(&p).unwrap_err().to_string();
+        assert!(e.contains("cycle"), "{e}");
+        assert!(program(&Plan::new("x", 2, 2), 2)
+            .unwrap_err()
+            .to_string()
+            .contains("not a rank"));
+    }
+
+    /// Every transfer with bytes appears once on each side (once for a
+    /// copy), on one level on both sides, and above all its dependencies.
+    #[test]
+    fn fast_plan_sides_match() {
+        let topo = Topology::preset("dgx-h100", 2, Some(4)).unwrap();
+        let mut m = TrafficMatrix::uniform(8, 1000);
+        m.set(0, 5, 300_000);
+        let plan = schedule(Algorithm::Fast, &topo, &m, &Options::default()).unwrap();
+        let progs = programs(&plan).unwrap();
+        let mut sides = vec![0u32; plan.transfers.len()];
+        let mut level = vec![u32::MAX; plan.transfers.len()];
+        for p in &progs {
+            for o in &p.ops {
+                sides[o.transfer as usize] += 1;
+                let l = &mut level[o.transfer as usize];
+                assert!(*l == u32::MAX || *l == o.level);
+                *l = o.level;
+            }
+        }
+        for (i, tr) in plan.transfers.iter().enumerate() {
+            let want = if tr.bytes == 0 {
+                0
+            } else if tr.src == tr.dst {
+                1
+            } else {
+                2
+            };
+            assert_eq!(sides[i], want, "transfer {i}");
+            for &d in &tr.deps {
+                if plan.transfers[d as usize].bytes > 0 && tr.bytes > 0 {
+                    assert!(level[d as usize] < level[i]);
+                }
+            }
+        }
+    }
+}
