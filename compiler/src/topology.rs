@@ -265,6 +265,14 @@ impl Topology {
     /// Parses and validates topology JSON; `file` names it in errors.
     pub fn from_json_str(text: &str, file: &str) -> Result<Topology> {
         check_no_bom(text, file)?;
+        if text.trim_start().starts_with('<') {
+            return Err(InputError::at(
+                file,
+                "line 1",
+                "is XML (an NCCL topology dump?), but a topology must be Switchyard's topology JSON (docs/formats.md)",
+            )
+            .into());
+        }
         let spec: TopologySpec = serde_json::from_str(text).map_err(|e| json_error(file, &e))?;
         Topology::from_spec(spec, file)
     }
