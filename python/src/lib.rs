@@ -1,0 +1,596 @@
+//! `switchyard._native`: the compiler crate's types as Python classes.
+//!
+//! This layer only converts: Python values to the compiler's inputs, results
+//! to Python values, and the compiler's typed errors to Python exceptions with
+//! the same one-line message the CLI prints (bad input: `ValueError`; a plan
+//! that fails the verifier: `VerificationError`; a file that cannot be read:
+//! `OSError`; a solver failure: `RuntimeError`). Every algorithm is the
+//! compiler's; the idiomatic surface (array conversion, the torch all-to-all)
+//! is the pure-Python package around it (python/switchyard/).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use pyo3::create_exception;
+use pyo3::exceptions::{PyException, PyOSError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use switchyard_compiler::lp::{lower_bound, LpOptions};
+use switchyard_compiler::msccl::{to_xml, Layout, Protocol, XmlOptions, MAX_CHUNK_BYTES};
+use switchyard_compiler::planner::{Planner as FastPlanner, PlannerOptions};
+use switchyard_compiler::program::{program, OpKind};
+use switchyard_compiler::report::Report;
+use switchyard_compiler::sched::{schedule, Options};
+use switchyard_compiler::sim::{Network, SimOptions};
+use switchyard_compiler::{
+    verify_on, Algorithm, Buffer, Error, InputError, Plan, Topology, TopologySpec, TrafficMatrix,
+};
+
+create_exception!(
+    _native,
+    VerificationError,
+    PyException,
+    "A plan that is not a correct all-to-all for its traffic matrix."
+);
+
+/// The compiler's error as the Python exception of its kind, same message.
+fn py_err(e: Error) -> PyErr {
+    match e {
+        Error::Input(_) | Error::Unsupported { .. } => PyValueError::new_err(e.to_string()),
+        Error::Verify(_) => VerificationError::new_err(e.to_string()),
+        Error::Io { .. } => PyOSError::new_err(e.to_string()),
+        _ => PyRuntimeError::new_err(e.to_string()),
+    }
+}
+
+/// An argument's error: the CLI names its flags (`--network`), Python its
+/// parameters (`network`).
+fn arg_err(mut e: InputError, name: &str) -> PyErr {
+    e.file = name.to_string();
+    PyValueError::new_err(e.to_string())
+}
+
+fn bad_arg(name: &str, reason: impl Into<String>) -> PyErr {
+    arg_err(InputError::new(name, reason), name)
+}
+
+/// A count from Python (which may be negative) as a `usize`.
+fn count(v: i64, name: &str, least: i64) -> PyResult<usize> {
+    if v < least {
+        return Err(bad_arg(name, format!("must be at least {least}, got {v}")));
+    }
+    usize::try_from(v).map_err(|_| bad_arg(name, format!("{v} is too large")))
+}
+
+/// Parses JSON text that this module wrote into Python objects.
+fn json_to_py<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyAny>> {
+    py.import("json")?.call_method1("loads", (text,))
+}
+
+/// A cluster topology (DESIGN.md "Ranks and topology").
+#[pyclass(name = "Topology", module = "switchyard._native", frozen)]
+struct PyTopology {
+    inner: Arc<Topology>,
+}
+
+#[pymethods]
+impl PyTopology {
+    /// A built-in cluster: `dgx-h100`, `dgx-a100` or `mi300x`, with `nodes`
+    /// nodes; `gpus_per_node` and `nics_per_node` override the preset's 8 and 8.
+    #[staticmethod]
+    #[pyo3(signature = (name, nodes, gpus_per_node=None, nics_per_node=None))]
+    fn preset(
+        name: &str,
+        nodes: i64,
+        gpus_per_node: Option<i64>,
+        nics_per_node: Option<i64>,
+    ) -> PyResult<Self> {
+        let nodes = count(nodes, "nodes", 1)?;
+        let gpus = gpus_per_node
+            .map(|g| count(g, "gpus_per_node", 1))
+            .transpose()?;
+        let mut spec = TopologySpec::preset(name, nodes, gpus).map_err(py_err)?;
+        if let Some(k) = nics_per_node {
+            let k = count(k, "nics_per_node", 1)?;
+            if let Some(nic) = spec.nic.as_mut() {
+                nic.per_node = k;
+            }
+        }
+        let topo = Topology::from_spec(spec, &format!("<preset {name}>")).map_err(py_err)?;
+        Ok(PyTopology {
+            inner: Arc::new(topo),
+        })
+    }
+
+    /// A topology from a JSON file's path (`str` or `os.PathLike`), or from
+    /// JSON text itself (a string that starts with `{`).
+    #[staticmethod]
+    fn from_json(path_or_text: &Bound<'_, PyAny>) -> PyResult<Self> {
+        if let Ok(s) = path_or_text.extract::<String>() {
+            if s.trim_start().starts_with('{') {
+                return Self::from_json_text(&s, "<topology>");
+            }
+            return Self::load(PathBuf::from(s));
+        }
+        let path: PathBuf = path_or_text.extract().map_err(|_| {
+            bad_arg(
+                "path_or_text",
+                "must be a path (str or os.PathLike) or topology JSON text",
+            )
+        })?;
+        Self::load(path)
+    }
+
+    /// Parses topology JSON; `source` names it in errors.
+    #[staticmethod]
+    #[pyo3(signature = (text, source="<topology>"))]
+    fn from_json_text(text: &str, source: &str) -> PyResult<Self> {
+        let topo = Topology::from_json_str(text, source).map_err(py_err)?;
+        Ok(PyTopology {
+            inner: Arc::new(topo),
+        })
+    }
+
+    /// Reads a topology JSON file.
+    #[staticmethod]
+    fn load(path: PathBuf) -> PyResult<Self> {
+        let topo = Topology::load(&path).map_err(py_err)?;
+        Ok(PyTopology {
+            inner: Arc::new(topo),
+        })
+    }
+
+    #[getter]
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    #[getter]
+    fn ranks(&self) -> usize {
+        self.inner.ranks()
+    }
+    #[getter]
+    fn nodes(&self) -> usize {
+        self.inner.nodes()
+    }
+    #[getter]
+    fn gpus_per_node(&self) -> usize {
+        self.inner.gpus_per_node()
+    }
+    #[getter]
+    fn nics_per_node(&self) -> usize {
+        self.inner.nics_per_node()
+    }
+
+    /// The topology file (the same JSON `switchyard topology` prints).
+    fn to_json(&self) -> String {
+        self.inner.spec().to_json()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Topology({:?}, nodes={}, gpus_per_node={})",
+            self.inner.name(),
+            self.inner.nodes(),
+            self.inner.gpus_per_node()
+        )
+    }
+}
+
+/// How a Planner makes plans: `fast` and `spray` keep the reusable planner
+/// (its buffers live between calls), the others call their scheduler.
+enum Engine {
+    Reusable(Box<FastPlanner>),
+    OneShot(Options),
+}
+
+/// Makes plans for one topology and one algorithm, one traffic matrix at a time.
+#[pyclass(name = "Planner", module = "switchyard._native", subclass)]
+struct PyPlanner {
+    topo: Arc<Topology>,
+    algorithm: Algorithm,
+    engine: Engine,
+}
+
+#[pymethods]
+impl PyPlanner {
+    #[new]
+    #[pyo3(signature = (
+        topology, algorithm="fast", *, pipeline_depth=None, stages_per_node=None,
+        balance=None, chunk_bytes=None, time_limit_s=None, max_lanes_per_gpu=None
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        topology: PyRef<'_, PyTopology>,
+        algorithm: &str,
+        pipeline_depth: Option<i64>,
+        stages_per_node: Option<f64>,
+        balance: Option<bool>,
+        chunk_bytes: Option<i64>,
+        time_limit_s: Option<f64>,
+        max_lanes_per_gpu: Option<i64>,
+    ) -> PyResult<Self> {
+        let alg: Algorithm = algorithm.parse().map_err(|e| arg_err(e, "algorithm"))?;
+        let fast_like = matches!(alg, Algorithm::Fast | Algorithm::Spray);
+        let given = |name: &'static str, set: bool| (set, name);
+        let options = [
+            given("pipeline_depth", pipeline_depth.is_some()),
+            given("stages_per_node", stages_per_node.is_some()),
+            given("balance", balance.is_some()),
+            given("chunk_bytes", chunk_bytes.is_some()),
+            given("time_limit_s", time_limit_s.is_some()),
+            given("max_lanes_per_gpu", max_lanes_per_gpu.is_some()),
+        ];
+        for (set, name) in options {
+            let applies = match name {
+                "time_limit_s" | "max_lanes_per_gpu" => alg == Algorithm::Lp,
+                "pipeline_depth" | "stages_per_node" => alg == Algorithm::Fast,
+                _ => fast_like,
+            };
+            if set && !applies {
+                return Err(bad_arg(
+                    name,
+                    format!("is not an option of `{alg}` (see the Planner's documentation)"),
+                ));
+            }
+        }
+        let engine = if fast_like {
+            let defaults = PlannerOptions::default();
+            let opts = PlannerOptions {
+                pipeline_depth: pipeline_depth
+                    .map(|d| count(d, "pipeline_depth", 1).map(|d| d.min(u32::MAX as usize) as u32))
+                    .transpose()?,
+                stages_per_node: stages_per_node.unwrap_or(defaults.stages_per_node),
+                balance: balance.unwrap_or(defaults.balance),
+                staged: alg == Algorithm::Fast,
+                chunk_bytes: chunk_bytes
+                    .map(|c| count(c, "chunk_bytes", 1).map(|c| c as u64))
+                    .transpose()?,
+            };
+            Engine::Reusable(Box::new(
+                FastPlanner::new(&topology.inner, opts).map_err(py_err)?,
+            ))
+        } else {
+            let mut opts = Options::default();
+            if let Some(t) = time_limit_s {
+                if !(t.is_finite() && t > 0.0) {
+                    return Err(bad_arg(
+                        "time_limit_s",
+                        format!("must be positive, got {t}"),
+                    ));
+                }
+                opts.time_limit_s = t;
+            }
+            opts.max_lanes_per_gpu = max_lanes_per_gpu
+                .map(|k| count(k, "max_lanes_per_gpu", 1).map(|k| k.min(u32::MAX as usize) as u32))
+                .transpose()?;
+            Engine::OneShot(opts)
+        };
+        Ok(PyPlanner {
+            topo: topology.inner.clone(),
+            algorithm: alg,
+            engine,
+        })
+    }
+
+    #[getter]
+    fn algorithm(&self) -> &'static str {
+        self.algorithm.name()
+    }
+
+    #[getter]
+    fn topology(&self) -> PyTopology {
+        PyTopology {
+            inner: self.topo.clone(),
+        }
+    }
+
+    /// Plans the traffic given as `ranks * ranks` little-endian u64 byte
+    /// counts, row-major (the Python `Planner.plan` converts array-likes).
+    fn _plan_bytes(
+        &mut self,
+        py: Python<'_>,
+        matrix: &Bound<'_, PyBytes>,
+        ranks: i64,
+    ) -> PyResult<PyPlan> {
+        let traffic = traffic_from_bytes(matrix, ranks, &self.topo)?;
+        let (alg, topo) = (self.algorithm, self.topo.clone());
+        let engine = &mut self.engine;
+        let (plan, compile_us) = py.detach(|| {
+            let t0 = Instant::now();
+            let plan = match engine {
+                Engine::Reusable(p) => p.plan(&traffic),
+                Engine::OneShot(opts) => schedule(alg, &topo, &traffic, opts),
+            };
+            (plan, t0.elapsed().as_secs_f64() * 1e6)
+        });
+        Ok(PyPlan {
+            plan: plan.map_err(py_err)?,
+            topo,
+            traffic: Arc::new(traffic),
+            compile_us: Some(compile_us),
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Planner({:?}, algorithm={:?})",
+            self.topo.name(),
+            self.algorithm.name()
+        )
+    }
+}
+
+/// The matrix `Planner.plan` passes: `ranks * ranks` little-endian u64
+/// byte counts, row-major, for a cluster of `topo`'s size.
+fn traffic_from_bytes(
+    matrix: &Bound<'_, PyBytes>,
+    ranks: i64,
+    topo: &Topology,
+) -> PyResult<TrafficMatrix> {
+    let ranks = count(ranks, "matrix", 1)?;
+    let raw = matrix.as_bytes();
+    if ranks.checked_mul(ranks).and_then(|n| n.checked_mul(8)) != Some(raw.len()) {
+        return Err(bad_arg(
+            "matrix",
+            format!(
+                "{} bytes do not hold {ranks} x {ranks} u64 values",
+                raw.len()
+            ),
+        ));
+    }
+    let cells: Vec<u64> = raw
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+        .collect();
+    let traffic = TrafficMatrix::from_row_major(ranks, cells, "matrix").map_err(py_err)?;
+    traffic
+        .check_ranks(topo.ranks(), "matrix")
+        .map_err(py_err)?;
+    Ok(traffic)
+}
+
+/// A plan in the IR's JSON form (as `compile --out plan.json` writes it),
+/// for `topology` and the matrix it is meant to deliver (the Python
+/// `switchyard.plan_from_json` converts the matrix).
+#[pyfunction]
+fn _plan_from_json(
+    text: &str,
+    topology: PyRef<'_, PyTopology>,
+    matrix: &Bound<'_, PyBytes>,
+    ranks: i64,
+) -> PyResult<PyPlan> {
+    let traffic = traffic_from_bytes(matrix, ranks, &topology.inner)?;
+    let plan = Plan::from_json_str(text, "plan").map_err(py_err)?;
+    if plan.ranks as usize != traffic.ranks()
+        || plan.gpus_per_node as usize != topology.inner.gpus_per_node()
+    {
+        return Err(bad_arg(
+            "plan",
+            format!(
+                "is for {} ranks in nodes of {} GPUs, but the topology has {} in nodes of {}",
+                plan.ranks,
+                plan.gpus_per_node,
+                topology.inner.ranks(),
+                topology.inner.gpus_per_node()
+            ),
+        ));
+    }
+    Ok(PyPlan {
+        plan,
+        topo: topology.inner.clone(),
+        traffic: Arc::new(traffic),
+        compile_us: None,
+    })
+}
+
+/// A schedule for one traffic matrix on one topology.
+#[pyclass(name = "Plan", module = "switchyard._native", frozen)]
+struct PyPlan {
+    plan: Plan,
+    topo: Arc<Topology>,
+    traffic: Arc<TrafficMatrix>,
+    compile_us: Option<f64>,
+}
+
+impl PyPlan {
+    fn rank(&self, rank: i64) -> PyResult<usize> {
+        let r = count(rank, "rank", 0)?;
+        if r >= self.plan.ranks as usize {
+            return Err(bad_arg(
+                "rank",
+                format!("{r} is not a rank of the plan (it has {})", self.plan.ranks),
+            ));
+        }
+        Ok(r)
+    }
+}
+
+fn buffer_code(b: Buffer) -> u8 {
+    match b {
+        Buffer::Input => 0,
+        Buffer::Output => 1,
+        Buffer::Scratch => 2,
+    }
+}
+
+/// One op as the executor's tuple.
+type OpTuple = (u8, u32, u32, u64, u8, u64, u8, u64, u32);
+
+#[pymethods]
+impl PyPlan {
+    #[getter]
+    fn algorithm(&self) -> &str {
+        &self.plan.algorithm
+    }
+    #[getter]
+    fn ranks(&self) -> u32 {
+        self.plan.ranks
+    }
+    #[getter]
+    fn gpus_per_node(&self) -> u32 {
+        self.plan.gpus_per_node
+    }
+    #[getter]
+    fn num_transfers(&self) -> usize {
+        self.plan.transfers.len()
+    }
+    #[getter]
+    fn num_steps(&self) -> usize {
+        self.plan.steps()
+    }
+    /// Microseconds the planner took for this plan.
+    #[getter]
+    fn compile_us(&self) -> Option<f64> {
+        self.compile_us
+    }
+
+    /// Scratch bytes rank `rank` needs.
+    fn scratch_bytes(&self, rank: i64) -> PyResult<u64> {
+        Ok(self.plan.scratch_bytes(self.rank(rank)?))
+    }
+
+    /// The plan IR as JSON (the same text `compile --out plan.json` writes).
+    fn to_json(&self) -> String {
+        self.plan.to_json()
+    }
+
+    /// The traffic matrix the plan was made for, as `switchyard traffic` writes it.
+    fn traffic_json(&self) -> String {
+        self.traffic.to_json()
+    }
+
+    /// MSCCL XML (the same text `compile --out plan.xml` writes).
+    #[pyo3(signature = (layout="padded", protocol=None, chunk_bytes=None))]
+    fn to_msccl_xml(
+        &self,
+        py: Python<'_>,
+        layout: &str,
+        protocol: Option<&str>,
+        chunk_bytes: Option<i64>,
+    ) -> PyResult<String> {
+        let layout: Layout = layout.parse().map_err(|e: String| bad_arg("layout", e))?;
+        let protocol = protocol
+            .map(|p| {
+                p.parse::<Protocol>()
+                    .map_err(|e: String| bad_arg("protocol", e))
+            })
+            .transpose()?;
+        let chunk_bytes = match chunk_bytes {
+            Some(c) if c < 1 || c as u64 > MAX_CHUNK_BYTES => {
+                return Err(bad_arg(
+                    "chunk_bytes",
+                    format!("must be in 1..={MAX_CHUNK_BYTES} (2^38), got {c}"),
+                ))
+            }
+            c => c.map(|c| c as u64),
+        };
+        let opts = XmlOptions {
+            layout,
+            protocol,
+            chunk_bytes,
+        };
+        let xml = py.detach(|| to_xml(&self.plan, &self.topo, &self.traffic, &opts));
+        Ok(xml.map_err(py_err)?.text)
+    }
+
+    /// Checks that the plan is a correct all-to-all for its matrix on its
+    /// topology; raises `VerificationError` if not.
+    fn verify<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let summary = py
+            .detach(|| verify_on(&self.plan, &self.traffic, &self.topo))
+            .map_err(|e| VerificationError::new_err(e.to_string()))?;
+        let d = pyo3::types::PyDict::new(py);
+        d.set_item("transfers", summary.transfers)?;
+        d.set_item("bytes_moved", summary.bytes_moved)?;
+        Ok(d.into_any())
+    }
+
+    /// Simulates the plan: the report `compile --report` writes, as a dict.
+    #[pyo3(signature = (network="ideal"))]
+    fn simulate<'py>(&self, py: Python<'py>, network: &str) -> PyResult<Bound<'py, PyAny>> {
+        let network: Network = network.parse().map_err(|e| arg_err(e, "network"))?;
+        let text = py
+            .detach(|| {
+                let bound = lower_bound(&self.topo, &self.traffic, &LpOptions::default())?;
+                let report = Report::measure(
+                    &self.plan.algorithm,
+                    &self.topo,
+                    &self.traffic,
+                    &self.plan,
+                    Some(&bound),
+                    self.compile_us,
+                    &SimOptions::new(network),
+                )?;
+                Ok::<_, Error>(serde_json::to_string(&report).unwrap_or_default())
+            })
+            .map_err(py_err)?;
+        json_to_py(py, &text)
+    }
+
+    /// What rank `rank` executes, as plain data (docs/python.md, "Rank programs").
+    fn program<'py>(&self, py: Python<'py>, rank: i64) -> PyResult<Bound<'py, PyAny>> {
+        let prog = program(&self.plan, self.rank(rank)?).map_err(py_err)?;
+        json_to_py(py, &prog.to_json())
+    }
+
+    /// The executor's compact form of `program(rank)`: `(levels,
+    /// scratch_bytes, ops)` with each op `(kind, level, peer, bytes, src_buf,
+    /// src_off, dst_buf, dst_off, transfer)`; kind 0 send, 1 recv, 2 copy;
+    /// buffers 0 input, 1 output, 2 scratch.
+    fn _program_tuples(&self, rank: i64) -> PyResult<(u32, u64, Vec<OpTuple>)> {
+        let prog = program(&self.plan, self.rank(rank)?).map_err(py_err)?;
+        let ops = prog
+            .ops
+            .iter()
+            .map(|o| {
+                let kind = match o.op {
+                    OpKind::Send => 0,
+                    OpKind::Recv => 1,
+                    OpKind::Copy => 2,
+                };
+                (
+                    kind,
+                    o.level,
+                    o.peer,
+                    o.bytes,
+                    buffer_code(o.src_buf),
+                    o.src_off,
+                    buffer_code(o.dst_buf),
+                    o.dst_off,
+                    o.transfer,
+                )
+            })
+            .collect();
+        Ok((prog.levels, prog.scratch_bytes, ops))
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Plan(algorithm={:?}, ranks={}, transfers={}, steps={})",
+            self.plan.algorithm,
+            self.plan.ranks,
+            self.plan.transfers.len(),
+            self.plan.steps()
+        )
+    }
+}
+
+/// The names `Planner` accepts as `algorithm`.
+#[pyfunction]
+fn algorithms() -> Vec<&'static str> {
+    Algorithm::ALL.iter().map(|a| a.name()).collect()
+}
+
+/// Switchyard's compiler, for Python.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyTopology>()?;
+    m.add_class::<PyPlanner>()?;
+    m.add_class::<PyPlan>()?;
+    m.add_function(wrap_pyfunction!(algorithms, m)?)?;
+    m.add_function(wrap_pyfunction!(_plan_from_json, m)?)?;
+    m.add("VerificationError", m.py().get_type::<VerificationError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

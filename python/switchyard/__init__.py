@@ -1,0 +1,146 @@
+"""Switchyard: an all-to-all schedule compiler for skewed Mixture-of-Experts traffic.
+
+The classes here are thin bindings of the Rust compiler (no algorithm is
+written in Python):
+
+>>> import switchyard
+>>> topo = switchyard.Topology.preset("dgx-h100", nodes=2, gpus_per_node=4)
+>>> planner = switchyard.Planner(topo, algorithm="fast")
+>>> plan = planner.plan([[1 << 20] * 8 for _ in range(8)])
+>>> plan.verify()["transfers"] == plan.num_transfers
+True
+
+``switchyard.torch.AllToAll`` is a drop-in for
+``torch.distributed.all_to_all_single`` that re-plans every batch (import
+``switchyard.torch`` explicitly; it needs PyTorch). See docs/python.md.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional, Tuple
+
+import numpy as np
+
+from . import _native
+from ._native import Plan, Topology, VerificationError, __version__, algorithms
+
+__all__ = [
+    "Plan",
+    "Planner",
+    "Topology",
+    "VerificationError",
+    "__version__",
+    "algorithms",
+    "plan_from_json",
+    "topology_from_env",
+]
+
+
+class Planner(_native.Planner):
+    """Makes plans for one topology with one algorithm.
+
+    ``Planner(topology, algorithm="fast", **options)``; options by algorithm:
+    ``fast``: ``pipeline_depth``, ``stages_per_node``, ``balance``,
+    ``chunk_bytes``; ``spray``: ``balance``, ``chunk_bytes``; ``lp``:
+    ``time_limit_s``, ``max_lanes_per_gpu``. An option the algorithm does not
+    take raises ``ValueError``. ``fast`` and ``spray`` keep their buffers
+    between calls, as the Rust ``Planner`` does.
+    """
+
+    def plan(self, matrix: Any) -> Plan:
+        """Plans one all-to-all(v) for ``matrix``: bytes from rank ``s`` (row)
+        to rank ``d`` (column), any R x R array-like of non-negative integers
+        (numpy array, torch tensor, list of lists)."""
+        data, ranks = matrix_bytes(matrix)
+        return self._plan_bytes(data, ranks)
+
+
+def plan_from_json(text: str, topology: Topology, matrix: Any) -> Plan:
+    """A plan in the IR's JSON form (``compile --out plan.json``, or
+    ``Plan.to_json()``), for ``topology`` and the traffic ``matrix`` it is
+    meant to deliver; ``verify()`` then says whether it does."""
+    data, ranks = matrix_bytes(matrix)
+    return _native._plan_from_json(text, topology, data, ranks)
+
+
+def matrix_bytes(matrix: Any) -> Tuple[bytes, int]:
+    """``matrix`` as little-endian u64 bytes, row-major, and its rank count.
+
+    Raises ``ValueError`` naming the place of the first bad value, as the CLI
+    does for a traffic file."""
+    if hasattr(matrix, "detach") and hasattr(matrix, "cpu"):  # a torch tensor
+        matrix = matrix.detach().cpu().numpy()
+    try:
+        a = np.asarray(matrix)
+    except ValueError as e:  # ragged rows
+        raise ValueError(f"matrix: rows of different lengths: it must be square ({e})") from None
+    if a.ndim != 2 or a.shape[0] != a.shape[1]:
+        raise ValueError(f"matrix: must be square (R x R), got shape {tuple(a.shape)}")
+    if a.shape[0] == 0:
+        raise ValueError("matrix: is empty")
+    kind = a.dtype.kind
+    if kind == "O":
+        try:
+            a = a.astype(np.float64) if any(isinstance(v, float) for v in a.flat) else a.astype(np.int64)
+        except (TypeError, ValueError, OverflowError):
+            raise ValueError("matrix: must hold byte counts (integers)") from None
+        kind = a.dtype.kind
+    if kind not in "iuf":
+        raise ValueError(f"matrix: must hold byte counts (integers), got dtype {a.dtype}")
+    if kind == "f" and not np.isfinite(a).all():
+        i, j = np.argwhere(~np.isfinite(a))[0]
+        raise ValueError(f"matrix: row {i}, column {j}: not a byte count: {a[i, j]}")
+    if kind in "if" and (a < 0).any():
+        i, j = np.argwhere(a < 0)[0]
+        raise ValueError(f"matrix: row {i}, column {j}: negative byte count {a[i, j]}")
+    if kind == "f":
+        frac = np.argwhere(a != np.floor(a))
+        if len(frac):
+            i, j = frac[0]
+            raise ValueError(
+                f"matrix: row {i}, column {j}: fractional byte count {a[i, j]}: bytes must be whole"
+            )
+        if (a >= 2.0**64).any():
+            i, j = np.argwhere(a >= 2.0**64)[0]
+            raise ValueError(f"matrix: row {i}, column {j}: byte count {a[i, j]} is too large")
+    return np.ascontiguousarray(a, dtype="<u8").tobytes(), int(a.shape[0])
+
+
+def topology_from_env(
+    world_size: Optional[int] = None, local_world_size: Optional[int] = None
+) -> Topology:
+    """The cluster of a launcher's job.
+
+    ``SWITCHYARD_TOPOLOGY`` names a topology JSON file; without it, the
+    ``dgx-h100`` shape with ``LOCAL_WORLD_SIZE`` GPUs (and NICs) per node and
+    ``WORLD_SIZE / LOCAL_WORLD_SIZE`` nodes (the variables torchrun sets;
+    the arguments override them)."""
+    path = os.environ.get("SWITCHYARD_TOPOLOGY")
+    if path:
+        return Topology.from_json(path)
+    world = world_size if world_size is not None else _env_int("WORLD_SIZE")
+    local = local_world_size if local_world_size is not None else _env_int("LOCAL_WORLD_SIZE")
+    if world is None:
+        raise ValueError(
+            "topology: set SWITCHYARD_TOPOLOGY to a topology JSON file, or run under a "
+            "launcher that sets WORLD_SIZE and LOCAL_WORLD_SIZE (torchrun)"
+        )
+    if local is None:
+        local = world
+    if local < 1 or world < 1 or world % local != 0:
+        raise ValueError(
+            f"topology: WORLD_SIZE {world} is not a whole number of nodes of "
+            f"LOCAL_WORLD_SIZE {local} GPUs"
+        )
+    return Topology.preset("dgx-h100", world // local, gpus_per_node=local)
+
+
+def _env_int(name: str) -> Optional[int]:
+    v = os.environ.get(name)
+    if v is None or v == "":
+        return None
+    try:
+        return int(v)
+    except ValueError:
+        raise ValueError(f"{name}: not an integer: {v!r}") from None

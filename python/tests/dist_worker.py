@@ -1,0 +1,202 @@
+"""One rank of the multi-process tests: run under torchrun (gloo backend).
+
+    torchrun --standalone --nproc_per_node=8 dist_worker.py MODE OUT_DIR [--nodes N]
+
+Modes:
+- ``match``: every algorithm but ``lp`` (and ``lp`` once), 30 iterations each
+  with changing skewed splits, float32/bfloat16/int8, 1-D and 2-D inputs, zero
+  splits; every output must equal ``dist.all_to_all_single``'s byte for byte.
+- ``errors``: each bad call must raise on every rank, and the group must stay
+  usable after each.
+- ``timeout``: rank 0 never calls; every other rank must raise within the
+  timeout instead of hanging.
+
+Each rank writes OUT_DIR/rank<r>.json with what it saw; the pytest side reads
+them all.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+
+import torch
+import torch.distributed as dist
+
+import switchyard
+from switchyard.torch import AllToAll
+
+DTYPES = [torch.float32, torch.bfloat16, torch.int8]
+
+
+def fill(rows, trailing, dtype, rank, it):
+    """Distinct values per rank and iteration (int8 wraps, which is fine)."""
+    n = rows * (trailing if trailing else 1)
+    base = torch.arange(n, dtype=torch.int64) * 7 + rank * 1000 + it * 31
+    t = (base % 251 - 125).to(dtype)
+    return t.reshape(rows, trailing) if trailing else t
+
+
+def splits_for(rng, world, rank_zero_send, rank_zero_recv):
+    """A skewed split matrix in rows (Zipf-like popularity of destinations),
+    with one rank that sends nothing and one that receives nothing."""
+    pop = 1.0 / torch.arange(1, world + 1, dtype=torch.float64) ** 1.2
+    pop = pop[torch.randperm(world, generator=rng)]
+    m = torch.zeros(world, world, dtype=torch.int64)
+    for s in range(world):
+        total = int(torch.randint(0, 48, (1,), generator=rng))
+        draws = torch.multinomial(pop, total, replacement=True, generator=rng) if total else []
+        for d in draws:
+            m[s, int(d)] += 1
+    m[rank_zero_send, :] = 0
+    m[:, rank_zero_recv] = 0
+    return m
+
+
+def check_equal(ours, ref, what):
+    a = ours.reshape(-1).view(torch.uint8) if ours.numel() else ours
+    b = ref.reshape(-1).view(torch.uint8) if ref.numel() else ref
+    if not torch.equal(a, b):
+        bad = (a != b).nonzero()
+        raise AssertionError(f"{what}: outputs differ from all_to_all_single at byte {int(bad[0])}")
+
+
+def run_match(args, rank, world, topo):
+    result = {"calls": 0, "algorithms": {}, "levels_max": 0}
+    rng = torch.Generator().manual_seed(1234)  # the same on every rank
+    plans = [(a, 30) for a in ("direct", "pairwise", "hierarchical", "fast", "spray")]
+    plans.append(("lp", 1 if world <= 8 else 0))
+    for alg, iters in plans:
+        if iters == 0:
+            continue
+        opts = {"time_limit_s": 30.0} if alg == "lp" else {}
+        a2a = AllToAll(topo, algorithm=alg, verify=(alg == "lp"), **opts)
+        for it in range(iters):
+            dtype = DTYPES[it % 3]
+            trailing = 0 if (it // 3) % 2 == 0 else 5
+            m = splits_for(rng, world, it % world, (it * 3 + 1) % world)
+            in_splits = m[rank].tolist()
+            out_splits = m[:, rank].tolist()
+            inp = fill(sum(in_splits), trailing, dtype, rank, it)
+            shape = (sum(out_splits), trailing) if trailing else (sum(out_splits),)
+            out = torch.full(shape, 99, dtype=dtype)
+            ref = torch.empty(shape, dtype=dtype)
+            a2a(out, inp, out_splits, in_splits)
+            dist.all_to_all_single(ref, inp, out_splits, in_splits)
+            check_equal(out, ref, f"{alg} iteration {it} ({dtype}, trailing {trailing})")
+            result["calls"] += 1
+            result["levels_max"] = max(result["levels_max"], a2a.stats()["levels"])
+        # Equal splits (None), and the cache: the same matrix twice is one plan.
+        inp = fill(world * 3, 0, torch.float32, rank, 0)
+        out = torch.empty(world * 3)
+        ref = torch.empty(world * 3)
+        for _ in range(2):
+            a2a(out, inp)
+        dist.all_to_all_single(ref, inp)
+        check_equal(out, ref, f"{alg} equal splits")
+        st = a2a.stats()
+        result["algorithms"][alg] = st
+    return result
+
+
+def expect_error(a2a_call, contains, result, name):
+    t0 = time.perf_counter()
+    try:
+        a2a_call()
+    except (ValueError, RuntimeError) as e:
+        ok = contains in str(e)
+        result[name] = {"raised": type(e).__name__, "message": str(e), "ok": ok,
+                        "seconds": time.perf_counter() - t0}
+        return
+    result[name] = {"raised": None, "ok": False, "seconds": time.perf_counter() - t0}
+
+
+def run_errors(args, rank, world, topo):
+    result = {}
+    a2a = AllToAll(topo, algorithm="fast")
+    ones = [1] * world
+    # Split sizes that disagree between ranks: rank 1 expects 2 rows from rank 0.
+    out_splits = list(ones)
+    if rank == 1:
+        out_splits[0] = 2
+    expect_error(
+        lambda: a2a(torch.empty(sum(out_splits)), torch.zeros(world), out_splits, ones),
+        "split sizes disagree", result, "disagree")
+    # An output too small on one rank only.
+    out_rows = world - 1 if rank == 2 else world
+    expect_error(
+        lambda: a2a(torch.empty(out_rows), torch.zeros(world), None, None),
+        "rank 2", result, "output_too_small")
+    # Input splits that do not sum to the input on one rank.
+    bad_in = [2] * world if rank == 3 else ones
+    expect_error(
+        lambda: a2a(torch.empty(world), torch.zeros(world), ones, bad_in),
+        "input_split_sizes", result, "input_splits")
+    # dtype differing between ranks.
+    dt = torch.float64 if rank == 0 else torch.float32
+    expect_error(
+        lambda: a2a(torch.empty(world, dtype=dt), torch.zeros(world, dtype=dt)),
+        "dtype", result, "dtype")
+    # A topology of the wrong size: raised at construction on every rank.
+    wrong = switchyard.Topology.preset("dgx-h100", 1, gpus_per_node=world * 2)
+    expect_error(lambda: AllToAll(wrong), "process group has", result, "world_size")
+    # The group still works after all of that.
+    out = torch.empty(world)
+    a2a(out, torch.full((world,), float(rank)))
+    result["after"] = out.tolist() == [float(r) for r in range(world)]
+    return result
+
+
+def run_timeout(args, rank, world, topo):
+    result = {}
+    if rank == 0:
+        time.sleep(args.timeout * 3)  # never joins the call
+        result["skipped"] = True
+        return result
+    a2a = AllToAll(topo, algorithm="fast", timeout=args.timeout)
+    expect_error(lambda: a2a(torch.empty(world), torch.zeros(world)), "", result, "timeout")
+    return result
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("mode", choices=["match", "errors", "timeout"])
+    p.add_argument("out")
+    p.add_argument("--nodes", type=int, default=None)
+    p.add_argument("--timeout", type=float, default=3.0)
+    args = p.parse_args()
+    if args.mode == "timeout":
+        # gloo's own deadline too, so whatever waits in gloo gives up in time.
+        import datetime
+
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
+    else:
+        dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if args.nodes:
+        topo = switchyard.Topology.preset("dgx-h100", args.nodes, gpus_per_node=world // args.nodes)
+    else:
+        topo = None  # from the environment
+    result = {"rank": rank, "world": world}
+    try:
+        if topo is None:
+            topo = switchyard.topology_from_env(world_size=world)
+            result["topology_from_env"] = topo.to_json()
+        mode = {"match": run_match, "errors": run_errors, "timeout": run_timeout}[args.mode]
+        result.update(mode(args, rank, world, topo))
+        result["ok"] = True
+    except Exception as e:  # reported to pytest, which fails the test
+        result["ok"] = False
+        result["error"] = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    with open(os.path.join(args.out, f"rank{rank}.json"), "w") as f:
+        json.dump(result, f)
+    if args.mode != "timeout":
+        dist.destroy_process_group()
+    else:
+        os._exit(0)  # the group is broken on purpose: do not wait on it
+
+
+if __name__ == "__main__":
+    sys.exit(main())

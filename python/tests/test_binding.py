@@ -1,0 +1,177 @@
+"""The binding itself: types, errors, and the same results as the CLI."""
+
+import json
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+
+import switchyard
+from switchyard import Planner, Topology, VerificationError
+
+
+def skewed(ranks, seed=0):
+    rng = np.random.default_rng(seed)
+    m = rng.integers(0, 1 << 16, size=(ranks, ranks), dtype=np.int64)
+    m[0, ranks - 1] = 1 << 22  # one hot pair between nodes
+    return m
+
+
+def test_topology_preset_and_properties():
+    t = Topology.preset("dgx-h100", 2, gpus_per_node=4, nics_per_node=2)
+    assert (t.ranks, t.nodes, t.gpus_per_node, t.nics_per_node) == (8, 2, 4, 2)
+    again = Topology.from_json(t.to_json())
+    assert again.to_json() == t.to_json()
+
+
+def test_topology_errors_are_value_errors(tmp_path):
+    with pytest.raises(ValueError, match=r"unknown preset \(known: dgx-h100"):
+        Topology.preset("dgx-x", 2)
+    with pytest.raises(ValueError, match="nodes: must be at least 1"):
+        Topology.preset("dgx-h100", 0)
+    bad = tmp_path / "t.json"
+    bad.write_text('{"name": "x", "nodes": 2}')
+    with pytest.raises(ValueError, match=str(bad)):
+        Topology.from_json(bad)
+    with pytest.raises(ValueError, match="no such file"):
+        Topology.from_json(tmp_path / "missing.json")
+    xml = tmp_path / "nccl.xml"
+    xml.write_text('<system version="1">\n</system>\n')
+    with pytest.raises(ValueError, match="is XML"):
+        Topology.from_json(str(xml))
+
+
+def test_planner_errors():
+    t = Topology.preset("dgx-h100", 2, gpus_per_node=4)
+    with pytest.raises(ValueError, match=r"algorithm: unknown algorithm `nope`"):
+        Planner(t, "nope")
+    with pytest.raises(ValueError, match="time_limit_s: is not an option of `fast`"):
+        Planner(t, "fast", time_limit_s=1.0)
+    p = Planner(t, "fast")
+    with pytest.raises(ValueError, match="row 1, column 2: negative byte count -5"):
+        m = np.zeros((8, 8), dtype=np.int64)
+        m[1, 2] = -5
+        p.plan(m)
+    with pytest.raises(ValueError, match="fractional byte count 0.5"):
+        p.plan(np.full((8, 8), 0.5))
+    with pytest.raises(ValueError, match="must be square"):
+        p.plan(np.zeros((8, 7), dtype=np.int64))
+    with pytest.raises(ValueError, match="must be square"):
+        p.plan([[1, 2], [3]])
+    with pytest.raises(ValueError, match="not a byte count"):
+        p.plan(np.full((8, 8), np.nan))
+    with pytest.raises(ValueError, match="traffic has 4 ranks but the topology has 8 GPUs"):
+        p.plan(np.zeros((4, 4), dtype=np.int64))
+    with pytest.raises(ValueError, match="byte counts"):
+        p.plan([["a"] * 8] * 8)
+    plan = p.plan(np.ones((8, 8), dtype=np.int64))
+    with pytest.raises(ValueError, match="rank: 8 is not a rank"):
+        plan.program(8)
+    with pytest.raises(ValueError, match="network: unknown network mode"):
+        plan.simulate("lossy")
+    with pytest.raises(ValueError, match="layout: unknown layout"):
+        plan.to_msccl_xml(layout="weird")
+
+
+def test_array_likes_give_one_plan():
+    t = Topology.preset("dgx-h100", 2, gpus_per_node=4)
+    p = Planner(t, "fast")
+    m = skewed(8)
+    a = p.plan(m).to_json()
+    assert p.plan(m.tolist()).to_json() == a
+    assert p.plan(torch.from_numpy(m)).to_json() == a
+    assert p.plan(m.astype(np.float64)).to_json() == a  # whole floats, as tensor.tolist() gives
+    assert p.plan(m.astype(np.uint64)).to_json() == a
+
+
+def test_plan_surface():
+    t = Topology.preset("dgx-h100", 2, gpus_per_node=4)
+    plan = Planner(t, "fast").plan(skewed(8))
+    assert plan.algorithm == "fast" and plan.ranks == 8
+    assert plan.num_transfers == len(json.loads(plan.to_json())["transfers"])
+    summary = plan.verify()
+    assert summary["transfers"] == plan.num_transfers
+    report = plan.simulate()
+    for key in ("algorithm", "ranks", "total_bytes", "completion_us", "lower_bound_us",
+                "ratio_to_bound", "compile_us", "steps", "transfers", "network"):
+        assert key in report
+    assert report["ratio_to_bound"] >= 1.0
+    assert plan.simulate("congested")["network"] == "congested"
+    assert plan.to_msccl_xml().startswith("<algo")
+
+
+def test_programs_cover_the_plan():
+    """Every transfer appears on both of its ranks, at one level."""
+    t = Topology.preset("dgx-h100", 2, gpus_per_node=4)
+    plan = Planner(t, "fast").plan(skewed(8, seed=3))
+    transfers = json.loads(plan.to_json())["transfers"]
+    seen = {}
+    for r in range(8):
+        prog = plan.program(r)
+        assert prog["rank"] == r and prog["scratch_bytes"] == plan.scratch_bytes(r)
+        levels = [op["level"] for op in prog["ops"]]
+        assert levels == sorted(levels)
+        for op in prog["ops"]:
+            seen.setdefault(op["transfer"], []).append((op["op"], r, op["level"]))
+    for i, tr in enumerate(transfers):
+        if tr["bytes"] == 0:
+            continue
+        sides = seen[i]
+        if tr["src"] == tr["dst"]:
+            assert [s[0] for s in sides] == ["copy"]
+        else:
+            assert sorted((s[0], s[1]) for s in sides) == [("recv", tr["dst"]), ("send", tr["src"])]
+            assert sides[0][2] == sides[1][2]
+
+
+def test_verification_error_is_raised():
+    t = Topology.preset("dgx-h100", 2, gpus_per_node=4)
+    m = skewed(8, seed=2)
+    good = Planner(t, "fast").plan(m)
+    again = switchyard.plan_from_json(good.to_json(), t, m)
+    assert again.verify() == good.verify()
+    broken = json.loads(good.to_json())
+    victim = next(tr for tr in broken["transfers"] if tr["dst_buf"] == "output" and tr["bytes"] > 1)
+    victim["dst_off"] += 1  # one block lands a byte off
+    plan = switchyard.plan_from_json(json.dumps(broken), t, m)
+    with pytest.raises(VerificationError):
+        plan.verify()
+    with pytest.raises(ValueError, match="plan: .*line 1"):
+        switchyard.plan_from_json("{", t, m)
+
+
+@pytest.mark.parametrize("algorithm", ["direct", "pairwise", "hierarchical", "fast", "spray", "lp"])
+def test_same_as_cli(tmp_path, cli, algorithm):
+    """topology -> planner -> plan -> JSON / XML / report, against `switchyard compile`."""
+    topo = Topology.preset("dgx-h100", 2, gpus_per_node=4)
+    m = skewed(8, seed=1)
+    (tmp_path / "topo.json").write_text(topo.to_json())
+    (tmp_path / "m.json").write_text(json.dumps({"ranks": 8, "matrix": m.tolist()}))
+    base = [str(cli), "compile", "--topology", str(tmp_path / "topo.json"),
+            "--traffic", str(tmp_path / "m.json"), "--algorithm", algorithm]
+    subprocess.run(base + ["--out", str(tmp_path / "p.json"), "--report", str(tmp_path / "r.json")],
+                   check=True, capture_output=True)
+    plan = Planner(topo, algorithm).plan(m)
+    assert json.loads(plan.to_json()) == json.loads((tmp_path / "p.json").read_text())
+    ours, theirs = plan.simulate(), json.loads((tmp_path / "r.json").read_text())
+    ours.pop("compile_us"), theirs.pop("compile_us")
+    assert ours == theirs
+    if algorithm != "lp":  # the CLI plans lp for XML with a lane cap (PLAN_LANES_PER_GPU)
+        subprocess.run(base + ["--out", str(tmp_path / "p.xml")], check=True, capture_output=True)
+        assert plan.to_msccl_xml() == (tmp_path / "p.xml").read_text()
+
+
+def test_topology_from_env(monkeypatch, tmp_path):
+    monkeypatch.delenv("SWITCHYARD_TOPOLOGY", raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "16")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    t = switchyard.topology_from_env()
+    assert (t.nodes, t.gpus_per_node) == (2, 8)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "6")
+    with pytest.raises(ValueError, match="not a whole number of nodes"):
+        switchyard.topology_from_env()
+    f = tmp_path / "t.json"
+    f.write_text(Topology.preset("mi300x", 2).to_json())
+    monkeypatch.setenv("SWITCHYARD_TOPOLOGY", str(f))
+    assert switchyard.topology_from_env().ranks == 16

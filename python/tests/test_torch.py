@@ -1,0 +1,77 @@
+"""switchyard.torch.AllToAll against torch.distributed.all_to_all_single, in
+real processes on this machine (torchrun, gloo backend)."""
+
+import json
+
+import pytest
+
+from conftest import torchrun
+
+
+def _assert_all_ok(results):
+    for r in results:
+        assert r["ok"], f"rank {r['rank']} failed:\n{r.get('error')}"
+
+
+@pytest.mark.parametrize("nproc,nodes", [(8, 2), (16, 4)], ids=["2x4", "4x4"])
+def test_matches_all_to_all_single(tmp_path, nproc, nodes):
+    proc, results = torchrun(nproc, ["match", f"--nodes={nodes}"], tmp_path)
+    _assert_all_ok(results)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    for r in results:
+        algs = r["algorithms"]
+        expected = {"direct", "pairwise", "hierarchical", "fast", "spray"}
+        if nproc <= 8:
+            expected.add("lp")
+        assert set(algs) == expected
+        for name, st in algs.items():
+            iters = 1 if name == "lp" else 30
+            # every changing matrix is planned once; the repeated one hits the cache
+            assert st["calls"] == iters + 2
+            assert st["cache_hits"] >= 1
+            assert st["cache_misses"] <= iters + 1
+            assert st["plan_seconds"] > 0 and st["comm_seconds"] > 0
+    # relays happen: fast's programs have more than one level
+    assert max(r["levels_max"] for r in results) > 1
+
+
+def test_topology_from_environment(tmp_path):
+    """SWITCHYARD_TOPOLOGY names the cluster; the 16 processes run as 4 x 4."""
+    topo = tmp_path / "cluster.json"
+    topo.write_text(json.dumps({
+        "name": "4 nodes of 4", "nodes": 4, "gpus_per_node": 4,
+        "intra": {"kind": "switch", "bandwidth_GBps": 450.0, "latency_us": 1.0},
+        "nic": {"per_node": 4, "bandwidth_GBps": 50.0, "latency_us": 3.0},
+    }))
+    proc, results = torchrun(16, ["errors"], tmp_path / "out", env={"SWITCHYARD_TOPOLOGY": str(topo)})
+    _assert_all_ok(results)
+    assert '"nodes": 4' in results[0]["topology_from_env"]
+    _check_errors(results)
+
+
+def _check_errors(results):
+    for r in results:
+        for case in ("disagree", "output_too_small", "input_splits", "dtype", "world_size"):
+            c = r[case]
+            assert c["raised"] == "ValueError", (r["rank"], case, c)
+            assert c["ok"], (r["rank"], case, c["message"])
+            assert c["seconds"] < 10, (r["rank"], case, c)
+        assert r["after"], f"rank {r['rank']}: the group did not work after the errors"
+
+
+def test_errors_raise_on_every_rank(tmp_path):
+    proc, results = torchrun(8, ["errors", "--nodes=2"], tmp_path)
+    _assert_all_ok(results)
+    _check_errors(results)
+    # the rank whose arguments were bad is named the same way everywhere
+    msgs = {r["output_too_small"]["message"].replace(" (this rank)", "") for r in results}
+    assert len(msgs) == 1, msgs
+
+
+def test_missing_rank_times_out(tmp_path):
+    proc, results = torchrun(4, ["timeout", "--nodes=1", "--timeout=3"], tmp_path)
+    assert results[0]["skipped"]
+    for r in results[1:]:
+        assert r["ok"], r.get("error")
+        assert r["timeout"]["raised"] is not None, r
+        assert r["timeout"]["seconds"] < 30, r
