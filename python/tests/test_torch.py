@@ -36,14 +36,14 @@ def test_matches_all_to_all_single(tmp_path, nproc, nodes):
 
 
 def test_topology_from_environment(tmp_path):
-    """SWITCHYARD_TOPOLOGY names the cluster; the 16 processes run as 4 x 4."""
+    """SWITCHYARD_TOPOLOGY names the cluster; the 8 processes run as 4 x 2."""
     topo = tmp_path / "cluster.json"
     topo.write_text(json.dumps({
-        "name": "4 nodes of 4", "nodes": 4, "gpus_per_node": 4,
+        "name": "4 nodes of 2", "nodes": 4, "gpus_per_node": 2,
         "intra": {"kind": "switch", "bandwidth_GBps": 450.0, "latency_us": 1.0},
-        "nic": {"per_node": 4, "bandwidth_GBps": 50.0, "latency_us": 3.0},
+        "nic": {"per_node": 2, "bandwidth_GBps": 50.0, "latency_us": 3.0},
     }))
-    proc, results = torchrun(16, ["errors"], tmp_path / "out", env={"SWITCHYARD_TOPOLOGY": str(topo)})
+    proc, results = torchrun(8, ["errors"], tmp_path / "out", env={"SWITCHYARD_TOPOLOGY": str(topo)})
     _assert_all_ok(results)
     assert '"nodes": 4' in results[0]["topology_from_env"]
     _check_errors(results)
