@@ -27,9 +27,9 @@ def test_matches_all_to_all_single(tmp_path, nproc, nodes):
         for name, st in algs.items():
             iters = 1 if name == "lp" else 30
             # every changing matrix is planned once; the repeated one hits the cache
-            assert st["calls"] == iters + 2
+            assert st["calls"] == iters + 3
             assert st["cache_hits"] >= 1
-            assert st["cache_misses"] <= iters + 1
+            assert st["cache_misses"] <= iters + 2
             assert st["plan_seconds"] > 0 and st["comm_seconds"] > 0
     # relays happen: fast's programs have more than one level
     assert max(r["levels_max"] for r in results) > 1
