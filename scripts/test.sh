@@ -24,7 +24,7 @@ echo "== rust: cargo test --workspace"
 cargo test --workspace
 
 echo "== python: building the switchyard package (maturin develop)"
-VIRTUAL_ENV="$(cd "$venv" && pwd)" "$venv/bin/maturin" develop -q -m python/Cargo.toml
+PATH="$(cd "$venv" && pwd)/bin:$PATH" VIRTUAL_ENV="$(cd "$venv" && pwd)" "$venv/bin/maturin" develop -q -m python/Cargo.toml
 
 echo "== python: pytest"
 # The tests compare against the CLI binary `cargo test` has just built.

@@ -50,6 +50,13 @@ pub struct Op {
     pub dst_buf: Buffer,
     pub dst_off: u64,
     pub path: Path,
+    /// Indices (in this program's `ops`) of the receives and copies that
+    /// write bytes this op reads: its data dependencies on this rank. An
+    /// executor that does not run level by level waits for these before it
+    /// sends or copies (docs/python.md, "Rank programs"). Empty for ops that
+    /// read only what the plan never writes (a rank's input).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<u32>,
 }
 
 /// Everything one rank executes for a plan, level by level.
@@ -173,11 +180,47 @@ fn push_side(prog: &mut RankProgram, plan: &Plan, i: usize, level: u32, me: u32)
         dst_buf: t.dst_buf,
         dst_off: t.dst_off,
         path: t.path,
+        after: Vec::new(),
     });
 }
 
+/// Sorts the ops (level, then plan order) and finds their data dependencies.
 fn sort(prog: &mut RankProgram) {
     prog.ops.sort_unstable_by_key(|o| (o.level, o.transfer));
+    link_writers(prog);
+}
+
+/// Fills every op's `after`: the receives and copies of this rank that write
+/// a byte the op reads. A verified plan writes no byte twice, so the ranges
+/// written into one buffer are disjoint and a read finds its writers by
+/// binary search.
+fn link_writers(prog: &mut RankProgram) {
+    // (buffer, start, end, op) of every write into this rank.
+    let mut writes: Vec<(Buffer, u64, u64, u32)> = prog
+        .ops
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| o.op != OpKind::Send)
+        .map(|(i, o)| (o.dst_buf, o.dst_off, o.dst_off + o.bytes, i as u32))
+        .collect();
+    if writes.is_empty() {
+        return;
+    }
+    writes.sort_unstable();
+    for o in prog.ops.iter_mut().filter(|o| o.op != OpKind::Recv) {
+        let (start, end) = (o.src_off, o.src_off + o.bytes);
+        // Writes into this buffer that start before the read ends...
+        let upto = writes.partition_point(|w| (w.0, w.1) < (o.src_buf, end));
+        let from = writes.partition_point(|w| w.0 < o.src_buf);
+        // ...and, going back from there, end after it starts.
+        for w in writes[from..upto].iter().rev() {
+            if w.2 <= start {
+                break;
+            }
+            o.after.push(w.3);
+        }
+        o.after.sort_unstable();
+    }
 }
 
 #[cfg(test)]
@@ -266,6 +309,32 @@ mod tests {
                 let l = &mut level[o.transfer as usize];
                 assert!(*l == u32::MAX || *l == o.level);
                 *l = o.level;
+            }
+        }
+        // Every read of scratch or output waits for the writes it reads,
+        // and those are on a lower level. (This plan relays through scratch.)
+        assert!(progs
+            .iter()
+            .any(|p| p.ops.iter().any(|o| !o.after.is_empty())));
+        for p in &progs {
+            for o in p.ops.iter().filter(|o| o.op != OpKind::Recv) {
+                let covered: u64 = o
+                    .after
+                    .iter()
+                    .map(|&w| {
+                        let w = &p.ops[w as usize];
+                        assert!(w.level < o.level && w.dst_buf == o.src_buf);
+                        let lo = w.dst_off.max(o.src_off);
+                        let hi = (w.dst_off + w.bytes).min(o.src_off + o.bytes);
+                        hi.saturating_sub(lo)
+                    })
+                    .sum();
+                let want = if o.src_buf == Buffer::Input {
+                    0
+                } else {
+                    o.bytes
+                };
+                assert_eq!(covered, want, "rank {} transfer {}", p.rank, o.transfer);
             }
         }
         for (i, tr) in plan.transfers.iter().enumerate() {

@@ -415,7 +415,7 @@ fn buffer_code(b: Buffer) -> u8 {
 }
 
 /// One op as the executor's tuple.
-type OpTuple = (u8, u32, u32, u64, u8, u64, u8, u64, u32);
+type OpTuple = (u8, u32, u32, u64, u8, u64, u8, u64, u32, Vec<u32>);
 
 #[pymethods]
 impl PyPlan {
@@ -536,13 +536,14 @@ impl PyPlan {
 
     /// The executor's compact form of `program(rank)`: `(levels,
     /// scratch_bytes, ops)` with each op `(kind, level, peer, bytes, src_buf,
-    /// src_off, dst_buf, dst_off, transfer)`; kind 0 send, 1 recv, 2 copy;
-    /// buffers 0 input, 1 output, 2 scratch.
+    /// src_off, dst_buf, dst_off, transfer, after)`; kind 0 send, 1 recv,
+    /// 2 copy; buffers 0 input, 1 output, 2 scratch; `after`: indices of the
+    /// ops whose writes this op reads.
     fn _program_tuples(&self, rank: i64) -> PyResult<(u32, u64, Vec<OpTuple>)> {
         let prog = program(&self.plan, self.rank(rank)?).map_err(py_err)?;
         let ops = prog
             .ops
-            .iter()
+            .into_iter()
             .map(|o| {
                 let kind = match o.op {
                     OpKind::Send => 0,
@@ -559,6 +560,7 @@ impl PyPlan {
                     buffer_code(o.dst_buf),
                     o.dst_off,
                     o.transfer,
+                    o.after,
                 )
             })
             .collect();

@@ -10,10 +10,12 @@ Each call:
 2. the plan for that matrix is made on every rank (plans are deterministic,
    so no broadcast is needed), or taken from an LRU cache keyed by the
    matrix; only this rank's program is kept;
-3. the rank runs its program level by level: the sends and receives of a
-   level are posted as one ``batch_isend_irecv`` group (both sides of every
-   transfer are on the same level, so the groups always match), local copies
-   are tensor copies, relays go through a scratch buffer cached by size.
+3. the rank runs its program: on NCCL level by level, the sends and
+   receives of a level posted as one ``batch_isend_irecv`` group (both sides
+   of every transfer are on the same level, so the groups always match); on
+   gloo as a dataflow, every receive posted at once and each send or copy
+   waiting only for the receives whose bytes it reads. Local copies are
+   tensor copies, relays go through a scratch buffer cached by size.
 
 See docs/python.md.
 """
@@ -52,18 +54,21 @@ _STATUS_TEXT = {
 
 
 class _Program:
-    """One rank's program for one matrix, ready to run: per level, the local
-    copies and the point-to-point operations, as byte ranges."""
+    """One rank's program for one matrix, ready to run.
 
-    __slots__ = ("levels", "scratch_bytes", "steps", "ops")
+    ``steps``: per level, the local copies and the point-to-point operations
+    as byte ranges (the level executor). ``flat``: every op in program order
+    with the ops it must wait for (the dataflow executor)."""
+
+    __slots__ = ("levels", "scratch_bytes", "steps", "flat", "ops")
 
     def __init__(self, levels: int, scratch_bytes: int, ops: Sequence[Tuple], peers: List[int]):
         self.levels = levels
         self.scratch_bytes = scratch_bytes
         self.ops = len(ops)
-        steps: List[Tuple[list, list]] = []
         by_level: Dict[int, Tuple[list, list]] = {}
-        for kind, level, peer, nbytes, sbuf, soff, dbuf, doff, transfer in ops:
+        flat = []
+        for kind, level, peer, nbytes, sbuf, soff, dbuf, doff, transfer, after in ops:
             copies, p2p = by_level.setdefault(level, ([], []))
             if kind == _COPY:
                 copies.append((sbuf, soff, dbuf, doff, nbytes))
@@ -71,9 +76,9 @@ class _Program:
                 p2p.append((True, sbuf, soff, nbytes, peers[peer], transfer))
             else:
                 p2p.append((False, dbuf, doff, nbytes, peers[peer], transfer))
-        for level in sorted(by_level):
-            steps.append(by_level[level])
-        self.steps = steps
+            flat.append((kind, peers[peer], nbytes, sbuf, soff, dbuf, doff, transfer, after))
+        self.steps = [by_level[level] for level in sorted(by_level)]
+        self.flat = flat
 
 
 class _Work:
@@ -140,8 +145,12 @@ class AllToAll:
     ``SWITCHYARD_TOPOLOGY``, else ``WORLD_SIZE``/``LOCAL_WORLD_SIZE``).
     ``group``: ``None`` is the default process group. ``verify=True`` runs the
     verifier on every new plan (it costs more than planning). ``timeout``:
-    seconds to wait for any one level's transfers (default: the process
-    group's own timeout). Other keyword arguments go to ``switchyard.Planner``.
+    seconds to wait for any one transfer or level (default: the process
+    group's own timeout). ``executor``: ``levels`` (each level's sends and
+    receives as one ``batch_isend_irecv`` group), ``dataflow`` (every receive
+    posted at once, each send after the receives it reads), or ``auto``
+    (``levels`` on NCCL, ``dataflow`` otherwise). Other keyword arguments go
+    to ``switchyard.Planner``.
     """
 
     def __init__(
@@ -153,6 +162,7 @@ class AllToAll:
         *,
         verify: bool = False,
         timeout: Optional[float] = None,
+        executor: str = "auto",
         **planner_options: Any,
     ) -> None:
         if not dist.is_available() or not dist.is_initialized():
@@ -179,6 +189,14 @@ class AllToAll:
             r if group is None else dist.get_global_rank(group, r) for r in range(self.world)
         ]
         self._backend = str(dist.get_backend(group))
+        if executor not in ("auto", "levels", "dataflow"):
+            raise ValueError(f"executor: unknown executor {executor!r} (known: auto, levels, dataflow)")
+        if executor == "auto":
+            # NCCL: level groups, ordered on the stream without blocking the
+            # host. gloo: point-to-point ops are independent and waits block,
+            # so only the waits a byte needs.
+            executor = "levels" if self._backend == "nccl" else "dataflow"
+        self._executor = executor
         self._stats = {
             "calls": 0,
             "cache_hits": 0,
@@ -198,6 +216,11 @@ class AllToAll:
     @property
     def algorithm(self) -> str:
         return self._planner.algorithm
+
+    @property
+    def executor(self) -> str:
+        """``levels`` or ``dataflow``: how this rank runs its programs."""
+        return self._executor
 
     def stats(self) -> Dict[str, float]:
         """Counts and seconds since construction: ``calls``, ``cache_hits``,
@@ -345,6 +368,47 @@ class AllToAll:
             if target is not output:
                 output.copy_(target)
 
+        if self._executor == "dataflow":
+            reqs = self._run_dataflow(prog, bufs)
+        else:
+            reqs = self._run_levels(prog, bufs)
+        if async_op:
+            return _Work(reqs, finish, self._timeout)
+        _wait_all(reqs, self._timeout)
+        finish()
+        return None
+
+    def _run_dataflow(self, prog: _Program, bufs) -> list:
+        """Every receive posted at once (a verified plan writes each byte at
+        most once, so no receive can overwrite what another op still reads);
+        each send and copy waits only for the receives whose bytes it reads
+        (its ``after``). Progress follows the plan's dependency order, so
+        nothing waits in a cycle. Tags are transfer indices: matching does
+        not depend on posting order. Returns the requests still open."""
+        group, timeout = self.group, self._timeout
+        reqs: list = [None] * len(prog.flat)
+        for i, (kind, peer, n, _sb, _so, dbuf, doff, tag, _after) in enumerate(prog.flat):
+            if kind == _RECV:
+                reqs[i] = dist.irecv(bufs[dbuf][doff : doff + n], peer, group, tag)
+        waited = [False] * len(prog.flat)
+        for i, (kind, peer, n, sbuf, soff, dbuf, doff, tag, after) in enumerate(prog.flat):
+            if kind == _RECV:
+                continue
+            for j in after:
+                if reqs[j] is not None and not waited[j]:
+                    _wait_all([reqs[j]], timeout)
+                    waited[j] = True
+            if kind == _COPY:
+                bufs[dbuf][doff : doff + n].copy_(bufs[sbuf][soff : soff + n])
+            else:
+                reqs[i] = dist.isend(bufs[sbuf][soff : soff + n], peer, group, tag)
+        return [r for i, r in enumerate(reqs) if r is not None and not waited[i]]
+
+    def _run_levels(self, prog: _Program, bufs) -> list:
+        """Level by level: each level's sends and receives as one
+        ``batch_isend_irecv`` group, its copies as tensor copies, all of a
+        level finished before the next starts. Returns the last level's
+        requests."""
         reqs: list = []
         for copies, p2p in prog.steps:
             _wait_all(reqs, self._timeout)
@@ -364,8 +428,4 @@ class AllToAll:
                 reqs = dist.batch_isend_irecv(ops)
             else:
                 reqs = []
-        if async_op:
-            return _Work(reqs, finish, self._timeout)
-        _wait_all(reqs, self._timeout)
-        finish()
-        return None
+        return reqs

@@ -66,13 +66,17 @@ def check_equal(ours, ref, what):
 def run_match(args, rank, world, topo):
     result = {"calls": 0, "algorithms": {}, "levels_max": 0}
     rng = torch.Generator().manual_seed(1234)  # the same on every rank
-    plans = [(a, 30) for a in ("direct", "pairwise", "hierarchical", "fast", "spray")]
-    plans.append(("lp", 1 if world <= 8 else 0))
-    for alg, iters in plans:
+    # gloo's default executor is the dataflow one; `fast` runs by levels too
+    # (what NCCL uses), so both executors are checked.
+    plans = [(a, 30, "auto") for a in ("direct", "pairwise", "hierarchical", "fast", "spray")]
+    plans.append(("fast", 30, "levels"))
+    plans.append(("lp", 1 if world <= 8 else 0, "auto"))
+    for alg, iters, executor in plans:
         if iters == 0:
             continue
         opts = {"time_limit_s": 30.0} if alg == "lp" else {}
-        a2a = AllToAll(topo, algorithm=alg, verify=(alg == "lp"), **opts)
+        a2a = AllToAll(topo, algorithm=alg, verify=(alg == "lp"), executor=executor, **opts)
+        name = alg if executor == "auto" else f"{alg}/{executor}"
         for it in range(iters):
             dtype = DTYPES[it % 3]
             trailing = 0 if (it // 3) % 2 == 0 else 5
@@ -85,7 +89,7 @@ def run_match(args, rank, world, topo):
             ref = torch.empty(shape, dtype=dtype)
             a2a(out, inp, out_splits, in_splits)
             dist.all_to_all_single(ref, inp, out_splits, in_splits)
-            check_equal(out, ref, f"{alg} iteration {it} ({dtype}, trailing {trailing})")
+            check_equal(out, ref, f"{name} iteration {it} ({dtype}, trailing {trailing})")
             result["calls"] += 1
             result["levels_max"] = max(result["levels_max"], a2a.stats()["levels"])
         # Equal splits (None), and the cache: the same matrix twice is one plan.
@@ -106,7 +110,8 @@ def run_match(args, rank, world, topo):
         if not torch.equal(out2, ref2):
             raise AssertionError(f"{alg}: async_op with a non-contiguous output differs")
         st = a2a.stats()
-        result["algorithms"][alg] = st
+        st["executor"] = a2a.executor
+        result["algorithms"][name] = st
     return result
 
 

@@ -20,10 +20,12 @@ def test_matches_all_to_all_single(tmp_path, nproc, nodes):
     assert proc.returncode == 0, proc.stderr[-4000:]
     for r in results:
         algs = r["algorithms"]
-        expected = {"direct", "pairwise", "hierarchical", "fast", "spray"}
+        expected = {"direct", "pairwise", "hierarchical", "fast", "spray", "fast/levels"}
         if nproc <= 8:
             expected.add("lp")
         assert set(algs) == expected
+        assert algs["fast"]["executor"] == "dataflow"  # gloo's default
+        assert algs["fast/levels"]["executor"] == "levels"
         for name, st in algs.items():
             iters = 1 if name == "lp" else 30
             # every changing matrix is planned once; the repeated one hits the cache
