@@ -68,11 +68,14 @@ def distributed(args):
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     topo = switchyard.Topology.preset("dgx-h100", args.nodes, gpus_per_node=world // args.nodes)
-    a2a = AllToAll(topo, algorithm=args.algorithm)
+    a2a = AllToAll(topo, algorithm=args.algorithm, executor=args.executor)
     hidden = args.hidden
     row = hidden * 2  # bfloat16
     if rank == 0:
-        print(f"{world} processes as {topo.name!r}, {a2a.algorithm}, gloo; medians of {args.iters}")
+        print(
+            f"{world} processes as {topo.name!r}, {a2a.algorithm}, gloo, {a2a.executor} executor; "
+            f"medians of {args.iters}"
+        )
         print("MiB/rank  gather_ms  plan_ms  miss_ms  hit_ms  ref_ms  miss/ref  hit/ref  levels")
     for mib in args.sizes:
         rng = np.random.default_rng(mib)  # the same matrices on every rank
@@ -119,6 +122,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=2)
     ap.add_argument("--algorithm", default="fast")
+    ap.add_argument("--executor", default="auto", choices=["auto", "levels", "dataflow"])
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 4, 16, 64], help="MiB sent per rank")
     ap.add_argument("--hidden", type=int, default=1024)
