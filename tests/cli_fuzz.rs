@@ -47,6 +47,14 @@ fn ok(args: &[&str]) -> String {
     out
 }
 
+fn input_error(args: &[&str], env: &[(&str, &str)], needles: &[&str]) {
+    let (code, _, err) = run_env(args, env);
+    assert_eq!(code, 2, "exit code for {args:?}: {err}");
+    for n in needles {
+        assert!(err.contains(n), "{err:?} lacks {n:?}");
+    }
+}
+
 /// A preset topology written to `dir`.
 fn preset(dir: &Path, nodes: usize, gpus: usize) -> String {
     let text = ok(&[
@@ -115,4 +123,97 @@ fn lp_self_copy_is_one_transfer() {
         "--topology",
         &two,
     ]);
+}
+
+/// Item 2: input files were read whole with no bound (`/dev/zero` grew
+/// until the host ran out of memory).
+#[test]
+fn input_files_are_read_within_a_limit() {
+    let dir = scratch("limit");
+    let topo = preset(&dir, 1, 2);
+    // Larger than the topology, so that a limit just below it refuses it.
+    let padded = format!(
+        r#"{{"ranks":2,"matrix":[[1,2],[3,4]]}}{}"#,
+        " ".repeat(4096)
+    );
+    let m = write(&dir, "m.json", padded);
+    let plan = dir.join("p.json").display().to_string();
+    let compile = |topo: &str, m: &str| -> Vec<String> {
+        [
+            "compile",
+            "--topology",
+            topo,
+            "--traffic",
+            m,
+            "--out",
+            &plan,
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let limit = |bytes: &str| [("SWITCHYARD_MAX_INPUT_BYTES", bytes.to_string())];
+    let refused = |bytes: &str| {
+        format!("larger than {bytes} bytes, the most an input file may hold (set SWITCHYARD_MAX_INPUT_BYTES to raise it)")
+    };
+    let check = |args: Vec<String>, bytes: &str, needles: &[&str]| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let env = limit(bytes);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let (code, _, err) = run_env(&args, &env);
+        if needles.is_empty() {
+            assert_eq!(code, 0, "{err}");
+        } else {
+            assert_eq!(code, 2, "{err}");
+            for n in needles {
+                assert!(err.contains(n), "{err:?} lacks {n:?}");
+            }
+        }
+    };
+    if Path::new("/dev/zero").exists() {
+        let why = refused("65536");
+        check(compile(&topo, "/dev/zero"), "65536", &["/dev/zero: ", &why]);
+        check(
+            compile("/dev/urandom", &m),
+            "65536",
+            &["/dev/urandom: ", &why],
+        );
+    }
+    // A regular file: the limit is on what is read, whatever its size says.
+    let size = std::fs::metadata(&m).unwrap().len();
+    check(compile(&topo, &m), &size.to_string(), &[]);
+    let less = (size - 1).to_string();
+    check(compile(&topo, &m), &less, &["m.json: ", &refused(&less)]);
+    for bad in ["0", "-1", "1e9", "lots", ""] {
+        check(
+            compile(&topo, &m),
+            bad,
+            &["SWITCHYARD_MAX_INPUT_BYTES: ", "is not a byte count"],
+        );
+    }
+}
+
+/// Item 6: "not UTF-8 text" named no place.
+#[test]
+fn non_utf8_names_its_byte_offset() {
+    let dir = scratch("utf8");
+    let topo = preset(&dir, 1, 2);
+    let m = write(
+        &dir,
+        "m.json",
+        b"{\"ranks\":2,\n\"matrix\":[[1,\xff],[3,4]]}",
+    );
+    let plan = dir.join("p.json").display().to_string();
+    input_error(
+        &[
+            "compile",
+            "--topology",
+            &topo,
+            "--traffic",
+            &m,
+            "--out",
+            &plan,
+        ],
+        &[],
+        &["m.json: line 2, byte offset 25: not UTF-8 text (byte 0xff)"],
+    );
 }
