@@ -217,3 +217,39 @@ fn non_utf8_names_its_byte_offset() {
         &["m.json: line 2, byte offset 25: not UTF-8 text (byte 0xff)"],
     );
 }
+
+/// Item 9: in a `links` topology, names such as `gpu-1` or `GPU0` became
+/// switch vertices, and the GPU they meant silently lost the link.
+#[test]
+fn gpu_like_vertex_names_are_errors() {
+    let dir = scratch("names");
+    let m = write(&dir, "m.json", r#"{"ranks":2,"matrix":[[0,1],[1,0]]}"#);
+    let plan = dir.join("p.json").display().to_string();
+    let cases = [
+        ("GPU1", "links[1].to: `GPU1` is not a GPU's name; write gpu1"),
+        ("gpu-1", "links[1].to: `gpu-1` looks like a GPU's name but is none: the topology has 2 GPUs (gpu0..gpu1)"),
+        ("gpu_1", "links[1].to: `gpu_1` is not a GPU's name; write gpu1"),
+        ("gpu2", "links[1].to: gpu2 does not exist: the topology has 2 GPUs (gpu0..gpu1)"),
+    ];
+    for (i, (name, want)) in cases.into_iter().enumerate() {
+        let text = format!(
+            r#"{{"name":"x","nodes":2,"gpus_per_node":1,"links":[
+                {{"from":"gpu0","to":"gpu1","bandwidth_GBps":10,"bidirectional":true}},
+                {{"from":"gpu0","to":"{name}","bandwidth_GBps":10,"bidirectional":true}}]}}"#
+        );
+        let topo = write(&dir, &format!("t{i}.json"), text);
+        input_error(
+            &[
+                "compile",
+                "--topology",
+                &topo,
+                "--traffic",
+                &m,
+                "--out",
+                &plan,
+            ],
+            &[],
+            &[&format!("t{i}.json: {want}")],
+        );
+    }
+}
