@@ -218,6 +218,40 @@ fn non_utf8_names_its_byte_offset() {
     );
 }
 
+/// Item 5: an unknown field inside a plan's `path` was accepted.
+#[test]
+fn unknown_field_in_a_path_is_rejected() {
+    let dir = scratch("path");
+    let topo = preset(&dir, 1, 2);
+    let m = write(&dir, "m.json", r#"{"ranks":2,"matrix":[[1,2],[3,4]]}"#);
+    let plan = dir.join("p.json").display().to_string();
+    ok(&[
+        "compile",
+        "--topology",
+        &topo,
+        "--traffic",
+        &m,
+        "--out",
+        &plan,
+    ]);
+    let text = std::fs::read_to_string(&plan).unwrap();
+    assert!(text.contains(r#""path":{"kind":"local"}"#), "{text}");
+    let bad = write(
+        &dir,
+        "bad.json",
+        text.replacen(
+            r#""path":{"kind":"local"}"#,
+            r#""path":{"kind":"local","__proto__":1}"#,
+            1,
+        ),
+    );
+    input_error(
+        &["verify", "--plan", &bad, "--traffic", &m],
+        &[],
+        &["bad.json: line 1, column", "unknown field `__proto__`"],
+    );
+}
+
 /// Item 9: in a `links` topology, names such as `gpu-1` or `GPU0` became
 /// switch vertices, and the GPU they meant silently lost the link.
 #[test]
