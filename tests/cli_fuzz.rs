@@ -7,6 +7,8 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::root;
+
 /// A scratch directory unique to one test.
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("switchyard-fuzz-{}-{name}", std::process::id()));
@@ -216,6 +218,142 @@ fn non_utf8_names_its_byte_offset() {
         &[],
         &["m.json: line 2, byte offset 25: not UTF-8 text (byte 0xff)"],
     );
+}
+
+/// A small MSCCL file Switchyard wrote, its traffic and topology.
+fn small_xml(dir: &Path) -> (String, String, String) {
+    let topo = preset(dir, 1, 2);
+    let m = write(
+        dir,
+        "m.json",
+        r#"{"ranks":2,"matrix":[[4096,4096],[4096,4096]]}"#,
+    );
+    let xml = dir.join("s.xml").display().to_string();
+    ok(&[
+        "compile",
+        "--topology",
+        &topo,
+        "--traffic",
+        &m,
+        "--out",
+        &xml,
+    ]);
+    (std::fs::read_to_string(&xml).unwrap(), m, topo)
+}
+
+/// `verify`, `simulate` and `run` on `text` as `name`: all exit 2 with
+/// every needle, or all succeed when there are none.
+fn xml_commands(dir: &Path, name: &str, text: &str, m: &str, topo: &str, needles: &[&str]) {
+    let p = write(dir, name, text);
+    let commands: [Vec<&str>; 4] = [
+        vec!["verify", "--plan", &p],
+        vec!["verify", "--plan", &p, "--traffic", m],
+        vec!["simulate", "--plan", &p, "--traffic", m, "--topology", topo],
+        vec!["run", "--plan", &p, "--traffic", m, "--threads", "2"],
+    ];
+    for args in commands {
+        if needles.is_empty() {
+            ok(&args);
+        } else {
+            input_error(&args, &[], needles);
+        }
+    }
+}
+
+/// Item 3: reading XML skipped the lexical rules the executor enforces
+/// (and one refused file disables MSCCL for every communicator).
+#[test]
+fn xml_lexical_rules_hold_on_read() {
+    let dir = scratch("xml-lex");
+    let (text, m, topo) = small_xml(&dir);
+    xml_commands(&dir, "good.xml", &text, &m, &topo, &[]);
+    let first = text.lines().next().unwrap();
+    let rest = &text[first.len() + 1..];
+    let cases: Vec<(&str, String, &str)> = vec![
+        (
+            "prolog",
+            format!("<?xml version=\"1.0\"?>\n{text}"),
+            "line 1: XML prolog",
+        ),
+        ("bom", format!("\u{feff}{text}"), "line 1: byte-order mark"),
+        (
+            "tab",
+            text.replacen("  <gpu", "\t<gpu", 1),
+            "line 2: tab at column 1",
+        ),
+        (
+            "comment",
+            format!("{first}\n  <!--x=1-->\n{rest}"),
+            "line 2: comment the executor misreads",
+        ),
+        (
+            "twotags",
+            text.replacen("\n    <tb id=\"1\"", "<tb id=\"1\"", 1),
+            "line 8: ",
+        ),
+        (
+            "longvalue",
+            text.replacen(
+                r#"proto="LL""#,
+                &format!(r#"proto="{}""#, "L".repeat(300)),
+                1,
+            ),
+            "line 1: value of `proto` is longer than the executor's 256-byte buffer",
+        ),
+        (
+            "attrs",
+            text.replacen(
+                r#" proto="LL""#,
+                &format!(r#" proto="LL"{}"#, r#" x="1""#.repeat(7)),
+                1,
+            ),
+            "line 1: 17 attributes: the executor keeps only the first 16",
+        ),
+        (
+            "entity",
+            text.replacen("switchyard direct", "switchyard&amp;direct", 1),
+            "line 1: value of `name` holds `&`",
+        ),
+        (
+            "noclose",
+            text.replace("</algo>\n", ""),
+            "line 1: <algo> is never closed",
+        ),
+        (
+            "doctype",
+            format!("{first}\n<!DOCTYPE algo>\n{rest}"),
+            "line 2: DOCTYPE",
+        ),
+    ];
+    for (name, bad, want) in cases {
+        let file = format!("{name}.xml");
+        xml_commands(&dir, &file, &bad, &m, &topo, &[&format!("{file}: {want}")]);
+    }
+}
+
+/// Item 3: every checked-in schedule and every real plan in the shared
+/// reference data still loads and verifies through the CLI.
+#[test]
+fn real_xml_files_still_load() {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(root("schedules"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "xml"))
+        .collect();
+    match common::refdata_dir() {
+        Some(d) => files.extend(
+            std::fs::read_dir(d.join("msccl-examples"))
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.extension().is_some_and(|e| e == "xml")),
+        ),
+        None => eprintln!("skipped: no shared refdata (set SWITCHYARD_REFDATA)"),
+    }
+    assert!(files.len() >= 9);
+    for f in files {
+        let out = ok(&["verify", "--plan", &f.display().to_string()]);
+        assert!(out.starts_with("ok:"), "{}: {out}", f.display());
+    }
 }
 
 /// Item 5: an unknown field inside a plan's `path` was accepted.
