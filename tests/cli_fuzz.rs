@@ -356,6 +356,67 @@ fn real_xml_files_still_load() {
     }
 }
 
+/// Item 4: malformed facts in a Switchyard name were silently dropped
+/// (read as another chunk size, layout or node shape).
+#[test]
+fn xml_name_facts_are_checked() {
+    let dir = scratch("xml-facts");
+    let (text, m, topo) = small_xml(&dir);
+    let named = |facts: &str| {
+        text.replacen(
+            "switchyard direct layout=padded chunk_bytes=16 gpus_per_node=2",
+            facts,
+            1,
+        )
+    };
+    let cases = [
+        (
+            "chunk_bytes=abc",
+            "chunk_bytes=abc in the name is not a whole number",
+        ),
+        (
+            "chunk_bytes=-16",
+            "chunk_bytes=-16 in the name is not a whole number",
+        ),
+        (
+            "chunk_bytes=18446744073709551616",
+            "chunk_bytes=18446744073709551616 in the name is not a whole number",
+        ),
+        (
+            "chunk_bytes=0",
+            "chunk_bytes=0 in the name is not a whole number",
+        ),
+        ("layout=weird", "layout in the name: unknown layout `weird`"),
+        (
+            "gpus_per_node=0",
+            "gpus_per_node=0 in the name is not a whole number",
+        ),
+        (
+            "gpus_per_node=3",
+            "gpus_per_node=3 in the name does not split ngpus=\"2\" into whole nodes",
+        ),
+    ];
+    for (i, (fact, want)) in cases.into_iter().enumerate() {
+        let file = format!("f{i}.xml");
+        let bad = named(&format!("switchyard direct {fact}"));
+        xml_commands(
+            &dir,
+            &file,
+            &bad,
+            &m,
+            &topo,
+            &[&format!("{file}: line 1: <algo>: {want}")],
+        );
+    }
+    // Names other tools write carry no Switchyard facts and still load.
+    for (i, name) in ["alltoall_allpairs", "hierarchical chunk_bytes=abc", ""]
+        .into_iter()
+        .enumerate()
+    {
+        xml_commands(&dir, &format!("other{i}.xml"), &named(name), &m, &topo, &[]);
+    }
+}
+
 /// Item 5: an unknown field inside a plan's `path` was accepted.
 #[test]
 fn unknown_field_in_a_path_is_rejected() {

@@ -332,7 +332,7 @@ pub fn run(algo: &Algo, file: &str) -> Result<Trace> {
     link_deps(&mut l);
     execute(&mut l, Mode::PerChunk)?;
     check_outputs(&l)?;
-    let facts = NameFacts::parse(&algo.name);
+    let facts = algo.facts();
     let steps: usize = algo
         .gpus
         .iter()

@@ -85,17 +85,8 @@ fn implied_matrix(map: &ChunkMap, u: u64, algo: &Algo, file: &str) -> Result<Tra
     Ok(TrafficMatrix::from_rows(rows))
 }
 
-/// A chunk size the byte arithmetic can hold ([`MAX_CHUNK_BYTES`]), from a
-/// file whose name, if Switchyard's, does not declare chunks of 0 bytes.
+/// A chunk size the byte arithmetic can hold ([`MAX_CHUNK_BYTES`]).
 fn check_chunk_bytes(algo: &Algo, u: u64, file: &str) -> Result<u64> {
-    if NameFacts::parse(&algo.name).chunk_bytes == Some(0) {
-        return Err(InputError::at(
-            file,
-            format!("line {}", algo.line),
-            "the name declares chunk_bytes=0: a chunk holds at least one byte",
-        )
-        .into());
-    }
     if u > MAX_CHUNK_BYTES {
         return Err(InputError::at(
             file,
@@ -108,7 +99,7 @@ fn check_chunk_bytes(algo: &Algo, u: u64, file: &str) -> Result<u64> {
 }
 
 fn default_chunk_bytes(algo: &Algo, map: &ChunkMap) -> u64 {
-    if let Some(u) = NameFacts::parse(&algo.name).chunk_bytes {
+    if let Some(u) = algo.facts().chunk_bytes {
         return u.max(1);
     }
     if algo.max_bytes > 0 {
@@ -138,7 +129,7 @@ pub(crate) fn chunk_map(algo: &Algo, file: &str) -> Result<ChunkMap> {
             MAX_OFFSET + 1
         )));
     }
-    let layout = NameFacts::parse(&algo.name).layout.unwrap_or_default();
+    let layout = algo.facts().layout.unwrap_or_default();
     match &algo.chunks {
         Some(rows) => {
             if rows.len() != n as usize || rows.iter().any(|r| r.len() != n as usize) {
@@ -225,7 +216,6 @@ pub(crate) fn trace_to_plan(
         .facts
         .gpus_per_node
         .map(|g| g as usize)
-        .filter(|&g| g > 0 && n % g == 0)
         .unwrap_or(if n % 8 == 0 { 8 } else { n });
     let mut plan = Plan::new("msccl-xml", n, gpn);
     let scratch_at = scratch_offsets(algo, trace, &m, u);
@@ -708,12 +698,24 @@ fn parse_chunk_comment(body: &str) -> Option<std::result::Result<(usize, Vec<u32
 fn read_algo_attrs(a: &Attrs) -> Result<Algo> {
     let proto = a.get("proto")?;
     let proto: Protocol = proto.parse().map_err(|e: String| a.bad(e))?;
+    let name = a.opt("name").unwrap_or_default();
+    let facts = NameFacts::parse(name).map_err(|e| a.bad(e))?;
+    let ngpus = a.int("ngpus")?;
+    if let Some(g) = facts.gpus_per_node.filter(|_| ngpus >= 1) {
+        if ngpus % i64::from(g) != 0 {
+            return Err(a
+                .bad(format!(
+                    "gpus_per_node={g} in the name does not split ngpus=\"{ngpus}\" into whole nodes"
+                ))
+                .into());
+        }
+    }
     Ok(Algo {
-        name: a.opt("name").unwrap_or_default().to_string(),
+        name: name.to_string(),
         proto,
         nchannels: a.int("nchannels")?,
         nchunksperloop: a.int("nchunksperloop")?,
-        ngpus: a.int("ngpus")?,
+        ngpus,
         coll: a.get("coll")?.to_string(),
         inplace: a.flag("inplace")?,
         outofplace: a.flag("outofplace")?,
