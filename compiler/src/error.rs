@@ -107,15 +107,81 @@ pub fn num(x: f64) -> String {
     }
 }
 
-/// Reads a whole file, turning a missing or unreadable file into an input error.
+/// The largest input file read when [`MAX_INPUT_ENV`] does not say
+/// otherwise: 1 GiB, more than twice a 4096-rank JSON matrix of 20-digit
+/// counts (370 MB). Without a bound, `--traffic /dev/zero` read until the
+/// host ran out of memory.
+pub const DEFAULT_MAX_INPUT_BYTES: u64 = 1 << 30;
+// 4096 rows of 4096 counts, each up to 20 digits and a separator.
+const _: () = assert!(DEFAULT_MAX_INPUT_BYTES > 2 * (4096 * 4096 * 22 + 4096 * 4));
+
+/// The environment variable that overrides [`DEFAULT_MAX_INPUT_BYTES`]
+/// (a plain decimal byte count, at least 1).
+pub const MAX_INPUT_ENV: &str = "SWITCHYARD_MAX_INPUT_BYTES";
+
+/// The input size limit: [`MAX_INPUT_ENV`] if set, else the default.
+pub fn max_input_bytes() -> Result<u64, InputError> {
+    let Some(v) = std::env::var_os(MAX_INPUT_ENV) else {
+        return Ok(DEFAULT_MAX_INPUT_BYTES);
+    };
+    let digits = v.to_str().filter(|s| s.bytes().all(|b| b.is_ascii_digit()));
+    match digits.and_then(|s| s.parse::<u64>().ok()) {
+        Some(n) if n >= 1 => Ok(n),
+        _ => Err(InputError::new(
+            MAX_INPUT_ENV,
+            format!(
+                "`{}` is not a byte count (a plain decimal number, at least 1)",
+                clip(&v.to_string_lossy())
+            ),
+        )),
+    }
+}
+
+/// Reads a whole file of UTF-8 text, turning a missing, unreadable,
+/// oversized or non-UTF-8 file into an input error. At most
+/// [`max_input_bytes`] are read, whatever the file claims to be (so
+/// `/dev/zero` is refused, not read forever).
 pub fn read_file(path: &std::path::Path) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|e| {
+    read_file_within(path, max_input_bytes()?)
+}
+
+/// [`read_file`] with the limit given.
+fn read_file_within(path: &std::path::Path, limit: u64) -> Result<String> {
+    use std::io::Read;
+    let file = path.display().to_string();
+    let io_error = |e: std::io::Error| {
         let reason = match e.kind() {
             std::io::ErrorKind::NotFound => "no such file".to_string(),
-            std::io::ErrorKind::InvalidData => "not UTF-8 text".to_string(),
             _ => e.to_string(),
         };
-        Error::Input(InputError::new(path.display().to_string(), reason))
+        Error::Input(InputError::new(&file, reason))
+    };
+    let f = std::fs::File::open(path).map_err(io_error)?;
+    // A regular file's size is a hint for the buffer, never a bound.
+    let hint = f.metadata().map_or(0, |m| m.len()).min(limit);
+    let mut bytes = Vec::with_capacity(hint as usize + 1);
+    f.take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(io_error)?;
+    if bytes.len() as u64 > limit {
+        return Err(InputError::new(
+            file,
+            format!(
+                "larger than {limit} bytes, the most an input file may hold (set {MAX_INPUT_ENV} to raise it)"
+            ),
+        )
+        .into());
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        let bytes = e.as_bytes();
+        let at = e.utf8_error().valid_up_to();
+        let line = 1 + bytes[..at].iter().filter(|&&b| b == b'\n').count();
+        InputError::at(
+            file,
+            format!("line {line}, byte offset {at}"),
+            format!("not UTF-8 text (byte 0x{:02x})", bytes[at]),
+        )
+        .into()
     })
 }
 
@@ -151,4 +217,32 @@ pub fn json_error(file: &str, e: &serde_json::Error) -> InputError {
         format!("line {}, column {}", e.line(), e.column()),
         reason,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_within_a_limit_and_names_bad_bytes() {
+        let dir = std::env::temp_dir().join(format!("switchyard-read-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("m.json");
+        std::fs::write(&p, b"[1,\n 2\xff]").unwrap();
+        let e = read_file_within(&p, 100).unwrap_err().to_string();
+        assert!(
+            e.ends_with("m.json: line 2, byte offset 6: not UTF-8 text (byte 0xff)"),
+            "{e}"
+        );
+        std::fs::write(&p, "[1, 2]").unwrap();
+        assert_eq!(read_file_within(&p, 6).unwrap(), "[1, 2]");
+        let e = read_file_within(&p, 5).unwrap_err().to_string();
+        assert!(e.contains("larger than 5 bytes"), "{e}");
+        // A device that never ends is refused once past the limit.
+        let zero = std::path::Path::new("/dev/zero");
+        if zero.exists() {
+            let e = read_file_within(zero, 1 << 16).unwrap_err();
+            assert!(e.is_bad_input() && e.to_string().contains("larger than 65536"));
+        }
+    }
 }

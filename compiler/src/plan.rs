@@ -33,7 +33,7 @@ impl Buffer {
 
 /// How a transfer travels.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[serde(tag = "kind", rename_all = "lowercase")]
+#[serde(tag = "kind", rename_all = "lowercase", try_from = "PathFields")]
 pub enum Path {
     /// A copy inside one GPU's memory (`src == dst`).
     Local,
@@ -42,6 +42,38 @@ pub enum Path {
     /// Between nodes, leaving through NIC `nic` of the sender's node (its
     /// rail) and entering through the receiver's rail NIC.
     Rdma { nic: u32 },
+}
+
+/// A path as the JSON spells it. serde's internally tagged enums ignore
+/// unknown fields beside a unit variant's tag (`{"kind":"local","x":1}`
+/// was read as local), so a path is read as these fields and checked.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PathFields {
+    kind: PathKind,
+    nic: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum PathKind {
+    Local,
+    Nvlink,
+    Rdma,
+}
+
+impl TryFrom<PathFields> for Path {
+    type Error = String;
+
+    fn try_from(p: PathFields) -> std::result::Result<Path, String> {
+        match (p.kind, p.nic) {
+            (PathKind::Local, None) => Ok(Path::Local),
+            (PathKind::Nvlink, None) => Ok(Path::Nvlink),
+            (PathKind::Rdma, Some(nic)) => Ok(Path::Rdma { nic }),
+            (PathKind::Rdma, None) => Err("missing field `nic` in an rdma path".into()),
+            (_, Some(_)) => Err("`nic` belongs to an rdma path only".into()),
+        }
+    }
 }
 
 /// Dependencies of one transfer: indices of transfers that must finish first.
@@ -420,6 +452,26 @@ mod tests {
         // A misspelt field was silently dropped.
         assert!(e(&|v| v["transfers"][0]["byte"] = 4.into()).contains("unknown field `byte`"));
         assert!(e(&|v| v["scratchpad"] = 4.into()).contains("unknown field `scratchpad`"));
+        // Inside a path too: a unit variant's tag hid them from serde.
+        for path in [
+            serde_json::json!({"kind": "local", "__proto__": 1}),
+            serde_json::json!({"kind": "rdma", "nic": 0, "rail": 1}),
+        ] {
+            let got = e(&|v| v["transfers"][0]["path"] = path.clone());
+            assert!(got.contains("unknown field"), "{got}");
+        }
+        assert!(
+            e(&|v| v["transfers"][0]["path"] = serde_json::json!({"kind": "nvlink", "nic": 1}))
+                .contains("`nic` belongs to an rdma path only")
+        );
+        assert!(
+            e(&|v| v["transfers"][0]["path"] = serde_json::json!({"kind": "rdma"}))
+                .contains("missing field `nic`")
+        );
+        assert!(
+            e(&|v| v["transfers"][0]["path"] = serde_json::json!({"kind": "pcie"}))
+                .contains("unknown variant `pcie`")
+        );
     }
 
     #[test]

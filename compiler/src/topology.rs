@@ -780,15 +780,46 @@ fn build_hierarchical(spec: TopologySpec, file: &str) -> Result<Topology> {
     })
 }
 
-fn parse_vertex(name: &str) -> Vertex {
-    let num = |prefix: &str| {
-        name.strip_prefix(prefix)
-            .and_then(|s| s.parse::<usize>().ok())
+/// The rank a `links` vertex name stands for: `Ok(Some(r))` for `gpu<r>`,
+/// `Ok(None)` for a vertex of its own (`sw0`, `nic1.2`, `spine`). A name
+/// that looks like a GPU, `gpu` in any case followed by digits, signs and
+/// separators, but is not written `gpu<r>` for a rank `r` the cluster has
+/// (`GPU0`, `gpu01`, `gpu-1`, `gpu_2`, `gpu99`) is an error: it used to
+/// become a switch vertex, and the GPU it meant silently lost the link.
+fn parse_vertex(name: &str, ranks: usize) -> std::result::Result<Option<usize>, String> {
+    let separator = |b: u8| b"-+_.:# ".contains(&b);
+    let t = name.trim();
+    let rest = match t.get(..3) {
+        Some(p) if p.eq_ignore_ascii_case("gpu") => &t[3..],
+        _ => return Ok(None),
     };
-    if let Some(r) = num("gpu") {
-        return Vertex::Gpu(r);
+    if !rest.bytes().any(|b| b.is_ascii_digit())
+        || !rest.bytes().all(|b| b.is_ascii_digit() || separator(b))
+    {
+        return Ok(None);
     }
-    Vertex::Named(name.to_string())
+    let gpus = format!("the topology has {ranks} GPUs (gpu0..gpu{})", ranks - 1);
+    let number: String = rest.chars().filter(char::is_ascii_digit).collect();
+    let r = number.parse::<usize>().ok().filter(|&r| r < ranks);
+    if name == format!("gpu{number}") && (number == "0" || !number.starts_with('0')) {
+        return r
+            .map(Some)
+            .ok_or_else(|| format!("{} does not exist: {gpus}", clip(name)));
+    }
+    // `GPU1`, `gpu01`, `gpu_1`: one number, no sign; not `gpu1.2`.
+    let plain = rest
+        .trim_start_matches(|c: char| c != '-' && separator(c as u8))
+        .bytes()
+        .all(|b| b.is_ascii_digit());
+    match r {
+        Some(r) if plain => {
+            Err(format!("`{}` is not a GPU's name; write gpu{r}", clip(name)))
+        }
+        _ => Err(format!(
+            "`{}` looks like a GPU's name but is none: {gpus}, written in lower case with no sign, separator or leading zero",
+            clip(name)
+        )),
+    }
 }
 
 fn build_links(spec: TopologySpec, links: Vec<LinkSpec>, file: &str) -> Result<Topology> {
@@ -801,46 +832,12 @@ fn build_links(spec: TopologySpec, links: Vec<LinkSpec>, file: &str) -> Result<T
     let mut named: HashMap<String, NodeIndex> = HashMap::new();
     let mut vertex =
         |graph: &mut DiGraph<Vertex, Link>, name: &str, place: &str| -> Result<NodeIndex> {
-            let digits = name.strip_prefix("gpu").unwrap_or("");
-            if !digits.is_empty()
-                && digits.bytes().all(|b| b.is_ascii_digit())
-                && digits.parse::<usize>().is_err()
-            {
-                return Err(InputError::at(
-                    file,
-                    place,
-                    format!(
-                        "{} does not exist: the topology has {ranks} GPUs",
-                        clip(name)
-                    ),
-                )
-                .into());
-            }
-            // `gpu01` and `gpu+1` parse as rank 1: one GPU must have one name.
-            if let Vertex::Gpu(r) = parse_vertex(name) {
-                if name != format!("gpu{r}") {
-                    return Err(InputError::at(
-                        file,
-                        place,
-                        format!("`{}` is not a GPU's name; write gpu{r}", clip(name)),
-                    )
-                    .into());
-                }
-            }
-            match parse_vertex(name) {
-                Vertex::Gpu(r) if r < ranks => Ok(gpu_vertex[r]),
-                Vertex::Gpu(r) => Err(InputError::at(
-                    file,
-                    place,
-                    format!(
-                        "gpu{r} does not exist: the topology has {ranks} GPUs (gpu0..gpu{})",
-                        ranks - 1
-                    ),
-                )
-                .into()),
-                v => Ok(*named
+            match parse_vertex(name, ranks) {
+                Ok(Some(r)) => Ok(gpu_vertex[r]),
+                Ok(None) => Ok(*named
                     .entry(name.to_string())
-                    .or_insert_with(|| graph.add_node(v))),
+                    .or_insert_with(|| graph.add_node(Vertex::Named(name.to_string())))),
+                Err(reason) => Err(InputError::at(file, place, reason).into()),
             }
         };
     for (i, l) in links.iter().enumerate() {
@@ -1090,6 +1087,33 @@ mod tests {
             e(alias),
             "t.json: links[0].to: `gpu01` is not a GPU's name; write gpu1"
         );
+        // Names that look like GPUs but are not ones were switch vertices.
+        let named = |to: &str| alias.replace("gpu01", to);
+        for (to, why) in [
+            ("GPU1", "`GPU1` is not a GPU's name; write gpu1"),
+            ("gpu_1", "`gpu_1` is not a GPU's name; write gpu1"),
+            (
+                "gpu-1",
+                "`gpu-1` looks like a GPU's name but is none: the topology has 2 GPUs (gpu0..gpu1)",
+            ),
+            ("Gpu7", "`Gpu7` looks like a GPU's name but is none"),
+            (
+                "gpu2",
+                "gpu2 does not exist: the topology has 2 GPUs (gpu0..gpu1)",
+            ),
+            ("gpu99999999999999999999999", "does not exist"),
+            ("gpu0.1", "`gpu0.1` looks like a GPU's name but is none"),
+        ] {
+            let got = e(&named(to));
+            assert!(got.starts_with("t.json: links[0].to: "), "{got}");
+            assert!(got.contains(why), "{to}: {got}");
+        }
+        for other in ["sw0", "nic1.2", "gpus", "gpu0nic", "gpu"] {
+            let t = alias
+                .replace("gpu01", other)
+                .replace(r#"}]}"#, &format!(r#"}},{{"from":"{other}","to":"gpu1","bandwidth_GBps":1,"bidirectional":true}}]}}"#));
+            assert!(Topology::from_json_str(&t, "t.json").is_ok(), "{other}");
+        }
         let slow = r#"{"name":"x","nodes":2,"gpus_per_node":1,"links":[{"from":"gpu0","to":"gpu1","bandwidth_GBps":1,"latency_us":1e300,"bidirectional":true}]}"#;
         assert!(e(slow).contains("links[0].latency_us: must be at most 1e9 us"));
     }

@@ -73,18 +73,22 @@ impl FlowNetwork {
         let g = topo.graph();
         let n = topo.ranks();
         match formulation {
-            Formulation::Links => FlowNetwork {
-                rank: g.node_weights().map(vertex_rank).collect(),
-                gpu: (0..n).map(|r| topo.gpu_vertex(r).index()).collect(),
-                arcs: g
-                    .edge_references()
-                    .map(|e| Arc {
-                        from: e.source().index(),
-                        to: e.target().index(),
-                        links: vec![e.id().index() as LinkId],
-                    })
-                    .collect(),
-            },
+            Formulation::Links => {
+                let keep = on_gpu_paths(g);
+                FlowNetwork {
+                    rank: g.node_weights().map(vertex_rank).collect(),
+                    gpu: (0..n).map(|r| topo.gpu_vertex(r).index()).collect(),
+                    arcs: g
+                        .edge_references()
+                        .filter(|e| keep[e.source().index()] && keep[e.target().index()])
+                        .map(|e| Arc {
+                            from: e.source().index(),
+                            to: e.target().index(),
+                            links: vec![e.id().index() as LinkId],
+                        })
+                        .collect(),
+                }
+            }
             Formulation::Hops => {
                 let mut arcs = Vec::new();
                 for a in 0..n {
@@ -120,6 +124,61 @@ impl FlowNetwork {
     }
 }
 
+/// The vertices a flow between GPUs can use: every GPU, and every other
+/// vertex that some simple path from a GPU to another passes. A vertex
+/// that is not a GPU is on such a path only if it has a live in-neighbour
+/// and a live out-neighbour that differ; one without (a NIC no GPU uses,
+/// hanging off its leaf) could only carry a cycle, so it is removed, and
+/// then its neighbours are checked again. Without this, a legal topology
+/// with 2^20 idle NICs made an LP of millions of variables that no time
+/// limit stopped. Parallel links count twice, which only keeps more.
+fn on_gpu_paths(g: &petgraph::graph::DiGraph<Vertex, crate::topology::Link>) -> Vec<bool> {
+    use petgraph::Direction::{Incoming, Outgoing};
+    let nv = g.node_count();
+    let gpu: Vec<bool> = g
+        .node_weights()
+        .map(|v| matches!(v, Vertex::Gpu(_)))
+        .collect();
+    let mut live = vec![true; nv];
+    let mut count = [vec![0usize; nv], vec![0usize; nv]];
+    for e in g.edge_references().filter(|e| e.source() != e.target()) {
+        count[0][e.target().index()] += 1;
+        count[1][e.source().index()] += 1;
+    }
+    let node = petgraph::graph::NodeIndex::new;
+    // The one live neighbour in a direction, when the count says one.
+    let only = |live: &[bool], v: usize, dir| {
+        g.neighbors_directed(node(v), dir)
+            .find(|u| u.index() != v && live[u.index()])
+    };
+    let mut queue: Vec<usize> = (0..nv).filter(|&v| !gpu[v]).collect();
+    while let Some(v) = queue.pop() {
+        if !live[v] || gpu[v] {
+            continue;
+        }
+        let (ins, outs) = (count[0][v], count[1][v]);
+        let useful = ins >= 1
+            && outs >= 1
+            && (ins >= 2 || outs >= 2 || only(&live, v, Incoming) != only(&live, v, Outgoing));
+        if useful {
+            continue;
+        }
+        live[v] = false;
+        for (dir, side) in [(Outgoing, 0), (Incoming, 1)] {
+            for w in g.neighbors_directed(node(v), dir) {
+                let w = w.index();
+                if w != v {
+                    count[side][w] -= 1;
+                    if live[w] && !gpu[w] {
+                        queue.push(w);
+                    }
+                }
+            }
+        }
+    }
+    live
+}
+
 /// The flow of one commodity (one source GPU), in bytes per arc.
 #[derive(Clone, Debug)]
 pub struct CommodityFlow {
@@ -153,6 +212,10 @@ pub enum Objective {
 
 /// Solves the concurrent MCF of `traffic` on `topo`. `Ok(None)` when no byte
 /// leaves its rank (the makespan is 0 and there is nothing to route).
+///
+/// `opts.time_limit_s` bounds the whole solve, building the model
+/// included: when it runs out before HiGHS holds a feasible flow, the
+/// status is [`SolveStatus::NoFlow`] (HiGHS gets only what is left of it).
 pub fn solve_mcf(
     topo: &Topology,
     traffic: &TrafficMatrix,
@@ -177,9 +240,34 @@ pub fn solve_mcf(
         )
         .into());
     }
+    let started = Instant::now();
+    let limit = opts.time_limit_s;
+    let out_of_time = || started.elapsed().as_secs_f64() >= limit;
+    // The limit ran out while building the model: no flow, as when HiGHS
+    // stops holding none.
+    let no_flow = |net: FlowNetwork, variables: usize, constraints: usize, phase: &str| {
+        if opts.verbose {
+            eprintln!(
+                "lp: the time limit of {} s ran out while {phase} ({variables} variables, {constraints} constraints so far)",
+                num(limit)
+            );
+        }
+        Ok(Some(McfSolution {
+            network: net,
+            makespan_us: f64::INFINITY,
+            flows: Vec::new(),
+            status: SolveStatus::NoFlow,
+            solve_s: started.elapsed().as_secs_f64(),
+            variables,
+            constraints,
+        }))
+    };
     let g = topo.graph();
     let links = g.edge_count();
     let net = FlowNetwork::new(topo, formulation);
+    if out_of_time() {
+        return no_flow(net, 0, 0, "building the flow network");
+    }
     // Scale to O(1) numbers: flow in units of the mean off-diagonal row, time
     // in units of that row over the fastest link.
     let unit_bytes = traffic.off_diagonal_total() as f64 / sources.len() as f64;
@@ -195,7 +283,11 @@ pub fn solve_mcf(
     // f[k][a]: flow of commodity k on arc a (None: pruned, the arc enters
     // the commodity's own source and could only carry a cycle).
     let mut f: Vec<Vec<Option<Variable>>> = Vec::with_capacity(sources.len());
+    let mut variables = 1;
     for &s in &sources {
+        if out_of_time() {
+            return no_flow(net, variables, 0, "adding variables");
+        }
         let src_v = net.gpu[s];
         f.push(
             net.arcs
@@ -203,8 +295,8 @@ pub fn solve_mcf(
                 .map(|a| (a.to != src_v).then(|| vars.add(variable().min(0.0))))
                 .collect(),
         );
+        variables += f[f.len() - 1].iter().flatten().count();
     }
-    let variables = 1 + f.iter().flatten().flatten().count();
 
     // (1) minimise T; (4) plus a tie-break on link time used, weighted so it
     // can never be worth more than a TIE_BREAK fraction of the makespan.
@@ -217,6 +309,9 @@ pub fn solve_mcf(
             .map(|a| a.links.iter().map(|&l| 1.0 / cap[l as usize]).sum())
             .collect();
         for fk in &f {
+            if out_of_time() {
+                return no_flow(net, variables, 0, "writing the objective");
+            }
             for (a, v) in fk.iter().enumerate() {
                 if let Some(v) = v {
                     obj += (w * arc_time[a]) * *v;
@@ -224,9 +319,7 @@ pub fn solve_mcf(
             }
         }
     }
-    let mut model = highs(vars.minimise(obj))
-        .set_time_limit(opts.time_limit_s)
-        .set_option("random_seed", 0);
+    let mut model = highs(vars.minimise(obj)).set_option("random_seed", 0);
     model.set_verbose(opts.verbose);
     let mut constraints = 0;
 
@@ -240,7 +333,15 @@ pub fn solve_mcf(
     //     Σ_{a ∈ out(v)} f_ka − Σ_{a ∈ in(v)} f_ka = b_k(v),
     //     b_k(s_k) = Σ_d M[s_k][d], b_k(gpu d) = −M[s_k][d], 0 elsewhere.
     for (k, &s) in sources.iter().enumerate() {
+        if out_of_time() {
+            return no_flow(net, variables, constraints, "adding constraints");
+        }
         for v in 0..net.vertices() {
+            let supply = supply_of(traffic, s, net.rank[v]) / unit_bytes;
+            // A vertex no arc touches (pruned, or nothing there).
+            if out_arcs[v].is_empty() && in_arcs[v].is_empty() && supply == 0.0 {
+                continue;
+            }
             let mut flow = Expression::from(0.0);
             let mut any = false;
             for &a in &out_arcs[v] {
@@ -255,7 +356,6 @@ pub fn solve_mcf(
                     any = true;
                 }
             }
-            let supply = supply_of(traffic, s, net.rank[v]) / unit_bytes;
             if !any {
                 if supply != 0.0 {
                     return Err(Error::Solver(format!(
@@ -277,6 +377,9 @@ pub fn solve_mcf(
         }
     }
     for e in 0..links {
+        if e % 1024 == 0 && out_of_time() {
+            return no_flow(net, variables, constraints, "adding constraints");
+        }
         let mut load = Expression::from(0.0);
         let mut any = false;
         for fk in &f {
@@ -293,7 +396,14 @@ pub fn solve_mcf(
         }
     }
 
-    let started = Instant::now();
+    // HiGHS gets what is left of the limit (its own copy of the model is
+    // made inside `solve` and not counted).
+    let left = limit - started.elapsed().as_secs_f64();
+    if left <= 0.0 {
+        return no_flow(net, variables, constraints, "adding constraints");
+    }
+    let model = model.set_time_limit(left);
+    let solving = Instant::now();
     let solution = match model.solve() {
         Ok(sol) => sol,
         // HiGHS stopped (time limit) holding no primal-feasible point.
@@ -303,14 +413,14 @@ pub fn solve_mcf(
                 makespan_us: f64::INFINITY,
                 flows: Vec::new(),
                 status: SolveStatus::NoFlow,
-                solve_s: started.elapsed().as_secs_f64(),
+                solve_s: solving.elapsed().as_secs_f64(),
                 variables,
                 constraints,
             }))
         }
-        Err(other) => return Err(Error::Solver(format!("HiGHS: {other}"))),
+        Err(other) => return Err(highs_failure(&other, variables, constraints)),
     };
-    let solve_s = started.elapsed().as_secs_f64();
+    let solve_s = solving.elapsed().as_secs_f64();
     let status = match solution.status() {
         SolutionStatus::TimeLimit => SolveStatus::TimeLimit,
         _ => SolveStatus::Optimal,
@@ -341,6 +451,36 @@ pub fn solve_mcf(
         variables,
         constraints,
     }))
+}
+
+/// What HiGHS's failure means, in words, with the model's size: good_lp
+/// reports every failure as "An unexpected error occurred while running
+/// the optimizer: SolveError", which says neither what failed nor why.
+pub(super) fn highs_failure(e: &ResolutionError, variables: usize, constraints: usize) -> Error {
+    let what = match e {
+        ResolutionError::Infeasible | ResolutionError::Unbounded => format!(
+            "found the flow LP {} (a bug: the LP always has a solution)",
+            if *e == ResolutionError::Infeasible {
+                "infeasible"
+            } else {
+                "unbounded"
+            }
+        ),
+        ResolutionError::Other(s) => {
+            let why = match *s {
+                "SolveError" | "PresolveError" | "PostsolveError" => {
+                    "its solver failed (out of memory, or numerical trouble)"
+                }
+                "LoadError" | "ModelError" => "it could not load the model",
+                _ => "it ended in an unknown state",
+            };
+            format!("{why} (HiGHS status {s})")
+        }
+        ResolutionError::Str(s) => s.clone(),
+    };
+    Error::Solver(format!(
+        "HiGHS could not solve the flow LP of {variables} variables and {constraints} constraints: {what}"
+    ))
 }
 
 /// `b_k(v)` of eq. (2) in bytes: what commodity `s` injects at a vertex

@@ -250,15 +250,60 @@ fn time_limit_still_gives_a_plan() {
     };
     let (plan, report) = lp_with_report(&topo, &m, &opts).unwrap();
     verify_on(&plan, &m, &topo).unwrap();
-    if report.status == SolveStatus::NoFlow {
-        assert!(report.makespan_us.is_infinite());
-        assert_eq!(report.relayed_bytes, 0);
-    }
+    // The limit covers building the model too, so it runs out there.
+    assert_eq!(report.status, SolveStatus::NoFlow);
+    assert!(report.makespan_us.is_infinite());
+    assert_eq!(report.relayed_bytes, 0);
     // The bound refuses to report an unproven optimum.
     match lp_bound(&topo, &m, &opts) {
         Ok(b) => assert!(b > 0.0),
         Err(e) => assert!(e.to_string().contains("time limit"), "{e}"),
     }
+}
+
+/// NICs no GPU uses carry no flow: the LP leaves them out, so a legal
+/// topology with a huge number of them (2^20 made a model of millions of
+/// variables that ignored the time limit) solves as if they were absent.
+#[test]
+fn idle_nics_are_left_out_of_the_model() {
+    let spec = |nics: usize| {
+        let mut t = TopologySpec::preset("dgx-h100", 2, Some(2)).unwrap();
+        // No fabric: a fat-tree's uplinks would grow with the NICs.
+        t.nic.as_mut().unwrap().per_node = nics;
+        Topology::from_spec(t, "t").unwrap()
+    };
+    let mut m = TrafficMatrix::uniform(4, 100_000);
+    m.set(0, 3, 1_000_000);
+    let opts = LpOptions::default();
+    let solve = |topo: &Topology| {
+        solve_mcf(topo, &m, &opts, Formulation::Links, Objective::Makespan)
+            .unwrap()
+            .unwrap()
+    };
+    let (lean, idle) = (spec(2), spec(4096));
+    let (a, b) = (solve(&lean), solve(&idle));
+    assert!(idle.num_links() > lean.num_links() + 16_000);
+    assert_eq!(a.network.arcs.len(), b.network.arcs.len());
+    assert_eq!((a.variables, a.constraints), (b.variables, b.constraints));
+    assert!(close(a.makespan_us, b.makespan_us));
+    let (plan, _) = lp_with_report(&idle, &m, &opts).unwrap();
+    verify_on(&plan, &m, &idle).unwrap();
+}
+
+/// HiGHS's failures said "An unexpected error occurred while running the
+/// optimizer: SolveError"; the error now says what failed and how large
+/// the model was.
+#[test]
+fn highs_failures_are_explained() {
+    use good_lp::ResolutionError;
+    let e = super::mcf::highs_failure(&ResolutionError::Other("SolveError"), 16_000_000, 4_000)
+        .to_string();
+    assert_eq!(
+        e,
+        "solver: HiGHS could not solve the flow LP of 16000000 variables and 4000 constraints: its solver failed (out of memory, or numerical trouble) (HiGHS status SolveError)"
+    );
+    let e = super::mcf::highs_failure(&ResolutionError::Infeasible, 1, 1).to_string();
+    assert!(e.contains("infeasible (a bug"), "{e}");
 }
 
 #[test]

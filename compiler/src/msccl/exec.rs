@@ -64,7 +64,6 @@ pub fn check_executable(text: &str) -> Result<ExecReport> {
 
 /// [`check_executable`] with the file's name for messages.
 pub fn check_executable_with(text: &str, file: &str) -> Result<ExecReport> {
-    check_lexical(text, file)?;
     let algo = read::parse_algo(text, file)?;
     let trace = run(&algo, file)?;
     // Ordering (spec §14 item 8): the verifier proves every read of a chunk
@@ -333,7 +332,7 @@ pub fn run(algo: &Algo, file: &str) -> Result<Trace> {
     link_deps(&mut l);
     execute(&mut l, Mode::PerChunk)?;
     check_outputs(&l)?;
-    let facts = NameFacts::parse(&algo.name);
+    let facts = algo.facts();
     let steps: usize = algo
         .gpus
         .iter()

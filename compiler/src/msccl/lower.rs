@@ -369,7 +369,6 @@ fn lower_with(
             "internal error, the written XML fails its own check: {e}"
         ))
     };
-    exec::check_lexical(&text, file).map_err(internal)?;
     let parsed = parse_algo(&text, file).map_err(internal)?;
     let trace = exec::run(&parsed, file).map_err(internal)?;
     let (encoded, _) =

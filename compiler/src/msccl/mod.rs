@@ -331,6 +331,14 @@ pub struct Algo {
     pub line: usize,
 }
 
+impl Algo {
+    /// The facts of the name. [`parse_algo`] rejects a file whose name's
+    /// facts are malformed; a name that fails [`NameFacts::parse`] has none.
+    pub fn facts(&self) -> NameFacts {
+        NameFacts::parse(&self.name).unwrap_or_default()
+    }
+}
+
 /// Facts Switchyard writes into an XML's `name`: `switchyard ALG layout=L
 /// chunk_bytes=U gpus_per_node=G`. Other tools' names yield `None`s.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -342,27 +350,84 @@ pub struct NameFacts {
 }
 
 impl NameFacts {
-    pub fn parse(name: &str) -> NameFacts {
+    /// The facts of a name. A name that does not start with the word
+    /// `switchyard` (another tool's) has none. One that does is held to
+    /// what Switchyard writes, as a JSON plan's `chunking` is: a malformed
+    /// fact (`chunk_bytes=abc`, `-16`, `0`, `layout=weird`), an unknown or
+    /// repeated one, or a second bare word is an error, not a fact silently
+    /// dropped (which read the file as another layout or chunk size).
+    pub fn parse(name: &str) -> Result<NameFacts, String> {
         let mut words = name.split(' ');
         let mut f = NameFacts::default();
         if words.next() != Some("switchyard") {
-            return f;
+            return Ok(f);
         }
+        let count = |key: &str, v: &str| -> Result<u64, String> {
+            match v.parse::<u64>() {
+                Ok(x) if x >= 1 && v.bytes().all(|b| b.is_ascii_digit()) => Ok(x),
+                _ => Err(format!(
+                    "{key}={} in the name is not a whole number from 1 to 2^64 - 1",
+                    crate::error::clip(v)
+                )),
+            }
+        };
         for w in words {
-            match w.split_once('=') {
-                Some(("layout", v)) => f.layout = v.parse().ok(),
-                Some(("chunk_bytes", v)) => f.chunk_bytes = v.parse().ok(),
-                Some(("gpus_per_node", v)) => f.gpus_per_node = v.parse().ok(),
-                None if f.algorithm.is_none() => f.algorithm = Some(w.to_string()),
-                _ => {}
+            let (key, v) = match w.split_once('=') {
+                None if f.algorithm.is_none() => {
+                    f.algorithm = Some(w.to_string());
+                    continue;
+                }
+                None => {
+                    return Err(format!(
+                        "`{}` in the name: a Switchyard name is `switchyard ALGORITHM layout=L chunk_bytes=U gpus_per_node=G`",
+                        crate::error::clip(w)
+                    ))
+                }
+                Some(kv) => kv,
+            };
+            let fresh = match key {
+                "layout" => f
+                    .layout
+                    .replace(v.parse().map_err(|e| format!("layout in the name: {e}"))?)
+                    .is_none(),
+                "chunk_bytes" => f.chunk_bytes.replace(count(key, v)?).is_none(),
+                "gpus_per_node" => {
+                    let g = u32::try_from(count(key, v)?).map_err(|_| {
+                        format!("gpus_per_node={v} in the name: more GPUs than any cluster has")
+                    })?;
+                    f.gpus_per_node.replace(g).is_none()
+                }
+                _ => {
+                    return Err(format!(
+                        "unknown fact `{}` in the name (known: layout, chunk_bytes, gpus_per_node)",
+                        crate::error::clip(key)
+                    ))
+                }
+            };
+            if !fresh {
+                return Err(format!("the name gives {key} twice"));
             }
         }
-        f
+        Ok(f)
     }
 
+    /// The name [`NameFacts::parse`] reads back. A plan's algorithm is any
+    /// string (a JSON plan names its own): it is written as one word of
+    /// letters, digits and `-_.+`, anything else becoming `-`.
     pub fn format(algorithm: &str, layout: Layout, chunk_bytes: u64, gpus_per_node: u32) -> String {
+        let word: String = algorithm
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || "-_.+".contains(c) {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .collect();
+        let word = if word.is_empty() { "-".into() } else { word };
         format!(
-            "switchyard {algorithm} layout={layout} chunk_bytes={chunk_bytes} gpus_per_node={gpus_per_node}"
+            "switchyard {word} layout={layout} chunk_bytes={chunk_bytes} gpus_per_node={gpus_per_node}"
         )
     }
 }
@@ -461,12 +526,39 @@ mod tests {
     #[test]
     fn name_facts_round_trip() {
         let n = NameFacts::format("direct", Layout::Packed, 4096, 8);
-        let f = NameFacts::parse(&n);
+        let f = NameFacts::parse(&n).unwrap();
         assert_eq!(f.algorithm.as_deref(), Some("direct"));
         assert_eq!(f.layout, Some(Layout::Packed));
         assert_eq!(f.chunk_bytes, Some(4096));
         assert_eq!(f.gpus_per_node, Some(8));
-        assert_eq!(NameFacts::parse("alltoall_allpairs"), NameFacts::default());
+        assert_eq!(
+            NameFacts::parse("alltoall_allpairs"),
+            Ok(NameFacts::default())
+        );
+        // Other tools' names carry no facts, whatever they hold.
+        let other = NameFacts::parse("hierarchical chunk_bytes=abc layout=weird");
+        assert_eq!(other, Ok(NameFacts::default()));
+        let bad =
+            |facts: &str| NameFacts::parse(&format!("switchyard direct {facts}")).unwrap_err();
+        for v in ["abc", "-16", "0", "+16", "0x10", "18446744073709551616", ""] {
+            assert!(
+                bad(&format!("chunk_bytes={v}")).contains("not a whole number"),
+                "{v}"
+            );
+        }
+        assert!(bad("layout=weird").contains("unknown layout `weird`"));
+        assert!(bad("gpus_per_node=0").contains("not a whole number"));
+        assert!(bad("gpus_per_node=4294967296").contains("more GPUs"));
+        assert!(bad("color=red").contains("unknown fact `color`"));
+        assert!(bad("layout=padded layout=packed").contains("layout twice"));
+        assert!(bad("extra").contains("a Switchyard name is"));
+        // Whatever a plan calls its algorithm, the name reads back.
+        let n = NameFacts::format("my alg=2 \"&<", Layout::Padded, 16, 1);
+        assert_eq!(
+            NameFacts::parse(&n).unwrap().algorithm.as_deref(),
+            Some("my-alg-2----")
+        );
+        assert!(NameFacts::parse(&NameFacts::format("", Layout::Padded, 16, 1)).is_ok());
     }
 
     #[test]

@@ -1,9 +1,12 @@
 //! The reader: MSCCL XML (Switchyard's and other tools') into an [`Algo`],
 //! and through a symbolic run into the Plan IR.
 //!
-//! The element tree is read with quick-xml, leniently as to layout (a prolog
-//! or indentation by tabs are [`super::exec`]'s to reject, not the reader's);
-//! numbers must be plain decimal, since the executor would read `010` as 8.
+//! A file must first pass the executor reader's lexical rules
+//! ([`super::exec::check_lexical`]: no prolog, BOM, tab, DOCTYPE or entity,
+//! one tag per line, ...), on read as on write, since one file the executor
+//! refuses disables MSCCL for every communicator. The element tree is then
+//! read with quick-xml; numbers must be plain decimal, since the executor
+//! would read `010` as 8.
 //! A plan's transfers are the file's operations (a send met by its receive,
 //! or a local copy), found by [`super::exec::run`], with byte ranges from the
 //! chunk size and the traffic matrix.
@@ -82,17 +85,8 @@ fn implied_matrix(map: &ChunkMap, u: u64, algo: &Algo, file: &str) -> Result<Tra
     Ok(TrafficMatrix::from_rows(rows))
 }
 
-/// A chunk size the byte arithmetic can hold ([`MAX_CHUNK_BYTES`]), from a
-/// file whose name, if Switchyard's, does not declare chunks of 0 bytes.
+/// A chunk size the byte arithmetic can hold ([`MAX_CHUNK_BYTES`]).
 fn check_chunk_bytes(algo: &Algo, u: u64, file: &str) -> Result<u64> {
-    if NameFacts::parse(&algo.name).chunk_bytes == Some(0) {
-        return Err(InputError::at(
-            file,
-            format!("line {}", algo.line),
-            "the name declares chunk_bytes=0: a chunk holds at least one byte",
-        )
-        .into());
-    }
     if u > MAX_CHUNK_BYTES {
         return Err(InputError::at(
             file,
@@ -105,7 +99,7 @@ fn check_chunk_bytes(algo: &Algo, u: u64, file: &str) -> Result<u64> {
 }
 
 fn default_chunk_bytes(algo: &Algo, map: &ChunkMap) -> u64 {
-    if let Some(u) = NameFacts::parse(&algo.name).chunk_bytes {
+    if let Some(u) = algo.facts().chunk_bytes {
         return u.max(1);
     }
     if algo.max_bytes > 0 {
@@ -135,7 +129,7 @@ pub(crate) fn chunk_map(algo: &Algo, file: &str) -> Result<ChunkMap> {
             MAX_OFFSET + 1
         )));
     }
-    let layout = NameFacts::parse(&algo.name).layout.unwrap_or_default();
+    let layout = algo.facts().layout.unwrap_or_default();
     match &algo.chunks {
         Some(rows) => {
             if rows.len() != n as usize || rows.iter().any(|r| r.len() != n as usize) {
@@ -222,7 +216,6 @@ pub(crate) fn trace_to_plan(
         .facts
         .gpus_per_node
         .map(|g| g as usize)
-        .filter(|&g| g > 0 && n % g == 0)
         .unwrap_or(if n % 8 == 0 { 8 } else { n });
     let mut plan = Plan::new("msccl-xml", n, gpn);
     let scratch_at = scratch_offsets(algo, trace, &m, u);
@@ -514,10 +507,12 @@ fn op_pieces(
     Ok(out)
 }
 
-/// Reads the element tree. Other elements are skipped with their content,
-/// as the executor does; a missing attribute or a non-decimal number is an
-/// error with its line.
+/// Checks the executor's lexical rules ([`super::exec::check_lexical`])
+/// and reads the element tree. Other elements are skipped with their
+/// content, as the executor does; a missing attribute, a non-decimal
+/// number or an element left open is an error with its line.
 pub fn parse_algo(text: &str, file: &str) -> Result<Algo> {
+    exec::check_lexical(text, file)?;
     let lines = LineIndex::new(text);
     let mut r = Reader::from_str(text);
     r.config_mut().trim_text(true);
@@ -527,6 +522,9 @@ pub fn parse_algo(text: &str, file: &str) -> Result<Algo> {
     let mut depth = 0usize;
     let mut skip = 0usize;
     let mut chunk_rows: Vec<(usize, Vec<u32>)> = Vec::new();
+    // Elements not yet closed, with their lines: the executor's reader
+    // fails at the end of a file that leaves one open.
+    let mut open: Vec<(String, usize)> = Vec::new();
     loop {
         let before = r.buffer_position() as usize;
         let ev = r.read_event().map_err(|e| {
@@ -547,6 +545,9 @@ pub fn parse_algo(text: &str, file: &str) -> Result<Algo> {
                 let empty = matches!(ev, Event::Empty(_));
                 let name = e.name();
                 let name = name.as_ref().to_string();
+                if !empty {
+                    open.push((name.clone(), line));
+                }
                 if skip > 0 {
                     if !empty {
                         skip += 1;
@@ -611,6 +612,7 @@ pub fn parse_algo(text: &str, file: &str) -> Result<Algo> {
                 depth += 1;
             }
             Event::End(_) => {
+                open.pop();
                 if skip > 0 {
                     skip -= 1;
                 } else {
@@ -641,6 +643,14 @@ pub fn parse_algo(text: &str, file: &str) -> Result<Algo> {
             Event::CData(_) => return Err(bad("CDATA: the executor's reader has none".into())),
             Event::Decl(_) | Event::PI(_) | Event::DocType(_) | Event::GeneralRef(_) => {}
         }
+    }
+    if let Some((name, line)) = open.last() {
+        return Err(InputError::at(
+            file,
+            format!("line {line}"),
+            format!("<{name}> is never closed (the file ends first)"),
+        )
+        .into());
     }
     let mut algo = algo.ok_or_else(|| InputError::new(file, "no <algo> element"))?;
     if !chunk_rows.is_empty() {
@@ -688,12 +698,24 @@ fn parse_chunk_comment(body: &str) -> Option<std::result::Result<(usize, Vec<u32
 fn read_algo_attrs(a: &Attrs) -> Result<Algo> {
     let proto = a.get("proto")?;
     let proto: Protocol = proto.parse().map_err(|e: String| a.bad(e))?;
+    let name = a.opt("name").unwrap_or_default();
+    let facts = NameFacts::parse(name).map_err(|e| a.bad(e))?;
+    let ngpus = a.int("ngpus")?;
+    if let Some(g) = facts.gpus_per_node.filter(|_| ngpus >= 1) {
+        if ngpus % i64::from(g) != 0 {
+            return Err(a
+                .bad(format!(
+                    "gpus_per_node={g} in the name does not split ngpus=\"{ngpus}\" into whole nodes"
+                ))
+                .into());
+        }
+    }
     Ok(Algo {
-        name: a.opt("name").unwrap_or_default().to_string(),
+        name: name.to_string(),
         proto,
         nchannels: a.int("nchannels")?,
         nchunksperloop: a.int("nchunksperloop")?,
-        ngpus: a.int("ngpus")?,
+        ngpus,
         coll: a.get("coll")?.to_string(),
         inplace: a.flag("inplace")?,
         outofplace: a.flag("outofplace")?,
@@ -968,10 +990,78 @@ mod tests {
         let long = "c".repeat(100_000);
         let e = err(&TWO.replacen(r#"type="cpy""#, &format!(r#"type="{long}""#), 1));
         assert!(e.len() < 200, "{} bytes", e.len());
+        assert_eq!(
+            e,
+            "f.xml: line 4: value of `type` is longer than the executor's 256-byte buffer"
+        );
+        let e = err(&TWO.replacen(r#"type="cpy""#, &format!(r#"type="{}""#, &long[..255]), 1));
         assert!(
             e.contains(r#"type="cccccccccccccccccccccccccccccccccccccccc...""#),
             "{e}"
         );
+    }
+
+    /// The executor's lexical rules hold on read as on write: every one of
+    /// these files was read as "ok" although the executor refuses most of
+    /// them (and one refused file disables MSCCL for every communicator).
+    #[test]
+    fn lexical_rules_hold_on_read() {
+        let algo_line = TWO.lines().next().unwrap();
+        let cases: Vec<(String, &str)> = vec![
+            (
+                format!("<?xml version=\"1.0\"?>\n{TWO}"),
+                "line 1: XML prolog",
+            ),
+            (format!("\u{feff}{TWO}"), "line 1: byte-order mark"),
+            (
+                TWO.replacen("  <gpu", "\t<gpu", 1),
+                "line 2: tab at column 1",
+            ),
+            (
+                TWO.replacen("  <gpu id=\"0\"", "  <!--a=b-->\n  <gpu id=\"0\"", 1),
+                "line 2: comment the executor misreads",
+            ),
+            (
+                TWO.replacen("    </tb>\n", "    </tb><!-- x -->\n", 1),
+                "line 5: ",
+            ),
+            (
+                TWO.replacen(r#"name="t""#, &format!(r#"name="{}""#, "n".repeat(300)), 1),
+                "line 1: value of `name` is longer",
+            ),
+            (
+                TWO.replacen(
+                    r#"name="t""#,
+                    &format!("name=\"t\"{}", r#" x="1""#.repeat(7)),
+                    1,
+                ),
+                "line 1: 17 attributes: the executor keeps only the first 16",
+            ),
+            (
+                TWO.replacen(r#"name="t""#, r#"name="a&amp;b""#, 1),
+                "line 1: value of `name` holds `&`",
+            ),
+            (
+                TWO.replace("</algo>\n", ""),
+                "line 1: <algo> is never closed",
+            ),
+            (
+                format!(
+                    "{algo_line}\n<!DOCTYPE algo>\n{}",
+                    &TWO[algo_line.len() + 1..]
+                ),
+                "line 2: DOCTYPE",
+            ),
+            (
+                TWO.replacen("\n    <tb id=\"1\"", "<tb id=\"1\"", 1),
+                "line 5: ",
+            ),
+        ];
+        for (text, want) in cases {
+            let e = err(&text);
+            assert!(e.starts_with(&format!("f.xml: {want}")), "{want}: {e}");
+            assert!(xml_traffic(&text, "f.xml").is_err(), "{want}");
+        }
     }
 
     #[test]
@@ -991,11 +1081,11 @@ mod tests {
 
     #[test]
     fn line_numbers_and_skipped_elements() {
-        let text = "<algo name=\"x\" proto=\"LL\" nchannels=\"1\" nchunksperloop=\"2\" ngpus=\"2\" coll=\"alltoall\" inplace=\"0\" outofplace=\"1\" minBytes=\"0\" maxBytes=\"0\">\n  <meta><gpu id=\"9\"/></meta>\n  <gpu id=\"0\" i_chunks=\"2\" o_chunks=\"2\">\n  </gpu>\n</algo>\n";
+        let text = "<algo name=\"x\" proto=\"LL\" nchannels=\"1\" nchunksperloop=\"2\" ngpus=\"2\" coll=\"alltoall\" inplace=\"0\" outofplace=\"1\" minBytes=\"0\" maxBytes=\"0\">\n  <meta>\n    <gpu id=\"9\"/>\n  </meta>\n  <gpu id=\"0\" i_chunks=\"2\" o_chunks=\"2\">\n  </gpu>\n</algo>\n";
         let e = parse_algo(text, "f.xml").unwrap_err().to_string();
         assert_eq!(
             e,
-            "f.xml: line 3: <gpu>: lacks attribute `s_chunks`, which the executor requires"
+            "f.xml: line 5: <gpu>: lacks attribute `s_chunks`, which the executor requires"
         );
     }
 }

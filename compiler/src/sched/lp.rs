@@ -246,7 +246,14 @@ impl<'a> Builder<'a> {
         if gpus.len() > 2 {
             self.relayed += bytes;
         }
-        let lanes = bytes.div_ceil(lane_bytes.max(1)).max(1);
+        // A rank's copy to itself is one transfer, as in every scheduler:
+        // it shares no link, so lanes would only multiply transfers with
+        // its bytes (a 1 GiB self-copy made 262,144 of them).
+        let lanes = if s == d {
+            1
+        } else {
+            bytes.div_ceil(lane_bytes.max(1)).max(1)
+        };
         // A lane runs for about the makespan; its slices share that time.
         let latency: f64 = gpus
             .windows(2)
@@ -492,6 +499,40 @@ mod tests {
             ..LpOptions::default()
         };
         verify_on(&lp(&topo, &m, &loose).unwrap(), &m, &topo).unwrap();
+    }
+
+    /// A self-copy is one transfer however large (it was cut into 4 KiB
+    /// lanes: 16,384 transfers for 64 MiB), and the other blocks' lanes and
+    /// slices stop growing with the bytes once slices reach their most:
+    /// scaling every entry by 2^10 or 2^20 gives plans of one size.
+    #[test]
+    fn transfers_do_not_grow_with_bytes() {
+        let one = Topology::preset("dgx-h100", 1, Some(1)).unwrap();
+        let m = TrafficMatrix::from_rows(vec![vec![64 << 20]]);
+        let plan = lp(&one, &m, &LpOptions::default()).unwrap();
+        verify_on(&plan, &m, &one).unwrap();
+        assert_eq!(plan.transfers.len(), 1);
+        let topo = Topology::preset("dgx-h100", 2, Some(4)).unwrap();
+        let mut m = TrafficMatrix::uniform(8, 1_000);
+        m.set(2, 2, 64 << 20);
+        m.set(2, 6, 1_234_567);
+        let count = |shift: u32, verify: bool| {
+            let mut big = m.clone();
+            for s in 0..8 {
+                for d in 0..8 {
+                    big.set(s, d, m.get(s, d) << shift);
+                }
+            }
+            let plan = lp(&topo, &big, &LpOptions::default()).unwrap();
+            if verify {
+                verify_on(&plan, &big, &topo).unwrap();
+            }
+            plan.transfers.len()
+        };
+        let (small, large) = (count(10, true), count(20, false));
+        assert_eq!(small, large);
+        // 64 blocks, about one lane each, at most 16 slices of 2 hops.
+        assert!(small < 64 * 2 * 16 * 2, "{small} transfers");
     }
 
     #[test]
