@@ -6,22 +6,24 @@
 //!    stages (coarsened Birkhoff–von Neumann), rail-aligned inside a stage;
 //! 3. `mesh`: on a mesh fabric, part of the intra-node blocks on the
 //!    busiest links go through a third GPU;
-//! 4. the [`crate::planner::Planner`] emits the plan: balancing moves run under
-//!    the previous stage's sends, forwards under the next, each GPU keeps a
+//! 4. `emit` emits the plan: balancing moves run under the previous
+//!    stage's sends, forwards under the next, each GPU keeps a
 //!    cost-derived number of stages in flight.
 //!
-//! The reusable [`crate::planner::Planner`] is the API; [`fast`] is the
-//! one-shot form the CLI uses.
+//! The reusable `crate::planner::Planner` is the API, a thin facade over
+//! the emitter; [`fast`] is the one-shot form the CLI uses. Nothing here
+//! depends on the facade.
 
 pub(crate) mod balance;
+pub(crate) mod emit;
 pub(crate) mod mesh;
 pub(crate) mod stages;
 
 use crate::error::Result;
 use crate::plan::Plan;
-use crate::planner::{Planner, PlannerOptions};
 use crate::topology::Topology;
 use crate::traffic::TrafficMatrix;
+use emit::{Emitter, PlannerOptions};
 
 /// `x * y / d`, rounded down, without overflow (in u64 when the product fits).
 #[inline]
@@ -34,5 +36,5 @@ pub(crate) fn mul_div(x: u64, y: u64, d: u64) -> u64 {
 
 /// Plans one all-to-all with `fast`'s default options.
 pub fn fast(topo: &Topology, traffic: &TrafficMatrix) -> Result<Plan> {
-    Planner::new(topo, PlannerOptions::default())?.plan(traffic)
+    Emitter::new(topo, PlannerOptions::default())?.plan(traffic)
 }
