@@ -6,18 +6,28 @@
 //!    stages (coarsened Birkhoff–von Neumann), rail-aligned inside a stage;
 //! 3. `mesh`: on a mesh fabric, part of the intra-node blocks on the
 //!    busiest links go through a third GPU;
-//! 4. `emit` emits the plan: balancing moves run under the previous
-//!    stage's sends, forwards under the next, each GPU keeps a
-//!    cost-derived number of stages in flight.
+//! 4. `emit` and the files beside it emit the plan: balancing moves run
+//!    under the previous stage's sends, forwards under the next, each GPU
+//!    keeps a cost-derived number of stages in flight.
 //!
 //! The reusable `crate::planner::Planner` is the API, a thin facade over
 //! the emitter; [`fast`] is the one-shot form the CLI uses. Nothing here
 //! depends on the facade.
 
 pub(crate) mod balance;
+mod chunks;
 pub(crate) mod emit;
+mod forwards;
+mod intra;
+mod lanes;
+mod layout;
 pub(crate) mod mesh;
+mod sends;
+mod slots;
 pub(crate) mod stages;
+#[cfg(test)]
+mod tests;
+mod window;
 
 use crate::error::Result;
 use crate::plan::Plan;
