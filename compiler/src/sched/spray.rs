@@ -4,7 +4,7 @@
 
 use crate::error::Result;
 use crate::plan::Plan;
-use crate::planner::{Planner, PlannerOptions};
+use crate::sched::fast::emit::{Emitter, PlannerOptions};
 use crate::topology::Topology;
 use crate::traffic::TrafficMatrix;
 
@@ -14,5 +14,5 @@ pub fn spray(topo: &Topology, traffic: &TrafficMatrix) -> Result<Plan> {
         staged: false,
         ..PlannerOptions::default()
     };
-    Planner::new(topo, opts)?.plan(traffic)
+    Emitter::new(topo, opts)?.plan(traffic)
 }

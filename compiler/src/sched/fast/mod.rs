@@ -6,22 +6,34 @@
 //!    stages (coarsened Birkhoff–von Neumann), rail-aligned inside a stage;
 //! 3. `mesh`: on a mesh fabric, part of the intra-node blocks on the
 //!    busiest links go through a third GPU;
-//! 4. the [`crate::planner::Planner`] emits the plan: balancing moves run under
-//!    the previous stage's sends, forwards under the next, each GPU keeps a
-//!    cost-derived number of stages in flight.
+//! 4. `emit` and the files beside it emit the plan: balancing moves run
+//!    under the previous stage's sends, forwards under the next, each GPU
+//!    keeps a cost-derived number of stages in flight.
 //!
-//! The reusable [`crate::planner::Planner`] is the API; [`fast`] is the
-//! one-shot form the CLI uses.
+//! The reusable `crate::planner::Planner` is the API, a thin facade over
+//! the emitter; [`fast`] is the one-shot form the CLI uses. Nothing here
+//! depends on the facade.
 
 pub(crate) mod balance;
+mod chunks;
+pub(crate) mod emit;
+mod forwards;
+mod intra;
+mod lanes;
+mod layout;
 pub(crate) mod mesh;
+mod sends;
+mod slots;
 pub(crate) mod stages;
+#[cfg(test)]
+mod tests;
+mod window;
 
 use crate::error::Result;
 use crate::plan::Plan;
-use crate::planner::{Planner, PlannerOptions};
 use crate::topology::Topology;
 use crate::traffic::TrafficMatrix;
+use emit::{Emitter, PlannerOptions};
 
 /// `x * y / d`, rounded down, without overflow (in u64 when the product fits).
 #[inline]
@@ -34,5 +46,5 @@ pub(crate) fn mul_div(x: u64, y: u64, d: u64) -> u64 {
 
 /// Plans one all-to-all with `fast`'s default options.
 pub fn fast(topo: &Topology, traffic: &TrafficMatrix) -> Result<Plan> {
-    Planner::new(topo, PlannerOptions::default())?.plan(traffic)
+    Emitter::new(topo, PlannerOptions::default())?.plan(traffic)
 }

@@ -1,0 +1,221 @@
+//! How a lane's slice of a stage is cut into inter-node sends: the chunk
+//! size (from the NVLink hop and the latency), the order of a lane's
+//! chunks (rotated, direct lanes by block, mesh lanes ending on their own
+//! receiver), the split first send, and the taper of the last sends.
+
+use super::emit::Emitter;
+use super::mul_div;
+
+/// Halvings of each of a lane's last sends (see `Emitter::taper_last_chunks`).
+const TAPER_SPLITS: u32 = 2;
+/// No tapered send is cut below this many bytes.
+const MIN_TAPER_BYTES: u64 = 4096;
+
+impl Emitter {
+    /// The NIC-cut time of the exchange: the busiest node's inter-node bytes
+    /// (sent or received) over all its rails, us.
+    fn exchange_us(&self) -> f64 {
+        let nn = self.nodes;
+        let max_line = (0..nn)
+            .map(|a| {
+                let (row, col) = (0..nn).fold((0, 0), |(r, c), b| {
+                    (
+                        r + self.node_bytes[a * nn + b],
+                        c + self.node_bytes[b * nn + a],
+                    )
+                });
+                let own = self.node_bytes[a * nn + a];
+                (row - own).max(col - own)
+            })
+            .max()
+            .unwrap_or(0);
+        max_line as f64 / self.node_rate
+    }
+
+    /// Chunk size: the un-overlapped NVLink hop before the first chunk and
+    /// after the last should cost about half a percent of the whole exchange
+    /// (`M / node_rate`), and a chunk should take a few latencies on its NIC so
+    /// that the pipeline hides them (`bounds`: [`Emitter::chunk_bounds`]).
+    pub(super) fn chunk_size(&self, (by_hop, by_latency): (f64, f64)) -> u64 {
+        if let Some(c) = self.opts.chunk_bytes {
+            return c.max(1);
+        }
+        by_hop.max(by_latency).max(1.0) as u64
+    }
+
+    /// The two lower bounds on the chunk size (bytes): by the NVLink hop
+    /// (half a percent of the exchange) and by the latency (four inter-node
+    /// latencies on a lane).
+    pub(super) fn chunk_bounds(&self) -> (f64, f64) {
+        let lane_rate = self.nic_rate / self.weights.max_sharing() as f64;
+        (
+            0.005 * self.exchange_us() * self.intra_rate,
+            4.0 * self.inter_latency * lane_rate,
+        )
+    }
+
+    /// Cuts each of the last sends of a lane's final slice, as many as the
+    /// lane has in flight (`depth`; one for `spray`, which has no chains),
+    /// into halves, quarters, ... ([`TAPER_SPLITS`] times). The last chunks
+    /// to land are forwarded over NVLink after every NIC has finished, and
+    /// the lanes' last chunks often carry bytes for the same hot GPU (2x8
+    /// hotspot: eight 574 KB forwards into one GPU, a 10 us tail); smaller
+    /// last chunks shorten that tail. With `depth` sends in flight the last
+    /// `depth` sends end together, so each of them is cut, not only the
+    /// last (MI300X 4x8 Zipf 1.0: the final stage's full-size sends landed
+    /// 12 us before the end and their forwards into the hot GPU made the
+    /// tail). Measured on the bench suite's skewed full-bisection cases:
+    /// the last send only, against none, median 1.047 -> 1.044 (8x8 hotspot
+    /// 1.097 -> 1.049); the last `depth` sends against the last one, median
+    /// 1.038 -> 1.032, mean 1.042 -> 1.040; over DGX-H100 4-16 nodes and
+    /// MI300X 2-8 nodes, 9 patterns, 2 seeds, default and 64 KB pairs, 24
+    /// cases better by more than 1% and 6 worse (a few cases move by ±1.5%
+    /// either way, as any change of the send order does).
+    // Cold (once per lane); out of line so that it does not crowd
+    // emit_inter_node's registers.
+    #[inline(never)]
+    pub(super) fn taper_last_chunks(&mut self) {
+        let k = if self.depth == u32::MAX {
+            1
+        } else {
+            self.depth as usize
+        };
+        let k = k.min(self.chunks.len());
+        self.tail.clear();
+        let at = self.chunks.len() - k;
+        self.tail.extend(self.chunks.drain(at..));
+        for &(lo, hi) in &self.tail {
+            let mut at = lo;
+            for _ in 0..TAPER_SPLITS {
+                let half = (hi - at) / 2;
+                if half < MIN_TAPER_BYTES {
+                    break;
+                }
+                self.chunks.push((at, at + half));
+                at += half;
+            }
+            self.chunks.push((at, hi));
+        }
+    }
+
+    /// Cuts bytes `from..to` of lane `l` (GPU `c`) into sends of at most a
+    /// chunk, in the order they go. A direct lane (`direct_row`: where its
+    /// row range for the destination node starts in `send_off`) starts at
+    /// its block for GPU `l`, then `l + 1`, ... (wrapping): the lanes of a
+    /// pair send into different GPUs (and NICs) at any time. Its sends are
+    /// cut at block boundaries, but adjacent latency-bound blocks go as one
+    /// send (a slot of several transfers). Inlined into its one caller:
+    /// called apart it cost 1.5% of a plan's instructions at 8x8.
+    ///
+    /// `own_block` (mesh lanes that carry no moved bytes) is the range of
+    /// the lane's bytes for its own receiving GPU. When the slice holds
+    /// some of them, its chunks start at the last chunk that ends inside
+    /// the range (or the one holding the range's end, if none does) and
+    /// wrap, so the slice's last sends carry them. Those need no forward,
+    /// while on a mesh the forwards after a lane's last sends all cross one
+    /// 64 GB/s link (MI300X 2x8 Zipf 1.2: three 0.57 MB chunks for the hot
+    /// GPU landed at once on one carrier, and their forwards ended 25 us
+    /// after the NICs; 1.119 -> 1.075 of the bound). Lanes with moved bytes
+    /// keep their order: started mid-stream, their first sends waited for
+    /// moves (2x8 intra-skew 1.2: 1.130 -> 1.379).
+    #[inline(always)]
+    pub(super) fn cut_chunks(
+        &mut self,
+        c: usize,
+        l: usize,
+        from: u64,
+        to: u64,
+        direct_row: Option<usize>,
+        own_block: Option<(u64, u64)>,
+    ) {
+        self.chunks.clear();
+        if from >= to {
+            return;
+        }
+        let chunk = self.chunk;
+        let split = |chunks: &mut Vec<(u64, u64)>, lo: u64, hi: u64| {
+            let parts = (hi - lo).div_ceil(chunk);
+            let at = |k: u64| lo + mul_div(hi - lo, k, parts);
+            chunks.extend((0..parts).map(|k| (at(k), at(k + 1))));
+        };
+        if let Some(row) = direct_row {
+            let (g, base) = (self.gpus, self.send_off[row]);
+            // Blocks merge into one send while it stays latency-bound (under
+            // half an inter-node latency on its NIC): merging saves latencies,
+            // and so few bytes cost nothing at the receivers they share.
+            let lane_rate = self.nic_rate / self.weights.max_sharing() as f64;
+            let merge_below = ((0.5 * self.inter_latency * lane_rate) as u64).min(chunk);
+            let mut pending = (0u64, 0u64);
+            for k in 0..g {
+                let j = (l + k) % g;
+                let (b0, b1) = (
+                    self.send_off[row + j] - base,
+                    self.send_off[row + j + 1] - base,
+                );
+                let (lo, hi) = (from.max(b0), to.min(b1));
+                if lo >= hi {
+                    continue;
+                }
+                if pending.0 < pending.1 && pending.1 == lo && hi - pending.0 <= merge_below {
+                    pending.1 = hi;
+                    continue;
+                }
+                if pending.0 < pending.1 {
+                    split(&mut self.chunks, pending.0, pending.1);
+                }
+                pending = (lo, hi);
+            }
+            if pending.0 < pending.1 {
+                split(&mut self.chunks, pending.0, pending.1);
+            }
+        } else if to - from <= chunk {
+            self.chunks.push((from, to));
+        } else {
+            // Lanes start at different chunks, so their last chunks (and the
+            // forwards that follow them) go to different GPUs: the chunks of
+            // `split`, rotated left by `first`.
+            let parts = (to - from).div_ceil(chunk);
+            let at = |k: u64| from + mul_div(to - from, k, parts);
+            let mut first = l as u64 * parts / self.gpus as u64;
+            if let Some((b0, b1)) = own_block {
+                let (x0, x1) = (b0.max(from), b1.min(to));
+                if x0 < x1 {
+                    // The chunk holding byte x1 - 1: at(k) <= x1 - 1 < at(k + 1).
+                    let x = x1 - 1;
+                    let mut k = mul_div(x - from, parts, to - from).min(parts - 1);
+                    while k > 0 && at(k) > x {
+                        k -= 1;
+                    }
+                    while k + 1 < parts && at(k + 1) <= x {
+                        k += 1;
+                    }
+                    // The chunk holding the range's last byte, or the one
+                    // before it if it runs past the range: a GPU's first
+                    // chunk is halved and its second half sent last, so
+                    // the last bytes sent are then the range's.
+                    if k > 0 && at(k) > x0 && at(k + 1) > x1 {
+                        k -= 1;
+                    }
+                    first = k;
+                }
+            }
+            let mut lo = at(first);
+            for k in (first + 1..=parts).chain(1..=first) {
+                let hi = if k == parts { to } else { at(k) };
+                self.chunks.push((lo, hi));
+                lo = if k == parts { from } else { hi };
+            }
+        }
+        let parts = self.chunks.len();
+        // A GPU's first send is cut in two, the halves going first and last:
+        // with several sends in flight, a first send shorter than the next
+        // staggers them, so one's latency overlaps another's transfer
+        // instead of all starting (and waiting) in lockstep.
+        if self.slots[c].is_empty() && self.depth >= 2 && self.depth != u32::MAX && parts >= 2 {
+            let (lo, hi) = self.chunks[0];
+            let mid = lo + (hi - lo) / 2;
+            self.chunks[0] = (lo, mid);
+            self.chunks.push((mid, hi));
+        }
+    }
+}

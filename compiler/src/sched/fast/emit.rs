@@ -1,0 +1,492 @@
+//! `fast`'s emitter: the per-plan state of the planner and the pipeline
+//! that turns one traffic matrix into a plan ([`Emitter::plan_into`]):
+//! offsets, balancing, scratch layout, stages, then the transfers. It owns
+//! the merged plan of direct sends (latency-bound exchanges) and [`Emit`],
+//! the transfer list written over the previous plan's. The steps live in
+//! the neighbouring files: `layout` (offsets and scratch), `lanes`
+//! (balancing every node pair), `sends`, `chunks` and `window` (the staged
+//! inter-node sends, their chunks and their pacing), `forwards`, `intra`
+//! (intra-node blocks) and `slots` (dependency ids). The kinds of transfers
+//! are those of docs/algorithms.md, `fast`; `crate::planner::Planner` is the
+//! public face of this type.
+
+use super::balance::{Lane, LaneWeights, Piece};
+use super::mesh::MeshRelief;
+use super::stages::{Decomposer, StagePair};
+use super::window::MIN_DEPTH;
+use crate::error::{num, Error, Result};
+use crate::plan::{Buffer, Deps, Path, Plan, Transfer};
+use crate::topology::{IntraKind, Topology};
+use crate::traffic::TrafficMatrix;
+
+/// Knobs of the planner. The defaults are what `fast` uses;
+/// `PlannerOptions { staged: false, ..Default::default() }` is `spray`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlannerOptions {
+    /// Inter-node sends in flight per GPU: a GPU's send `k` waits for its own
+    /// send `k - depth` and for send `k - depth` into its receiving GPU
+    /// (docs/algorithms.md, eq. 5). `None` derives it from the alpha-beta
+    /// cost: `2 + ceil(latency / send time)`, at least 4 (3 when every node
+    /// pair is sent directly over several stages). Unused when `staged` is
+    /// `false`.
+    pub pipeline_depth: Option<u32>,
+    /// Target stages per node: the decomposition's stage floor is
+    /// `θ = M / (stages_per_node · (N − 1))`; larger means finer, exacter stages.
+    pub stages_per_node: f64,
+    /// Balance each node's traffic over its GPUs and NICs (`false`: every GPU
+    /// sends its own bytes, an ablation).
+    pub balance: bool,
+    /// Permutation stages (`false`: every inter-node send at once: `spray`).
+    pub staged: bool,
+    /// Largest inter-node send: a GPU's share of a stage is cut into chunks
+    /// of at most this many bytes, so the NVLink hops before the first chunk
+    /// and after the last are short. `None` derives it from the cost model.
+    pub chunk_bytes: Option<u64>,
+}
+
+impl Default for PlannerOptions {
+    fn default() -> Self {
+        PlannerOptions {
+            pipeline_depth: None,
+            stages_per_node: 4.0,
+            balance: true,
+            staged: true,
+            chunk_bytes: None,
+        }
+    }
+}
+
+/// `fast`'s planner state for one topology: what [`Emitter::new`] derives
+/// from the topology, and the buffers each plan reuses.
+#[derive(Clone, Debug)]
+pub(crate) struct Emitter {
+    pub(super) opts: PlannerOptions,
+    pub(super) nodes: usize,
+    pub(super) gpus: usize,
+    pub(super) weights: LaneWeights,
+    /// GPU `l` sends through its rail NIC `rail[l] = l % nics` (Topology::rail_of).
+    pub(super) rail: Vec<u32>,
+    /// Bytes/us of one NIC, and of all the NICs a node uses.
+    pub(super) nic_rate: f64,
+    pub(super) node_rate: f64,
+    /// Latency of one inter-node transfer and of one NVLink hop, us.
+    pub(super) inter_latency: f64,
+    pub(super) intra_latency: f64,
+    /// Bytes/us of one GPU's NVLink (switch) or one mesh link.
+    pub(super) intra_rate: f64,
+    /// The intra-node fabric is a full mesh of point-to-point links: a GPU's
+    /// balancing moves are spread over all its links (balance.rs).
+    pub(super) mesh: bool,
+    // Per-plan buffers, kept between calls.
+    /// `send_off[s * (n + 1) + d]`: offset of block (s, d) in input of s; the
+    /// last entry of a row is the row's total.
+    pub(super) send_off: Vec<u64>,
+    /// `recv_off[s * n + d]`: offset of block (s, d) in output of d.
+    pub(super) recv_off: Vec<u64>,
+    pub(super) col_acc: Vec<u64>,
+    pub(super) node_bytes: Vec<u64>,
+    /// Non-empty blocks between different nodes.
+    pub(super) inter_blocks: u64,
+    pub(super) lanes: Vec<Lane>,
+    pub(super) pieces: Vec<Piece>,
+    pub(super) sent: Vec<u64>,
+    pub(super) targets: Vec<u64>,
+    pub(super) scratch_gather: Vec<u64>,
+    pub(super) decomposer: Decomposer,
+    pub(super) stages: Vec<StagePair>,
+    pub(super) stage_count: u32,
+    pub(super) depth: u32,
+    pub(super) chunk: u64,
+    pub(super) taken: Vec<u64>,
+    /// Where each lane's last slice ended (its share of `taken`).
+    pub(super) lane_cut: Vec<u64>,
+    /// Inter-node sends of each GPU, per stage slot (second is NONE if one).
+    pub(super) slots: Vec<Vec<[u32; 2]>>,
+    /// Inter-node sends into each GPU, per slot (the receive-side chain).
+    pub(super) rslots: Vec<Vec<[u32; 2]>>,
+    /// Windows counted in bytes ([`Emitter::window_unit`]): the reference
+    /// send, 0 when windows count sends.
+    pub(super) unit: u64,
+    /// The sends of the lane slice being emitted, at their nominal size
+    /// (before the first-send split and the taper).
+    pub(super) nominal: u64,
+    /// With `unit > 0`: running total of the bytes each GPU's slots count
+    /// for (`out_bytes`), of those into each GPU (`in_bytes`), and the
+    /// sending GPU of each of the latter (`in_from`).
+    pub(super) out_bytes: Vec<Vec<u64>>,
+    pub(super) in_bytes: Vec<Vec<u64>>,
+    pub(super) in_from: Vec<Vec<u32>>,
+    /// The last plan was latency-bound ([`Emitter::is_latency_bound`]).
+    pub(super) latency_bound: bool,
+    /// The last plan was one merged stage of direct sends (see
+    /// [`Emitter::merged`]).
+    pub(super) merged: bool,
+    /// Each node sends through one NIC and has at most [`MIN_DEPTH`] peers
+    /// (see [`Emitter::merged`]).
+    pub(super) one_nic_few_peers: bool,
+    /// Every node pair of the last plan was sent directly (no balancing).
+    pub(super) all_direct: bool,
+    /// Last balancing move into each GPU's scratch.
+    pub(super) last_move: Vec<u32>,
+    /// Mesh only: the last balancing move over each intra-node link `s → d`
+    /// (index `s * g + d % g`) among those that start at once, before the
+    /// move gate of `emit_slice` holds them back (see `emit_intra_node`).
+    pub(super) early_move: Vec<u32>,
+    /// Switch only: the last of those early moves out of each GPU
+    /// (`early_out`) and into each GPU (`early_in`).
+    pub(super) early_out: Vec<u32>,
+    pub(super) early_in: Vec<u32>,
+    /// Chunks of the lane slice being emitted.
+    pub(super) chunks: Vec<(u64, u64)>,
+    /// The chunks being tapered.
+    pub(super) tail: Vec<(u64, u64)>,
+    /// The mesh relief pass (mesh fabrics only).
+    pub(super) relief: MeshRelief,
+    /// Index in `stages` of the last pair each node sends (first half) and
+    /// receives (second half).
+    pub(super) last_pair: Vec<usize>,
+    /// Dependencies being collected for a transfer (direct sends, intra-node
+    /// blocks: their slots may be ranges).
+    pub(super) chain_buf: Vec<u32>,
+}
+
+impl Emitter {
+    /// Precomputes what depends on the topology. Errors
+    /// ([`Error::Unsupported`]) for a `links` topology (the planner needs
+    /// nodes, rails and an intra-node fabric: use `lp` there) and for a
+    /// `stages_per_node` that is not a positive number.
+    pub(crate) fn new(topo: &Topology, opts: PlannerOptions) -> Result<Emitter> {
+        let name = if opts.staged { "fast" } else { "spray" };
+        if !topo.is_hierarchical() {
+            return Err(Error::Unsupported {
+                algorithm: name.into(),
+                reason: "needs a hierarchical topology (intra, nic, fabric), not a `links` graph; use `lp`".into(),
+            });
+        }
+        if !(opts.stages_per_node.is_finite() && opts.stages_per_node > 0.0) {
+            return Err(Error::Unsupported {
+                algorithm: name.into(),
+                reason: format!(
+                    "stages_per_node must be positive, got {}",
+                    num(opts.stages_per_node)
+                ),
+            });
+        }
+        let (nodes, gpus) = (topo.nodes(), topo.gpus_per_node());
+        let nics = topo.nics_per_node().max(1);
+        let rails = nics.min(gpus) as f64;
+        let nic_rate = topo.nic_bandwidth().max(f64::MIN_POSITIVE);
+        let inter_latency = if nodes > 1 {
+            topo.path_latency(0, gpus)
+        } else {
+            0.0
+        };
+        let intra_latency = if gpus > 1 {
+            topo.path_latency(0, 1)
+        } else {
+            0.0
+        };
+        let ranks = nodes * gpus;
+        Ok(Emitter {
+            nodes,
+            gpus,
+            weights: LaneWeights::new(gpus, nics),
+            rail: (0..gpus).map(|l| (l % nics) as u32).collect(),
+            nic_rate,
+            node_rate: nic_rate * rails,
+            inter_latency,
+            intra_latency,
+            intra_rate: topo.intra_bandwidth().max(f64::MIN_POSITIVE),
+            mesh: topo.intra_kind() == Some(IntraKind::Mesh),
+            send_off: Vec::with_capacity(ranks * (ranks + 1)),
+            recv_off: Vec::with_capacity(ranks * ranks),
+            col_acc: Vec::with_capacity(ranks),
+            node_bytes: Vec::with_capacity(nodes * nodes),
+            inter_blocks: 0,
+            lanes: Vec::with_capacity(nodes * nodes * gpus),
+            pieces: Vec::new(),
+            sent: Vec::with_capacity(gpus),
+            targets: Vec::with_capacity(gpus),
+            scratch_gather: Vec::with_capacity(ranks),
+            decomposer: Decomposer::default(),
+            stages: Vec::new(),
+            stage_count: 0,
+            depth: 1,
+            chunk: u64::MAX,
+            taken: Vec::with_capacity(nodes * nodes),
+            lane_cut: Vec::with_capacity(nodes * nodes * gpus),
+            slots: vec![Vec::new(); ranks],
+            rslots: vec![Vec::new(); ranks],
+            unit: 0,
+            nominal: 0,
+            out_bytes: vec![Vec::new(); ranks],
+            in_bytes: vec![Vec::new(); ranks],
+            in_from: vec![Vec::new(); ranks],
+            latency_bound: false,
+            merged: false,
+            one_nic_few_peers: nics.min(gpus) == 1 && nodes.saturating_sub(1) <= MIN_DEPTH as usize,
+            all_direct: false,
+            last_move: Vec::with_capacity(ranks),
+            early_move: Vec::new(),
+            early_out: Vec::new(),
+            early_in: Vec::new(),
+            chunks: Vec::new(),
+            tail: Vec::new(),
+            last_pair: Vec::with_capacity(2 * nodes),
+            relief: MeshRelief::default(),
+            chain_buf: Vec::new(),
+            opts,
+        })
+    }
+
+    pub(crate) fn options(&self) -> &PlannerOptions {
+        &self.opts
+    }
+
+    pub(super) fn ranks(&self) -> usize {
+        self.nodes * self.gpus
+    }
+
+    /// Plans one all-to-all (allocates a fresh plan; see [`Emitter::plan_into`]).
+    pub(crate) fn plan(&mut self, traffic: &TrafficMatrix) -> Result<Plan> {
+        let mut plan = Plan::new("", 0, 0);
+        self.plan_into(traffic, &mut plan)?;
+        Ok(plan)
+    }
+
+    /// Plans one all-to-all into `out`, reusing its allocations (and this
+    /// planner's): in steady state a call allocates almost nothing. Whatever
+    /// `out` held is replaced. Errors ([`Error::Input`]) when `traffic` does
+    /// not have the topology's number of ranks.
+    pub(crate) fn plan_into(&mut self, traffic: &TrafficMatrix, out: &mut Plan) -> Result<()> {
+        traffic.check_ranks(self.ranks(), "traffic")?;
+        // The previous plan's transfers are overwritten in place (see `Emit`).
+        out.scratch.clear();
+        out.chunking = None;
+        out.algorithm.clear();
+        out.algorithm
+            .push_str(if self.opts.staged { "fast" } else { "spray" });
+        out.ranks = self.ranks() as u32;
+        out.gpus_per_node = self.gpus as u32;
+        self.offsets(traffic);
+        self.stages.clear();
+        self.slots.iter_mut().for_each(Vec::clear);
+        self.latency_bound = self.opts.staged && self.is_latency_bound();
+        self.merged = self.latency_bound || (self.opts.staged && self.one_nic_few_peers);
+        let mut emit = Emit::new(&mut out.transfers);
+        if self.merged {
+            // One merged stage of direct sends: no relay hop, no stage latency.
+            self.stage_count = u32::from(self.inter_node_bytes() > 0);
+            // Blocks go whole and none waits for another.
+            self.chunk = u64::MAX;
+            self.depth = u32::MAX;
+            self.emit_direct(traffic, &mut emit);
+            emit.finish();
+            return Ok(());
+        }
+        self.balance();
+        self.layout_scratch(&mut out.scratch);
+        self.decompose();
+        self.emit_inter_node(&mut emit);
+        self.emit_intra_node(traffic, &mut emit);
+        emit.finish();
+        if self.mesh {
+            self.relief
+                .relieve(out, self.gpus, self.chunk, &self.early_move);
+        }
+        Ok(())
+    }
+
+    /// True when the exchange is latency-bound: even sent directly, without
+    /// balancing, the busiest NIC needs less than one inter-node latency
+    /// (beta <= alpha). Then every relay hop and every stage only adds
+    /// latency, and incast costs little on so few bytes: the plan merges all
+    /// stages into one of direct sends.
+    fn is_latency_bound(&self) -> bool {
+        if self.nodes < 2 {
+            return false;
+        }
+        let (n, g) = (self.ranks(), self.gpus);
+        // Per GPU: bytes it sends to and receives from other nodes; a NIC
+        // carries the sum over the GPUs of its rail.
+        let (mut busiest_out, mut busiest_in) = (0u64, 0u64);
+        for s in 0..n {
+            let row = &self.send_off[s * (n + 1)..(s + 1) * (n + 1)];
+            let first = s / g * g;
+            let out = row[n] - (row[first + g] - row[first]);
+            let inn = self.col_acc[s]
+                - (first..first + g)
+                    .map(|x| self.send_off[x * (n + 1) + s + 1] - self.send_off[x * (n + 1) + s])
+                    .sum::<u64>();
+            let share = self.weights.sharing[s % g];
+            busiest_out = busiest_out.max(out * share);
+            busiest_in = busiest_in.max(inn * share);
+        }
+        // GPUs sharing a rail are taken as equally loaded (an estimate).
+        busiest_out.max(busiest_in) as f64 / self.nic_rate <= self.inter_latency
+    }
+
+    pub(super) fn inter_node_bytes(&self) -> u64 {
+        let nn = self.nodes;
+        (0..nn)
+            .flat_map(|a| {
+                let row = &self.node_bytes[a * nn..(a + 1) * nn];
+                row[..a].iter().chain(&row[a + 1..])
+            })
+            .sum()
+    }
+
+    /// Block `(s, d)` of `bytes` bytes, whole, from `s`'s input into its
+    /// place in `d`'s output.
+    pub(super) fn whole_block(
+        &self,
+        s: usize,
+        d: usize,
+        bytes: u64,
+        path: Path,
+        deps: Deps,
+    ) -> Transfer {
+        let n = self.ranks();
+        Transfer {
+            src: s as u32,
+            src_buf: Buffer::Input,
+            src_off: self.send_off[s * (n + 1) + d],
+            dst: d as u32,
+            dst_buf: Buffer::Output,
+            dst_off: self.recv_off[s * n + d],
+            bytes,
+            path,
+            step: 0,
+            deps,
+        }
+    }
+
+    /// Every block straight from its source to its destination, at once.
+    fn emit_direct(&self, m: &TrafficMatrix, out: &mut Emit) {
+        let (n, g) = (self.ranks(), self.gpus);
+        for s in 0..n {
+            let node = s / g * g..(s / g + 1) * g;
+            let nic = self.rail[s - node.start];
+            for (d, &bytes) in m.row(s).iter().enumerate() {
+                if bytes == 0 {
+                    continue;
+                }
+                let path = if s == d {
+                    Path::Local
+                } else if node.contains(&d) {
+                    Path::Nvlink
+                } else {
+                    Path::Rdma { nic }
+                };
+                out.push(self.whole_block(s, d, bytes, path, Deps::new()));
+            }
+        }
+    }
+
+    /// The last plan was latency-bound ([`Emitter::is_latency_bound`]).
+    pub(crate) fn latency_bound(&self) -> bool {
+        self.latency_bound
+    }
+
+    /// The last plan was one merged stage of direct sends: latency-bound, or
+    /// one NIC per node and at most [`MIN_DEPTH`] peers (`fast` only). The
+    /// public `Planner::merged` says why, with the measurements.
+    pub(crate) fn merged(&self) -> bool {
+        self.merged
+    }
+
+    /// The stages of the last plan, in stage order.
+    pub(crate) fn stages(&self) -> &[StagePair] {
+        &self.stages
+    }
+
+    /// Number of stages of the last plan.
+    pub(crate) fn stage_count(&self) -> u32 {
+        self.stage_count
+    }
+
+    /// Chunk size of the last plan (bytes; `u64::MAX` when merged).
+    pub(crate) fn chunk_bytes(&self) -> u64 {
+        self.chunk
+    }
+
+    /// Pipeline depth of the last plan (`u32::MAX` for `spray` and when merged).
+    pub(crate) fn pipeline_depth(&self) -> u32 {
+        self.depth
+    }
+    /// Stages (or one stage of everything for `spray`) and the pipeline depth.
+    fn decompose(&mut self) {
+        self.stages.clear();
+        let nn = self.nodes;
+        if !self.opts.staged {
+            for a in 0..nn {
+                for b in 0..nn {
+                    let bytes = self.node_bytes[a * nn + b];
+                    if a != b && bytes > 0 {
+                        self.stages.push(StagePair {
+                            stage: 0,
+                            src_node: a as u32,
+                            dst_node: b as u32,
+                            bytes,
+                        });
+                    }
+                }
+            }
+            self.stage_count = u32::from(!self.stages.is_empty());
+            self.depth = u32::MAX;
+            return;
+        }
+        let per = self.opts.stages_per_node * (nn.saturating_sub(1)).max(1) as f64;
+        self.stage_count = self.decomposer.decompose(
+            nn,
+            &self.node_bytes,
+            |m| (m as f64 / per).ceil() as u64,
+            &mut self.stages,
+        );
+        self.decomposer
+            .order_light_first(&mut self.stages, 0, self.stage_count);
+    }
+}
+
+/// The transfers of the plan being written, over those of the previous
+/// plan: each is overwritten in place, so a large plan's memory is read once
+/// (as it is written) rather than first in a pass that drops every old
+/// transfer and then again to write the new ones.
+pub(super) struct Emit<'p> {
+    pub(super) transfers: &'p mut Vec<Transfer>,
+    pub(super) len: usize,
+}
+
+impl<'p> Emit<'p> {
+    pub(super) fn new(transfers: &'p mut Vec<Transfer>) -> Self {
+        Emit { transfers, len: 0 }
+    }
+
+    /// Transfers written so far.
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Writes the next transfer and returns its index.
+    #[inline]
+    pub(super) fn push(&mut self, t: Transfer) -> u32 {
+        put(self.transfers, self.len, t);
+        self.len += 1;
+        (self.len - 1) as u32
+    }
+
+    /// Drops what is left of the previous plan.
+    pub(super) fn finish(self) {
+        self.transfers.truncate(self.len);
+    }
+}
+
+/// Writes transfer `at` (`at <= transfers.len()`): over the previous
+/// plan's, or appended.
+#[inline]
+pub(super) fn put(transfers: &mut Vec<Transfer>, at: usize, t: Transfer) {
+    match transfers.get_mut(at) {
+        Some(old) => *old = t,
+        None => transfers.push(t),
+    }
+}

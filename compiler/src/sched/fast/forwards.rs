@@ -1,0 +1,124 @@
+//! The forwards: copies, block by block, from the scratch an inter-node
+//! send landed in to the final outputs of the receiving node's GPUs. Most
+//! of a plan's transfers are forwards.
+
+use super::balance::Lane;
+use super::emit::{put, Emit, Emitter};
+use super::sends::clip_pieces;
+use crate::plan::{Buffer, Deps, Path, Transfer};
+
+impl Emitter {
+    /// Copies bytes `from..to` of a lane's stream, landed in the receiver's
+    /// scratch by transfer `landed`, to their places in the outputs. The
+    /// stream is the carrier's own head, then the pieces in order.
+    #[allow(clippy::too_many_arguments)]
+    // Inlined into emit_slice (twice): measured 1.4% fewer instructions
+    // per plan at 8x8 than the compiler's choice.
+    #[inline(always)]
+    pub(super) fn emit_forwards(
+        &self,
+        out: &mut Emit,
+        lane: &Lane,
+        a: usize,
+        b: usize,
+        l: usize,
+        from: u64,
+        to: u64,
+        landed: u32,
+        stage: u32,
+    ) {
+        let g = self.gpus;
+        let r = b * g + l;
+        if from < lane.own {
+            let hi = to.min(lane.own);
+            self.forward_blocks(
+                out,
+                a * g + l,
+                b,
+                r,
+                from,
+                hi,
+                lane.recv_base + from,
+                landed,
+                stage,
+            );
+        }
+        if to <= lane.own {
+            return;
+        }
+        let pieces = &self.pieces[lane.pieces_start as usize..lane.pieces_end as usize];
+        for (piece, p0, lo, hi) in clip_pieces(pieces, from.max(lane.own) - lane.own, to - lane.own)
+        {
+            // Row range of the piece's source covered by lo..hi.
+            let (u, v) = (piece.row_off + (lo - p0), piece.row_off + (hi - p0));
+            self.forward_blocks(
+                out,
+                piece.src as usize,
+                b,
+                r,
+                u,
+                v,
+                lane.recv_base + lane.own + lo,
+                landed,
+                stage,
+            );
+        }
+    }
+
+    /// Forwards row range `u..v` of what rank `s` sends to node `b`, sitting
+    /// at `scratch_off` of rank `r`, block by block. The hot loop of the
+    /// planner: most transfers of a plan are forwards.
+    #[allow(clippy::too_many_arguments)]
+    fn forward_blocks(
+        &self,
+        out: &mut Emit,
+        s: usize,
+        b: usize,
+        r: usize,
+        u: u64,
+        v: u64,
+        scratch_off: u64,
+        landed: u32,
+        stage: u32,
+    ) {
+        let (n, g) = (self.ranks(), self.gpus);
+        let row = &self.send_off[s * (n + 1) + b * g..][..=g];
+        let recv = &self.recv_off[s * n + b * g..][..g];
+        // Absolute offsets in the input of `s`; the first block that ends
+        // after `u`.
+        let (u, v) = (row[0] + u, row[0] + v);
+        let mut j = 0;
+        while j < g && row[j + 1] <= u {
+            j += 1;
+        }
+        // The write position in a local, not stored back per transfer.
+        let Emit { transfers, len } = out;
+        let mut at = *len;
+        while j < g {
+            let (b0, b1) = (row[j], row[j + 1]);
+            if b0 >= v {
+                break;
+            }
+            if b0 < b1 {
+                let (lo, hi) = (u.max(b0), v.min(b1));
+                let d = b * g + j;
+                let t = Transfer {
+                    src: r as u32,
+                    src_buf: Buffer::Scratch,
+                    src_off: scratch_off + (lo - u),
+                    dst: d as u32,
+                    dst_buf: Buffer::Output,
+                    dst_off: recv[j] + (lo - b0),
+                    bytes: hi - lo,
+                    path: if d == r { Path::Local } else { Path::Nvlink },
+                    step: stage + 1,
+                    deps: Deps::from_buf_and_len([landed, 0, 0, 0], 1),
+                };
+                put(transfers, at, t);
+                at += 1;
+            }
+            j += 1;
+        }
+        *len = at;
+    }
+}

@@ -1,0 +1,139 @@
+//! The lanes of every node pair: balanced by [`super::balance`] (each GPU's
+//! share of what its node sends to another, and the pieces moved to reach
+//! it), or all sent directly when every pair is balanced already.
+
+use super::balance::{balance_pair, Lane};
+use super::emit::Emitter;
+
+/// A pair goes direct only if its busiest lane carries at most this fraction
+/// more than balanced lanes would (measured: 2% keeps 4x8 log-normal at 4 KB
+/// per pair at 1.42x the bound, 10% and no limit give 1.49x).
+const DIRECT_SLACK: f64 = 0.02;
+
+impl Emitter {
+    /// True when the average block between nodes takes at least one
+    /// inter-node latency on its NIC. Direct lanes send block by block to
+    /// every GPU of the receiving node, so shorter blocks make each send
+    /// latency-bound (the chain of sends pays the latency again every
+    /// `depth` sends), and merged into one send they fan out to many
+    /// receiving NICs at once (incast). Measured on uniform traffic, ratio to
+    /// the bound with direct lanes / balanced lanes, 2x8..16x8 (ideal and
+    /// congested agree for both): 512 KB per pair 1.000 / 1.004-1.048; 128 KB
+    /// 1.011-1.078 / 1.008-1.090; 64 KB 1.23-1.25 / 1.09-1.23; 16 KB
+    /// 1.55-1.69 (2.3-2.8 congested) / 1.31-1.39.
+    fn blocks_are_long(&self) -> bool {
+        let (bytes, blocks) = (self.inter_node_bytes(), self.inter_blocks);
+        let lane_rate = self.nic_rate / self.weights.max_sharing() as f64;
+        blocks > 0 && bytes as f64 / blocks as f64 >= self.inter_latency * lane_rate
+    }
+
+    pub(super) fn lane_index(&self, a: usize, b: usize, l: usize) -> usize {
+        (a * self.nodes + b) * self.gpus + l
+    }
+
+    /// Balances every node pair (module [`crate::sched::fast::balance`]).
+    pub(super) fn balance(&mut self) {
+        let (nn, g) = (self.nodes, self.gpus);
+        self.lanes.clear();
+        self.lanes.resize(nn * nn * g, Lane::default());
+        self.pieces.clear();
+        // A move is worth it when it saves more than the extra NVLink hop costs.
+        let min_gain = if self.opts.balance {
+            self.intra_latency
+        } else {
+            f64::INFINITY
+        };
+        // Direct sends only when every pair qualifies: a direct pair's lanes
+        // are not rail-aligned, and next to balanced pairs (pipelined into
+        // the same NICs) they made incast (congested 4x8 hotspot: 1.03x ->
+        // 1.11x the bound). Only with stages: `spray` sent directly is
+        // `direct` (congested uniform 4x8: 2.49x instead of 1.10x).
+        let mut all_direct = self.opts.balance && self.opts.staged && self.blocks_are_long();
+        'pairs: for a in 0..nn {
+            for b in (0..nn).filter(|&b| b != a) {
+                if !all_direct {
+                    break 'pairs;
+                }
+                self.sent.clear();
+                for l in 0..g {
+                    let x = self.to_node(a * g + l, b).1;
+                    self.sent.push(x);
+                }
+                all_direct =
+                    self.sent.iter().all(|&x| x == 0) || self.direct_is_enough(a, b, min_gain);
+            }
+        }
+        self.all_direct = all_direct;
+        for a in 0..nn {
+            for b in 0..nn {
+                if a == b {
+                    continue;
+                }
+                self.sent.clear();
+                for l in 0..g {
+                    let x = self.to_node(a * g + l, b).1;
+                    self.sent.push(x);
+                }
+                let at = self.lane_index(a, b, 0);
+                if all_direct {
+                    for (l, lane) in self.lanes[at..at + g].iter_mut().enumerate() {
+                        *lane = Lane {
+                            own: self.sent[l],
+                            pieces_start: self.pieces.len() as u32,
+                            pieces_end: self.pieces.len() as u32,
+                            direct: true,
+                            ..Lane::default()
+                        };
+                    }
+                    continue;
+                }
+                balance_pair(
+                    &self.sent,
+                    (a * g) as u32,
+                    &self.weights,
+                    self.nic_rate,
+                    min_gain,
+                    self.mesh,
+                    &mut self.lanes[at..at + g],
+                    &mut self.pieces,
+                    &mut self.targets,
+                );
+            }
+        }
+    }
+
+    /// True when sending pair (a, b) directly, block by block from source
+    /// GPU to destination GPU, loads its busiest sending and receiving lane
+    /// (NIC) at most `min_gain` us and at most [`DIRECT_SLACK`] more than
+    /// balancing it would: then the relay hop and forward of balancing cost
+    /// more than they save (alpha-beta, as (2) in docs/algorithms.md; the
+    /// relative slack because a pair's excess is paid again in every stage
+    /// it spans). `self.sent` holds what each GPU of `a` sends to `b`.
+    fn direct_is_enough(&self, a: usize, b: usize, min_gain: f64) -> bool {
+        let (n, g) = (self.ranks(), self.gpus);
+        let total: u64 = self.sent.iter().sum();
+        if total == 0 {
+            return false;
+        }
+        let share = |l: usize| self.weights.sharing[l];
+        // Balanced, lane l carries its target: at best total / R per rail.
+        let mut balanced = 0u64;
+        let mut prev = 0u64;
+        for l in 0..g {
+            let at = self.weights.upto(total, l + 1);
+            balanced = balanced.max((at - prev) * share(l));
+            prev = at;
+        }
+        let mut worst = 0u64;
+        for l in 0..g {
+            worst = worst.max(self.sent[l] * share(l));
+            let d = b * g + l;
+            let inn: u64 = (a * g..(a + 1) * g)
+                .map(|s| self.send_off[s * (n + 1) + d + 1] - self.send_off[s * (n + 1) + d])
+                .sum();
+            worst = worst.max(inn * share(l));
+        }
+        let excess = (worst - balanced.min(worst)) as f64;
+        excess / self.nic_rate <= min_gain && excess <= DIRECT_SLACK * balanced as f64
+    }
+}

@@ -1,0 +1,342 @@
+//! The inter-node sends: each stage pair's bytes cut pro rata over its
+//! lanes, each slice sent in chunks (rail-aligned into the receiver's
+//! scratch, or block by block for direct lanes), chained to the sends
+//! before it on the same GPU and into the same receiver, after the
+//! balancing moves that feed it.
+
+use super::balance::Piece;
+use super::emit::{Emit, Emitter};
+use super::mul_div;
+use super::slots::{add_ops, deps_of, FewIds, NONE, RANGE};
+use crate::plan::{Buffer, Path, Transfer};
+
+impl Emitter {
+    pub(super) fn emit_inter_node(&mut self, out: &mut Emit) {
+        let nn = self.nodes;
+        // The chunk size and the window unit both follow from them.
+        let bounds = self.chunk_bounds();
+        self.chunk = self.chunk_size(bounds);
+        self.depth = self.depth_for_chunks();
+        self.taken.clear();
+        self.taken.resize(nn * nn, 0);
+        self.lane_cut.clear();
+        self.lane_cut.resize(self.lanes.len(), 0);
+        for s in self.slots.iter_mut().chain(&mut self.rslots) {
+            s.clear();
+        }
+        for s in self.out_bytes.iter_mut().chain(&mut self.in_bytes) {
+            s.clear();
+        }
+        self.in_from.iter_mut().for_each(Vec::clear);
+        self.unit = self.window_unit(bounds);
+        self.last_move.clear();
+        self.last_move.resize(self.ranks(), NONE);
+        self.early_move.clear();
+        self.early_out.clear();
+        self.early_in.clear();
+        if self.opts.staged {
+            if self.mesh {
+                self.early_move.resize(self.ranks() * self.gpus, NONE);
+            } else {
+                self.early_out.resize(self.ranks(), NONE);
+                self.early_in.resize(self.ranks(), NONE);
+            }
+        }
+        // The last pair each node sends and receives: their final chunks taper.
+        self.last_pair.clear();
+        self.last_pair.resize(2 * nn, usize::MAX);
+        for (i, p) in self.stages.iter().enumerate() {
+            self.last_pair[p.src_node as usize] = i;
+            self.last_pair[nn + p.dst_node as usize] = i;
+        }
+        for i in 0..self.stages.len() {
+            let p = self.stages[i];
+            let (a, b) = (p.src_node as usize, p.dst_node as usize);
+            let taper = self.last_pair[a] == i || self.last_pair[nn + b] == i;
+            let before = self.taken[a * nn + b];
+            let after = before + p.bytes;
+            self.taken[a * nn + b] = after;
+            let total = self.node_bytes[a * nn + b];
+            for l in 0..self.gpus {
+                let li = self.lane_index(a, b, l);
+                let (len, direct) = (self.lanes[li].len(), self.lanes[li].direct);
+                // Bytes `before..after` of the pair, pro rata on the lane:
+                // the lane's cut of `before` is where its previous slice ended.
+                let from = self.lane_cut[li];
+                let to = if after == total {
+                    len
+                } else {
+                    mul_div(after, len, total)
+                };
+                self.lane_cut[li] = to;
+                let c = a * self.gpus + l;
+                let row = c * (self.ranks() + 1) + b * self.gpus;
+                let direct_row = direct.then_some(row);
+                // On a mesh, a lane that carries only its own bytes ends its
+                // slice on the block for its own receiving GPU (see
+                // `cut_chunks`).
+                let lane = &self.lanes[li];
+                let own_block = (self.mesh && !direct && lane.gathered == 0).then(|| {
+                    let start = self.send_off[row];
+                    (
+                        self.send_off[row + l] - start,
+                        (self.send_off[row + l + 1] - start).min(lane.own),
+                    )
+                });
+                if self.unit > 0 && to > from {
+                    self.nominal = (to - from) / (to - from).div_ceil(self.chunk);
+                }
+                self.cut_chunks(c, l, from, to, direct_row, own_block);
+                if taper && direct_row.is_none() {
+                    self.taper_last_chunks();
+                }
+                for k in 0..self.chunks.len() {
+                    let (lo, hi) = self.chunks[k];
+                    self.emit_slice(out, li, (a, b, l), lo, hi, p.stage);
+                }
+            }
+        }
+    }
+
+    /// How many sends before its own a send's balancing moves may start:
+    /// as the GPU's previous send starts (`depth + 1`) on a switch; a whole
+    /// window earlier (`2 depth + 1`) on a mesh. There a carrier's moves
+    /// from one GPU cross the one link between them, hardly faster than the
+    /// NIC (MI300X: 64 against 50 GB/s) and shared with that GPU's
+    /// intra-node blocks and forwards, so just-in-time moves fell behind
+    /// the sends that carry them (4x8 MI300X intra-skew 1.2: the first
+    /// moves ran at 20-30 GB/s and a NIC idled for 55 us). Measured on
+    /// MI300X 2-8 nodes, 9 patterns, 2 seeds, default and 64 KB pairs,
+    /// stages ordered light first: 16 of 108 cases better by more than 1%
+    /// and one worse (8x8 log-normal 0.5 at 64 KB: 1.255 -> 1.275); the
+    /// bench suite's MI300X intra-skew 1.180 -> 1.117. On a switch (DGX-H100) the longer lead moved cases by 1-2%
+    /// either way (suite median 1.047 -> 1.046, 2x8 log-normal 1.0 1.027
+    /// -> 1.044), so it is kept to meshes.
+    fn move_lead(&self, depth: usize) -> usize {
+        if self.mesh {
+            depth.saturating_mul(2).saturating_add(1)
+        } else {
+            depth.saturating_add(1)
+        }
+    }
+
+    /// The sends of bytes `from..to` of lane `l` of pair (a, b) (index `li`
+    /// in `lanes`) in stage `stage`, the balancing moves they need first,
+    /// and the forwards after.
+    #[allow(clippy::too_many_arguments)]
+    fn emit_slice(
+        &mut self,
+        out: &mut Emit,
+        li: usize,
+        (a, b, l): (usize, usize, usize),
+        from: u64,
+        to: u64,
+        stage: u32,
+    ) {
+        let g = self.gpus;
+        let (c, r) = (a * g + l, b * g + l);
+        let lane = self.lanes[li];
+        if lane.direct {
+            self.emit_direct_slice(out, a, b, l, from, to, stage);
+            return;
+        }
+        let slot = self.slots[c].len();
+        let depth = self.depth as usize;
+        // The slots of a balanced lane hold one or two sends (never a range:
+        // lanes are all direct or none are).
+        let mut chain = FewIds::default();
+        let mut gate = FewIds::default();
+        let lead = self.move_lead(depth);
+        if self.opts.staged {
+            if let Some(j) = self.sender_wait(c, depth) {
+                chain.add_ops(self.slots[c][j]);
+            }
+            // The receiving NIC too takes one stage at a time: a sender that
+            // runs ahead (its previous pair was light) waits rather than
+            // joining another sender at its next receiver (incast).
+            if let Some(j) = self.receiver_wait(r, c, depth) {
+                chain.add_ops(self.rslots[r][j]);
+            }
+            // Moves for this slot start as the previous slot starts; on a
+            // mesh, a window earlier (see `move_lead`).
+            if slot >= lead {
+                gate.add_ops(self.slots[c][slot - lead]);
+            }
+        }
+        let path = Path::Rdma { nic: self.rail[l] };
+        let mut ops = [NONE; 2];
+        if from < lane.own {
+            let end = to.min(lane.own);
+            let base = self.send_off[c * (self.ranks() + 1) + b * g];
+            ops[0] = out.push(Transfer {
+                src: c as u32,
+                src_buf: Buffer::Input,
+                src_off: base + from,
+                dst: r as u32,
+                dst_buf: Buffer::Scratch,
+                dst_off: lane.recv_base + from,
+                bytes: end - from,
+                path,
+                step: stage,
+                deps: chain.deps(),
+            });
+        }
+        if to > lane.own {
+            let (g0, g1) = (from.max(lane.own) - lane.own, to - lane.own);
+            let mut deps = chain.deps();
+            let mut last_move = self.last_move[c];
+            let pieces = &self.pieces[lane.pieces_start as usize..lane.pieces_end as usize];
+            // Each send moves just the part of each piece it carries: a
+            // piece can be most of a lane's share, and moved whole it kept
+            // the carrier's NIC idle until all of it had arrived (2x8
+            // intra-skew: 1.43x -> 1.04x the bound).
+            for (piece, p0, lo, hi) in clip_pieces(pieces, g0, g1) {
+                let (base, _) = self.to_node(piece.src as usize, b);
+                // A carrier's moves arrive in the order its sends use
+                // them, so the first send's bytes do not share NVLink
+                // with moves needed much later.
+                let mut move_deps = gate;
+                if self.opts.staged {
+                    move_deps.add(last_move);
+                }
+                let idx = out.push(Transfer {
+                    src: piece.src,
+                    src_buf: Buffer::Input,
+                    src_off: base + piece.row_off + (lo - p0),
+                    dst: c as u32,
+                    dst_buf: Buffer::Scratch,
+                    dst_off: lane.gather_base + lo,
+                    bytes: hi - lo,
+                    path: Path::Nvlink,
+                    step: stage,
+                    deps: move_deps.deps(),
+                });
+                last_move = idx;
+                if slot < lead {
+                    if !self.early_move.is_empty() {
+                        self.early_move[piece.src as usize * g + l] = idx;
+                    } else if !self.early_out.is_empty() {
+                        self.early_out[piece.src as usize] = idx;
+                        self.early_in[c] = idx;
+                    }
+                }
+                deps.push(idx);
+            }
+            self.last_move[c] = last_move;
+            ops[1] = out.push(Transfer {
+                src: c as u32,
+                src_buf: Buffer::Scratch,
+                src_off: lane.gather_base + g0,
+                dst: r as u32,
+                dst_buf: Buffer::Scratch,
+                dst_off: lane.recv_base + lane.own + g0,
+                bytes: g1 - g0,
+                path,
+                step: stage,
+                deps,
+            });
+        }
+        self.slots[c].push(ops);
+        self.rslots[r].push(ops);
+        self.count_send(c, r);
+        if ops[0] != NONE {
+            self.emit_forwards(out, &lane, a, b, l, from, to.min(lane.own), ops[0], stage);
+        }
+        if ops[1] != NONE {
+            self.emit_forwards(out, &lane, a, b, l, from.max(lane.own), to, ops[1], stage);
+        }
+    }
+
+    /// The sends of bytes `from..to` of GPU `l` of node `a`'s row range for
+    /// node `b`, sent directly: one transfer per destination block, straight
+    /// into the outputs. They form one slot of the sender's chain and one of
+    /// the chain of GPU `l` of `b`, as the balanced lane's send would.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn emit_direct_slice(
+        &mut self,
+        out: &mut Emit,
+        a: usize,
+        b: usize,
+        l: usize,
+        from: u64,
+        to: u64,
+        stage: u32,
+    ) {
+        let (n, g) = (self.ranks(), self.gpus);
+        let c = a * g + l;
+        let depth = self.depth as usize;
+        // The chains are those of the balanced lane (GPU `l` of `b` stands
+        // for the receiving node's lane), so stages keep their order.
+        let r = b * g + l;
+        let mut chain = std::mem::take(&mut self.chain_buf);
+        chain.clear();
+        if self.opts.staged {
+            if let Some(j) = self.sender_wait(c, depth) {
+                add_ops(&mut chain, self.slots[c][j]);
+            }
+            if let Some(j) = self.receiver_wait(r, c, depth) {
+                add_ops(&mut chain, self.rslots[r][j]);
+            }
+        }
+        let path = Path::Rdma { nic: self.rail[l] };
+        let row = c * (n + 1) + b * g;
+        let base = self.send_off[row];
+        let first = out.len() as u32;
+        for j in 0..g {
+            let (b0, b1) = (
+                self.send_off[row + j] - base,
+                self.send_off[row + j + 1] - base,
+            );
+            if b1 <= from || b0 == b1 {
+                continue;
+            }
+            if b0 >= to {
+                break;
+            }
+            let (lo, hi) = (from.max(b0), to.min(b1));
+            let d = b * g + j;
+            out.push(Transfer {
+                src: c as u32,
+                src_buf: Buffer::Input,
+                src_off: base + lo,
+                dst: d as u32,
+                dst_buf: Buffer::Output,
+                dst_off: self.recv_off[c * n + d] + (lo - b0),
+                bytes: hi - lo,
+                path,
+                step: stage,
+                deps: deps_of(&chain),
+            });
+        }
+        self.chain_buf = chain;
+        let last = out.len() as u32;
+        if last == first {
+            return;
+        }
+        let ops = [first, (last - 1) | RANGE];
+        self.slots[c].push(ops);
+        self.rslots[r].push(ops);
+        self.count_send(c, r);
+    }
+}
+
+/// The parts of `pieces`, laid end to end from offset 0 of a lane's stream,
+/// that fall in `from..to`: each piece with its start `p0` in the stream and
+/// its clipped range `lo..hi`.
+pub(super) fn clip_pieces(
+    pieces: &[Piece],
+    from: u64,
+    to: u64,
+) -> impl Iterator<Item = (&Piece, u64, u64, u64)> {
+    pieces
+        .iter()
+        .scan(0u64, |at, piece| {
+            let p0 = *at;
+            *at += piece.len;
+            Some((piece, p0))
+        })
+        .filter(move |(piece, p0)| p0 + piece.len > from)
+        .take_while(move |&(_, p0)| p0 < to)
+        .map(move |(piece, p0)| (piece, p0, from.max(p0), to.min(p0 + piece.len)))
+}
