@@ -45,32 +45,28 @@ impl Dag {
     /// Kahn's algorithm, lowest index first among ready transfers at each
     /// round; a cycle is a [`RuntimeError::Deadlock`].
     pub fn topo_order(&self) -> Result<Vec<u32>, RuntimeError> {
-        self.graph.topo_order().map_err(|indeg| {
-            let stuck = indeg.iter().filter(|&&d| d > 0).count();
-            let first = indeg.iter().position(|&d| d > 0).unwrap_or(0);
-            RuntimeError::Deadlock {
-                stuck,
-                total: self.len(),
-                reason: format!("dependency cycle, e.g. through transfer {first}"),
-            }
-        })
+        self.graph
+            .topo_order()
+            .map_err(|indeg| self.deadlock(&indeg))
+    }
+
+    /// The in-degrees a cycle left, as the error a run reports.
+    fn deadlock(&self, indeg: &[u32]) -> RuntimeError {
+        let stuck = indeg.iter().filter(|&&d| d > 0).count();
+        let first = indeg.iter().position(|&d| d > 0).unwrap_or(0);
+        RuntimeError::Deadlock {
+            stuck,
+            total: self.len(),
+            reason: format!("dependency cycle, e.g. through transfer {first}"),
+        }
     }
 
     /// Level of every transfer: 0 without dependencies, else one more than its
     /// deepest dependency.
     pub fn levels(&self, plan: &Plan) -> Result<Vec<u32>, RuntimeError> {
-        let order = self.topo_order()?;
-        let mut level = vec![0u32; self.len()];
-        for &i in &order {
-            let t = &plan.transfers[i as usize];
-            level[i as usize] = t
-                .deps
-                .iter()
-                .map(|&d| level[d as usize] + 1)
-                .max()
-                .unwrap_or(0);
-        }
-        Ok(level)
+        self.graph
+            .levels(plan)
+            .map_err(|indeg| self.deadlock(&indeg))
     }
 }
 
