@@ -140,3 +140,15 @@ fn graph_needs_the_cuda_backend() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("--graph"), "{err}");
 }
+
+#[test]
+fn an_unknown_fault_is_bad_input() {
+    let dir = setup("inject");
+    let o = run(&dir, "plan.json", &["--inject", "sideways"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--inject") && err.contains("reverse-order"),
+        "{err}"
+    );
+}

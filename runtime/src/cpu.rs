@@ -19,7 +19,7 @@ use switchyard_compiler::{Buffer, Layout, Plan, TrafficMatrix, Transfer};
 use crate::dag::Dag;
 use crate::pattern::{check_output, Verdict};
 use crate::{
-    host_buffer, input_buffer, iterations, precheck, Backend, BackendKind, LinkBytes, Mode,
+    host_buffer, input_buffer, iterations, precheck, Backend, BackendKind, Inject, LinkBytes, Mode,
     RunOptions, RunReport, RuntimeError,
 };
 
@@ -80,9 +80,9 @@ impl Backend for CpuBackend {
         let mode = precheck(plan, traffic)?;
         let layout = Layout::new(traffic);
         let mut bufs = RankBuffers::for_plan(plan, traffic, &layout)?;
-        let lanes = match mode {
-            Mode::Serial => 1,
-            Mode::Concurrent => worker_count(opts.threads),
+        let lanes = match (mode, opts.inject) {
+            (_, Some(Inject::ReverseOrder)) | (Mode::Serial, _) => 1,
+            (Mode::Concurrent, None) => worker_count(opts.threads),
         };
         // With a reference, plan runs and plain copies alternate, so that both
         // see the same machine (other processes, frequency, caches).
@@ -95,13 +95,16 @@ impl Backend for CpuBackend {
         let mut reference = f64::INFINITY;
         for _ in 0..iterations(mode, opts) {
             let t0 = Instant::now();
-            run_transfers(
-                plan,
-                &mut bufs,
-                lanes,
-                mode == Mode::Concurrent,
-                opts.timeout,
-            )?;
+            match opts.inject {
+                Some(Inject::ReverseOrder) => run_reversed(plan, &mut bufs),
+                None => run_transfers(
+                    plan,
+                    &mut bufs,
+                    lanes,
+                    mode == Mode::Concurrent,
+                    opts.timeout,
+                )?,
+            }
             seconds = seconds.min(t0.elapsed().as_secs_f64());
             if let Some(p) = probe.as_mut() {
                 reference = reference.min(p.once());
@@ -252,6 +255,19 @@ pub(crate) fn run_transfers(
             regions.copy(t, 0, t.bytes);
         }
     })
+}
+
+/// The [`Inject::ReverseOrder`] fault: every transfer, whole, on this thread,
+/// last transfer of the plan first, dependencies ignored. Sound for any plan
+/// whose ranges the verifier checked: one thread, and overlapping ranges
+/// are copied as by `memmove`.
+fn run_reversed(plan: &Plan, bufs: &mut [RankBuffers]) {
+    let regions = Regions::new(bufs);
+    for t in plan.transfers.iter().rev() {
+        // SAFETY: no other thread touches the buffers; ranges are in bounds
+        // (`precheck`, and asserted by `range`).
+        unsafe { regions.copy(t, 0, t.bytes) };
+    }
 }
 
 /// Copies `len` bytes between non-overlapping ranges. Large copies use
@@ -684,6 +700,21 @@ mod tests {
         )
         .unwrap();
         assert!(stamp.iter().all(|s| s.load(Ordering::SeqCst) > 0));
+    }
+
+    #[test]
+    fn reverse_order_leaves_plans_without_relays_right() {
+        // Transfers of a `direct` plan touch disjoint bytes: any order is right.
+        let topo = Topology::preset("dgx-h100", 2, Some(4)).unwrap();
+        let m = skewed(8, 5);
+        let plan = direct(&topo, &m);
+        let o = RunOptions {
+            iterations: 3,
+            inject: Some(Inject::ReverseOrder),
+            ..opts()
+        };
+        let r = execute(&plan, &m, BackendKind::Cpu, &o).unwrap();
+        assert!(r.verified, "{:?}", r.first_bad);
     }
 
     #[test]

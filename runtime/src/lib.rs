@@ -104,6 +104,42 @@ impl FromStr for BackendKind {
     }
 }
 
+/// A deliberate fault, injected to prove that the output check catches what
+/// it exists to catch (a test aid; `switchyard run --inject`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Inject {
+    /// Run the transfers one at a time in reverse plan order, ignoring their
+    /// dependencies: a transfer that relays bytes out of scratch then runs
+    /// before the transfer that fills that scratch, as a missing wait would
+    /// let it. Plans without relays still verify (their transfers touch
+    /// disjoint bytes), so a failure means the check saw the ordering.
+    ReverseOrder,
+}
+
+impl Inject {
+    pub fn name(self) -> &'static str {
+        match self {
+            Inject::ReverseOrder => "reverse-order",
+        }
+    }
+}
+
+impl fmt::Display for Inject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Inject {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "reverse-order" => Ok(Inject::ReverseOrder),
+            _ => Err(format!("unknown fault `{s}` (known: reverse-order)")),
+        }
+    }
+}
+
 /// Knobs of a run; each backend uses what concerns it.
 #[derive(Clone, Debug)]
 pub struct RunOptions {
@@ -127,6 +163,8 @@ pub struct RunOptions {
     /// the copies' and not the host's issuing them (a plan that is run many
     /// times pays the issuing once). Ignored by the CPU backend.
     pub graph: bool,
+    /// A deliberate fault (test aid): see [`Inject`].
+    pub inject: Option<Inject>,
 }
 
 impl Default for RunOptions {
@@ -139,6 +177,7 @@ impl Default for RunOptions {
             iterations: 1,
             reference: false,
             graph: false,
+            inject: None,
         }
     }
 }
@@ -351,5 +390,8 @@ mod tests {
             assert_eq!(k.name().parse::<BackendKind>().unwrap(), k);
         }
         assert!("tpu".parse::<BackendKind>().is_err());
+        let f = Inject::ReverseOrder;
+        assert_eq!(f.name().parse::<Inject>().unwrap(), f);
+        assert!("sideways".parse::<Inject>().is_err());
     }
 }

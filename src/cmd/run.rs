@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 use switchyard::compiler::TrafficMatrix;
-use switchyard_runtime::{execute, BackendKind, RunOptions, RuntimeError};
+use switchyard_runtime::{execute, BackendKind, Inject, RunOptions, RuntimeError};
 
 use super::compile::load_plan;
 use super::{CliError, CliResult};
@@ -51,6 +51,11 @@ pub struct RunArgs {
     /// Watchdog: fail when nothing finishes for this many seconds.
     #[arg(long, default_value_t = 60.0)]
     timeout: f64,
+    /// Test aid: inject a fault the check must catch. `reverse-order` runs
+    /// the transfers one at a time in reverse plan order, ignoring their
+    /// dependencies (a plan that relays through scratch must then fail).
+    #[arg(long, value_name = "FAULT")]
+    inject: Option<String>,
 }
 
 pub fn run(a: RunArgs) -> CliResult {
@@ -78,6 +83,12 @@ pub fn run(a: RunArgs) -> CliResult {
             "--graph: CUDA graphs need --backend cuda".into(),
         ));
     }
+    let inject = a
+        .inject
+        .as_deref()
+        .map(str::parse::<Inject>)
+        .transpose()
+        .map_err(|e| CliError::Input(format!("--inject: {e}")))?;
     let m = TrafficMatrix::load(&a.traffic)?;
     let plan = load_plan(&a.plan, Some(&m), None)?;
     let opts = RunOptions {
@@ -88,6 +99,7 @@ pub fn run(a: RunArgs) -> CliResult {
         iterations: a.iterations.max(1),
         reference: a.reference,
         graph: a.graph,
+        inject,
     };
     let report = execute(&plan, &m, kind, &opts).map_err(|e| match e {
         RuntimeError::Ranks { .. } => CliError::Input(format!("{}: {e}", a.traffic.display())),

@@ -78,6 +78,11 @@ pub fn run(
     traffic: &TrafficMatrix,
     opts: &RunOptions,
 ) -> Result<RunReport, RuntimeError> {
+    if let Some(f) = opts.inject {
+        return Err(RuntimeError::Unavailable(format!(
+            "--inject {f} is a test aid of the cpu backend"
+        )));
+    }
     let devices = open_driver()?;
     let _turn = take_turn();
     match GroupEnv::from_env()? {
