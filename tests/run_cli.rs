@@ -141,6 +141,72 @@ fn graph_needs_the_cuda_backend() {
     assert!(err.contains("--graph"), "{err}");
 }
 
+/// A 2 x 8 `fast` plan that relays through scratch, and its small MoE matrix.
+fn setup_fast_2x8(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("switchyard-run-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let ok = |o: Output| assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    ok(bin()
+        .args(["topology", "--preset", "dgx-h100", "--nodes", "2", "--out"])
+        .arg(dir.join("topo.json"))
+        .output()
+        .unwrap());
+    ok(bin()
+        .args(["traffic", "--ranks", "16", "--pattern", "zipf:1.2"])
+        .args(["--tokens", "64", "--hidden", "512", "--out"])
+        .arg(dir.join("m.json"))
+        .output()
+        .unwrap());
+    ok(bin()
+        .args(["compile", "--algorithm", "fast", "--topology"])
+        .arg(dir.join("topo.json"))
+        .arg("--traffic")
+        .arg(dir.join("m.json"))
+        .arg("--out")
+        .arg(dir.join("plan.json"))
+        .output()
+        .unwrap());
+    let plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("plan.json")).unwrap()).unwrap();
+    let relays = plan["transfers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["src_buf"] == "scratch")
+        .count();
+    assert!(relays > 0, "the fast plan relays nothing through scratch");
+    dir
+}
+
+#[test]
+fn reverse_order_is_reported_wrong_on_every_iteration_count() {
+    let dir = setup_fast_2x8("reverse");
+    for iterations in ["1", "5"] {
+        for _ in 0..2 {
+            let o = run(
+                &dir,
+                "plan.json",
+                &[
+                    "--inject",
+                    "reverse-order",
+                    "--iterations",
+                    iterations,
+                    "--json",
+                ],
+            );
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(1), "--iterations {iterations}: {err}");
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+            assert_eq!(v["verified"], false, "--iterations {iterations}");
+            assert_eq!(err.lines().count(), 1, "{err}");
+        }
+    }
+    // The same plan without the fault verifies.
+    let o = run(&dir, "plan.json", &["--iterations", "5"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
 #[test]
 fn an_unknown_fault_is_bad_input() {
     let dir = setup("inject");

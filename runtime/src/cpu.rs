@@ -18,6 +18,7 @@ use switchyard_compiler::{Buffer, Layout, Plan, TrafficMatrix, Transfer};
 
 use crate::dag::Dag;
 use crate::pattern::{check_output, Verdict};
+use crate::Checks;
 use crate::{
     host_buffer, input_buffer, iterations, precheck, Backend, BackendKind, Inject, LinkBytes, Mode,
     RunOptions, RunReport, RuntimeError,
@@ -93,7 +94,17 @@ impl Backend for CpuBackend {
         };
         let mut seconds = f64::INFINITY;
         let mut reference = f64::INFINITY;
-        for _ in 0..iterations(mode, opts) {
+        let mut checks = Checks::default();
+        for it in 0..iterations(mode, opts) {
+            // Every iteration starts from poison (outside the timed region),
+            // so a transfer that reads scratch before it is written reads
+            // poison, not what the previous iteration left there.
+            if it > 0 {
+                for b in bufs.iter_mut() {
+                    b.output.fill(POISON);
+                    b.scratch.fill(POISON);
+                }
+            }
             let t0 = Instant::now();
             match opts.inject {
                 Some(Inject::ReverseOrder) => run_reversed(plan, &mut bufs),
@@ -109,14 +120,17 @@ impl Backend for CpuBackend {
             if let Some(p) = probe.as_mut() {
                 reference = reference.min(p.once());
             }
-        }
-        let mut verdict = Verdict::default();
-        for (d, b) in bufs.iter().enumerate() {
-            verdict.merge(check_output(&b.output, traffic, &layout, d));
+            let mut verdict = Verdict::default();
+            for (d, b) in bufs.iter().enumerate() {
+                verdict.merge(check_output(&b.output, traffic, &layout, d));
+            }
+            if !checks.record(verdict) {
+                break;
+            }
         }
         let mut report = RunReport::new(BackendKind::Cpu, plan, mode);
         report.lanes = lanes;
-        report.finish(seconds, verdict);
+        checks.finish(&mut report, seconds);
         if let Some(p) = probe {
             report.reference_gbps = Some(p.bytes as f64 / reference.max(1e-9) / 1e9);
         }
@@ -700,6 +714,67 @@ mod tests {
         )
         .unwrap();
         assert!(stamp.iter().all(|s| s.load(Ordering::SeqCst) > 0));
+    }
+
+    /// `fast` plans for 2 x DGX-H100 (16 ranks), small enough for a test
+    /// (2 to 4 MiB in all) yet relaying a third of their bytes through scratch.
+    fn fast_plans_with_relays() -> Vec<(Plan, TrafficMatrix)> {
+        use switchyard_compiler::sched::{schedule, Options};
+        use switchyard_compiler::Algorithm;
+        let topo = Topology::preset("dgx-h100", 2, None).unwrap();
+        [
+            (Pattern::Zipf(1.2), 1),
+            (Pattern::Zipf(1.5), 2),
+            (Pattern::Moe, 3),
+        ]
+        .into_iter()
+        .map(|(pattern, seed)| {
+            let mut spec = TrafficSpec::new(16, pattern);
+            spec.seed = seed;
+            spec.moe.tokens_per_rank = 64;
+            spec.moe.hidden = 512;
+            let m = generate(&spec).unwrap();
+            let plan = schedule(Algorithm::Fast, &topo, &m, &Options::default()).unwrap();
+            let relays = plan
+                .transfers
+                .iter()
+                .filter(|t| t.src_buf == Buffer::Scratch)
+                .count();
+            assert!(relays > 0, "{pattern:?}: no relay through scratch");
+            (plan, m)
+        })
+        .collect()
+    }
+
+    /// Item 1 of issue 21: a transfer that runs before the transfer it
+    /// depends on must be caught on the first iteration and on later ones,
+    /// where scratch still holds what the previous iteration put there.
+    #[test]
+    fn reverse_order_is_caught_on_every_iteration() {
+        for (plan, m) in fast_plans_with_relays() {
+            for iterations in [1, 5] {
+                for _ in 0..2 {
+                    let o = RunOptions {
+                        iterations,
+                        inject: Some(Inject::ReverseOrder),
+                        ..opts()
+                    };
+                    let r = execute(&plan, &m, BackendKind::Cpu, &o).unwrap();
+                    assert!(!r.verified, "{iterations} iterations: reported right");
+                    assert!(r.bad_bytes > 0);
+                    assert_eq!(r.bad_iteration, Some(1));
+                    assert_eq!(r.lanes, 1);
+                }
+            }
+            // Without the fault the same plans verify, on every iteration.
+            let o = RunOptions {
+                iterations: 3,
+                ..opts()
+            };
+            let r = execute(&plan, &m, BackendKind::Cpu, &o).unwrap();
+            assert!(r.verified, "{:?}", r.first_bad);
+            assert_eq!(r.bad_iteration, None);
+        }
     }
 
     #[test]

@@ -276,6 +276,12 @@ pub struct RunReport {
     /// CUDA graph and instantiate it (the cost the replays save).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub capture_seconds: Option<f64>,
+    /// The first iteration (from 1) whose output was wrong; absent when
+    /// every iteration verified. Each iteration starts from poisoned output
+    /// and scratch and is checked on its own, and the run stops at the
+    /// first wrong one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bad_iteration: Option<usize>,
 }
 
 impl RunReport {
@@ -296,6 +302,7 @@ impl RunReport {
             lanes: 0,
             serial: mode == Mode::Serial,
             capture_seconds: None,
+            bad_iteration: None,
         }
     }
 
@@ -309,6 +316,37 @@ impl RunReport {
         self.verified = verdict.first_bad.is_none();
         self.bad_bytes = verdict.bad_bytes;
         self.first_bad = verdict.first_bad.map(|b| b.to_string());
+    }
+}
+
+/// The verdicts of a run's iterations: each iteration starts from poisoned
+/// output and scratch and is checked on its own; the first wrong one ends
+/// the run and is the one reported.
+#[derive(Debug, Default)]
+pub(crate) struct Checks {
+    iterations: usize,
+    first_wrong: Option<(usize, pattern::Verdict)>,
+}
+
+impl Checks {
+    /// Records the next iteration's verdict; `false` when it was wrong
+    /// (then there is no point in running more).
+    pub(crate) fn record(&mut self, v: pattern::Verdict) -> bool {
+        self.iterations += 1;
+        if v.first_bad.is_none() && v.bad_bytes == 0 {
+            return true;
+        }
+        self.first_wrong.get_or_insert((self.iterations, v));
+        false
+    }
+
+    pub(crate) fn finish(self, report: &mut RunReport, seconds: f64) {
+        let (bad_iteration, verdict) = match self.first_wrong {
+            Some((i, v)) => (Some(i), v),
+            None => (None, pattern::Verdict::default()),
+        };
+        report.finish(seconds, verdict);
+        report.bad_iteration = bad_iteration;
     }
 }
 
