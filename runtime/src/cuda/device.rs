@@ -18,7 +18,7 @@ use cudarc::driver::{
 use cudarc::nccl::{group_end, group_start, Comm, Id};
 use switchyard_compiler::{Buffer, Layout, Plan, TrafficMatrix};
 
-use super::bootstrap::{fnv1a, GroupEnv, Rendezvous, ID_LEN};
+use super::bootstrap::{fnv1a, GroupEnv, RankVerdict, Rendezvous, ID_LEN};
 use super::schedule::{nccl_stages, stream_schedule, StreamSchedule};
 use crate::pattern::{check_output, Verdict};
 use crate::{iterations, precheck, BackendKind, Mode, RunOptions, RunReport, RuntimeError};
@@ -525,7 +525,12 @@ fn run_group(
     let stream = ctx.new_stream().map_err(cu("cuStreamCreate"))?;
     let hash =
         fnv1a(plan.to_json().as_bytes()) ^ fnv1a(traffic.to_json().as_bytes()).rotate_left(1);
-    let (id, mut rendezvous) = Rendezvous::exchange(env, hash, opts.timeout, || {
+    let key = ctx
+        .uuid()
+        .map_err(cu("cuDeviceGetUuid"))?
+        .bytes
+        .map(|b| b as u8);
+    let (id, mut rendezvous) = Rendezvous::exchange(env, hash, key, opts.timeout, || {
         let id = Id::new().map_err(nccl("ncclGetUniqueId"))?;
         Ok(id.internal().map(|c| c as u8))
     })?;
@@ -579,17 +584,19 @@ fn run_group(
     }
     let out = download_output(&stream, &rank, layout.output_size(me) as usize)?;
     let mine = check_output(&out, traffic, &layout, me);
-    let first = mine.first_bad.as_ref().map(|b| b.to_string());
-    let all = rendezvous.gather_verdicts(mine.bad_bytes, first.as_deref(), opts.timeout)?;
+    let mine = RankVerdict {
+        bad_bytes: mine.bad_bytes,
+        first_bad: mine.first_bad.as_ref().map(|b| b.to_string()),
+        bad_iteration: None,
+    };
+    // Every rank reports the group's verdict.
+    let group = rendezvous.finish(&mine, opts.timeout)?;
     let mut report = RunReport::new(BackendKind::Cuda, plan, mode);
     report.lanes = 1;
-    report.finish(best, mine);
-    if let Some(all) = all {
-        // Rank 0 speaks for the group.
-        report.bad_bytes = all.iter().map(|v| v.0).sum();
-        report.first_bad = all.into_iter().find_map(|v| v.1);
-        report.verified = report.first_bad.is_none() && report.bad_bytes == 0;
-    }
+    report.finish(best, Verdict::default());
+    report.bad_bytes = group.bad_bytes;
+    report.verified = group.first_bad.is_none() && group.bad_bytes == 0;
+    report.first_bad = group.first_bad;
     rank.bufs.clear();
     drop(comm);
     Ok(report)
