@@ -218,3 +218,27 @@ fn an_unknown_fault_is_bad_input() {
         "{err}"
     );
 }
+
+#[test]
+fn a_plan_the_host_cannot_hold_is_refused_at_once_with_the_figure() {
+    let dir = setup("memory");
+    let text = std::fs::read_to_string(dir.join("plan.json")).unwrap();
+    let mut plan: serde_json::Value = serde_json::from_str(&text).unwrap();
+    // A petabyte of scratch on rank 3.
+    let mut scratch = vec![serde_json::Value::from(0u64); 8];
+    scratch[3] = (1u64 << 50).into();
+    plan["scratch"] = scratch.into();
+    std::fs::write(dir.join("huge.json"), plan.to_string()).unwrap();
+    let t0 = std::time::Instant::now();
+    let o = run(&dir, "huge.json", &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(t0.elapsed() < std::time::Duration::from_secs(5));
+    if cfg!(target_os = "linux") {
+        assert!(err.contains("need 1125899"), "{err}");
+        assert!(err.contains("but only"), "{err}");
+    } else {
+        assert!(err.contains("cannot allocate"), "{err}");
+    }
+}

@@ -18,10 +18,10 @@ use switchyard_compiler::{Buffer, Layout, Plan, TrafficMatrix, Transfer};
 
 use crate::dag::Dag;
 use crate::pattern::{check_output, Verdict};
-use crate::Checks;
 use crate::{
-    host_buffer, input_buffer, iterations, precheck, Backend, BackendKind, Inject, LinkBytes, Mode,
-    RunOptions, RunReport, RuntimeError,
+    available_host_memory, check_memory, host_buffer, input_buffer, iterations, precheck,
+    rank_bytes, Backend, BackendKind, Checks, Inject, LinkBytes, Mode, RunOptions, RunReport,
+    RuntimeError,
 };
 
 /// Byte written into output and scratch before a run, so that pages are
@@ -80,6 +80,32 @@ impl Backend for CpuBackend {
     ) -> Result<RunReport, RuntimeError> {
         let mode = precheck(plan, traffic)?;
         let layout = Layout::new(traffic);
+        let n = traffic.ranks();
+        // Refuse at once, with the figure, a run the host cannot hold,
+        // instead of filling buffer after buffer until one allocation fails.
+        let reference = if opts.reference {
+            LinkBytes::of(plan).total().saturating_mul(2)
+        } else {
+            0
+        };
+        let need = (0..n)
+            .map(|r| rank_bytes(plan, &layout, r))
+            .fold(reference, u64::saturating_add);
+        check_memory(
+            || {
+                format!(
+                    "the input, output and scratch buffers of {n} ranks{}",
+                    if opts.reference {
+                        " and the reference copy"
+                    } else {
+                        ""
+                    }
+                )
+            },
+            need,
+            available_host_memory(),
+            "host memory (MemAvailable)",
+        )?;
         let mut bufs = RankBuffers::for_plan(plan, traffic, &layout)?;
         let lanes = match (mode, opts.inject) {
             (_, Some(Inject::ReverseOrder)) | (Mode::Serial, _) => 1,
@@ -531,15 +557,45 @@ mod tests {
     }
 
     #[test]
-    fn buffers_the_host_cannot_hold_are_an_error() {
+    fn buffers_the_host_cannot_hold_are_refused_before_any_allocation() {
         // A plan may declare any scratch size; 2^64 - 1 bytes was a
-        // capacity-overflow panic, 10^15 an allocation abort.
+        // capacity-overflow panic, 10^15 an allocation abort, and a plan
+        // a little larger than memory filled buffer after buffer first.
         let topo = Topology::preset("dgx-h100", 1, Some(2)).unwrap();
         let m = TrafficMatrix::from_rows(vec![vec![1, 2], vec![3, 4]]);
         let mut plan = direct(&topo, &m);
-        for huge in [u64::MAX, 1 << 50] {
+        let Some(avail) = available_host_memory() else {
+            eprintln!("skipping: no MemAvailable here");
+            return;
+        };
+        for huge in [u64::MAX, 1 << 50, avail + 1] {
             plan.scratch = vec![huge, 0];
+            let t0 = Instant::now();
             let e = execute(&plan, &m, BackendKind::Cpu, &opts()).unwrap_err();
+            assert!(t0.elapsed() < Duration::from_secs(1), "it allocated first");
+            let RuntimeError::NotEnoughMemory {
+                need, available, ..
+            } = &e
+            else {
+                panic!("{e}");
+            };
+            assert!(*need >= huge && *available > 0, "{e}");
+            let msg = e.to_string();
+            assert!(
+                msg.starts_with("the input, output and scratch buffers of 2 ranks need "),
+                "{msg}"
+            );
+            assert!(
+                msg.contains("of host memory (MemAvailable), but only"),
+                "{msg}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_allocation_the_host_refuses_is_an_error() {
+        for huge in [u64::MAX, 1 << 62] {
+            let e = host_buffer(huge, 0, "the scratch of rank 0").unwrap_err();
             assert_eq!(
                 e,
                 RuntimeError::Memory {

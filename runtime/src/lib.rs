@@ -62,6 +62,19 @@ pub enum RuntimeError {
     /// A host buffer the plan needs cannot be allocated.
     #[error("cannot allocate {bytes} bytes for {what}")]
     Memory { what: String, bytes: u64 },
+    /// The run needs more memory than is available, found before any
+    /// buffer is allocated.
+    #[error(
+        "{what} need {need} bytes ({}) of {place}, but only {available} bytes ({}) are available",
+        human_bytes(*.need),
+        human_bytes(*.available)
+    )]
+    NotEnoughMemory {
+        what: String,
+        need: u64,
+        available: u64,
+        place: String,
+    },
     /// A CUDA driver or NCCL call failed.
     #[error("{0}")]
     Device(String),
@@ -214,6 +227,70 @@ impl LinkBytes {
             .saturating_add(self.nvlink)
             .saturating_add(self.rdma)
     }
+}
+
+/// `bytes` for a person: `1.5 GB` (decimal units, as the rest of the reports).
+pub fn human_bytes(bytes: u64) -> String {
+    let b = bytes as f64;
+    match bytes {
+        0..=999_999 => format!("{:.1} kB", b / 1e3),
+        1_000_000..=999_999_999 => format!("{:.1} MB", b / 1e6),
+        1_000_000_000..=999_999_999_999 => format!("{:.1} GB", b / 1e9),
+        _ => format!("{:.1} TB", b / 1e12),
+    }
+}
+
+/// `MemAvailable` of a `/proc/meminfo` text, in bytes.
+fn parse_mem_available(meminfo: &str) -> Option<u64> {
+    let line = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))?;
+    let mut words = line.split_whitespace();
+    let kib: u64 = words.next()?.parse().ok()?;
+    match words.next() {
+        Some("kB") | None => kib.checked_mul(1024),
+        Some(_) => None,
+    }
+}
+
+/// Host memory available without swapping (`MemAvailable` of
+/// `/proc/meminfo`); `None` where that is not known (not Linux).
+pub fn available_host_memory() -> Option<u64> {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| parse_mem_available(&t))
+}
+
+/// Refuses a run whose buffers (`what`, `need` bytes) cannot fit in the
+/// `available` bytes of `place`, before anything is allocated; passes when
+/// availability is unknown (allocation failures are still reported).
+pub(crate) fn check_memory(
+    what: impl FnOnce() -> String,
+    need: u64,
+    available: Option<u64>,
+    place: &str,
+) -> Result<(), RuntimeError> {
+    match available {
+        Some(available) if need > available => Err(RuntimeError::NotEnoughMemory {
+            what: what(),
+            need,
+            available,
+            place: place.to_string(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Bytes of rank `r`'s three buffers (each at least one byte, as backends
+/// allocate them), saturating.
+pub(crate) fn rank_bytes(plan: &Plan, layout: &Layout, r: usize) -> u64 {
+    [
+        layout.input_size(r),
+        layout.output_size(r),
+        plan.scratch_bytes(r),
+    ]
+    .iter()
+    .fold(0u64, |a, &b| a.saturating_add(b.max(1)))
 }
 
 /// Rank `r`'s input, filled with the test pattern, or an error when the
@@ -421,6 +498,32 @@ pub fn precheck(plan: &Plan, traffic: &TrafficMatrix) -> Result<Mode, RuntimeErr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mem_available_is_read_and_runs_that_cannot_fit_are_refused() {
+        let text = "MemTotal:       32781636 kB\nMemFree:         1200000 kB\nMemAvailable:   20000000 kB\n";
+        assert_eq!(parse_mem_available(text), Some(20_000_000 * 1024));
+        assert_eq!(parse_mem_available("MemTotal: 5 kB\n"), None);
+        assert_eq!(parse_mem_available("MemAvailable: lots\n"), None);
+        assert!(check_memory(|| "x".into(), 10, Some(10), "host memory").is_ok());
+        assert!(check_memory(|| "x".into(), u64::MAX, None, "host memory").is_ok());
+        let e = check_memory(
+            || "the buffers of 16 ranks".into(),
+            3_000_000_000,
+            Some(2_500_000_000),
+            "host memory (MemAvailable)",
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the buffers of 16 ranks need 3000000000 bytes (3.0 GB) of host memory (MemAvailable), but only 2500000000 bytes (2.5 GB) are available"
+        );
+        assert_eq!(human_bytes(999), "1.0 kB");
+        assert_eq!(human_bytes(u64::MAX), "18446744.1 TB");
+        if cfg!(target_os = "linux") {
+            assert!(available_host_memory().is_some_and(|b| b > 0));
+        }
+    }
 
     #[test]
     fn backend_names_round_trip() {
