@@ -174,6 +174,18 @@ impl GroupEnv {
         Self::from_vars(|k| std::env::var(k).ok())
     }
 
+    /// A group of one process (NCCL loopback): no one to meet, no port.
+    pub fn alone() -> GroupEnv {
+        GroupEnv {
+            rank: 0,
+            world: 1,
+            local_rank: 0,
+            master_addr: "127.0.0.1".into(),
+            port: 0,
+            port_source: PortSource::Switchyard,
+        }
+    }
+
     /// `MASTER_ADDR:port (where the port came from)`, for messages.
     fn target(&self) -> String {
         format!(
@@ -402,6 +414,17 @@ impl Rendezvous {
         make_id: impl FnOnce() -> Result<[u8; ID_LEN], RuntimeError>,
     ) -> Result<([u8; ID_LEN], Rendezvous), RuntimeError> {
         let deadline = Instant::now() + timeout;
+        if env.world == 1 {
+            // A group of one: nobody to meet, nothing to listen on.
+            let id = make_id()?;
+            return Ok((
+                id,
+                Rendezvous {
+                    rank: 0,
+                    peers: Vec::new(),
+                },
+            ));
+        }
         if env.rank == 0 {
             let listeners = listen(env.port).map_err(|e| {
                 err(format!(
@@ -1141,6 +1164,25 @@ mod tests {
         if TcpListener::bind("[::1]:0").is_ok() {
             TcpStream::connect(("::1", port)).unwrap();
         }
+    }
+
+    #[test]
+    fn a_group_of_one_needs_no_network() {
+        let (id, mut rv) = Rendezvous::exchange(
+            &GroupEnv::alone(),
+            1,
+            key(0),
+            Duration::from_secs(1),
+            || Ok([6; ID_LEN]),
+        )
+        .unwrap();
+        assert_eq!(id, [6; ID_LEN]);
+        let mine = RankVerdict {
+            bad_bytes: 1,
+            first_bad: Some("x".into()),
+            bad_iteration: Some(2),
+        };
+        assert_eq!(rv.finish(&mine, Duration::from_secs(1)).unwrap(), mine);
     }
 
     #[test]
