@@ -132,13 +132,15 @@ fn bad_arguments_exit_2() {
 }
 
 #[test]
-fn graph_needs_the_cuda_backend() {
+fn cuda_only_flags_need_the_cuda_backend() {
     let dir = setup("graph");
-    let o = run(&dir, "plan.json", &["--graph"]);
-    assert_eq!(o.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("--graph"), "{err}");
+    for flag in ["--graph", "--context-per-rank", "--nccl-loopback"] {
+        let o = run(&dir, "plan.json", &[flag]);
+        assert_eq!(o.status.code(), Some(2), "{flag}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(flag), "{err}");
+    }
 }
 
 /// A 2 x 8 `fast` plan that relays through scratch, and its small MoE matrix.

@@ -178,6 +178,15 @@ pub struct RunOptions {
     pub graph: bool,
     /// A deliberate fault (test aid): see [`Inject`].
     pub inject: Option<Inject>,
+    /// CUDA, one process (test aid for one-GPU machines): every rank gets a
+    /// context of its own (a non-primary one), so that copies between ranks
+    /// go through the peer-copy call and event waits cross contexts even
+    /// when every rank is on one GPU, as they cross devices on several.
+    pub context_per_rank: bool,
+    /// CUDA (test aid for one-GPU machines): run a one-rank plan as a
+    /// one-process NCCL group whose copies are NCCL sends to itself, so that
+    /// the communicator, its groups and send/recv run without a second GPU.
+    pub nccl_loopback: bool,
 }
 
 impl Default for RunOptions {
@@ -191,6 +200,8 @@ impl Default for RunOptions {
             reference: false,
             graph: false,
             inject: None,
+            context_per_rank: false,
+            nccl_loopback: false,
         }
     }
 }
@@ -415,6 +426,12 @@ impl Checks {
         }
         self.first_wrong.get_or_insert((self.iterations, v));
         false
+    }
+
+    /// The first wrong iteration (from 1) and its verdict.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn first_wrong(&self) -> Option<(usize, &pattern::Verdict)> {
+        self.first_wrong.as_ref().map(|(i, v)| (*i, v))
     }
 
     pub(crate) fn finish(self, report: &mut RunReport, seconds: f64) {

@@ -56,6 +56,14 @@ pub struct RunArgs {
     /// dependencies (a plan that relays through scratch must then fail).
     #[arg(long, value_name = "FAULT")]
     inject: Option<String>,
+    /// CUDA test aid, one process: give every rank a context of its own, so
+    /// copies between ranks use the peer-copy call even on one GPU.
+    #[arg(long)]
+    context_per_rank: bool,
+    /// CUDA test aid: run a one-rank plan as a one-process NCCL group that
+    /// sends to itself (exercises NCCL without a second GPU).
+    #[arg(long)]
+    nccl_loopback: bool,
 }
 
 pub fn run(a: RunArgs) -> CliResult {
@@ -78,10 +86,14 @@ pub fn run(a: RunArgs) -> CliResult {
             a.threads
         )));
     }
-    if a.graph && kind != BackendKind::Cuda {
-        return Err(CliError::Input(
-            "--graph: CUDA graphs need --backend cuda".into(),
-        ));
+    for (set, flag) in [
+        (a.graph, "--graph"),
+        (a.context_per_rank, "--context-per-rank"),
+        (a.nccl_loopback, "--nccl-loopback"),
+    ] {
+        if set && kind != BackendKind::Cuda {
+            return Err(CliError::Input(format!("{flag}: needs --backend cuda")));
+        }
     }
     let inject = a
         .inject
@@ -100,6 +112,8 @@ pub fn run(a: RunArgs) -> CliResult {
         reference: a.reference,
         graph: a.graph,
         inject,
+        context_per_rank: a.context_per_rank,
+        nccl_loopback: a.nccl_loopback,
     };
     let report = execute(&plan, &m, kind, &opts).map_err(|e| match e {
         RuntimeError::Ranks { .. } => CliError::Input(format!("{}: {e}", a.traffic.display())),
