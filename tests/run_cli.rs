@@ -132,11 +132,115 @@ fn bad_arguments_exit_2() {
 }
 
 #[test]
-fn graph_needs_the_cuda_backend() {
+fn cuda_only_flags_need_the_cuda_backend() {
     let dir = setup("graph");
-    let o = run(&dir, "plan.json", &["--graph"]);
+    for flag in ["--graph", "--context-per-rank", "--nccl-loopback"] {
+        let o = run(&dir, "plan.json", &[flag]);
+        assert_eq!(o.status.code(), Some(2), "{flag}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(flag), "{err}");
+    }
+}
+
+/// A 2 x 8 `fast` plan that relays through scratch, and its small MoE matrix.
+fn setup_fast_2x8(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("switchyard-run-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let ok = |o: Output| assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    ok(bin()
+        .args(["topology", "--preset", "dgx-h100", "--nodes", "2", "--out"])
+        .arg(dir.join("topo.json"))
+        .output()
+        .unwrap());
+    ok(bin()
+        .args(["traffic", "--ranks", "16", "--pattern", "zipf:1.2"])
+        .args(["--tokens", "64", "--hidden", "512", "--out"])
+        .arg(dir.join("m.json"))
+        .output()
+        .unwrap());
+    ok(bin()
+        .args(["compile", "--algorithm", "fast", "--topology"])
+        .arg(dir.join("topo.json"))
+        .arg("--traffic")
+        .arg(dir.join("m.json"))
+        .arg("--out")
+        .arg(dir.join("plan.json"))
+        .output()
+        .unwrap());
+    let plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("plan.json")).unwrap()).unwrap();
+    let relays = plan["transfers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["src_buf"] == "scratch")
+        .count();
+    assert!(relays > 0, "the fast plan relays nothing through scratch");
+    dir
+}
+
+#[test]
+fn reverse_order_is_reported_wrong_on_every_iteration_count() {
+    let dir = setup_fast_2x8("reverse");
+    for iterations in ["1", "5"] {
+        for _ in 0..2 {
+            let o = run(
+                &dir,
+                "plan.json",
+                &[
+                    "--inject",
+                    "reverse-order",
+                    "--iterations",
+                    iterations,
+                    "--json",
+                ],
+            );
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(1), "--iterations {iterations}: {err}");
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+            assert_eq!(v["verified"], false, "--iterations {iterations}");
+            assert_eq!(err.lines().count(), 1, "{err}");
+        }
+    }
+    // The same plan without the fault verifies.
+    let o = run(&dir, "plan.json", &["--iterations", "5"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn an_unknown_fault_is_bad_input() {
+    let dir = setup("inject");
+    let o = run(&dir, "plan.json", &["--inject", "sideways"]);
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--inject") && err.contains("reverse-order"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_plan_the_host_cannot_hold_is_refused_at_once_with_the_figure() {
+    let dir = setup("memory");
+    let text = std::fs::read_to_string(dir.join("plan.json")).unwrap();
+    let mut plan: serde_json::Value = serde_json::from_str(&text).unwrap();
+    // A petabyte of scratch on rank 3.
+    let mut scratch = vec![serde_json::Value::from(0u64); 8];
+    scratch[3] = (1u64 << 50).into();
+    plan["scratch"] = scratch.into();
+    std::fs::write(dir.join("huge.json"), plan.to_string()).unwrap();
+    let t0 = std::time::Instant::now();
+    let o = run(&dir, "huge.json", &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("--graph"), "{err}");
+    assert!(t0.elapsed() < std::time::Duration::from_secs(5));
+    if cfg!(target_os = "linux") {
+        assert!(err.contains("need 1125899"), "{err}");
+        assert!(err.contains("but only"), "{err}");
+    } else {
+        assert!(err.contains("cannot allocate"), "{err}");
+    }
 }

@@ -19,8 +19,9 @@ use switchyard_compiler::{Buffer, Layout, Plan, TrafficMatrix, Transfer};
 use crate::dag::Dag;
 use crate::pattern::{check_output, Verdict};
 use crate::{
-    host_buffer, input_buffer, iterations, precheck, Backend, BackendKind, LinkBytes, Mode,
-    RunOptions, RunReport, RuntimeError,
+    available_host_memory, check_memory, host_buffer, input_buffer, iterations, precheck,
+    rank_bytes, Backend, BackendKind, Checks, Inject, LinkBytes, Mode, RunOptions, RunReport,
+    RuntimeError,
 };
 
 /// Byte written into output and scratch before a run, so that pages are
@@ -79,10 +80,36 @@ impl Backend for CpuBackend {
     ) -> Result<RunReport, RuntimeError> {
         let mode = precheck(plan, traffic)?;
         let layout = Layout::new(traffic);
+        let n = traffic.ranks();
+        // Refuse at once, with the figure, a run the host cannot hold,
+        // instead of filling buffer after buffer until one allocation fails.
+        let reference = if opts.reference {
+            LinkBytes::of(plan).total().saturating_mul(2)
+        } else {
+            0
+        };
+        let need = (0..n)
+            .map(|r| rank_bytes(plan, &layout, r))
+            .fold(reference, u64::saturating_add);
+        check_memory(
+            || {
+                format!(
+                    "the input, output and scratch buffers of {n} ranks{}",
+                    if opts.reference {
+                        " and the reference copy"
+                    } else {
+                        ""
+                    }
+                )
+            },
+            need,
+            available_host_memory(),
+            "host memory (MemAvailable)",
+        )?;
         let mut bufs = RankBuffers::for_plan(plan, traffic, &layout)?;
-        let lanes = match mode {
-            Mode::Serial => 1,
-            Mode::Concurrent => worker_count(opts.threads),
+        let lanes = match (mode, opts.inject) {
+            (_, Some(Inject::ReverseOrder)) | (Mode::Serial, _) => 1,
+            (Mode::Concurrent, None) => worker_count(opts.threads),
         };
         // With a reference, plan runs and plain copies alternate, so that both
         // see the same machine (other processes, frequency, caches).
@@ -93,27 +120,43 @@ impl Backend for CpuBackend {
         };
         let mut seconds = f64::INFINITY;
         let mut reference = f64::INFINITY;
-        for _ in 0..iterations(mode, opts) {
+        let mut checks = Checks::default();
+        for it in 0..iterations(mode, opts) {
+            // Every iteration starts from poison (outside the timed region),
+            // so a transfer that reads scratch before it is written reads
+            // poison, not what the previous iteration left there.
+            if it > 0 {
+                for b in bufs.iter_mut() {
+                    b.output.fill(POISON);
+                    b.scratch.fill(POISON);
+                }
+            }
             let t0 = Instant::now();
-            run_transfers(
-                plan,
-                &mut bufs,
-                lanes,
-                mode == Mode::Concurrent,
-                opts.timeout,
-            )?;
+            match opts.inject {
+                Some(Inject::ReverseOrder) => run_reversed(plan, &mut bufs),
+                None => run_transfers(
+                    plan,
+                    &mut bufs,
+                    lanes,
+                    mode == Mode::Concurrent,
+                    opts.timeout,
+                )?,
+            }
             seconds = seconds.min(t0.elapsed().as_secs_f64());
             if let Some(p) = probe.as_mut() {
                 reference = reference.min(p.once());
             }
-        }
-        let mut verdict = Verdict::default();
-        for (d, b) in bufs.iter().enumerate() {
-            verdict.merge(check_output(&b.output, traffic, &layout, d));
+            let mut verdict = Verdict::default();
+            for (d, b) in bufs.iter().enumerate() {
+                verdict.merge(check_output(&b.output, traffic, &layout, d));
+            }
+            if !checks.record(verdict) {
+                break;
+            }
         }
         let mut report = RunReport::new(BackendKind::Cpu, plan, mode);
         report.lanes = lanes;
-        report.finish(seconds, verdict);
+        checks.finish(&mut report, seconds);
         if let Some(p) = probe {
             report.reference_gbps = Some(p.bytes as f64 / reference.max(1e-9) / 1e9);
         }
@@ -252,6 +295,19 @@ pub(crate) fn run_transfers(
             regions.copy(t, 0, t.bytes);
         }
     })
+}
+
+/// The [`Inject::ReverseOrder`] fault: every transfer, whole, on this thread,
+/// last transfer of the plan first, dependencies ignored. Sound for any plan
+/// whose ranges the verifier checked: one thread, and overlapping ranges
+/// are copied as by `memmove`.
+fn run_reversed(plan: &Plan, bufs: &mut [RankBuffers]) {
+    let regions = Regions::new(bufs);
+    for t in plan.transfers.iter().rev() {
+        // SAFETY: no other thread touches the buffers; ranges are in bounds
+        // (`precheck`, and asserted by `range`).
+        unsafe { regions.copy(t, 0, t.bytes) };
+    }
 }
 
 /// Copies `len` bytes between non-overlapping ranges. Large copies use
@@ -501,15 +557,45 @@ mod tests {
     }
 
     #[test]
-    fn buffers_the_host_cannot_hold_are_an_error() {
+    fn buffers_the_host_cannot_hold_are_refused_before_any_allocation() {
         // A plan may declare any scratch size; 2^64 - 1 bytes was a
-        // capacity-overflow panic, 10^15 an allocation abort.
+        // capacity-overflow panic, 10^15 an allocation abort, and a plan
+        // a little larger than memory filled buffer after buffer first.
         let topo = Topology::preset("dgx-h100", 1, Some(2)).unwrap();
         let m = TrafficMatrix::from_rows(vec![vec![1, 2], vec![3, 4]]);
         let mut plan = direct(&topo, &m);
-        for huge in [u64::MAX, 1 << 50] {
+        let Some(avail) = available_host_memory() else {
+            eprintln!("skipping: no MemAvailable here");
+            return;
+        };
+        for huge in [u64::MAX, 1 << 50, avail + 1] {
             plan.scratch = vec![huge, 0];
+            let t0 = Instant::now();
             let e = execute(&plan, &m, BackendKind::Cpu, &opts()).unwrap_err();
+            assert!(t0.elapsed() < Duration::from_secs(1), "it allocated first");
+            let RuntimeError::NotEnoughMemory {
+                need, available, ..
+            } = &e
+            else {
+                panic!("{e}");
+            };
+            assert!(*need >= huge && *available > 0, "{e}");
+            let msg = e.to_string();
+            assert!(
+                msg.starts_with("the input, output and scratch buffers of 2 ranks need "),
+                "{msg}"
+            );
+            assert!(
+                msg.contains("of host memory (MemAvailable), but only"),
+                "{msg}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_allocation_the_host_refuses_is_an_error() {
+        for huge in [u64::MAX, 1 << 62] {
+            let e = host_buffer(huge, 0, "the scratch of rank 0").unwrap_err();
             assert_eq!(
                 e,
                 RuntimeError::Memory {
@@ -684,6 +770,82 @@ mod tests {
         )
         .unwrap();
         assert!(stamp.iter().all(|s| s.load(Ordering::SeqCst) > 0));
+    }
+
+    /// `fast` plans for 2 x DGX-H100 (16 ranks), small enough for a test
+    /// (2 to 4 MiB in all) yet relaying a third of their bytes through scratch.
+    fn fast_plans_with_relays() -> Vec<(Plan, TrafficMatrix)> {
+        use switchyard_compiler::sched::{schedule, Options};
+        use switchyard_compiler::Algorithm;
+        let topo = Topology::preset("dgx-h100", 2, None).unwrap();
+        [
+            (Pattern::Zipf(1.2), 1),
+            (Pattern::Zipf(1.5), 2),
+            (Pattern::Moe, 3),
+        ]
+        .into_iter()
+        .map(|(pattern, seed)| {
+            let mut spec = TrafficSpec::new(16, pattern);
+            spec.seed = seed;
+            spec.moe.tokens_per_rank = 64;
+            spec.moe.hidden = 512;
+            let m = generate(&spec).unwrap();
+            let plan = schedule(Algorithm::Fast, &topo, &m, &Options::default()).unwrap();
+            let relays = plan
+                .transfers
+                .iter()
+                .filter(|t| t.src_buf == Buffer::Scratch)
+                .count();
+            assert!(relays > 0, "{pattern:?}: no relay through scratch");
+            (plan, m)
+        })
+        .collect()
+    }
+
+    /// Item 1 of issue 21: a transfer that runs before the transfer it
+    /// depends on must be caught on the first iteration and on later ones,
+    /// where scratch still holds what the previous iteration put there.
+    #[test]
+    fn reverse_order_is_caught_on_every_iteration() {
+        for (plan, m) in fast_plans_with_relays() {
+            for iterations in [1, 5] {
+                for _ in 0..2 {
+                    let o = RunOptions {
+                        iterations,
+                        inject: Some(Inject::ReverseOrder),
+                        ..opts()
+                    };
+                    let r = execute(&plan, &m, BackendKind::Cpu, &o).unwrap();
+                    assert!(!r.verified, "{iterations} iterations: reported right");
+                    assert!(r.bad_bytes > 0);
+                    assert_eq!(r.bad_iteration, Some(1));
+                    assert_eq!(r.lanes, 1);
+                }
+            }
+            // Without the fault the same plans verify, on every iteration.
+            let o = RunOptions {
+                iterations: 3,
+                ..opts()
+            };
+            let r = execute(&plan, &m, BackendKind::Cpu, &o).unwrap();
+            assert!(r.verified, "{:?}", r.first_bad);
+            assert_eq!(r.bad_iteration, None);
+        }
+    }
+
+    #[test]
+    fn reverse_order_leaves_plans_without_relays_right() {
+        // Transfers of a `direct` plan touch disjoint bytes: any order is right.
+        let topo = Topology::preset("dgx-h100", 2, Some(4)).unwrap();
+        let m = skewed(8, 5);
+        let plan = direct(&topo, &m);
+        let o = RunOptions {
+            iterations: 3,
+            inject: Some(Inject::ReverseOrder),
+            ..opts()
+        };
+        let r = execute(&plan, &m, BackendKind::Cpu, &o).unwrap();
+        assert!(r.verified, "{:?}", r.first_bad);
     }
 
     #[test]

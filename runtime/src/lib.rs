@@ -62,6 +62,19 @@ pub enum RuntimeError {
     /// A host buffer the plan needs cannot be allocated.
     #[error("cannot allocate {bytes} bytes for {what}")]
     Memory { what: String, bytes: u64 },
+    /// The run needs more memory than is available, found before any
+    /// buffer is allocated.
+    #[error(
+        "{what} need {need} bytes ({}) of {place}, but only {available} bytes ({}) are available",
+        human_bytes(*.need),
+        human_bytes(*.available)
+    )]
+    NotEnoughMemory {
+        what: String,
+        need: u64,
+        available: u64,
+        place: String,
+    },
     /// A CUDA driver or NCCL call failed.
     #[error("{0}")]
     Device(String),
@@ -104,6 +117,42 @@ impl FromStr for BackendKind {
     }
 }
 
+/// A deliberate fault, injected to prove that the output check catches what
+/// it exists to catch (a test aid; `switchyard run --inject`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Inject {
+    /// Run the transfers one at a time in reverse plan order, ignoring their
+    /// dependencies: a transfer that relays bytes out of scratch then runs
+    /// before the transfer that fills that scratch, as a missing wait would
+    /// let it. Plans without relays still verify (their transfers touch
+    /// disjoint bytes), so a failure means the check saw the ordering.
+    ReverseOrder,
+}
+
+impl Inject {
+    pub fn name(self) -> &'static str {
+        match self {
+            Inject::ReverseOrder => "reverse-order",
+        }
+    }
+}
+
+impl fmt::Display for Inject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Inject {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "reverse-order" => Ok(Inject::ReverseOrder),
+            _ => Err(format!("unknown fault `{s}` (known: reverse-order)")),
+        }
+    }
+}
+
 /// Knobs of a run; each backend uses what concerns it.
 #[derive(Clone, Debug)]
 pub struct RunOptions {
@@ -127,6 +176,17 @@ pub struct RunOptions {
     /// the copies' and not the host's issuing them (a plan that is run many
     /// times pays the issuing once). Ignored by the CPU backend.
     pub graph: bool,
+    /// A deliberate fault (test aid): see [`Inject`].
+    pub inject: Option<Inject>,
+    /// CUDA, one process (test aid for one-GPU machines): every rank gets a
+    /// context of its own (a non-primary one), so that copies between ranks
+    /// go through the peer-copy call and event waits cross contexts even
+    /// when every rank is on one GPU, as they cross devices on several.
+    pub context_per_rank: bool,
+    /// CUDA (test aid for one-GPU machines): run a one-rank plan as a
+    /// one-process NCCL group whose copies are NCCL sends to itself, so that
+    /// the communicator, its groups and send/recv run without a second GPU.
+    pub nccl_loopback: bool,
 }
 
 impl Default for RunOptions {
@@ -139,6 +199,9 @@ impl Default for RunOptions {
             iterations: 1,
             reference: false,
             graph: false,
+            inject: None,
+            context_per_rank: false,
+            nccl_loopback: false,
         }
     }
 }
@@ -175,6 +238,70 @@ impl LinkBytes {
             .saturating_add(self.nvlink)
             .saturating_add(self.rdma)
     }
+}
+
+/// `bytes` for a person: `1.5 GB` (decimal units, as the rest of the reports).
+pub fn human_bytes(bytes: u64) -> String {
+    let b = bytes as f64;
+    match bytes {
+        0..=999_999 => format!("{:.1} kB", b / 1e3),
+        1_000_000..=999_999_999 => format!("{:.1} MB", b / 1e6),
+        1_000_000_000..=999_999_999_999 => format!("{:.1} GB", b / 1e9),
+        _ => format!("{:.1} TB", b / 1e12),
+    }
+}
+
+/// `MemAvailable` of a `/proc/meminfo` text, in bytes.
+fn parse_mem_available(meminfo: &str) -> Option<u64> {
+    let line = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))?;
+    let mut words = line.split_whitespace();
+    let kib: u64 = words.next()?.parse().ok()?;
+    match words.next() {
+        Some("kB") | None => kib.checked_mul(1024),
+        Some(_) => None,
+    }
+}
+
+/// Host memory available without swapping (`MemAvailable` of
+/// `/proc/meminfo`); `None` where that is not known (not Linux).
+pub fn available_host_memory() -> Option<u64> {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| parse_mem_available(&t))
+}
+
+/// Refuses a run whose buffers (`what`, `need` bytes) cannot fit in the
+/// `available` bytes of `place`, before anything is allocated; passes when
+/// availability is unknown (allocation failures are still reported).
+pub(crate) fn check_memory(
+    what: impl FnOnce() -> String,
+    need: u64,
+    available: Option<u64>,
+    place: &str,
+) -> Result<(), RuntimeError> {
+    match available {
+        Some(available) if need > available => Err(RuntimeError::NotEnoughMemory {
+            what: what(),
+            need,
+            available,
+            place: place.to_string(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Bytes of rank `r`'s three buffers (each at least one byte, as backends
+/// allocate them), saturating.
+pub(crate) fn rank_bytes(plan: &Plan, layout: &Layout, r: usize) -> u64 {
+    [
+        layout.input_size(r),
+        layout.output_size(r),
+        plan.scratch_bytes(r),
+    ]
+    .iter()
+    .fold(0u64, |a, &b| a.saturating_add(b.max(1)))
 }
 
 /// Rank `r`'s input, filled with the test pattern, or an error when the
@@ -237,6 +364,12 @@ pub struct RunReport {
     /// CUDA graph and instantiate it (the cost the replays save).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub capture_seconds: Option<f64>,
+    /// The first iteration (from 1) whose output was wrong; absent when
+    /// every iteration verified. Each iteration starts from poisoned output
+    /// and scratch and is checked on its own, and the run stops at the
+    /// first wrong one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bad_iteration: Option<usize>,
 }
 
 impl RunReport {
@@ -257,6 +390,7 @@ impl RunReport {
             lanes: 0,
             serial: mode == Mode::Serial,
             capture_seconds: None,
+            bad_iteration: None,
         }
     }
 
@@ -270,6 +404,43 @@ impl RunReport {
         self.verified = verdict.first_bad.is_none();
         self.bad_bytes = verdict.bad_bytes;
         self.first_bad = verdict.first_bad.map(|b| b.to_string());
+    }
+}
+
+/// The verdicts of a run's iterations: each iteration starts from poisoned
+/// output and scratch and is checked on its own; the first wrong one ends
+/// the run and is the one reported.
+#[derive(Debug, Default)]
+pub(crate) struct Checks {
+    iterations: usize,
+    first_wrong: Option<(usize, pattern::Verdict)>,
+}
+
+impl Checks {
+    /// Records the next iteration's verdict; `false` when it was wrong
+    /// (then there is no point in running more).
+    pub(crate) fn record(&mut self, v: pattern::Verdict) -> bool {
+        self.iterations += 1;
+        if v.first_bad.is_none() && v.bad_bytes == 0 {
+            return true;
+        }
+        self.first_wrong.get_or_insert((self.iterations, v));
+        false
+    }
+
+    /// The first wrong iteration (from 1) and its verdict.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn first_wrong(&self) -> Option<(usize, &pattern::Verdict)> {
+        self.first_wrong.as_ref().map(|(i, v)| (*i, v))
+    }
+
+    pub(crate) fn finish(self, report: &mut RunReport, seconds: f64) {
+        let (bad_iteration, verdict) = match self.first_wrong {
+            Some((i, v)) => (Some(i), v),
+            None => (None, pattern::Verdict::default()),
+        };
+        report.finish(seconds, verdict);
+        report.bad_iteration = bad_iteration;
     }
 }
 
@@ -346,10 +517,39 @@ mod tests {
     use super::*;
 
     #[test]
+    fn mem_available_is_read_and_runs_that_cannot_fit_are_refused() {
+        let text = "MemTotal:       32781636 kB\nMemFree:         1200000 kB\nMemAvailable:   20000000 kB\n";
+        assert_eq!(parse_mem_available(text), Some(20_000_000 * 1024));
+        assert_eq!(parse_mem_available("MemTotal: 5 kB\n"), None);
+        assert_eq!(parse_mem_available("MemAvailable: lots\n"), None);
+        assert!(check_memory(|| "x".into(), 10, Some(10), "host memory").is_ok());
+        assert!(check_memory(|| "x".into(), u64::MAX, None, "host memory").is_ok());
+        let e = check_memory(
+            || "the buffers of 16 ranks".into(),
+            3_000_000_000,
+            Some(2_500_000_000),
+            "host memory (MemAvailable)",
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the buffers of 16 ranks need 3000000000 bytes (3.0 GB) of host memory (MemAvailable), but only 2500000000 bytes (2.5 GB) are available"
+        );
+        assert_eq!(human_bytes(999), "1.0 kB");
+        assert_eq!(human_bytes(u64::MAX), "18446744.1 TB");
+        if cfg!(target_os = "linux") {
+            assert!(available_host_memory().is_some_and(|b| b > 0));
+        }
+    }
+
+    #[test]
     fn backend_names_round_trip() {
         for k in [BackendKind::Cpu, BackendKind::Cuda] {
             assert_eq!(k.name().parse::<BackendKind>().unwrap(), k);
         }
         assert!("tpu".parse::<BackendKind>().is_err());
+        let f = Inject::ReverseOrder;
+        assert_eq!(f.name().parse::<Inject>().unwrap(), f);
+        assert!("sideways".parse::<Inject>().is_err());
     }
 }

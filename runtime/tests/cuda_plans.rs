@@ -19,7 +19,7 @@ use switchyard_compiler::generate::{generate, Pattern, TrafficSpec};
 use switchyard_compiler::msccl::{assign_paths, parse_xml, to_xml, XmlOptions};
 use switchyard_compiler::sched::{direct, schedule, Options};
 use switchyard_compiler::{Algorithm, Plan, Topology, TrafficMatrix};
-use switchyard_runtime::{execute, BackendKind, RunOptions, RunReport, RuntimeError};
+use switchyard_runtime::{execute, BackendKind, Inject, RunOptions, RunReport, RuntimeError};
 
 /// Whether a CUDA device is usable here, probed once with a one-rank plan.
 /// Only "unavailable" (no driver, no device) skips; any other failure of
@@ -181,5 +181,60 @@ fn a_racy_plan_runs_serially_on_the_device() {
         let r = both_with(&plan, &m, opts(4, graph));
         assert!(r.serial);
         assert!(r.verified, "{:?}", r.first_bad);
+    }
+}
+
+/// On every visible device (`--devices 0`): with two or more GPUs, copies
+/// between ranks on different devices go through `cuMemcpyPeerAsync` and
+/// events cross devices; with one, this repeats the one-device runs.
+#[test]
+fn every_scheduler_verifies_across_every_visible_device() {
+    if !gpu() {
+        return;
+    }
+    for (topo, m) in cases().into_iter().step_by(2) {
+        for &alg in Algorithm::ALL {
+            let plan = schedule(alg, &topo, &m, &Options::default()).unwrap();
+            let o = RunOptions {
+                devices: 0,
+                ..opts(4, false)
+            };
+            let r = both_with(&plan, &m, o);
+            assert!(r.verified, "{} {alg}: {:?}", topo.name(), r.first_bad);
+        }
+    }
+}
+
+/// Issue 21, item 1 on the device: a plan that relays through scratch,
+/// issued last transfer first on one stream with no waits, is reported
+/// wrong on the first iteration and with five, every time, issued copy by
+/// copy and replayed from a graph; the device and the CPU find the same
+/// bytes wrong.
+#[test]
+fn reverse_order_is_caught_on_the_device() {
+    if !gpu() {
+        return;
+    }
+    for (topo, m) in cases() {
+        let plan = schedule(Algorithm::Fast, &topo, &m, &Options::default()).unwrap();
+        if !plan
+            .transfers
+            .iter()
+            .any(|t| t.src_buf == switchyard_compiler::Buffer::Scratch)
+        {
+            continue;
+        }
+        for iterations in [1, 5] {
+            for graph in [false, true] {
+                let o = RunOptions {
+                    iterations,
+                    inject: Some(Inject::ReverseOrder),
+                    ..opts(4, graph)
+                };
+                let r = both_with(&plan, &m, o);
+                assert!(!r.verified, "{} {iterations} {graph}", topo.name());
+                assert_eq!(r.bad_iteration, Some(1));
+            }
+        }
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 use switchyard::compiler::TrafficMatrix;
-use switchyard_runtime::{execute, BackendKind, RunOptions, RuntimeError};
+use switchyard_runtime::{execute, BackendKind, Inject, RunOptions, RuntimeError};
 
 use super::compile::load_plan;
 use super::{CliError, CliResult};
@@ -51,6 +51,19 @@ pub struct RunArgs {
     /// Watchdog: fail when nothing finishes for this many seconds.
     #[arg(long, default_value_t = 60.0)]
     timeout: f64,
+    /// Test aid: inject a fault the check must catch. `reverse-order` runs
+    /// the transfers one at a time in reverse plan order, ignoring their
+    /// dependencies (a plan that relays through scratch must then fail).
+    #[arg(long, value_name = "FAULT")]
+    inject: Option<String>,
+    /// CUDA test aid, one process: give every rank a context of its own, so
+    /// copies between ranks use the peer-copy call even on one GPU.
+    #[arg(long)]
+    context_per_rank: bool,
+    /// CUDA test aid: run a one-rank plan as a one-process NCCL group that
+    /// sends to itself (exercises NCCL without a second GPU).
+    #[arg(long)]
+    nccl_loopback: bool,
 }
 
 pub fn run(a: RunArgs) -> CliResult {
@@ -73,11 +86,21 @@ pub fn run(a: RunArgs) -> CliResult {
             a.threads
         )));
     }
-    if a.graph && kind != BackendKind::Cuda {
-        return Err(CliError::Input(
-            "--graph: CUDA graphs need --backend cuda".into(),
-        ));
+    for (set, flag) in [
+        (a.graph, "--graph"),
+        (a.context_per_rank, "--context-per-rank"),
+        (a.nccl_loopback, "--nccl-loopback"),
+    ] {
+        if set && kind != BackendKind::Cuda {
+            return Err(CliError::Input(format!("{flag}: needs --backend cuda")));
+        }
     }
+    let inject = a
+        .inject
+        .as_deref()
+        .map(str::parse::<Inject>)
+        .transpose()
+        .map_err(|e| CliError::Input(format!("--inject: {e}")))?;
     let m = TrafficMatrix::load(&a.traffic)?;
     let plan = load_plan(&a.plan, Some(&m), None)?;
     let opts = RunOptions {
@@ -88,6 +111,9 @@ pub fn run(a: RunArgs) -> CliResult {
         iterations: a.iterations.max(1),
         reference: a.reference,
         graph: a.graph,
+        inject,
+        context_per_rank: a.context_per_rank,
+        nccl_loopback: a.nccl_loopback,
     };
     let report = execute(&plan, &m, kind, &opts).map_err(|e| match e {
         RuntimeError::Ranks { .. } => CliError::Input(format!("{}: {e}", a.traffic.display())),

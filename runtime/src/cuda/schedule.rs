@@ -157,6 +157,26 @@ pub fn stream_schedule(
     })
 }
 
+/// The [`Inject::ReverseOrder`](crate::Inject::ReverseOrder) fault: every
+/// non-empty transfer on one stream (rank 0's first), last transfer of the
+/// plan first, no event waits: dependencies ignored.
+pub fn reversed_schedule(plan: &Plan) -> StreamSchedule {
+    StreamSchedule {
+        channels: 1,
+        ops: (0..plan.transfers.len() as u32)
+            .rev()
+            .filter(|&i| plan.transfers[i as usize].bytes > 0)
+            .map(|i| StreamOp {
+                transfer: i,
+                stream: 0,
+                wait: Vec::new(),
+                record: None,
+            })
+            .collect(),
+        events: 0,
+    }
+}
+
 /// What one rank issues in one level.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NcclStage {
@@ -196,6 +216,22 @@ pub fn nccl_stages(plan: &Plan, me: u32) -> Result<Vec<NcclStage>, RuntimeError>
     }
     stages.retain(|s| !(s.local.is_empty() && s.sends.is_empty() && s.recvs.is_empty()));
     Ok(stages)
+}
+
+/// NCCL loopback (a one-rank group): every local copy becomes a send to
+/// this rank and a receive from it, in the same NCCL group, so that one
+/// process exercises NCCL's send/recv. Both lists keep plan order, which
+/// is how NCCL pairs a rank's sends to itself with its receives.
+pub fn loopback(stages: Vec<NcclStage>, me: u32) -> Vec<NcclStage> {
+    stages
+        .into_iter()
+        .map(|mut st| {
+            let local = std::mem::take(&mut st.local);
+            st.sends.extend(local.iter().map(|&i| (i, me)));
+            st.recvs.extend(local.iter().map(|&i| (i, me)));
+            st
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -277,6 +313,31 @@ mod tests {
         let s = stream_schedule(&p, 2, true).unwrap();
         assert!(s.ops.iter().all(|o| o.stream == 0 && o.wait.is_empty()));
         assert_eq!(s.events, 0);
+    }
+
+    #[test]
+    fn the_reversed_schedule_runs_everything_on_one_stream_last_first() {
+        let p = plan(vec![t(0, 1, 8, &[]), t(2, 3, 0, &[0]), t(3, 0, 8, &[1])]);
+        let s = reversed_schedule(&p);
+        let order: Vec<u32> = s.ops.iter().map(|o| o.transfer).collect();
+        assert_eq!(order, vec![2, 0]);
+        assert_eq!(s.used_streams(), vec![0]);
+        assert_eq!(s.issuer(0), 0);
+        assert!(s
+            .ops
+            .iter()
+            .all(|o| o.wait.is_empty() && o.record.is_none()));
+    }
+
+    #[test]
+    fn loopback_turns_local_copies_into_sends_to_self() {
+        let p = plan(vec![t(0, 0, 8, &[]), t(0, 0, 4, &[]), t(0, 0, 2, &[0])]);
+        let st = loopback(nccl_stages(&p, 0).unwrap(), 0);
+        assert_eq!(st.len(), 2);
+        assert!(st.iter().all(|s| s.local.is_empty()));
+        assert_eq!(st[0].sends, vec![(0, 0), (1, 0)]);
+        assert_eq!(st[0].recvs, st[0].sends);
+        assert_eq!(st[1].sends, vec![(2, 0)]);
     }
 
     #[test]
