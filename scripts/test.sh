@@ -28,4 +28,5 @@ PATH="$(cd "$venv" && pwd)/bin:$PATH" VIRTUAL_ENV="$(cd "$venv" && pwd)" "$venv/
 
 echo "== python: pytest"
 # The tests compare against the CLI binary `cargo test` has just built.
-SWITCHYARD_BIN="$(pwd)/target/debug/switchyard" "$py" -m pytest -q python/tests
+target_dir="${CARGO_TARGET_DIR:-target}"
+SWITCHYARD_BIN="$(cd "$target_dir" && pwd)/debug/switchyard" "$py" -m pytest -q python/tests
