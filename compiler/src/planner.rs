@@ -8,8 +8,8 @@
 //! the rare dependency lists longer than four.
 //!
 //! The plan has five kinds of transfers (docs/algorithms.md, `fast`):
-//! - intra-node traffic, NVLink (or a local copy), after the GPU's first
-//!   inter-node send;
+//! - intra-node traffic, NVLink (or a local copy), each block after the
+//!   early balancing moves on its NVLink ports (`sched/fast/intra.rs`);
 //! - direct sends, when every node pair is balanced already (within
 //!   `DIRECT_SLACK`, 2%): RDMA from each block's source GPU straight into its
 //!   destination's output, still in permutation stages;
