@@ -274,8 +274,8 @@ mod tests {
             ]
         );
         assert!(progs[2].ops.iter().all(|o| o.transfer != 3));
-        for r in 0..3 {
-            assert_eq!(program(&p, r).unwrap(), progs[r]);
+        for (r, prog) in progs.iter().enumerate() {
+            assert_eq!(&program(&p, r).unwrap(), prog);
         }
     }
 
