@@ -175,3 +175,10 @@ def test_topology_from_env(monkeypatch, tmp_path):
     f.write_text(Topology.preset("mi300x", 2).to_json())
     monkeypatch.setenv("SWITCHYARD_TOPOLOGY", str(f))
     assert switchyard.topology_from_env().ranks == 16
+
+
+def test_module_docstring_example_runs():
+    import doctest
+
+    result = doctest.testmod(switchyard)
+    assert result.attempted > 0 and result.failed == 0
