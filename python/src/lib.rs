@@ -212,27 +212,22 @@ impl PyPlanner {
     ) -> PyResult<Self> {
         let alg: Algorithm = algorithm.parse().map_err(|e| arg_err(e, "algorithm"))?;
         let fast_like = matches!(alg, Algorithm::Fast | Algorithm::Spray);
-        let given = |name: &'static str, set: bool| (set, name);
+        let is_lp = alg == Algorithm::Lp;
+        let is_fast = alg == Algorithm::Fast;
+        // (option, given, whether `alg` takes it)
         let options = [
-            given("pipeline_depth", pipeline_depth.is_some()),
-            given("stages_per_node", stages_per_node.is_some()),
-            given("balance", balance.is_some()),
-            given("chunk_bytes", chunk_bytes.is_some()),
-            given("time_limit_s", time_limit_s.is_some()),
-            given("max_lanes_per_gpu", max_lanes_per_gpu.is_some()),
+            ("pipeline_depth", pipeline_depth.is_some(), is_fast),
+            ("stages_per_node", stages_per_node.is_some(), is_fast),
+            ("balance", balance.is_some(), fast_like),
+            ("chunk_bytes", chunk_bytes.is_some(), fast_like),
+            ("time_limit_s", time_limit_s.is_some(), is_lp),
+            ("max_lanes_per_gpu", max_lanes_per_gpu.is_some(), is_lp),
         ];
-        for (set, name) in options {
-            let applies = match name {
-                "time_limit_s" | "max_lanes_per_gpu" => alg == Algorithm::Lp,
-                "pipeline_depth" | "stages_per_node" => alg == Algorithm::Fast,
-                _ => fast_like,
-            };
-            if set && !applies {
-                return Err(bad_arg(
-                    name,
-                    format!("is not an option of `{alg}` (see the Planner's documentation)"),
-                ));
-            }
+        if let Some((name, _, _)) = options.iter().find(|(_, set, takes)| *set && !takes) {
+            return Err(bad_arg(
+                name,
+                format!("is not an option of `{alg}` (see the Planner's documentation)"),
+            ));
         }
         let engine = if fast_like {
             let defaults = PlannerOptions::default();

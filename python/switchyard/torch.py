@@ -37,8 +37,8 @@ from . import Planner, Topology, topology_from_env
 
 __all__ = ["AllToAll"]
 
-# Buffer codes of Plan._program_tuples.
-_INPUT, _OUTPUT, _SCRATCH = 0, 1, 2
+# Op kinds of Plan._program_tuples (its buffer codes, 0 input, 1 output,
+# 2 scratch, index the executors' buffer tuple directly).
 _SEND, _RECV, _COPY = 0, 1, 2
 
 # Layout of the gathered vector: a header, then the input splits, then the
@@ -54,21 +54,30 @@ _STATUS_TEXT = {
 
 
 class _Program:
-    """One rank's program for one matrix, ready to run.
+    """One rank's program for one matrix, in the form its executor runs.
 
-    ``steps``: per level, the local copies and the point-to-point operations
-    as byte ranges (the level executor). ``flat``: every op in program order
-    with the ops it must wait for (the dataflow executor)."""
+    ``levels`` executor: ``steps``, per level the local copies and the
+    point-to-point operations as byte ranges. ``dataflow`` executor:
+    ``flat``, every op in program order with the ops it must wait for."""
 
     __slots__ = ("levels", "scratch_bytes", "steps", "flat", "ops")
 
-    def __init__(self, levels: int, scratch_bytes: int, ops: Sequence[Tuple], peers: List[int]):
+    def __init__(
+        self, levels: int, scratch_bytes: int, ops: Sequence[Tuple], peers: List[int], executor: str
+    ):
         self.levels = levels
         self.scratch_bytes = scratch_bytes
         self.ops = len(ops)
+        self.steps: List[Tuple[list, list]] = []
+        self.flat: List[Tuple] = []
+        if executor == "dataflow":
+            self.flat = [
+                (kind, peers[peer], nbytes, sbuf, soff, dbuf, doff, transfer, after)
+                for kind, _level, peer, nbytes, sbuf, soff, dbuf, doff, transfer, after in ops
+            ]
+            return
         by_level: Dict[int, Tuple[list, list]] = {}
-        flat = []
-        for kind, level, peer, nbytes, sbuf, soff, dbuf, doff, transfer, after in ops:
+        for kind, level, peer, nbytes, sbuf, soff, dbuf, doff, transfer, _after in ops:
             copies, p2p = by_level.setdefault(level, ([], []))
             if kind == _COPY:
                 copies.append((sbuf, soff, dbuf, doff, nbytes))
@@ -76,9 +85,7 @@ class _Program:
                 p2p.append((True, sbuf, soff, nbytes, peers[peer], transfer))
             else:
                 p2p.append((False, dbuf, doff, nbytes, peers[peer], transfer))
-            flat.append((kind, peers[peer], nbytes, sbuf, soff, dbuf, doff, transfer, after))
         self.steps = [by_level[level] for level in sorted(by_level)]
-        self.flat = flat
 
 
 class _Work:
@@ -184,7 +191,7 @@ class AllToAll:
         self._timeout = None if timeout is None else datetime.timedelta(seconds=timeout)
         self._cache: "collections.OrderedDict[bytes, _Program]" = collections.OrderedDict()
         self._cache_size = cache_size
-        self._scratch: Dict[Tuple[torch.device], torch.Tensor] = {}
+        self._scratch: Dict[torch.device, torch.Tensor] = {}
         self._peers = [
             r if group is None else dist.get_global_rank(group, r) for r in range(self.world)
         ]
@@ -292,7 +299,7 @@ class AllToAll:
         work = dist.all_gather(gathered, local, group=self.group, async_op=True)
         _wait_all([work], self._timeout)
         meta = torch.stack(gathered).cpu().numpy()
-        self._check(meta, status)
+        self._check(meta)
         ins_all = meta[:, _HEADER : _HEADER + w]
         outs_all = meta[:, _HEADER + w :]
         if not np.array_equal(ins_all, outs_all.T):
@@ -303,7 +310,7 @@ class AllToAll:
             )
         return ins_all * meta[0, _H_ROW_BYTES]
 
-    def _check(self, meta: np.ndarray, status: int) -> None:
+    def _check(self, meta: np.ndarray) -> None:
         bad = np.nonzero(meta[:, _H_STATUS])[0]
         if len(bad):
             r = int(bad[0])
@@ -340,7 +347,7 @@ class AllToAll:
         if self._verify:
             plan.verify()
         levels, scratch, ops = plan._program_tuples(self.rank)
-        prog = _Program(levels, scratch, ops, self._peers)
+        prog = _Program(levels, scratch, ops, self._peers, self._executor)
         if self._cache_size:
             self._cache[key] = prog
             if len(self._cache) > self._cache_size:
