@@ -15,6 +15,16 @@ use petgraph::graph::{DiGraph, EdgeIndex, NodeIndex};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{check_no_bom, clip, json_error, num, read_file, InputError, Result};
+use crate::import::{self, ImportOptions};
+
+/// True for `nvidia-smi topo -m` text: not JSON, and a header line that
+/// starts with blanks and then `GPU0`.
+fn is_smi(text: &str) -> bool {
+    !text.trim_start().starts_with('{')
+        && text.lines().any(|l| {
+            l.starts_with(char::is_whitespace) && l.split_whitespace().next() == Some("GPU0")
+        })
+}
 
 /// Bytes per microsecond in one GB/s.
 pub const BYTES_PER_US_PER_GBPS: f64 = 1_000.0;
@@ -65,6 +75,11 @@ pub struct NicSpec {
     #[serde(rename = "bandwidth_GBps")]
     pub bandwidth_gbps: f64,
     pub latency_us: f64,
+    /// The rail map: the NIC (`0..per_node`) each local GPU sends and
+    /// receives through, one entry per GPU of a node. Absent: GPU `l` uses
+    /// NIC `l % per_node`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_nic: Option<Vec<usize>>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -193,6 +208,8 @@ enum Form {
 struct Hier {
     gpus_per_node: usize,
     nics_per_node: usize,
+    /// The rail of each local GPU (see [`Topology::rail_of`]).
+    rail: Vec<usize>,
     nodes_per_leaf: usize,
     intra_kind: IntraKind,
     /// `switch`: GPU to NVSwitch and back, per rank.
@@ -241,6 +258,7 @@ impl TopologySpec {
                 per_node: g,
                 bandwidth_gbps: nic_gbps,
                 latency_us: 3.0,
+                gpu_nic: None,
             }),
             fabric: None,
             links: None,
@@ -256,22 +274,69 @@ impl TopologySpec {
 }
 
 impl Topology {
-    /// Reads and validates a topology file.
+    /// Reads and validates a topology file: Switchyard's JSON, or one node's
+    /// NCCL/RCCL topology XML or `nvidia-smi topo -m` text (one node; see
+    /// [`Topology::load_sized`] for more).
     pub fn load(path: &std::path::Path) -> Result<Topology> {
-        let text = read_file(path)?;
-        Topology::from_json_str(&text, &path.display().to_string())
+        Ok(Topology::load_sized(path, None, None, &ImportOptions::default())?.0)
     }
 
-    /// Parses and validates topology JSON; `file` names it in errors.
-    pub fn from_json_str(text: &str, file: &str) -> Result<Topology> {
+    /// Reads a topology file of any form. For an imported node description
+    /// the cluster has `nodes` nodes, else `ranks` / GPUs per node, else 1;
+    /// the import's assumptions come back in words (none for JSON). For JSON,
+    /// `nodes` must match the file.
+    pub fn load_sized(
+        path: &std::path::Path,
+        nodes: Option<usize>,
+        ranks: Option<usize>,
+        opts: &ImportOptions,
+    ) -> Result<(Topology, Vec<String>)> {
+        let text = read_file(path)?;
+        Topology::from_text(&text, &path.display().to_string(), nodes, ranks, opts)
+    }
+
+    /// Parses topology text of any form (see [`Topology::load_sized`]).
+    pub fn from_text(
+        text: &str,
+        file: &str,
+        nodes: Option<usize>,
+        ranks: Option<usize>,
+        opts: &ImportOptions,
+    ) -> Result<(Topology, Vec<String>)> {
         check_no_bom(text, file)?;
-        if text.trim_start().starts_with('<') {
-            return Err(InputError::at(
+        if import::is_xml(text) || is_smi(text) {
+            let shape = import::read_node(text, file, opts)?;
+            let mut assumptions = shape.assumptions.clone();
+            let n = import::node_count(&shape, nodes, ranks, &mut assumptions)?;
+            let topo = Topology::from_spec(shape.spec(n)?, file)?;
+            return Ok((topo, assumptions));
+        }
+        let topo = Topology::from_json_str(text, file)?;
+        if let Some(n) = nodes.filter(|&n| n != topo.nodes()) {
+            return Err(InputError::new(
                 file,
-                "line 1",
-                "is XML (an NCCL topology dump?), but a topology must be Switchyard's topology JSON (docs/formats.md)",
+                format!(
+                    "has {} nodes, but {n} were asked for (--nodes applies to an imported node description)",
+                    topo.nodes()
+                ),
             )
             .into());
+        }
+        Ok((topo, Vec::new()))
+    }
+
+    /// `nodes` nodes as one node's NCCL/RCCL topology XML (or `nvidia-smi
+    /// topo -m` text) describes, with the import's assumptions.
+    pub fn from_nccl(path: &std::path::Path, nodes: usize) -> Result<(Topology, Vec<String>)> {
+        Topology::load_sized(path, Some(nodes), None, &ImportOptions::default())
+    }
+
+    /// Parses and validates topology JSON; `file` names it in errors. NCCL
+    /// XML and `nvidia-smi topo -m` text are imported as one node.
+    pub fn from_json_str(text: &str, file: &str) -> Result<Topology> {
+        check_no_bom(text, file)?;
+        if import::is_xml(text) || is_smi(text) {
+            return Ok(Topology::from_text(text, file, None, None, &ImportOptions::default())?.0);
         }
         let spec: TopologySpec = serde_json::from_str(text).map_err(|e| json_error(file, &e))?;
         Topology::from_spec(spec, file)
@@ -350,11 +415,16 @@ impl Topology {
     pub fn nics_per_node(&self) -> usize {
         self.spec.nic.as_ref().map_or(0, |n| n.per_node)
     }
-    /// The NIC (rail) a rank sends and receives through: `local % per_node`.
+    /// The NIC (rail) a rank sends and receives through: the `nic.gpu_nic`
+    /// map's entry for its local index, or `local % per_node` without one.
     pub fn rail_of(&self, rank: usize) -> usize {
-        match self.nics_per_node() {
-            0 => 0,
-            p => self.local_of(rank) % p,
+        let Some(nic) = self.spec.nic.as_ref() else {
+            return 0;
+        };
+        let local = self.local_of(rank);
+        match &nic.gpu_nic {
+            Some(map) => map[local],
+            None => local % nic.per_node,
         }
     }
     /// Leaf switch of a node (0 when there is no fat-tree fabric).
@@ -438,7 +508,7 @@ impl Topology {
                     return;
                 }
                 let p = h.nics_per_node;
-                let (ks, kd) = ((src % g) % p, (dst % g) % p);
+                let (ks, kd) = (h.rail[src % g], h.rail[dst % g]);
                 out.push(h.pcie_out[src]);
                 out.push(h.nic_tx[ns * p + ks]);
                 let (ls, ld) = (ns / h.nodes_per_leaf, nd / h.nodes_per_leaf);
@@ -555,6 +625,30 @@ fn check_latency(file: &str, place: &str, x: f64) -> Result<()> {
     Ok(())
 }
 
+/// A rail map has one entry per local GPU, each a NIC of the node.
+fn check_rail_map(file: &str, map: &[usize], gpus: usize, nics: usize) -> Result<()> {
+    if map.len() != gpus {
+        return Err(InputError::at(
+            file,
+            "nic.gpu_nic",
+            format!(
+                "has {} entries; it needs one per GPU of a node ({gpus})",
+                map.len()
+            ),
+        )
+        .into());
+    }
+    if let Some((l, &k)) = map.iter().enumerate().find(|&(_, &k)| k >= nics) {
+        return Err(InputError::at(
+            file,
+            format!("nic.gpu_nic[{l}]"),
+            format!("NIC {k} does not exist: a node has {nics} NICs (0..{})", nics - 1),
+        )
+        .into());
+    }
+    Ok(())
+}
+
 fn build_hierarchical(spec: TopologySpec, file: &str) -> Result<Topology> {
     let g = spec.gpus_per_node;
     let n = spec.nodes;
@@ -594,6 +688,9 @@ fn build_hierarchical(spec: TopologySpec, file: &str) -> Result<Topology> {
             }
             check_positive(file, "nic.bandwidth_GBps", nic.bandwidth_gbps)?;
             check_latency(file, "nic.latency_us", nic.latency_us)?;
+            if let Some(map) = &nic.gpu_nic {
+                check_rail_map(file, map, g, nic.per_node)?;
+            }
             Some(nic.clone())
         }
         (None, 1) => None,
@@ -645,6 +742,15 @@ fn build_hierarchical(spec: TopologySpec, file: &str) -> Result<Topology> {
     let mut h = Hier {
         gpus_per_node: g,
         nics_per_node: nic.as_ref().map_or(1, |x| x.per_node),
+        rail: (0..g)
+            .map(|l| match nic.as_ref() {
+                Some(NicSpec {
+                    gpu_nic: Some(map), ..
+                }) => map[l],
+                Some(x) => l % x.per_node,
+                None => 0,
+            })
+            .collect(),
         nodes_per_leaf,
         intra_kind: intra.kind,
         gpu_out: vec![],
@@ -724,7 +830,7 @@ fn build_hierarchical(spec: TopologySpec, file: &str) -> Result<Topology> {
             }
         }
         for r in 0..n * g {
-            let nv = nic_v[(r / g) * p + (r % g) % p];
+            let nv = nic_v[(r / g) * p + h.rail[r % g]];
             // PCIe between a GPU and its NIC: modelled at the NIC's rate, so it
             // binds only when several GPUs share one NIC.
             h.pcie_out.push(add(

@@ -26,6 +26,7 @@ fn cluster() -> impl Strategy<Value = Topology> {
                 per_node: nics,
                 bandwidth_gbps: 50.0,
                 latency_us: 3.0,
+                gpu_nic: None,
             }),
             fabric: None,
             links: None,

@@ -2,7 +2,7 @@
 //! node carries which bytes of what the node sends to one other node.
 //!
 //! Lane `l` of node pair (A, B) is GPU `l` of A sending to GPU `l` of B over
-//! rail `l % nics` (rail-aligned, so no NIC sees two rails' traffic). Each
+//! rail `rail_of(l)` (`l % nics` without a rail map; rail-aligned, so no NIC sees two rails' traffic). Each
 //! lane's target share is equal per rail: `T_AB / (R * c_l)`, with `R` the
 //! rails in use and `c_l` the GPUs sharing lane `l`'s rail. A lane keeps the
 //! head of its own bytes up to its target; the excess tails move over NVLink
@@ -57,18 +57,24 @@ pub(crate) struct LaneWeights {
 }
 
 impl LaneWeights {
+    /// GPU `l` on rail `l % nics`.
+    #[cfg(test)]
     pub fn new(gpus: usize, nics: usize) -> Self {
         let nics = nics.clamp(1, gpus);
-        let sharing: Vec<u64> = (0..gpus)
-            .map(|l| (0..gpus).filter(|&j| j % nics == l % nics).count() as u64)
+        let rail: Vec<u32> = (0..gpus).map(|l| (l % nics) as u32).collect();
+        Self::from_rails(&rail)
+    }
+
+    /// GPU `l` on rail `rail[l]` (the topology's rail map).
+    pub fn from_rails(rail: &[u32]) -> Self {
+        let gpus = rail.len();
+        let sharing: Vec<u64> = rail
+            .iter()
+            .map(|r| rail.iter().filter(|&x| x == r).count() as u64)
             .collect();
-        // Sharing counts take at most two values (floor and ceil of G / nics),
-        // so their product is a small common multiple.
-        let (lo, hi) = (
-            *sharing.iter().min().unwrap_or(&1),
-            *sharing.iter().max().unwrap_or(&1),
-        );
-        let common = if lo == hi { lo } else { lo * hi };
+        // The least common multiple of the sharing counts (each at most G,
+        // and few distinct ones), so every rail's weights sum to it.
+        let common = sharing.iter().fold(1u64, |acc, &c| acc / gcd(acc, c) * c);
         let weight: Vec<u64> = sharing.iter().map(|&c| common / c).collect();
         let mut cum = Vec::with_capacity(gpus + 1);
         cum.push(0);
@@ -113,6 +119,14 @@ impl LaneWeights {
             out.push(at - prev);
             prev = at;
         }
+    }
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
     }
 }
 

@@ -64,7 +64,7 @@ pub(crate) struct Emitter {
     pub(super) nodes: usize,
     pub(super) gpus: usize,
     pub(super) weights: LaneWeights,
-    /// GPU `l` sends through its rail NIC `rail[l] = l % nics` (Topology::rail_of).
+    /// GPU `l` sends through its rail NIC `rail[l]` (Topology::rail_of).
     pub(super) rail: Vec<u32>,
     /// Bytes/us of one NIC, and of all the NICs a node uses.
     pub(super) nic_rate: f64,
@@ -173,8 +173,10 @@ impl Emitter {
             });
         }
         let (nodes, gpus) = (topo.nodes(), topo.gpus_per_node());
-        let nics = topo.nics_per_node().max(1);
-        let rails = nics.min(gpus) as f64;
+        // The topology's rail map (`nic.gpu_nic`, else `l % nics`); the rails
+        // in use are the distinct NICs it names.
+        let rail: Vec<u32> = (0..gpus).map(|l| topo.rail_of(l) as u32).collect();
+        let rails = rail.iter().collect::<std::collections::BTreeSet<_>>().len() as f64;
         let nic_rate = topo.nic_bandwidth().max(f64::MIN_POSITIVE);
         let inter_latency = if nodes > 1 {
             topo.path_latency(0, gpus)
@@ -190,8 +192,8 @@ impl Emitter {
         Ok(Emitter {
             nodes,
             gpus,
-            weights: LaneWeights::new(gpus, nics),
-            rail: (0..gpus).map(|l| (l % nics) as u32).collect(),
+            weights: LaneWeights::from_rails(&rail),
+            rail,
             nic_rate,
             node_rate: nic_rate * rails,
             inter_latency,
@@ -224,7 +226,7 @@ impl Emitter {
             in_from: vec![Vec::new(); ranks],
             latency_bound: false,
             merged: false,
-            one_nic_few_peers: nics.min(gpus) == 1 && nodes.saturating_sub(1) <= MIN_DEPTH as usize,
+            one_nic_few_peers: rails == 1.0 && nodes.saturating_sub(1) <= MIN_DEPTH as usize,
             all_direct: false,
             last_move: Vec::with_capacity(ranks),
             early_move: Vec::new(),

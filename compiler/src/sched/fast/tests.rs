@@ -28,6 +28,7 @@ fn topo(nodes: usize, gpus: usize, nics: usize, kind: IntraKind) -> Topology {
             per_node: nics,
             bandwidth_gbps: 50.0,
             latency_us: 3.0,
+            gpu_nic: None,
         }),
         fabric: None,
         links: None,
