@@ -17,6 +17,12 @@ use serde::{Deserialize, Serialize};
 use crate::error::{check_no_bom, clip, json_error, num, read_file, InputError, Result};
 use crate::import::{self, ImportOptions};
 
+/// True for text the import reads (NCCL/RCCL XML, `nvidia-smi topo -m`)
+/// rather than Switchyard's topology JSON.
+pub fn is_import(text: &str) -> bool {
+    import::is_xml(text) || is_smi(text)
+}
+
 /// True for `nvidia-smi topo -m` text: not JSON, and a header line that
 /// starts with blanks and then `GPU0`.
 fn is_smi(text: &str) -> bool {
@@ -304,7 +310,7 @@ impl Topology {
         opts: &ImportOptions,
     ) -> Result<(Topology, Vec<String>)> {
         check_no_bom(text, file)?;
-        if import::is_xml(text) || is_smi(text) {
+        if is_import(text) {
             let shape = import::read_node(text, file, opts)?;
             let mut assumptions = shape.assumptions.clone();
             let n = import::node_count(&shape, nodes, ranks, &mut assumptions)?;
@@ -335,7 +341,7 @@ impl Topology {
     /// XML and `nvidia-smi topo -m` text are imported as one node.
     pub fn from_json_str(text: &str, file: &str) -> Result<Topology> {
         check_no_bom(text, file)?;
-        if import::is_xml(text) || is_smi(text) {
+        if is_import(text) {
             return Ok(Topology::from_text(text, file, None, None, &ImportOptions::default())?.0);
         }
         let spec: TopologySpec = serde_json::from_str(text).map_err(|e| json_error(file, &e))?;
@@ -1222,6 +1228,38 @@ mod tests {
         }
         let slow = r#"{"name":"x","nodes":2,"gpus_per_node":1,"links":[{"from":"gpu0","to":"gpu1","bandwidth_GBps":1,"latency_us":1e300,"bidirectional":true}]}"#;
         assert!(e(slow).contains("links[0].latency_us: must be at most 1e9 us"));
+    }
+
+    #[test]
+    fn rail_map_routes_and_is_checked() {
+        let text = |map: &str| {
+            format!(
+                r#"{{"name":"x","nodes":2,"gpus_per_node":4,"intra":{{"kind":"switch","bandwidth_GBps":450,"latency_us":1}},"nic":{{"per_node":2,"bandwidth_GBps":50,"latency_us":3{map}}}}}"#
+            )
+        };
+        let t = Topology::from_json_str(&text(r#","gpu_nic":[1,1,0,0]"#), "t.json").unwrap();
+        assert_eq!((0..8).map(|r| t.rail_of(r)).collect::<Vec<_>>(), [1, 1, 0, 0, 1, 1, 0, 0]);
+        // GPU 1 sends through NIC 1 of node 0; GPU 6 receives through NIC 0 of node 1.
+        let p = t.path(1, 6);
+        assert_eq!(t.link_name(p[0]), "gpu1->nic0.1");
+        assert_eq!(t.link_name(p[3]), "nic1.0->gpu6");
+        // Without a map, GPU l uses NIC l % 2.
+        let plain = Topology::from_json_str(&text(""), "t.json").unwrap();
+        assert_eq!(plain.rail_of(1), 1);
+        assert_eq!(plain.rail_of(2), 0);
+        let e = |map: &str| {
+            Topology::from_json_str(&text(map), "t.json")
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            e(r#","gpu_nic":[0,1]"#),
+            "t.json: nic.gpu_nic: has 2 entries; it needs one per GPU of a node (4)"
+        );
+        assert_eq!(
+            e(r#","gpu_nic":[0,1,2,0]"#),
+            "t.json: nic.gpu_nic[2]: NIC 2 does not exist: a node has 2 NICs (0..1)"
+        );
     }
 
     #[test]

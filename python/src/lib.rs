@@ -16,6 +16,7 @@ use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
+use switchyard_compiler::import::ImportOptions;
 use switchyard_compiler::lp::{lower_bound, LpOptions};
 use switchyard_compiler::msccl::{to_xml, Layout, Protocol, XmlOptions, MAX_CHUNK_BYTES};
 use switchyard_compiler::planner::{Planner as FastPlanner, PlannerOptions};
@@ -72,6 +73,8 @@ fn json_to_py<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyAny>> {
 #[pyclass(name = "Topology", module = "switchyard._native", frozen)]
 struct PyTopology {
     inner: Arc<Topology>,
+    /// What an import from NCCL XML or `nvidia-smi topo -m` assumed (empty otherwise).
+    assumed: Vec<String>,
 }
 
 #[pymethods]
@@ -100,6 +103,7 @@ impl PyTopology {
         let topo = Topology::from_spec(spec, &format!("<preset {name}>")).map_err(py_err)?;
         Ok(PyTopology {
             inner: Arc::new(topo),
+            assumed: Vec::new(),
         })
     }
 
@@ -111,7 +115,7 @@ impl PyTopology {
             if s.trim_start().starts_with('{') {
                 return Self::from_json_text(&s, "<topology>");
             }
-            return Self::load(PathBuf::from(s));
+            return Self::load(PathBuf::from(s), None, None);
         }
         let path: PathBuf = path_or_text.extract().map_err(|_| {
             bad_arg(
@@ -119,7 +123,7 @@ impl PyTopology {
                 "must be a path (str or os.PathLike) or topology JSON text",
             )
         })?;
-        Self::load(path)
+        Self::load(path, None, None)
     }
 
     /// Parses topology JSON; `source` names it in errors.
@@ -129,16 +133,45 @@ impl PyTopology {
         let topo = Topology::from_json_str(text, source).map_err(py_err)?;
         Ok(PyTopology {
             inner: Arc::new(topo),
+            assumed: Vec::new(),
         })
     }
 
-    /// Reads a topology JSON file.
+    /// Reads a topology file: Switchyard's JSON, or one node's NCCL/RCCL
+    /// topology XML or `nvidia-smi topo -m` text, which then makes `nodes`
+    /// nodes (default: `world_size` / the node's GPUs, else 1).
     #[staticmethod]
-    fn load(path: PathBuf) -> PyResult<Self> {
-        let topo = Topology::load(&path).map_err(py_err)?;
+    #[pyo3(signature = (path, nodes=None, world_size=None))]
+    fn load(path: PathBuf, nodes: Option<i64>, world_size: Option<i64>) -> PyResult<Self> {
+        let nodes = nodes.map(|n| count(n, "nodes", 1)).transpose()?;
+        let ranks = world_size
+            .map(|n| count(n, "world_size", 1))
+            .transpose()?;
+        let (topo, assumed) =
+            Topology::load_sized(&path, nodes, ranks, &ImportOptions::default()).map_err(py_err)?;
         Ok(PyTopology {
             inner: Arc::new(topo),
+            assumed,
         })
+    }
+
+    /// `nodes` nodes as one node's NCCL (or RCCL) topology XML describes
+    /// (the file `NCCL_TOPO_DUMP_FILE` writes, or an `NCCL_TOPO_FILE`); what
+    /// the file lacks is assumed and listed in `assumptions`.
+    #[staticmethod]
+    fn from_nccl(path: PathBuf, nodes: i64) -> PyResult<Self> {
+        let nodes = count(nodes, "nodes", 1)?;
+        let (topo, assumed) = Topology::from_nccl(&path, nodes).map_err(py_err)?;
+        Ok(PyTopology {
+            inner: Arc::new(topo),
+            assumed,
+        })
+    }
+
+    /// The defaults an import used, in words (empty for a JSON topology or a preset).
+    #[getter]
+    fn assumptions(&self) -> Vec<String> {
+        self.assumed.clone()
     }
 
     #[getter]
@@ -277,6 +310,7 @@ impl PyPlanner {
     fn topology(&self) -> PyTopology {
         PyTopology {
             inner: self.topo.clone(),
+            assumed: Vec::new(),
         }
     }
 

@@ -112,14 +112,16 @@ def topology_from_env(
 ) -> Topology:
     """The cluster of a launcher's job.
 
-    ``SWITCHYARD_TOPOLOGY`` names a topology JSON file; without it, the
-    ``dgx-h100`` shape with ``LOCAL_WORLD_SIZE`` GPUs (and NICs) per node and
-    ``WORLD_SIZE / LOCAL_WORLD_SIZE`` nodes (the variables torchrun sets;
-    the arguments override them)."""
+    ``SWITCHYARD_TOPOLOGY`` names a topology file: Switchyard's JSON, or one
+    node's NCCL topology XML (``NCCL_TOPO_DUMP_FILE`` / ``NCCL_TOPO_FILE``) or
+    ``nvidia-smi topo -m`` text, which makes ``WORLD_SIZE`` / its GPUs nodes.
+    Without it, the ``dgx-h100`` shape with ``LOCAL_WORLD_SIZE`` GPUs (and
+    NICs) per node and ``WORLD_SIZE / LOCAL_WORLD_SIZE`` nodes (the variables
+    torchrun sets; the arguments override them)."""
+    world = world_size if world_size is not None else _env_int("WORLD_SIZE")
     path = os.environ.get("SWITCHYARD_TOPOLOGY")
     if path:
-        return Topology.from_json(path)
-    world = world_size if world_size is not None else _env_int("WORLD_SIZE")
+        return Topology.load(path, world_size=world)
     local = local_world_size if local_world_size is not None else _env_int("LOCAL_WORLD_SIZE")
     if world is None:
         raise ValueError(

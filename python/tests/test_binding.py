@@ -38,7 +38,8 @@ def test_topology_errors_are_value_errors(tmp_path):
         Topology.from_json(tmp_path / "missing.json")
     xml = tmp_path / "nccl.xml"
     xml.write_text('<system version="1">\n</system>\n')
-    with pytest.raises(ValueError, match="is XML"):
+    # NCCL XML is imported now: a file without GPUs says so.
+    with pytest.raises(ValueError, match="has no GPU"):
         Topology.from_json(str(xml))
 
 
@@ -175,6 +176,47 @@ def test_topology_from_env(monkeypatch, tmp_path):
     f.write_text(Topology.preset("mi300x", 2).to_json())
     monkeypatch.setenv("SWITCHYARD_TOPOLOGY", str(f))
     assert switchyard.topology_from_env().ranks == 16
+    # One node's NCCL topology XML: WORLD_SIZE / its GPUs nodes.
+    x = tmp_path / "node.xml"
+    x.write_text(NCCL_NODE)
+    monkeypatch.setenv("SWITCHYARD_TOPOLOGY", str(x))
+    t = switchyard.topology_from_env()
+    assert (t.nodes, t.gpus_per_node, t.nics_per_node) == (8, 2, 1)
+    assert any("latencies" in a for a in t.assumptions)
+    monkeypatch.setenv("WORLD_SIZE", "15")
+    with pytest.raises(ValueError, match="not a whole number of such nodes"):
+        switchyard.topology_from_env()
+
+
+# A hand-written NCCL_TOPO_FILE: two H100s and one 400 Gb/s NIC under one switch.
+NCCL_NODE = """<system version="1">
+  <cpu numaid="0" arch="x86_64">
+    <pci busid="0000:01:00.0" class="0x060400">
+      <pci busid="0000:02:00.0" class="0x030200"><gpu dev="0" sm="90" rank="0">
+        <nvlink target="0000:09:00.0" count="18" tclass="0x068000"/></gpu></pci>
+      <pci busid="0000:03:00.0" class="0x030200"><gpu dev="1" sm="90" rank="1">
+        <nvlink target="0000:09:00.0" count="18" tclass="0x068000"/></gpu></pci>
+      <pci busid="0000:04:00.0" class="0x020000"><nic>
+        <net name="mlx5_0" dev="0" speed="400000" port="1"/></nic></pci>
+    </pci>
+  </cpu>
+</system>
+"""
+
+
+def test_topology_from_nccl(tmp_path):
+    x = tmp_path / "node.xml"
+    x.write_text(NCCL_NODE)
+    t = Topology.from_nccl(x, 3)
+    assert (t.ranks, t.nics_per_node) == (6, 1)
+    spec = json.loads(t.to_json())
+    assert spec["intra"]["bandwidth_GBps"] == 450.0
+    assert spec["nic"] == {"per_node": 1, "bandwidth_GBps": 50.0, "latency_us": 3.0, "gpu_nic": [0, 0]}
+    assert any("latencies" in a for a in t.assumptions)
+    assert Topology.preset("dgx-h100", 1).assumptions == []
+    x.write_text(NCCL_NODE.replace(' speed="400000"', ""))
+    with pytest.raises(ValueError, match='has no speed'):
+        Topology.from_nccl(x, 2)
 
 
 def test_module_docstring_example_runs():

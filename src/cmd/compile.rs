@@ -12,6 +12,8 @@ use switchyard::compiler::msccl::{
 use switchyard::compiler::report::Report;
 use switchyard::compiler::sched::{schedule, Options};
 use switchyard::compiler::sim::{Network, SimOptions};
+use switchyard::compiler::import::ImportOptions;
+use switchyard::compiler::topology::is_import;
 use switchyard::compiler::{verify_on, Algorithm, Plan, Topology, TrafficMatrix};
 
 use super::{write_out, CliError, CliResult};
@@ -20,8 +22,12 @@ use super::{write_out, CliError, CliResult};
 // A negative number is a value to reject with its reason, not an unknown flag.
 #[command(allow_negative_numbers = true)]
 pub struct CompileArgs {
+    /// Topology JSON, or one node's NCCL/RCCL topology XML or `nvidia-smi topo -m` text.
     #[arg(long)]
     topology: PathBuf,
+    /// Nodes of an imported node description (default: the traffic's ranks / its GPUs).
+    #[arg(long)]
+    nodes: Option<usize>,
     #[arg(long)]
     traffic: PathBuf,
     #[arg(long, default_value = "direct")]
@@ -54,12 +60,46 @@ pub struct CompileArgs {
     verbose: bool,
 }
 
-/// Reads a topology and a traffic matrix that must fit it.
-pub fn load_inputs(topology: &Path, traffic: &Path) -> Result<(Topology, TrafficMatrix), CliError> {
-    let topo = Topology::load(topology)?;
-    let m = TrafficMatrix::load(traffic)?;
+/// Reads a topology and a traffic matrix that must fit it. A topology given
+/// as one node's NCCL XML (or `nvidia-smi topo -m` text) has `nodes` nodes,
+/// or as many as the traffic's ranks fill; what the import assumed goes to stderr.
+pub fn load_inputs(
+    topology: &Path,
+    traffic: &Path,
+    nodes: Option<usize>,
+) -> Result<(Topology, TrafficMatrix), CliError> {
+    let text = switchyard::compiler::error::read_file(topology)?;
+    let file = topology.display().to_string();
+    let (topo, m) = if is_import(&text) {
+        let m = TrafficMatrix::load(traffic)?;
+        let topo = load_topology_text(&text, &file, nodes, Some(m.ranks()))?;
+        (topo, m)
+    } else {
+        let topo = load_topology_text(&text, &file, nodes, None)?;
+        (topo, TrafficMatrix::load(traffic)?)
+    };
     m.check_ranks(topo.ranks(), &traffic.display().to_string())?;
     Ok((topo, m))
+}
+
+/// A topology of any form; an import's assumptions are printed to stderr.
+pub fn load_topology_text(
+    text: &str,
+    file: &str,
+    nodes: Option<usize>,
+    ranks: Option<usize>,
+) -> Result<Topology, CliError> {
+    let (topo, assumed) =
+        Topology::from_text(text, file, nodes, ranks, &ImportOptions::default())?;
+    print_assumptions(file, &assumed);
+    Ok(topo)
+}
+
+/// One stderr line per default an import used.
+pub fn print_assumptions(file: &str, assumed: &[String]) {
+    for a in assumed {
+        eprintln!("{file}: assumed {a}");
+    }
 }
 
 pub fn compile(a: CompileArgs) -> CliResult {
@@ -72,7 +112,7 @@ pub fn compile(a: CompileArgs) -> CliResult {
             )));
         }
     }
-    let (topo, m) = load_inputs(&a.topology, &a.traffic)?;
+    let (topo, m) = load_inputs(&a.topology, &a.traffic, a.nodes)?;
     // `lp` may solve for a minute: a path it cannot write fails first.
     for p in std::iter::once(&a.out).chain(&a.report) {
         super::check_out_dir(p)?;
@@ -169,9 +209,12 @@ pub struct VerifyArgs {
     /// file implies (docs/msccl.md, "Reading").
     #[arg(long)]
     traffic: Option<PathBuf>,
-    /// Also check paths against this topology.
+    /// Also check paths against this topology (JSON, NCCL XML or `nvidia-smi topo -m`).
     #[arg(long)]
     topology: Option<PathBuf>,
+    /// Nodes of an imported node description (default: the traffic's ranks / its GPUs).
+    #[arg(long)]
+    nodes: Option<usize>,
 }
 
 /// A file's extension in lower case: `plan.JSON` is a JSON plan.
@@ -230,7 +273,18 @@ pub fn load_plan(
 }
 
 pub fn verify(a: VerifyArgs) -> CliResult {
-    let topo = a.topology.as_deref().map(Topology::load).transpose()?;
+    // An imported topology's node count may come from the traffic: read the
+    // topology first (its errors first), then size it once the traffic is known.
+    let topo_text = match &a.topology {
+        Some(p) => Some((switchyard::compiler::error::read_file(p)?, p.display().to_string())),
+        None => None,
+    };
+    let mut topo = match &topo_text {
+        Some((text, file)) if !is_import(text) => {
+            Some(load_topology_text(text, file, a.nodes, None)?)
+        }
+        _ => None,
+    };
     let m = match &a.traffic {
         Some(t) => TrafficMatrix::load(t)?,
         None if is_xml(&a.plan) => {
@@ -249,6 +303,9 @@ pub fn verify(a: VerifyArgs) -> CliResult {
         .map_or("<traffic implied by the XML>".to_string(), |p| {
             p.display().to_string()
         });
+    if let Some((text, file)) = topo_text.as_ref().filter(|(t, _)| is_import(t)) {
+        topo = Some(load_topology_text(text, file, a.nodes, Some(m.ranks()))?);
+    }
     if let Some(t) = &topo {
         m.check_ranks(t.ranks(), &traffic_name)?;
     }

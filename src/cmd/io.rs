@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 use switchyard::compiler::generate::{generate, Pattern, TrafficSpec};
+use switchyard::compiler::error::read_file;
+use switchyard::compiler::import::{read_node, ImportOptions};
 use switchyard::compiler::topology::{FabricKind, FabricSpec, Topology, TopologySpec};
 
 use super::{write_out, CliResult};
@@ -13,8 +15,21 @@ use super::{write_out, CliResult};
 #[command(allow_negative_numbers = true)]
 pub struct TopologyArgs {
     /// dgx-h100, dgx-a100 or mi300x.
-    #[arg(long)]
-    preset: String,
+    #[arg(long, required_unless_present_any = ["from_nccl", "from_nvidia_smi"], conflicts_with_all = ["from_nccl", "from_nvidia_smi"])]
+    preset: Option<String>,
+    /// Build the cluster from one node's NCCL (or RCCL) topology XML
+    /// (NCCL_TOPO_DUMP_FILE or NCCL_TOPO_FILE); what it lacks is assumed and said on stderr.
+    #[arg(long, value_name = "FILE", conflicts_with = "from_nvidia_smi")]
+    from_nccl: Option<PathBuf>,
+    /// Build the cluster from one node's `nvidia-smi topo -m` output.
+    #[arg(long, value_name = "FILE")]
+    from_nvidia_smi: Option<PathBuf>,
+    /// With --from-*: NIC bandwidth in GB/s per direction (instead of the file's or the default).
+    #[arg(long, value_name = "GBPS")]
+    nic_gbps: Option<f64>,
+    /// With --from-*: intra-node bandwidth in GB/s, per GPU (NVSwitch) or per pair (mesh).
+    #[arg(long, value_name = "GBPS")]
+    intra_gbps: Option<f64>,
     #[arg(long, default_value_t = 1)]
     nodes: usize,
     /// GPUs (and NICs) per node; the preset's 8 by default.
@@ -31,7 +46,22 @@ pub struct TopologyArgs {
 }
 
 pub fn topology(a: TopologyArgs) -> CliResult {
-    let mut spec = TopologySpec::preset(&a.preset, a.nodes, a.gpus)?;
+    let mut spec = match (&a.preset, a.from_nccl.as_ref().or(a.from_nvidia_smi.as_ref())) {
+        (Some(preset), _) => {
+            if a.nic_gbps.is_some() || a.intra_gbps.is_some() {
+                return Err(super::CliError::Input(
+                    "--nic-gbps and --intra-gbps apply to --from-nccl / --from-nvidia-smi".into(),
+                ));
+            }
+            TopologySpec::preset(preset, a.nodes, a.gpus)?
+        }
+        (None, Some(path)) => imported(&a, path)?,
+        (None, None) => {
+            return Err(super::CliError::Input(
+                "give --preset, --from-nccl or --from-nvidia-smi".into(),
+            ))
+        }
+    };
     if a.nodes_per_leaf.is_none() && a.oversubscription != 1.0 {
         return Err(super::CliError::Input(
             "--oversubscription: applies to a fat-tree fabric; give --nodes-per-leaf too".into(),
@@ -48,6 +78,42 @@ pub fn topology(a: TopologyArgs) -> CliResult {
         Topology::from_spec(spec.clone(), "<flags>")?;
     }
     write_out(a.out.as_deref(), &(spec.to_json() + "\n"))
+}
+
+/// The spec of `--nodes` nodes as an NCCL XML or `nvidia-smi topo -m` file describes one.
+fn imported(a: &TopologyArgs, path: &std::path::Path) -> Result<TopologySpec, super::CliError> {
+    let file = path.display().to_string();
+    if a.gpus.is_some() {
+        return Err(super::CliError::Input(format!(
+            "--gpus: the GPUs per node come from {file}"
+        )));
+    }
+    for (flag, v) in [("--nic-gbps", a.nic_gbps), ("--intra-gbps", a.intra_gbps)] {
+        if let Some(x) = v.filter(|x| !(x.is_finite() && *x > 0.0)) {
+            return Err(super::CliError::Input(format!(
+                "{flag}: must be a positive number of GB/s, got {x}"
+            )));
+        }
+    }
+    let text = read_file(path)?;
+    let is_xml = switchyard::compiler::import::is_xml(&text);
+    if a.from_nccl.is_some() != is_xml {
+        let (flag, want) = if is_xml {
+            ("--from-nvidia-smi", "`nvidia-smi topo -m` text, but it is XML (use --from-nccl)")
+        } else {
+            ("--from-nccl", "NCCL topology XML, but it does not start with `<` (use --from-nvidia-smi for `nvidia-smi topo -m` text)")
+        };
+        return Err(super::CliError::Input(format!("{file}: {flag} needs {want}")));
+    }
+    let opts = ImportOptions {
+        nic_gbps: a.nic_gbps,
+        intra_gbps: a.intra_gbps,
+    };
+    let shape = read_node(&text, &file, &opts)?;
+    let spec = shape.spec(a.nodes)?;
+    Topology::from_spec(spec.clone(), &file)?;
+    super::compile::print_assumptions(&file, &shape.assumptions);
+    Ok(spec)
 }
 
 #[derive(Args)]

@@ -13,8 +13,12 @@ use super::{CliError, CliResult};
 
 #[derive(Args)]
 pub struct SimulateArgs {
+    /// Topology JSON, or one node's NCCL/RCCL topology XML or `nvidia-smi topo -m` text.
     #[arg(long)]
     topology: PathBuf,
+    /// Nodes of an imported node description (default: the traffic's ranks / its GPUs).
+    #[arg(long)]
+    nodes: Option<usize>,
     #[arg(long)]
     traffic: PathBuf,
     /// The plan: `.json` (plan IR) or `.xml` (MSCCL XML, from Switchyard or another tool).
@@ -30,7 +34,7 @@ pub struct SimulateArgs {
 
 pub fn simulate(a: SimulateArgs) -> CliResult {
     let network: Network = a.network.parse()?;
-    let (topo, m) = load_inputs(&a.topology, &a.traffic)?;
+    let (topo, m) = load_inputs(&a.topology, &a.traffic, a.nodes)?;
     let plan = load_plan(&a.plan, Some(&m), Some(&topo))?;
     verify_on(&plan, &m, &topo)
         .map_err(|e| CliError::Failed(format!("{}: {e}", a.plan.display())))?;
