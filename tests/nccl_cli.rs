@@ -31,7 +31,15 @@ fn dir() -> std::path::PathBuf {
 
 fn traffic(path: &str, ranks: usize) {
     let (code, _, err) = run(&[
-        "traffic", "--ranks", &ranks.to_string(), "--pattern", "zipf:1", "--bytes", "65536", "--out", path,
+        "traffic",
+        "--ranks",
+        &ranks.to_string(),
+        "--pattern",
+        "zipf:1",
+        "--bytes",
+        "65536",
+        "--out",
+        path,
     ]);
     assert_eq!(code, 0, "{err}");
 }
@@ -42,10 +50,21 @@ fn topology_from_nccl_then_compile_and_the_xml_directly() {
     let xml = d.join("node.xml").display().to_string();
     std::fs::write(&xml, NODE).unwrap();
     let json = d.join("t.json").display().to_string();
-    let (code, _, err) = run(&["topology", "--from-nccl", &xml, "--nodes", "3", "--out", &json]);
+    let (code, _, err) = run(&[
+        "topology",
+        "--from-nccl",
+        &xml,
+        "--nodes",
+        "3",
+        "--out",
+        &json,
+    ]);
     assert_eq!(code, 0, "{err}");
     // What the file lacks is said on stderr, one line each.
-    assert!(err.contains("node.xml: assumed latencies not stated"), "{err}");
+    assert!(
+        err.contains("node.xml: assumed latencies not stated"),
+        "{err}"
+    );
     let spec: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(spec["nodes"], 3);
@@ -60,28 +79,79 @@ fn topology_from_nccl_then_compile_and_the_xml_directly() {
     traffic(&tr, 12);
     for (topo, extra) in [(&json, None), (&xml, None), (&xml, Some("3"))] {
         let plan = d.join("p.json").display().to_string();
-        let mut args = vec!["compile", "--topology", topo, "--traffic", &tr, "--algorithm", "fast", "--out", &plan];
+        let mut args = vec![
+            "compile",
+            "--topology",
+            topo,
+            "--traffic",
+            &tr,
+            "--algorithm",
+            "fast",
+            "--out",
+            &plan,
+        ];
         if let Some(n) = extra {
             args.extend(["--nodes", n]);
         }
         let (code, _, err) = run(&args);
         assert_eq!(code, 0, "{topo}: {err}");
         assert!(err.contains("transfers in"), "{err}");
-        let (code, _, err) = run(&["simulate", "--topology", topo, "--traffic", &tr, "--plan", &plan]);
+        let (code, _, err) = run(&[
+            "simulate",
+            "--topology",
+            topo,
+            "--traffic",
+            &tr,
+            "--plan",
+            &plan,
+        ]);
         assert_eq!(code, 0, "{err}");
-        let (code, out, err) = run(&["verify", "--plan", &plan, "--traffic", &tr, "--topology", topo]);
+        let (code, out, err) = run(&[
+            "verify",
+            "--plan",
+            &plan,
+            "--traffic",
+            &tr,
+            "--topology",
+            topo,
+        ]);
         assert_eq!(code, 0, "{err}");
         assert!(out.starts_with("ok:"), "{out}");
     }
     // 12 ranks are not 2 nodes of 4 GPUs; 10 ranks are no whole number of nodes.
     let plan = d.join("p.json").display().to_string();
-    let (code, _, err) = run(&["compile", "--topology", &xml, "--traffic", &tr, "--nodes", "2", "--out", &plan]);
+    let (code, _, err) = run(&[
+        "compile",
+        "--topology",
+        &xml,
+        "--traffic",
+        &tr,
+        "--nodes",
+        "2",
+        "--out",
+        &plan,
+    ]);
     assert_eq!(code, 2, "{err}");
-    assert_eq!(err.lines().filter(|l| !l.contains("assumed")).count(), 1, "{err}");
+    assert_eq!(
+        err.lines().filter(|l| !l.contains("assumed")).count(),
+        1,
+        "{err}"
+    );
     traffic(&tr, 10);
-    let (code, _, err) = run(&["compile", "--topology", &xml, "--traffic", &tr, "--out", &plan]);
+    let (code, _, err) = run(&[
+        "compile",
+        "--topology",
+        &xml,
+        "--traffic",
+        &tr,
+        "--out",
+        &plan,
+    ]);
     assert_eq!(code, 2);
-    assert!(err.contains("the traffic has 10 ranks, not a whole number of such nodes (give --nodes)"), "{err}");
+    assert!(
+        err.contains("the traffic has 10 ranks, not a whole number of such nodes (give --nodes)"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -89,12 +159,25 @@ fn from_nvidia_smi_and_errors() {
     let d = dir();
     let json = d.join("smi.json").display().to_string();
     let smi = root("tests/data/smi-h100-4nic.txt");
-    let (code, _, err) = run(&["topology", "--from-nvidia-smi", &smi, "--nodes", "2", "--nic-gbps", "50", "--out", &json]);
+    let (code, _, err) = run(&[
+        "topology",
+        "--from-nvidia-smi",
+        &smi,
+        "--nodes",
+        "2",
+        "--nic-gbps",
+        "50",
+        "--out",
+        &json,
+    ]);
     assert_eq!(code, 0, "{err}");
     assert!(!err.contains("NIC speed"), "--nic-gbps given: {err}");
     let spec: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    assert_eq!(spec["nic"]["gpu_nic"], serde_json::json!([0, 0, 1, 1, 2, 2, 3, 3]));
+    assert_eq!(
+        spec["nic"]["gpu_nic"],
+        serde_json::json!([0, 0, 1, 1, 2, 2, 3, 3])
+    );
     assert_eq!(spec["intra"]["bandwidth_GBps"], 450.0);
     // The wrong flag for the file, a foreign XML, a truncated one, no NIC for several nodes.
     let xml = d.join("foreign.xml").display().to_string();
@@ -102,14 +185,34 @@ fn from_nvidia_smi_and_errors() {
     let cut = d.join("cut.xml").display().to_string();
     std::fs::write(&cut, &NODE[..NODE.len() - 40]).unwrap();
     let lonely = d.join("lonely.xml").display().to_string();
-    std::fs::write(&lonely, NODE.replace("class=\"0x020000\"", "class=\"0x010000\"").replace("<net ", "<x ")).unwrap();
+    std::fs::write(
+        &lonely,
+        NODE.replace("class=\"0x020000\"", "class=\"0x010000\"")
+            .replace("<net ", "<x "),
+    )
+    .unwrap();
     for (args, want) in [
-        (vec!["--from-nccl", smi.as_str()], "--from-nccl needs NCCL topology XML"),
-        (vec!["--from-nccl", xml.as_str()], "the root element is <html>, not <system>"),
+        (
+            vec!["--from-nccl", smi.as_str()],
+            "--from-nccl needs NCCL topology XML",
+        ),
+        (
+            vec!["--from-nccl", xml.as_str()],
+            "the root element is <html>, not <system>",
+        ),
         (vec!["--from-nccl", cut.as_str()], "the file is truncated"),
-        (vec!["--from-nccl", lonely.as_str(), "--nodes", "2"], "names no NIC"),
-        (vec!["--from-nccl", lonely.as_str(), "--gpus", "2"], "--gpus: the GPUs per node come from"),
-        (vec!["--preset", "dgx-h100", "--from-nccl", lonely.as_str()], "cannot be used with"),
+        (
+            vec!["--from-nccl", lonely.as_str(), "--nodes", "2"],
+            "names no NIC",
+        ),
+        (
+            vec!["--from-nccl", lonely.as_str(), "--gpus", "2"],
+            "--gpus: the GPUs per node come from",
+        ),
+        (
+            vec!["--preset", "dgx-h100", "--from-nccl", lonely.as_str()],
+            "cannot be used with",
+        ),
     ] {
         let mut all = vec!["topology"];
         all.extend(args);

@@ -648,7 +648,10 @@ fn check_rail_map(file: &str, map: &[usize], gpus: usize, nics: usize) -> Result
         return Err(InputError::at(
             file,
             format!("nic.gpu_nic[{l}]"),
-            format!("NIC {k} does not exist: a node has {nics} NICs (0..{})", nics - 1),
+            format!(
+                "NIC {k} does not exist: a node has {nics} NICs (0..{})",
+                nics - 1
+            ),
         )
         .into());
     }
@@ -1238,7 +1241,10 @@ mod tests {
             )
         };
         let t = Topology::from_json_str(&text(r#","gpu_nic":[1,1,0,0]"#), "t.json").unwrap();
-        assert_eq!((0..8).map(|r| t.rail_of(r)).collect::<Vec<_>>(), [1, 1, 0, 0, 1, 1, 0, 0]);
+        assert_eq!(
+            (0..8).map(|r| t.rail_of(r)).collect::<Vec<_>>(),
+            [1, 1, 0, 0, 1, 1, 0, 0]
+        );
         // GPU 1 sends through NIC 1 of node 0; GPU 6 receives through NIC 0 of node 1.
         let p = t.path(1, 6);
         assert_eq!(t.link_name(p[0]), "gpu1->nic0.1");

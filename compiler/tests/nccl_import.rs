@@ -129,7 +129,11 @@ fn nebius_pci_only_with_nets() {
         &[4, 5, 6, 7, 0, 1, 2, 3],
     );
     assert_eq!(s.gpu_name, "H100", "PCI device 0x2330");
-    assert!(said(&s, "NVLink: the file lists none"), "{:?}", s.assumptions);
+    assert!(
+        said(&s, "NVLink: the file lists none"),
+        "{:?}",
+        s.assumptions
+    );
     assert!(said(&s, "PCI bus id order"));
 }
 
@@ -168,8 +172,15 @@ fn simai_a100_five_nics_two_gpus_each() {
         25.0,
         &[0, 0, 1, 1, 2, 2, 3, 3],
     );
-    assert_eq!(s.nic_names, ["mlx5_bond_1", "mlx5_bond_2", "mlx5_bond_3", "mlx5_bond_4"]);
-    assert!(said(&s, "closest to no GPU not used: mlx5_bond_0"), "{:?}", s.assumptions);
+    assert_eq!(
+        s.nic_names,
+        ["mlx5_bond_1", "mlx5_bond_2", "mlx5_bond_3", "mlx5_bond_4"]
+    );
+    assert!(
+        said(&s, "closest to no GPU not used: mlx5_bond_0"),
+        "{:?}",
+        s.assumptions
+    );
 }
 
 #[test]
@@ -265,7 +276,10 @@ fn broken_copies_give_one_clear_line() {
             format!("{}{}", &oci[..first_gpu], &oci[gpu_end..]),
             "is a GPU (class 0x030200) but has no <gpu> element",
         ),
-        (oci.replace("sm=\"90\"", "sm=\"42\""), "<gpu sm=\"42\">: unknown GPU generation"),
+        (
+            oci.replace("sm=\"90\"", "sm=\"42\""),
+            "<gpu sm=\"42\">: unknown GPU generation",
+        ),
         (
             oci.replacen(" speed=\"180000\"", "", 1),
             "<net name=\"mlx5_0\"> has no speed",
@@ -302,11 +316,17 @@ fn overrides_replace_assumptions() {
     let s = read_node(&read("azure-ndv4-topo.xml"), "ndv4", &opts).unwrap();
     assert_eq!(s.intra.bandwidth_gbps, 300.0);
     assert_eq!(s.nic.as_ref().unwrap().bandwidth_gbps, 25.0);
-    assert!(!said(&s, "NIC speed not stated") && !said(&s, "generation"), "{:?}", s.assumptions);
+    assert!(
+        !said(&s, "NIC speed not stated") && !said(&s, "generation"),
+        "{:?}",
+        s.assumptions
+    );
 }
 
 fn smi(name: &str) -> NodeShape {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data").join(name);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/data")
+        .join(name);
     let text = std::fs::read_to_string(&path).unwrap();
     read_node(&text, name, &ImportOptions::default()).unwrap()
 }
@@ -336,18 +356,34 @@ fn nvidia_smi_mesh_and_errors() {
         GPU2\tNV4\tNV4\t X \tNV4\tSYS\t0-63\n\
         GPU3\tNV4\tNV4\tNV4\t X \tSYS\t0-63\n";
     let s = read_node(text, "t", &ImportOptions::default()).unwrap();
-    assert_eq!((s.intra.kind, s.intra.bandwidth_gbps), (IntraKind::Mesh, 100.0));
+    assert_eq!(
+        (s.intra.kind, s.intra.bandwidth_gbps),
+        (IntraKind::Mesh, 100.0)
+    );
     assert_eq!(s.nic.unwrap().gpu_nic, Some(vec![0, 0, 0, 0]));
-    let e = read_node(&text.replace("GPU3\tNV4", "GPU3\tNVx"), "t", &ImportOptions::default())
-        .unwrap_err()
-        .to_string();
+    let e = read_node(
+        &text.replace("GPU3\tNV4", "GPU3\tNVx"),
+        "t",
+        &ImportOptions::default(),
+    )
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("row GPU3, column GPU0: `NVx`"), "{e}");
-    let e = read_node(&text.replace("GPU2\tNV4\tNV4\t X \tNV4\tSYS\t0-63\n", ""), "t", &ImportOptions::default())
+    let e = read_node(
+        &text.replace("GPU2\tNV4\tNV4\t X \tNV4\tSYS\t0-63\n", ""),
+        "t",
+        &ImportOptions::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert_eq!(e, "t: has no row for GPU2");
+    let e = read_node("hello", "t", &ImportOptions::default())
         .unwrap_err()
         .to_string();
-    assert_eq!(e, "t: has no row for GPU2");
-    let e = read_node("hello", "t", &ImportOptions::default()).unwrap_err().to_string();
-    assert!(e.contains("neither NCCL topology XML nor `nvidia-smi topo -m` output"), "{e}");
+    assert!(
+        e.contains("neither NCCL topology XML nor `nvidia-smi topo -m` output"),
+        "{e}"
+    );
 }
 
 /// Several GPUs sharing one NIC, on a rail map that is not `l % nics`:
@@ -355,7 +391,10 @@ fn nvidia_smi_mesh_and_errors() {
 #[test]
 fn shared_nics_plan_and_verify_with_every_scheduler() {
     need_refdata!();
-    for (name, nodes) in [("simai-a100-8gpu-5nic.xml", 2), ("gb300-nvl72-2tray-mnnvl.xml", 2)] {
+    for (name, nodes) in [
+        ("simai-a100-8gpu-5nic.xml", 2),
+        ("gb300-nvl72-2tray-mnnvl.xml", 2),
+    ] {
         let s = shape(name);
         let topo = Topology::from_spec(s.spec(nodes).unwrap(), name).unwrap();
         let n = topo.ranks();
@@ -363,9 +402,12 @@ fn shared_nics_plan_and_verify_with_every_scheduler() {
         m.set(0, n - 1, 1 << 16);
         m.set(3, n / 2, 3 << 12);
         for alg in Algorithm::ALL {
-            let opts = Options { time_limit_s: 20.0, ..Options::default() };
-            let plan = schedule(*alg, &topo, &m, &opts)
-                .unwrap_or_else(|e| panic!("{name} {alg}: {e}"));
+            let opts = Options {
+                time_limit_s: 20.0,
+                ..Options::default()
+            };
+            let plan =
+                schedule(*alg, &topo, &m, &opts).unwrap_or_else(|e| panic!("{name} {alg}: {e}"));
             verify_on(&plan, &m, &topo).unwrap_or_else(|e| panic!("{name} {alg}: {e}"));
         }
     }

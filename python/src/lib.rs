@@ -144,9 +144,7 @@ impl PyTopology {
     #[pyo3(signature = (path, nodes=None, world_size=None))]
     fn load(path: PathBuf, nodes: Option<i64>, world_size: Option<i64>) -> PyResult<Self> {
         let nodes = nodes.map(|n| count(n, "nodes", 1)).transpose()?;
-        let ranks = world_size
-            .map(|n| count(n, "world_size", 1))
-            .transpose()?;
+        let ranks = world_size.map(|n| count(n, "world_size", 1)).transpose()?;
         let (topo, assumed) =
             Topology::load_sized(&path, nodes, ranks, &ImportOptions::default()).map_err(py_err)?;
         Ok(PyTopology {

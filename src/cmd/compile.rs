@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::Args;
+use switchyard::compiler::import::ImportOptions;
 use switchyard::compiler::lp::{lower_bound, LpOptions};
 use switchyard::compiler::msccl::{
     assign_paths, parse_xml, to_xml, xml_traffic, Layout, Protocol, XmlOptions, MAX_CHUNK_BYTES,
@@ -12,7 +13,6 @@ use switchyard::compiler::msccl::{
 use switchyard::compiler::report::Report;
 use switchyard::compiler::sched::{schedule, Options};
 use switchyard::compiler::sim::{Network, SimOptions};
-use switchyard::compiler::import::ImportOptions;
 use switchyard::compiler::topology::is_import;
 use switchyard::compiler::{verify_on, Algorithm, Plan, Topology, TrafficMatrix};
 
@@ -89,8 +89,7 @@ pub fn load_topology_text(
     nodes: Option<usize>,
     ranks: Option<usize>,
 ) -> Result<Topology, CliError> {
-    let (topo, assumed) =
-        Topology::from_text(text, file, nodes, ranks, &ImportOptions::default())?;
+    let (topo, assumed) = Topology::from_text(text, file, nodes, ranks, &ImportOptions::default())?;
     print_assumptions(file, &assumed);
     Ok(topo)
 }
@@ -276,7 +275,10 @@ pub fn verify(a: VerifyArgs) -> CliResult {
     // An imported topology's node count may come from the traffic: read the
     // topology first (its errors first), then size it once the traffic is known.
     let topo_text = match &a.topology {
-        Some(p) => Some((switchyard::compiler::error::read_file(p)?, p.display().to_string())),
+        Some(p) => Some((
+            switchyard::compiler::error::read_file(p)?,
+            p.display().to_string(),
+        )),
         None => None,
     };
     let mut topo = match &topo_text {

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use switchyard::compiler::generate::{generate, Pattern, TrafficSpec};
 use switchyard::compiler::error::read_file;
+use switchyard::compiler::generate::{generate, Pattern, TrafficSpec};
 use switchyard::compiler::import::{read_node, ImportOptions};
 use switchyard::compiler::topology::{FabricKind, FabricSpec, Topology, TopologySpec};
 
@@ -46,7 +46,10 @@ pub struct TopologyArgs {
 }
 
 pub fn topology(a: TopologyArgs) -> CliResult {
-    let mut spec = match (&a.preset, a.from_nccl.as_ref().or(a.from_nvidia_smi.as_ref())) {
+    let mut spec = match (
+        &a.preset,
+        a.from_nccl.as_ref().or(a.from_nvidia_smi.as_ref()),
+    ) {
         (Some(preset), _) => {
             if a.nic_gbps.is_some() || a.intra_gbps.is_some() {
                 return Err(super::CliError::Input(
@@ -99,11 +102,16 @@ fn imported(a: &TopologyArgs, path: &std::path::Path) -> Result<TopologySpec, su
     let is_xml = switchyard::compiler::import::is_xml(&text);
     if a.from_nccl.is_some() != is_xml {
         let (flag, want) = if is_xml {
-            ("--from-nvidia-smi", "`nvidia-smi topo -m` text, but it is XML (use --from-nccl)")
+            (
+                "--from-nvidia-smi",
+                "`nvidia-smi topo -m` text, but it is XML (use --from-nccl)",
+            )
         } else {
             ("--from-nccl", "NCCL topology XML, but it does not start with `<` (use --from-nvidia-smi for `nvidia-smi topo -m` text)")
         };
-        return Err(super::CliError::Input(format!("{file}: {flag} needs {want}")));
+        return Err(super::CliError::Input(format!(
+            "{file}: {flag} needs {want}"
+        )));
     }
     let opts = ImportOptions {
         nic_gbps: a.nic_gbps,

@@ -23,10 +23,10 @@ const NVSWITCH_CLASS: &str = "0x068000";
 
 /// NVIDIA PCI device ids whose GPU generation the PCI-only form may state.
 const DEVICE_SM: &[(&str, u32)] = &[
-    ("0x20b0", 80), // A100-SXM4-40GB
-    ("0x20b2", 80), // A100-SXM4-80GB
-    ("0x2330", 90), // H100 SXM5 80GB
-    ("0x2335", 90), // H200 SXM 141GB
+    ("0x20b0", 80),  // A100-SXM4-40GB
+    ("0x20b2", 80),  // A100-SXM4-80GB
+    ("0x2330", 90),  // H100 SXM5 80GB
+    ("0x2335", 90),  // H200 SXM 141GB
     ("0x2901", 100), // B200
     ("0x31c2", 103), // GB300
 ];
@@ -89,34 +89,28 @@ fn parse(text: &str, file: &str) -> Result<Tree> {
     r.config_mut().trim_text(true);
     let mut els: Vec<El> = Vec::new();
     let mut open: Vec<usize> = Vec::new();
-    let element = |e: &BytesStart<'_>,
-                   parent: Option<usize>,
-                   depth: usize,
-                   line: usize|
-     -> Result<El> {
-        let name = e.name().as_ref().to_string();
-        let mut attrs = Vec::new();
-        for a in e.attributes() {
-            let a = a.map_err(|err| {
-                InputError::at(
-                    file,
-                    format!("line {line}"),
-                    format!("<{name}>: bad attribute: {err}"),
-                )
-            })?;
-            attrs.push((
-                a.key.as_ref().to_string(),
-                a.value.to_string(),
-            ));
-        }
-        Ok(El {
-            name,
-            attrs,
-            parent,
-            depth,
-            line,
-        })
-    };
+    let element =
+        |e: &BytesStart<'_>, parent: Option<usize>, depth: usize, line: usize| -> Result<El> {
+            let name = e.name().as_ref().to_string();
+            let mut attrs = Vec::new();
+            for a in e.attributes() {
+                let a = a.map_err(|err| {
+                    InputError::at(
+                        file,
+                        format!("line {line}"),
+                        format!("<{name}>: bad attribute: {err}"),
+                    )
+                })?;
+                attrs.push((a.key.as_ref().to_string(), a.value.to_string()));
+            }
+            Ok(El {
+                name,
+                attrs,
+                parent,
+                depth,
+                line,
+            })
+        };
     loop {
         let before = r.buffer_position() as usize;
         let ev = r.read_event().map_err(|e| {
@@ -183,9 +177,11 @@ fn parse(text: &str, file: &str) -> Result<Tree> {
 
 fn class_is(el: &El, prefixes: &[&str]) -> bool {
     el.name == "pci"
-        && el
-            .get("class")
-            .is_some_and(|c| prefixes.iter().any(|p| c.to_ascii_lowercase().starts_with(p)))
+        && el.get("class").is_some_and(|c| {
+            prefixes
+                .iter()
+                .any(|p| c.to_ascii_lowercase().starts_with(p))
+        })
 }
 
 struct Gpu {
@@ -194,6 +190,9 @@ struct Gpu {
     busid: String,
     gpu_el: Option<usize>,
 }
+
+/// A `<gpu>` with its `rank` and `dev`, for ordering.
+type Ranked = (Option<u64>, Option<u64>, Gpu);
 
 struct Nic {
     at: usize,
@@ -213,7 +212,11 @@ fn number(tree: &Tree, el: usize, key: &str, file: &str) -> Result<Option<f64>> 
             _ => Err(InputError::at(
                 file,
                 format!("line {}", e.line),
-                format!("<{}>: {key}=\"{}\" is not a number", e.name, crate::error::clip(v)),
+                format!(
+                    "<{}>: {key}=\"{}\" is not a number",
+                    e.name,
+                    crate::error::clip(v)
+                ),
             )
             .into()),
         },
@@ -246,7 +249,7 @@ pub fn read(text: &str, file: &str, opts: &ImportOptions) -> Result<NodeShape> {
             ),
         ));
     }
-    let mut gpus: Vec<Gpu> = if gpu_els.is_empty() {
+    let gpus: Vec<Gpu> = if gpu_els.is_empty() {
         if bare.is_empty() {
             return Err(InputError::new(
                 file,
@@ -264,10 +267,11 @@ pub fn read(text: &str, file: &str, opts: &ImportOptions) -> Result<NodeShape> {
             .collect();
         // CUDA numbers devices in PCI bus order by default.
         v.sort_by(|a, b| a.busid.cmp(&b.busid));
-        assumptions.push("GPUs numbered in PCI bus id order (the file has no <gpu dev rank>)".into());
+        assumptions
+            .push("GPUs numbered in PCI bus id order (the file has no <gpu dev rank>)".into());
         v
     } else {
-        let mut v: Vec<(Option<u64>, Option<u64>, Gpu)> = Vec::new();
+        let mut v: Vec<Ranked> = Vec::new();
         for &i in &gpu_els {
             let at = els[i].parent.unwrap_or(i);
             let rank = number(&tree, i, "rank", file)?.map(|x| x as u64);
@@ -282,7 +286,7 @@ pub fn read(text: &str, file: &str, opts: &ImportOptions) -> Result<NodeShape> {
                 },
             ));
         }
-        let distinct = |key: &dyn Fn(&(Option<u64>, Option<u64>, Gpu)) -> Option<u64>| {
+        let distinct = |key: &dyn Fn(&Ranked) -> Option<u64>| {
             let mut ks: Vec<u64> = v.iter().filter_map(key).collect();
             ks.sort_unstable();
             ks.dedup();
@@ -431,10 +435,7 @@ pub fn read(text: &str, file: &str, opts: &ImportOptions) -> Result<NodeShape> {
                     "no NVLink: GPUs talk over PCIe, assumed {} GB/s per GPU through a switch",
                     num(DEFAULT_PCIE_GBPS)
                 ));
-                (
-                    rate.map_or("GPU", |r| r.0).to_string(),
-                    DEFAULT_PCIE_GBPS,
-                )
+                (rate.map_or("GPU", |r| r.0).to_string(), DEFAULT_PCIE_GBPS)
             }
             (None, l) => ("GPU".to_string(), 25.0 * l as f64),
         }
@@ -458,7 +459,9 @@ pub fn read(text: &str, file: &str, opts: &ImportOptions) -> Result<NodeShape> {
             continue;
         }
         let nic_el = e.parent.unwrap_or(i);
-        let key = e.get("guid").map_or_else(|| format!("#{i}"), str::to_string);
+        let key = e
+            .get("guid")
+            .map_or_else(|| format!("#{i}"), str::to_string);
         match groups.iter_mut().find(|g| g.0 == nic_el && g.1 == key) {
             Some(g) => g.2.push(i),
             None => groups.push((nic_el, key, vec![i])),
@@ -475,13 +478,20 @@ pub fn read(text: &str, file: &str, opts: &ImportOptions) -> Result<NodeShape> {
             let Some(speed) = number(&tree, i, "speed", file)? else {
                 return Err(bad(
                     e.line,
-                    format!("<net name=\"{}\"> has no speed (Mb/s)", crate::error::clip(&name)),
+                    format!(
+                        "<net name=\"{}\"> has no speed (Mb/s)",
+                        crate::error::clip(&name)
+                    ),
                 ));
             };
             if speed <= 0.0 {
                 return Err(bad(
                     e.line,
-                    format!("<net name=\"{}\">: speed must be positive, got {}", crate::error::clip(&name), num(speed)),
+                    format!(
+                        "<net name=\"{}\">: speed must be positive, got {}",
+                        crate::error::clip(&name),
+                        num(speed)
+                    ),
                 ));
             }
             port = port.min(speed);
@@ -558,11 +568,19 @@ pub fn read(text: &str, file: &str, opts: &ImportOptions) -> Result<NodeShape> {
             ));
         }
         let kept_nics: Vec<&Nic> = kept.iter().map(|&k| &nics[k]).collect();
-        let gbps = match (opts.nic_gbps, kept_nics.iter().filter_map(|k| k.total_mbps).reduce(f64::min)) {
+        let gbps = match (
+            opts.nic_gbps,
+            kept_nics
+                .iter()
+                .filter_map(|k| k.total_mbps)
+                .reduce(f64::min),
+        ) {
             (Some(x), _) => x,
             (None, Some(mbps)) => {
                 let per: Vec<f64> = kept_nics.iter().filter_map(|k| k.total_mbps).collect();
-                if per.iter().any(|&x| x != mbps) || kept_nics.iter().any(|k| k.total_mbps.is_none()) {
+                if per.iter().any(|&x| x != mbps)
+                    || kept_nics.iter().any(|k| k.total_mbps.is_none())
+                {
                     assumptions.push(format!(
                         "NICs differ in speed; modelled at the slowest, {} Mb/s",
                         num(mbps)
@@ -571,7 +589,11 @@ pub fn read(text: &str, file: &str, opts: &ImportOptions) -> Result<NodeShape> {
                 mbps / 8000.0
             }
             (None, None) => {
-                let d = if sm == Some(80) { DEFAULT_NIC_GBPS_A100 } else { DEFAULT_NIC_GBPS };
+                let d = if sm == Some(80) {
+                    DEFAULT_NIC_GBPS_A100
+                } else {
+                    DEFAULT_NIC_GBPS
+                };
                 assumptions.push(format!(
                     "NIC speed not stated (no <net speed>): assumed {} Gb/s ({} GB/s per direction)",
                     num(d * 8.0),
@@ -603,7 +625,6 @@ pub fn read(text: &str, file: &str, opts: &ImportOptions) -> Result<NodeShape> {
     } else {
         "NCCL topology dump"
     };
-    gpus.truncate(n);
     let (nic, nic_names) = match nic {
         Some((s, names)) => (Some(s), names),
         None => (None, Vec::new()),

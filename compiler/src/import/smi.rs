@@ -5,8 +5,8 @@
 //! < `SYS` (`SOC` in old drivers), closest first. It has no speeds.
 
 use super::{
-    assign_rails, intra, list, ImportOptions, NodeShape, DEFAULT_NIC_GBPS,
-    DEFAULT_NIC_LATENCY_US, DEFAULT_PCIE_GBPS, NVLINK_RATES,
+    assign_rails, intra, list, ImportOptions, NodeShape, DEFAULT_NIC_GBPS, DEFAULT_NIC_LATENCY_US,
+    DEFAULT_PCIE_GBPS, NVLINK_RATES,
 };
 use crate::error::{clip, num, InputError, Result};
 use crate::topology::{IntraKind, NicSpec};
@@ -50,31 +50,55 @@ pub fn read(text: &str, file: &str, opts: &ImportOptions) -> Result<NodeShape> {
     let (h, header) = lines
         .iter()
         .enumerate()
-        .find(|(_, l)| l.split_whitespace().next().is_some_and(|t| gpu_index(t) == Some(0)) && l.starts_with(char::is_whitespace))
+        .find(|(_, l)| {
+            l.split_whitespace()
+                .next()
+                .is_some_and(|t| gpu_index(t) == Some(0))
+                && l.starts_with(char::is_whitespace)
+        })
         .ok_or_else(not_smi)?;
     // Columns: device names up to "CPU Affinity" (and what follows it).
     let columns: Vec<&str> = header
         .split_whitespace()
         .take_while(|t| !matches!(*t, "CPU" | "NUMA"))
         .collect();
-    let gpus = columns.iter().take_while(|c| gpu_index(c).is_some()).count();
+    let gpus = columns
+        .iter()
+        .take_while(|c| gpu_index(c).is_some())
+        .count();
     for (i, c) in columns.iter().take(gpus).enumerate() {
         if gpu_index(c) != Some(i) {
-            return Err(InputError::at(file, format!("line {}", h + 1), format!("column {c}: expected GPU{i}")).into());
+            return Err(InputError::at(
+                file,
+                format!("line {}", h + 1),
+                format!("column {c}: expected GPU{i}"),
+            )
+            .into());
         }
     }
     let nic_cols: Vec<&str> = columns[gpus..].to_vec();
     let mut rows: Vec<Option<Vec<Cell>>> = (0..gpus).map(|_| None).collect();
     for (n, l) in lines.iter().enumerate().skip(h + 1) {
         let mut t = l.split_whitespace();
-        let Some(g) = t.next().and_then(gpu_index) else { continue };
+        let Some(g) = t.next().and_then(gpu_index) else {
+            continue;
+        };
         if g >= gpus {
-            return Err(InputError::at(file, format!("line {}", n + 1), format!("row GPU{g}, but the header has {gpus} GPUs")).into());
+            return Err(InputError::at(
+                file,
+                format!("line {}", n + 1),
+                format!("row GPU{g}, but the header has {gpus} GPUs"),
+            )
+            .into());
         }
         let mut cells = Vec::with_capacity(columns.len());
         for (c, col) in columns.iter().enumerate() {
             let s = t.next().ok_or_else(|| {
-                InputError::at(file, format!("line {}", n + 1), format!("row GPU{g} ends before column {col}"))
+                InputError::at(
+                    file,
+                    format!("line {}", n + 1),
+                    format!("row GPU{g} ends before column {col}"),
+                )
             })?;
             let x = cell(s).ok_or_else(|| {
                 InputError::at(
@@ -104,10 +128,18 @@ pub fn read(text: &str, file: &str, opts: &ImportOptions) -> Result<NodeShape> {
     let legend = |col: &str| -> String {
         lines
             .iter()
-            .find_map(|l| l.trim().strip_prefix(col)?.strip_prefix(':').map(|n| n.trim().to_string()))
+            .find_map(|l| {
+                l.trim()
+                    .strip_prefix(col)?
+                    .strip_prefix(':')
+                    .map(|n| n.trim().to_string())
+            })
             .unwrap_or_else(|| col.to_string())
     };
-    let mut assumptions = vec!["GPU generation not stated: NVLink rate assumed 25 GB/s per link per direction (A100/H100)".to_string()];
+    let mut assumptions = vec![
+        "GPU generation not stated: NVLink rate assumed 25 GB/s per link per direction (A100/H100)"
+            .to_string(),
+    ];
 
     // NVLink: per pair counts.
     let nv = |a: usize, b: usize| match rows[a][b] {
@@ -115,7 +147,9 @@ pub fn read(text: &str, file: &str, opts: &ImportOptions) -> Result<NodeShape> {
         _ => 0,
     };
     let (_, _, rate, _) = NVLINK_RATES[3];
-    let sums: Vec<usize> = (0..gpus).map(|a| (0..gpus).map(|b| nv(a, b)).sum()).collect();
+    let sums: Vec<usize> = (0..gpus)
+        .map(|a| (0..gpus).map(|b| nv(a, b)).sum())
+        .collect();
     let all_pairs = (0..gpus).all(|a| (0..gpus).all(|b| a == b || nv(a, b) > 0));
     let (kind, gbps) = if sums.iter().all(|&s| s == 0) {
         assumptions = vec![format!(
@@ -165,7 +199,10 @@ pub fn read(text: &str, file: &str, opts: &ImportOptions) -> Result<NodeShape> {
                 .filter(|k| !kept.contains(k))
                 .map(|k| legend(nic_cols[k]))
                 .collect();
-            assumptions.push(format!("NICs closest to no GPU not used: {}", list(&unused)));
+            assumptions.push(format!(
+                "NICs closest to no GPU not used: {}",
+                list(&unused)
+            ));
         }
         let bw = match opts.nic_gbps {
             Some(x) => x,
