@@ -290,6 +290,10 @@ fn broken_copies_give_one_clear_line() {
         ),
         (oci[..oci.len() / 2].to_string(), "the file is truncated"),
         (
+            oci.replacen("count=\"5\"", "count=\"1e300\"", 1),
+            "<nvlink>: count must be a whole number of links, 1 to 1024, got 1e300",
+        ),
+        (
             "<system version=\"1\"><cpu numaid=\"0\"/></system>".into(),
             "has no GPU",
         ),

@@ -8,31 +8,35 @@ use switchyard_compiler::topology::{IntraKind, IntraSpec, NicSpec, TopologySpec}
 use switchyard_compiler::{verify_on, Algorithm, Plan, Topology, TrafficMatrix};
 
 fn cluster() -> impl Strategy<Value = Topology> {
-    (1usize..4, 1usize..5, any::<bool>(), 1usize..5).prop_map(|(nodes, gpus, mesh, nics)| {
-        let spec = TopologySpec {
-            name: "random".into(),
-            nodes,
-            gpus_per_node: gpus,
-            intra: Some(IntraSpec {
-                kind: if mesh {
-                    IntraKind::Mesh
-                } else {
-                    IntraKind::Switch
-                },
-                bandwidth_gbps: 300.0,
-                latency_us: 1.0,
-            }),
-            nic: Some(NicSpec {
-                per_node: nics,
-                bandwidth_gbps: 50.0,
-                latency_us: 3.0,
-                gpu_nic: None,
-            }),
-            fabric: None,
-            links: None,
-        };
-        Topology::from_spec(spec, "random").expect("valid random cluster")
-    })
+    // Half the clusters with a random rail map (several GPUs may share a NIC, some NICs idle).
+    let rails = prop::option::of(prop::array::uniform4(0usize..8));
+    (1usize..4, 1usize..5, any::<bool>(), 1usize..5, rails).prop_map(
+        |(nodes, gpus, mesh, nics, rails)| {
+            let spec = TopologySpec {
+                name: "random".into(),
+                nodes,
+                gpus_per_node: gpus,
+                intra: Some(IntraSpec {
+                    kind: if mesh {
+                        IntraKind::Mesh
+                    } else {
+                        IntraKind::Switch
+                    },
+                    bandwidth_gbps: 300.0,
+                    latency_us: 1.0,
+                }),
+                nic: Some(NicSpec {
+                    per_node: nics,
+                    bandwidth_gbps: 50.0,
+                    latency_us: 3.0,
+                    gpu_nic: rails.map(|r| r[..gpus].iter().map(|k| k % nics).collect()),
+                }),
+                fabric: None,
+                links: None,
+            };
+            Topology::from_spec(spec, "random").expect("valid random cluster")
+        },
+    )
 }
 
 fn case() -> impl Strategy<Value = (Topology, TrafficMatrix, usize)> {

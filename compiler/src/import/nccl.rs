@@ -18,6 +18,10 @@ use super::{
 use crate::error::{num, InputError, Result};
 use crate::topology::{IntraKind, NicSpec};
 
+/// GPUs (and NICs) one node's file may list: NVL576 has 576 GPUs in one
+/// NVLink domain; more is no node (and would make the closeness search slow).
+pub const MAX_GPUS_PER_NODE: usize = 1024;
+
 /// PCI class of an NVSwitch, as `<nvlink tclass>` names it.
 const NVSWITCH_CLASS: &str = "0x068000";
 
@@ -69,10 +73,15 @@ impl Tree {
             .and_then(|a| self.els[a].get("host_hash"))
             .unwrap_or("")
     }
-    fn has_child_named(&self, i: usize, name: &str) -> bool {
-        self.els
-            .iter()
-            .any(|e| e.parent == Some(i) && e.name == name)
+    /// For every element, whether it has a child called `name` (one pass).
+    fn with_child(&self, name: &str) -> Vec<bool> {
+        let mut has = vec![false; self.els.len()];
+        for e in &self.els {
+            if let (Some(p), true) = (e.parent, e.name == name) {
+                has[p] = true;
+            }
+        }
+        has
     }
 }
 
@@ -235,8 +244,9 @@ pub fn read(text: &str, file: &str, opts: &ImportOptions) -> Result<NodeShape> {
 
     // GPUs: `<gpu>` elements, or PCI class 0x0302 (0x0300) without one.
     let gpu_els: Vec<usize> = (0..els.len()).filter(|&i| els[i].name == "gpu").collect();
+    let has_gpu = tree.with_child("gpu");
     let bare: Vec<usize> = (0..els.len())
-        .filter(|&i| class_is(&els[i], &["0x0302", "0x0300"]) && !tree.has_child_named(i, "gpu"))
+        .filter(|&i| class_is(&els[i], &["0x0302", "0x0300"]) && !has_gpu[i])
         .collect();
     if !gpu_els.is_empty() && !bare.is_empty() {
         let e = &els[bare[0]];
@@ -300,6 +310,13 @@ pub fn read(text: &str, file: &str, opts: &ImportOptions) -> Result<NodeShape> {
         v.into_iter().map(|g| g.2).collect()
     };
     let n = gpus.len();
+    if n > MAX_GPUS_PER_NODE {
+        return Err(InputError::new(
+            file,
+            format!("has {n} GPUs; one node's file may have at most {MAX_GPUS_PER_NODE}"),
+        )
+        .into());
+    }
 
     // The generation: `sm` of the <gpu> rows (all the same), or the PCI device id.
     let mut sm: Option<u32> = None;
@@ -324,23 +341,49 @@ pub fn read(text: &str, file: &str, opts: &ImportOptions) -> Result<NodeShape> {
     }
 
     // Links: NVLink or xGMI rows of each GPU.
-    let busids: Vec<&str> = gpus.iter().map(|g| g.busid.as_str()).collect();
+    let busid_index: std::collections::HashMap<&str, usize> = gpus
+        .iter()
+        .enumerate()
+        .map(|(a, g)| (g.busid.as_str(), a))
+        .collect();
     let mut to_switch = vec![0usize; n];
     let mut pair = vec![0usize; n * n];
     let mut any_link = false;
-    for (a, g) in gpus.iter().enumerate() {
-        let Some(gi) = g.gpu_el else { continue };
-        for (i, e) in els.iter().enumerate() {
-            if e.parent != Some(gi) || !(e.name == "nvlink" || e.name == "xgmi") {
-                continue;
-            }
+    let gpu_of: std::collections::HashMap<usize, usize> = gpus
+        .iter()
+        .enumerate()
+        .filter_map(|(a, g)| Some((g.gpu_el?, a)))
+        .collect();
+    for (i, e) in els.iter().enumerate() {
+        if !(e.name == "nvlink" || e.name == "xgmi") {
+            continue;
+        }
+        let Some(&a) = e.parent.and_then(|p| gpu_of.get(&p)) else {
+            continue;
+        };
+        {
             any_link = true;
-            let count = number(&tree, i, "count", file)?.unwrap_or(1.0) as usize;
+            let count = match number(&tree, i, "count", file)? {
+                None => 1,
+                Some(c) if c >= 1.0 && c <= 1024.0 && c.fract() == 0.0 => c as usize,
+                Some(c) => {
+                    return Err(bad(
+                        e.line,
+                        format!(
+                            "<{}>: count must be a whole number of links, 1 to 1024, got {}",
+                            e.name,
+                            num(c)
+                        ),
+                    ))
+                }
+            };
             let target = e.get("target").unwrap_or("").to_ascii_lowercase();
-            let peer = busids.iter().position(|&b| b == target);
+            let peer = busid_index.get(target.as_str()).copied();
             match (e.get("tclass"), peer) {
-                (Some(NVSWITCH_CLASS), _) | (_, None) => to_switch[a] += count,
-                (_, Some(b)) => pair[a * n + b] += count,
+                (Some(NVSWITCH_CLASS), _) | (_, None) => {
+                    to_switch[a] = to_switch[a].saturating_add(count)
+                }
+                (_, Some(b)) => pair[a * n + b] = pair[a * n + b].saturating_add(count),
             }
         }
     }
@@ -510,8 +553,9 @@ pub fn read(text: &str, file: &str, opts: &ImportOptions) -> Result<NodeShape> {
             order,
         });
     }
+    let has_nic = tree.with_child("nic");
     for (i, e) in els.iter().enumerate() {
-        if class_is(e, &["0x0200", "0x0207"]) && !tree.has_child_named(i, "nic") {
+        if class_is(e, &["0x0200", "0x0207"]) && !has_nic[i] {
             nics.push(Nic {
                 at: i,
                 name: e.get("busid").unwrap_or("?").to_ascii_lowercase(),
@@ -520,6 +564,16 @@ pub fn read(text: &str, file: &str, opts: &ImportOptions) -> Result<NodeShape> {
                 order: (u64::MAX, e.get("busid").unwrap_or("").to_ascii_lowercase()),
             });
         }
+    }
+    if nics.len() > MAX_GPUS_PER_NODE {
+        return Err(InputError::new(
+            file,
+            format!(
+                "has {} NICs; one node's file may have at most {MAX_GPUS_PER_NODE}",
+                nics.len()
+            ),
+        )
+        .into());
     }
     nics.sort_by(|a, b| a.order.cmp(&b.order));
     // NCCL uses the fastest NICs: slower ports (front-end, management) are left out.

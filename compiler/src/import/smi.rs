@@ -4,6 +4,7 @@
 //! (`n` bonded NVLinks) or the PCIe relation `PIX` < `PXB` < `PHB` < `NODE`
 //! < `SYS` (`SOC` in old drivers), closest first. It has no speeds.
 
+use super::nccl::MAX_GPUS_PER_NODE;
 use super::{
     assign_rails, intra, list, ImportOptions, NodeShape, DEFAULT_NIC_GBPS, DEFAULT_NIC_LATENCY_US,
     DEFAULT_PCIE_GBPS, NVLINK_RATES,
@@ -77,6 +78,17 @@ pub fn read(text: &str, file: &str, opts: &ImportOptions) -> Result<NodeShape> {
         }
     }
     let nic_cols: Vec<&str> = columns[gpus..].to_vec();
+    if gpus > MAX_GPUS_PER_NODE || nic_cols.len() > MAX_GPUS_PER_NODE {
+        return Err(InputError::at(
+            file,
+            format!("line {}", h + 1),
+            format!(
+                "{gpus} GPUs and {} NICs: one node has at most {MAX_GPUS_PER_NODE} of each",
+                nic_cols.len()
+            ),
+        )
+        .into());
+    }
     let mut rows: Vec<Option<Vec<Cell>>> = (0..gpus).map(|_| None).collect();
     for (n, l) in lines.iter().enumerate().skip(h + 1) {
         let mut t = l.split_whitespace();
