@@ -365,7 +365,7 @@ pub fn read(text: &str, file: &str, opts: &ImportOptions) -> Result<NodeShape> {
             any_link = true;
             let count = match number(&tree, i, "count", file)? {
                 None => 1,
-                Some(c) if c >= 1.0 && c <= 1024.0 && c.fract() == 0.0 => c as usize,
+                Some(c) if (1.0..=1024.0).contains(&c) && c.fract() == 0.0 => c as usize,
                 Some(c) => {
                     return Err(bad(
                         e.line,
