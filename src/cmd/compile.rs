@@ -14,6 +14,7 @@ use switchyard::compiler::sched::{schedule, Options};
 use switchyard::compiler::sim::{Network, SimOptions};
 use switchyard::compiler::{verify_on, Algorithm, Plan, Topology, TrafficMatrix};
 
+use super::progress::SimProgress;
 use super::{write_out, CliError, CliResult};
 
 #[derive(Args)]
@@ -27,7 +28,8 @@ pub struct CompileArgs {
     #[arg(long, default_value = "direct")]
     algorithm: String,
     /// Output plan: `.json` writes the plan IR, `.xml` MSCCL XML (then `lp`
-    /// runs at most 106 lanes at once per GPU, so the file's threadblocks can run them all).
+    /// runs at most 106 lanes at once per GPU, so the file's threadblocks can run them all);
+    /// `-` writes the JSON plan to stdout.
     #[arg(long)]
     out: PathBuf,
     /// MSCCL XML: `padded` (every peer block sized to the largest pair, a
@@ -43,7 +45,7 @@ pub struct CompileArgs {
     /// Write a JSON report here.
     #[arg(long)]
     report: Option<PathBuf>,
-    /// Network mode of the report's simulation: ideal or congested.
+    /// Network mode of the simulation on the summary line and in the report: ideal or congested.
     #[arg(long, default_value = "ideal")]
     network: String,
     /// `lp`: the solver's time limit in seconds (the best plan found by then is kept).
@@ -74,6 +76,7 @@ pub fn compile(a: CompileArgs) -> CliResult {
     }
     let (topo, m) = load_inputs(&a.topology, &a.traffic)?;
     // `lp` may solve for a minute: a path it cannot write fails first.
+    let to_stdout = super::is_stdout(&a.out);
     for p in std::iter::once(&a.out).chain(&a.report) {
         super::check_out_dir(p)?;
     }
@@ -102,7 +105,12 @@ pub fn compile(a: CompileArgs) -> CliResult {
     verify_on(&plan, &m, &topo)
         .map_err(|e| CliError::Failed(format!("internal error: {alg} made a wrong plan: {e}")))?;
     // For XML the plan that runs is the one requantised to chunks: report that one.
-    let (text, plan, msccl) = match extension(&a.out).as_deref() {
+    let format = if to_stdout {
+        Some("json".to_string())
+    } else {
+        extension(&a.out)
+    };
+    let (text, plan, msccl) = match format.as_deref() {
         Some("json") => (plan.to_json(), plan, None),
         Some("xml") => {
             let opts = XmlOptions {
@@ -125,22 +133,29 @@ pub fn compile(a: CompileArgs) -> CliResult {
         }
         _ => {
             return Err(CliError::Input(format!(
-                "{}: unknown plan format (use .json or .xml)",
+                "{}: unknown plan format (use .json or .xml, or - for JSON on stdout)",
                 a.out.display()
             )))
         }
     };
     write_out(Some(&a.out), &text)?;
+    // Every compile is simulated, so its summary says how good the plan is.
+    let sim_opts = SimOptions::new(network);
+    let bound = lower_bound(&topo, &m, &LpOptions::default())?;
+    let mut progress = SimProgress::new(format!("simulating {} transfers", plan.transfers.len()));
+    let sim = Report::simulate(&topo, &m, &plan, &sim_opts, &mut progress.callback());
+    progress.finish();
+    let report = Report::assemble(
+        alg.name(),
+        &topo,
+        &m,
+        &plan,
+        &sim?,
+        Some(&bound),
+        Some(compile_us),
+        &sim_opts,
+    );
     if let Some(r) = &a.report {
-        let report = Report::measure(
-            alg.name(),
-            &topo,
-            &m,
-            &plan,
-            Some(&lower_bound(&topo, &m, &LpOptions::default())?),
-            Some(compile_us),
-            &SimOptions::new(network),
-        )?;
         let mut json =
             serde_json::to_value(&report).map_err(|e| CliError::Failed(e.to_string()))?;
         if let (Some(facts), Some(obj)) = (msccl, json.as_object_mut()) {
@@ -150,13 +165,24 @@ pub fn compile(a: CompileArgs) -> CliResult {
             serde_json::to_string_pretty(&json).map_err(|e| CliError::Failed(e.to_string()))?;
         write_out(Some(r), &(text + "\n"))?;
     }
-    eprintln!(
-        "{}: {} transfers in {} steps, compiled in {:.0} us",
-        a.out.display(),
-        plan.transfers.len(),
-        plan.steps(),
-        compile_us
-    );
+    let parts = [
+        format!(
+            "{}: {} transfers in {} steps, compiled in {:.0} us",
+            if to_stdout {
+                "<stdout>".to_string()
+            } else {
+                a.out.display().to_string()
+            },
+            plan.transfers.len(),
+            plan.steps(),
+            compile_us
+        ),
+        format!(
+            "simulated {:.1} us ({} network), lower bound {:.1} us, ratio {:.3}",
+            report.completion_us, network, report.lower_bound_us, report.ratio_to_bound
+        ),
+    ];
+    eprintln!("{}", parts.join("; "));
     Ok(())
 }
 
@@ -229,26 +255,29 @@ pub fn load_plan(
     }
 }
 
+/// The traffic a plan is checked against, and its name for messages: the
+/// file given, or for an XML plan without one the matrix the file implies.
+/// `verify` and `simulate` read their inputs the same way.
+pub fn plan_traffic(
+    plan: &Path,
+    traffic: Option<&Path>,
+) -> Result<(TrafficMatrix, String), CliError> {
+    match traffic {
+        Some(t) => Ok((TrafficMatrix::load(t)?, t.display().to_string())),
+        None if is_xml(plan) => {
+            let text = switchyard::compiler::error::read_file(plan)?;
+            let m = xml_traffic(&text, &plan.display().to_string())?;
+            Ok((m, "<traffic implied by the XML>".to_string()))
+        }
+        None => Err(CliError::Input(
+            "--traffic is required for a .json plan".into(),
+        )),
+    }
+}
+
 pub fn verify(a: VerifyArgs) -> CliResult {
     let topo = a.topology.as_deref().map(Topology::load).transpose()?;
-    let m = match &a.traffic {
-        Some(t) => TrafficMatrix::load(t)?,
-        None if is_xml(&a.plan) => {
-            let text = switchyard::compiler::error::read_file(&a.plan)?;
-            xml_traffic(&text, &a.plan.display().to_string())?
-        }
-        None => {
-            return Err(CliError::Input(
-                "--traffic is required for a .json plan".into(),
-            ))
-        }
-    };
-    let traffic_name = a
-        .traffic
-        .as_ref()
-        .map_or("<traffic implied by the XML>".to_string(), |p| {
-            p.display().to_string()
-        });
+    let (m, traffic_name) = plan_traffic(&a.plan, a.traffic.as_deref())?;
     if let Some(t) = &topo {
         m.check_ranks(t.ranks(), &traffic_name)?;
     }

@@ -1,4 +1,4 @@
-//! `simulate`: the cost model on a finished plan.
+//! `simulate`: the cost model on a finished plan, and pictures of it.
 
 use std::path::PathBuf;
 
@@ -6,17 +6,21 @@ use clap::Args;
 use switchyard::compiler::lp::{lower_bound, LpOptions};
 use switchyard::compiler::report::Report;
 use switchyard::compiler::sim::{Network, SimOptions};
-use switchyard::compiler::verify_on;
+use switchyard::compiler::timeline::chrome_trace;
+use switchyard::compiler::{verify_on, Topology};
 
-use super::compile::{load_inputs, load_plan};
-use super::{CliError, CliResult};
+use super::compile::{load_plan, plan_traffic};
+use super::progress::SimProgress;
+use super::{write_out, CliError, CliResult};
 
 #[derive(Args)]
 pub struct SimulateArgs {
     #[arg(long)]
     topology: PathBuf,
+    /// The traffic the plan delivers; for XML without it, the matrix the
+    /// file implies (as for `verify`).
     #[arg(long)]
-    traffic: PathBuf,
+    traffic: Option<PathBuf>,
     /// The plan: `.json` (plan IR) or `.xml` (MSCCL XML, from Switchyard or another tool).
     #[arg(long)]
     plan: PathBuf,
@@ -26,24 +30,56 @@ pub struct SimulateArgs {
     /// ideal or congested.
     #[arg(long, default_value = "ideal")]
     network: String,
+    /// Write the simulated timeline here in the Chrome trace event format
+    /// (open it in https://ui.perfetto.dev or chrome://tracing).
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+    /// Write a one-page SVG here: the busiest GPUs and NICs over time and
+    /// the links' utilisation as a heatmap.
+    #[arg(long, value_name = "FILE")]
+    svg: Option<PathBuf>,
 }
 
 pub fn simulate(a: SimulateArgs) -> CliResult {
     let network: Network = a.network.parse()?;
-    let (topo, m) = load_inputs(&a.topology, &a.traffic)?;
+    for p in a.trace.iter().chain(&a.svg) {
+        super::check_out_dir(p)?;
+    }
+    let topo = Topology::load(&a.topology)?;
+    let (m, traffic_name) = plan_traffic(&a.plan, a.traffic.as_deref())?;
+    m.check_ranks(topo.ranks(), &traffic_name)?;
     let plan = load_plan(&a.plan, Some(&m), Some(&topo))?;
     verify_on(&plan, &m, &topo)
         .map_err(|e| CliError::Failed(format!("{}: {e}", a.plan.display())))?;
+    let opts = SimOptions::new(network);
+    let bound = lower_bound(&topo, &m, &LpOptions::default())?;
+    let mut progress = SimProgress::new(format!("simulating {} transfers", plan.transfers.len()));
+    let sim = Report::simulate(&topo, &m, &plan, &opts, &mut progress.callback());
+    progress.finish();
+    let sim = sim?;
     // A plan read from a file has no compile time: the report says null.
-    let report = Report::measure(
+    let report = Report::assemble(
         &plan.algorithm,
         &topo,
         &m,
         &plan,
-        Some(&lower_bound(&topo, &m, &LpOptions::default())?),
+        &sim,
+        Some(&bound),
         None,
-        &SimOptions::new(network),
-    )?;
+        &opts,
+    );
+    if let Some(p) = &a.trace {
+        let title = format!("{} on {} ({network})", plan.algorithm, topo.name());
+        let trace = chrome_trace(&topo, &plan, &sim, &title);
+        let text = serde_json::to_string(&trace).map_err(|e| CliError::Failed(e.to_string()))?;
+        write_out(Some(p), &(text + "\n"))?;
+    }
+    if let Some(p) = &a.svg {
+        write_out(
+            Some(p),
+            &super::picture::render(&topo, &plan, &sim, &report),
+        )?;
+    }
     if a.json {
         println!("{}", report.to_json());
     } else {
