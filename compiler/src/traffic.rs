@@ -241,7 +241,8 @@ impl TrafficMatrix {
                 }
             }
         }
-        let note = (header != Header::None).then_some("line 1 was read as a header of column names");
+        let note =
+            (header != Header::None).then_some("line 1 was read as a header of column names");
         // Every row's shape first, as for JSON: allocate n x n cells only
         // once the file is known to hold them.
         check_square(file, rows.iter().map(|(_, r)| r.len()), note)?;
@@ -371,7 +372,9 @@ fn header_kind(rows: &[(usize, Vec<&str>)]) -> Header {
             .zip(from..)
             .all(|(c, k)| c.parse::<u64>() == Ok(k))
     };
-    if rows.len() == w + 1 && rows[1..].iter().all(|(_, r)| r.len() == w) && (counts(0) || counts(1))
+    if rows.len() == w + 1
+        && rows[1..].iter().all(|(_, r)| r.len() == w)
+        && (counts(0) || counts(1))
     {
         return Header::Names;
     }
@@ -685,7 +688,10 @@ mod tests {
         // Round trips through every delimited form.
         assert_eq!(text(&want.to_delimited('\t')).unwrap(), want);
         // Fractions stay errors.
-        assert!(json("[[0.5]]").unwrap_err().to_string().contains("fractional"));
+        assert!(json("[[0.5]]")
+            .unwrap_err()
+            .to_string()
+            .contains("fractional"));
     }
 
     #[test]
@@ -709,7 +715,9 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("is not square: 3 rows of 2 values"), "{e}");
-        let e = TrafficMatrix::from_json_str("5", "m.json").unwrap_err().to_string();
+        let e = TrafficMatrix::from_json_str("5", "m.json")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("or a list of rows"), "{e}");
     }
 
