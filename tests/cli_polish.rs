@@ -431,3 +431,63 @@ fn trace_follows_the_event_format_and_holds_every_transfer_once() {
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
     assert!(svg.contains("NIC nic") && svg.contains("Link utilisation over time"));
 }
+
+/// Issue 23 §1 item 7: when `lp`'s time limit runs out, the summary line
+/// says what happened to the solve, and the plan is still correct.
+#[test]
+fn lp_says_when_its_time_limit_ran_out() {
+    let dir = scratch("lp-limit");
+    let topo = dir.join("t.json");
+    std::fs::write(
+        &topo,
+        r#"{"name":"idle","nodes":2,"gpus_per_node":1,
+            "intra":{"kind":"switch","bandwidth_GBps":450,"latency_us":1},
+            "nic":{"per_node":4096,"bandwidth_GBps":50,"latency_us":3}}"#,
+    )
+    .unwrap();
+    let m = dir.join("m.json");
+    std::fs::write(&m, "[[0, 1000000], [1000000, 0]]").unwrap();
+    let plan = s(&dir.join("p.json"));
+    let (code, _, err) = run(&[
+        "compile",
+        "--topology",
+        &s(&topo),
+        "--traffic",
+        &s(&m),
+        "--algorithm",
+        "lp",
+        "--time-limit",
+        "0.000001",
+        "--out",
+        &plan,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("lp: the time limit of 0.000001 s ran out before HiGHS held a flow"),
+        "{err}"
+    );
+    let (code, _, err) = run(&[
+        "verify",
+        "--plan",
+        &plan,
+        "--traffic",
+        &s(&m),
+        "--topology",
+        &s(&topo),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    // With time enough the solve ends optimal and says nothing more.
+    let (code, _, err) = run(&[
+        "compile",
+        "--topology",
+        &s(&topo),
+        "--traffic",
+        &s(&m),
+        "--algorithm",
+        "lp",
+        "--out",
+        &plan,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("lp: the time limit"), "{err}");
+}

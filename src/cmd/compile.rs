@@ -4,13 +4,13 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::Args;
-use switchyard::compiler::lp::{lower_bound, LpOptions};
+use switchyard::compiler::lp::{lower_bound, LpOptions, SolveStatus};
 use switchyard::compiler::msccl::{
     assign_paths, parse_xml, to_xml, xml_traffic, Layout, Protocol, XmlOptions, MAX_CHUNK_BYTES,
     PLAN_LANES_PER_GPU,
 };
 use switchyard::compiler::report::Report;
-use switchyard::compiler::sched::{schedule, Options};
+use switchyard::compiler::sched::{lp_with_report, schedule, Options};
 use switchyard::compiler::sim::{Network, SimOptions};
 use switchyard::compiler::{verify_on, Algorithm, Plan, Topology, TrafficMatrix};
 
@@ -48,7 +48,9 @@ pub struct CompileArgs {
     /// Network mode of the simulation on the summary line and in the report: ideal or congested.
     #[arg(long, default_value = "ideal")]
     network: String,
-    /// `lp`: the solver's time limit in seconds (the best plan found by then is kept).
+    /// LP time limit in seconds: `lp`'s solve, building the model included
+    /// (the best plan found by then is kept), then the LP bound of a `links`
+    /// topology on the summary line gets what is left.
     #[arg(long, default_value_t = 60.0)]
     time_limit: f64,
     /// `lp`: print the solver's log.
@@ -96,7 +98,20 @@ pub fn compile(a: CompileArgs) -> CliResult {
         bar.enable_steady_tick(std::time::Duration::from_millis(120));
         bar
     });
-    let plan = schedule(alg, &topo, &m, &opts);
+    // `lp` also says how its solve ended, for the summary line.
+    let (plan, lp_status) = if alg == Algorithm::Lp {
+        let lp_opts = LpOptions {
+            time_limit_s: opts.time_limit_s,
+            verbose: opts.verbose,
+            max_lanes_per_gpu: opts.max_lanes_per_gpu,
+        };
+        match lp_with_report(&topo, &m, &lp_opts) {
+            Ok((plan, r)) => (Ok(plan), Some(r.status)),
+            Err(e) => (Err(e), None),
+        }
+    } else {
+        (schedule(alg, &topo, &m, &opts), None)
+    };
     if let Some(bar) = spinner {
         bar.finish_and_clear();
     }
@@ -141,7 +156,17 @@ pub fn compile(a: CompileArgs) -> CliResult {
     write_out(Some(&a.out), &text)?;
     // Every compile is simulated, so its summary says how good the plan is.
     let sim_opts = SimOptions::new(network);
-    let bound = lower_bound(&topo, &m, &LpOptions::default())?;
+    // On a `links` topology the bound is an LP too: it gets what is left of
+    // --time-limit (an unproven LP bound is left out, the cut bound stays).
+    let left = (a.time_limit - t0.elapsed().as_secs_f64()).max(1e-3);
+    let bound = lower_bound(
+        &topo,
+        &m,
+        &LpOptions {
+            time_limit_s: left,
+            ..LpOptions::default()
+        },
+    )?;
     let mut progress = SimProgress::new(format!("simulating {} transfers", plan.transfers.len()));
     let sim = Report::simulate(&topo, &m, &plan, &sim_opts, &mut progress.callback());
     progress.finish();
@@ -182,6 +207,18 @@ pub fn compile(a: CompileArgs) -> CliResult {
             report.completion_us, network, report.lower_bound_us, report.ratio_to_bound
         ),
     ];
+    let mut parts = parts.to_vec();
+    match lp_status {
+        Some(SolveStatus::TimeLimit) => parts.push(format!(
+            "lp: the time limit of {} s ran out before HiGHS proved its flow optimal (the best flow found is kept)",
+            a.time_limit
+        )),
+        Some(SolveStatus::NoFlow) => parts.push(format!(
+            "lp: the time limit of {} s ran out before HiGHS held a flow, so every block goes on its topology path (raise --time-limit)",
+            a.time_limit
+        )),
+        _ => {}
+    }
     eprintln!("{}", parts.join("; "));
     Ok(())
 }
