@@ -180,14 +180,11 @@ pub fn link_utilisation(
         topo.path_into(t.src as usize, t.dst as usize, &mut path);
         let first = ((from / width) as usize).min(bins - 1);
         let last = ((to / width) as usize).min(bins - 1);
-        for b in first..=last {
-            let (lo, hi) = (b as f64 * width, (b + 1) as f64 * width);
-            let overlap = (to.min(hi) - from.max(lo)).max(0.0);
-            if overlap <= 0.0 {
-                continue;
-            }
-            for &l in &path {
-                usage[l as usize][b] += rate * overlap;
+        for &l in &path {
+            for (k, u) in usage[l as usize][first..=last].iter_mut().enumerate() {
+                let b = first + k;
+                let (lo, hi) = (b as f64 * width, (b + 1) as f64 * width);
+                *u += rate * (to.min(hi) - from.max(lo)).max(0.0);
             }
         }
     }
@@ -285,8 +282,8 @@ mod tests {
         let bins = 40;
         let u = link_utilisation(&topo, &plan, &sim, bins);
         let width = sim.completion_us / bins as f64;
-        for l in 0..topo.num_links() {
-            let carried: f64 = u[l].iter().sum::<f64>() * sim.bandwidth(l as LinkId) * width;
+        for (l, row) in u.iter().enumerate() {
+            let carried: f64 = row.iter().sum::<f64>() * sim.bandwidth(l as LinkId) * width;
             let want = sim.links[l].bytes;
             assert!(
                 (carried - want).abs() <= 1e-6 * want.max(1.0),
