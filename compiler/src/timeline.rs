@@ -6,6 +6,8 @@
 //! usage bins. Knows nothing of how the times were computed: it reads a
 //! [`SimResult`] (the simulator is the only place bytes become time).
 
+use std::io::Write;
+
 use serde_json::{json, Value};
 
 use crate::plan::Plan;
@@ -78,12 +80,20 @@ fn rows_of(members: &[usize], sim: &SimResult) -> (Vec<usize>, usize) {
     (row, free_at.len())
 }
 
-/// The plan's simulated timeline in the Chrome trace event format: one
-/// process per GPU and per NIC (named by `process_name` metadata), its
+/// Writes the plan's simulated timeline in the Chrome trace event format:
+/// one process per GPU and per NIC (named by `process_name` metadata), its
 /// threads rows of transfers that do not overlap (`thread_name`), and one
 /// complete event (`ph: "X"`, `ts` and `dur` in microseconds) per transfer
-/// with its bytes, average rate, step and index in `args`.
-pub fn chrome_trace(topo: &Topology, plan: &Plan, sim: &SimResult, title: &str) -> Value {
+/// with its bytes, average rate, step and index in `args`. Events are
+/// written one at a time, so a plan of a million transfers needs no more
+/// memory than the plan.
+pub fn write_chrome_trace(
+    out: &mut impl Write,
+    topo: &Topology,
+    plan: &Plan,
+    sim: &SimResult,
+    title: &str,
+) -> std::io::Result<()> {
     let tracks = tracks(topo, plan);
     let mut ids: Vec<Track> = tracks.clone();
     ids.sort_unstable();
@@ -94,24 +104,48 @@ pub fn chrome_trace(topo: &Topology, plan: &Plan, sim: &SimResult, title: &str) 
             members[k].push(i);
         }
     }
-    let mut events = Vec::with_capacity(plan.transfers.len() + 2 * ids.len());
+    let header = json!({
+        "title": title,
+        "completion_us": sim.completion_us,
+        "units": "ts and dur in microseconds; rate_gbps in GB/s (1e9 bytes per second), averaged over the time a transfer moved bytes",
+    });
+    write!(
+        out,
+        "{{\"displayTimeUnit\":\"ns\",\"otherData\":{header},\"traceEvents\":["
+    )?;
+    let mut first = true;
+    let mut event = |out: &mut dyn Write, e: Value| -> std::io::Result<()> {
+        if !std::mem::take(&mut first) {
+            out.write_all(b",\n")?;
+        }
+        serde_json::to_writer(&mut *out, &e).map_err(std::io::Error::from)
+    };
     for (k, (&track, m)) in ids.iter().zip(&members).enumerate() {
         let pid = k + 1;
-        events.push(json!({
-            "ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-            "args": {"name": track_name(topo, track)}
-        }));
+        event(
+            out,
+            json!({
+                "ph": "M", "name": "process_name", "pid": pid, "tid": 0,
+                "args": {"name": track_name(topo, track)}
+            }),
+        )?;
         // GPUs first, then NICs, each in rank / link order.
-        events.push(json!({
-            "ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
-            "args": {"sort_index": k}
-        }));
+        event(
+            out,
+            json!({
+                "ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
+                "args": {"sort_index": k}
+            }),
+        )?;
         let (rows, n_rows) = rows_of(m, sim);
         for r in 0..n_rows {
-            events.push(json!({
-                "ph": "M", "name": "thread_name", "pid": pid, "tid": r,
-                "args": {"name": format!("row {r}")}
-            }));
+            event(
+                out,
+                json!({
+                    "ph": "M", "name": "thread_name", "pid": pid, "tid": r,
+                    "args": {"name": format!("row {r}")}
+                }),
+            )?;
         }
         for (&i, &r) in m.iter().zip(&rows) {
             let t = &plan.transfers[i];
@@ -121,35 +155,30 @@ pub fn chrome_trace(topo: &Topology, plan: &Plan, sim: &SimResult, title: &str) 
                 Track::Gpu(_) if t.src == t.dst => "local",
                 Track::Gpu(_) => "nvlink",
             };
-            events.push(json!({
-                "ph": "X",
-                "name": format!("{} -> {}", t.src, t.dst),
-                "cat": kind,
-                "pid": pid,
-                "tid": r,
-                "ts": time.start_us,
-                "dur": (time.end_us - time.start_us).max(0.0),
-                "args": {
-                    "transfer": i,
-                    "bytes": t.bytes,
-                    "rate_gbps": sim.average_rate(i, t.bytes).map(|r| r / 1e3),
-                    "step": t.step,
-                    "src": t.src,
-                    "dst": t.dst,
-                    "moving_from_us": sim.moving_from_us(i),
-                }
-            }));
+            event(
+                out,
+                json!({
+                    "ph": "X",
+                    "name": format!("{} -> {}", t.src, t.dst),
+                    "cat": kind,
+                    "pid": pid,
+                    "tid": r,
+                    "ts": time.start_us,
+                    "dur": (time.end_us - time.start_us).max(0.0),
+                    "args": {
+                        "transfer": i,
+                        "bytes": t.bytes,
+                        "rate_gbps": sim.average_rate(i, t.bytes).map(|r| r / 1e3),
+                        "step": t.step,
+                        "src": t.src,
+                        "dst": t.dst,
+                        "moving_from_us": sim.moving_from_us(i),
+                    }
+                }),
+            )?;
         }
     }
-    json!({
-        "traceEvents": events,
-        "displayTimeUnit": "ns",
-        "otherData": {
-            "title": title,
-            "completion_us": sim.completion_us,
-            "units": "ts and dur in microseconds; rate_gbps in GB/s (1e9 bytes per second), averaged over the time a transfer moved bytes",
-        }
-    })
+    out.write_all(b"]}\n")
 }
 
 /// Bytes each link carried in each of `bins` equal slices of the
@@ -245,7 +274,9 @@ mod tests {
     #[test]
     fn trace_holds_every_transfer_once_without_overlap_on_a_thread() {
         let (topo, plan, sim) = case();
-        let v = chrome_trace(&topo, &plan, &sim, "t");
+        let mut text = Vec::new();
+        write_chrome_trace(&mut text, &topo, &plan, &sim, "t").unwrap();
+        let v: Value = serde_json::from_slice(&text).unwrap();
         let events = v["traceEvents"].as_array().unwrap();
         let mut seen = vec![0; plan.transfers.len()];
         let mut by_thread: std::collections::HashMap<(u64, u64), Vec<(f64, f64)>> =

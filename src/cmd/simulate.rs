@@ -1,12 +1,13 @@
 //! `simulate`: the cost model on a finished plan, and pictures of it.
 
+use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Args;
 use switchyard::compiler::lp::{lower_bound, LpOptions};
 use switchyard::compiler::report::Report;
 use switchyard::compiler::sim::{Network, SimOptions};
-use switchyard::compiler::timeline::chrome_trace;
+use switchyard::compiler::timeline::write_chrome_trace;
 use switchyard::compiler::{verify_on, Topology};
 
 use super::compile::{load_plan, plan_traffic};
@@ -70,9 +71,17 @@ pub fn simulate(a: SimulateArgs) -> CliResult {
     );
     if let Some(p) = &a.trace {
         let title = format!("{} on {} ({network})", plan.algorithm, topo.name());
-        let trace = chrome_trace(&topo, &plan, &sim, &title);
-        let text = serde_json::to_string(&trace).map_err(|e| CliError::Failed(e.to_string()))?;
-        write_out(Some(p), &(text + "\n"))?;
+        let cannot =
+            |e: std::io::Error| CliError::Input(format!("{}: cannot write: {e}", p.display()));
+        let mut out: Box<dyn Write> = if super::is_stdout(p) {
+            Box::new(std::io::stdout().lock())
+        } else {
+            Box::new(std::fs::File::create(p).map_err(cannot)?)
+        };
+        let mut out = std::io::BufWriter::new(&mut out);
+        write_chrome_trace(&mut out, &topo, &plan, &sim, &title)
+            .and_then(|()| out.flush())
+            .map_err(cannot)?;
     }
     if let Some(p) = &a.svg {
         write_out(
