@@ -430,6 +430,27 @@ fn trace_follows_the_event_format_and_holds_every_transfer_once() {
     let svg = std::fs::read_to_string(&svg).unwrap();
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
     assert!(svg.contains("NIC nic") && svg.contains("Link utilisation over time"));
+    // On stdout the trace is alone there; the summary moves to stderr.
+    let (code, out, err) = run(&[
+        "simulate",
+        "--topology",
+        &root(TOPO),
+        "--traffic",
+        &m,
+        "--plan",
+        &plan,
+        "--trace",
+        "-",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let piped: Value = serde_json::from_str(&out).expect("stdout is the trace alone");
+    let slices = piped["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X");
+    assert_eq!(slices.count(), n);
+    assert!(err.contains("completion"), "{err}");
 }
 
 /// Issue 23 §1 item 7: when `lp`'s time limit runs out, the summary line

@@ -190,7 +190,7 @@ pub fn compile(a: CompileArgs) -> CliResult {
             serde_json::to_string_pretty(&json).map_err(|e| CliError::Failed(e.to_string()))?;
         write_out(Some(r), &(text + "\n"))?;
     }
-    let parts = [
+    let mut parts = vec![
         format!(
             "{}: {} transfers in {} steps, compiled in {:.0} us",
             if to_stdout {
@@ -207,7 +207,6 @@ pub fn compile(a: CompileArgs) -> CliResult {
             report.completion_us, network, report.lower_bound_us, report.ratio_to_bound
         ),
     ];
-    let mut parts = parts.to_vec();
     match lp_status {
         Some(SolveStatus::TimeLimit) => parts.push(format!(
             "lp: the time limit of {} s ran out before HiGHS proved its flow optimal (the best flow found is kept)",

@@ -89,10 +89,16 @@ pub fn simulate(a: SimulateArgs) -> CliResult {
             &super::picture::render(&topo, &plan, &sim, &report),
         )?;
     }
-    if a.json {
-        println!("{}", report.to_json());
+    // A trace or picture on stdout keeps it to itself: the report goes to stderr.
+    let text = if a.json {
+        report.to_json() + "\n"
     } else {
-        print!("{}", summary(&report));
+        summary(&report)
+    };
+    if a.trace.iter().chain(&a.svg).any(|p| super::is_stdout(p)) {
+        eprint!("{text}");
+    } else {
+        print!("{text}");
     }
     Ok(())
 }
