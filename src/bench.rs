@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use switchyard_compiler::bound::cut_bound;
 use switchyard_compiler::generate::{generate, Pattern, TrafficSpec};
 use switchyard_compiler::sched::{schedule, Options};
@@ -23,8 +23,9 @@ pub struct Case {
     pub traffic: TrafficMatrix,
 }
 
-/// One algorithm on one case.
-#[derive(Clone, Debug, Serialize)]
+/// One algorithm on one case (`bench --json` writes these; the plot can
+/// read them back).
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Row {
     pub cluster: String,
     pub workload: String,

@@ -36,8 +36,8 @@ fn traffic(path: &str, ranks: usize) {
         &ranks.to_string(),
         "--pattern",
         "zipf:1",
-        "--bytes",
-        "65536",
+        "--tokens",
+        "64",
         "--out",
         path,
     ]);

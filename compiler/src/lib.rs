@@ -42,6 +42,7 @@ pub mod program;
 pub mod report;
 pub mod sched;
 pub mod sim;
+pub mod timeline;
 pub mod topology;
 pub mod traffic;
 pub mod verify;

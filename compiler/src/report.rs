@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::bound::{cut_bound, LowerBound};
 use crate::error::Result;
 use crate::plan::Plan;
-use crate::sim::{simulate, Network, SimOptions, SimResult};
+use crate::sim::{simulate_with_progress, Network, SimOptions, SimResult};
 use crate::topology::Topology;
 use crate::traffic::TrafficMatrix;
 
@@ -107,8 +107,38 @@ impl Report {
         compile_us: Option<f64>,
         opts: &SimOptions,
     ) -> Result<Report> {
+        let sim = Self::simulate(topo, traffic, plan, opts, &mut |_, _| {})?;
+        Ok(Self::assemble(
+            algorithm, topo, traffic, plan, &sim, bound, compile_us, opts,
+        ))
+    }
+
+    /// Simulates `plan` for a report, calling `progress(finished, total)`
+    /// as it goes; [`Report::assemble`] then makes the report from it.
+    pub fn simulate(
+        topo: &Topology,
+        traffic: &TrafficMatrix,
+        plan: &Plan,
+        opts: &SimOptions,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<SimResult> {
         traffic.check_ranks(topo.ranks(), "traffic")?;
-        let sim = simulate(topo, plan, opts)?;
+        simulate_with_progress(topo, plan, opts, progress)
+    }
+
+    /// The report of a simulation already run; without a `bound` the cut
+    /// bound is computed here.
+    #[allow(clippy::too_many_arguments)]
+    pub fn assemble(
+        algorithm: &str,
+        topo: &Topology,
+        traffic: &TrafficMatrix,
+        plan: &Plan,
+        sim: &SimResult,
+        bound: Option<&LowerBound>,
+        compile_us: Option<f64>,
+        opts: &SimOptions,
+    ) -> Report {
         let own;
         let bound = match bound {
             Some(b) => b,
@@ -117,16 +147,16 @@ impl Report {
                 &own
             }
         };
-        Ok(Report::new(
+        Report::new(
             algorithm,
             topo,
             traffic,
             plan,
-            &sim,
+            sim,
             bound,
             compile_us,
             opts.network,
-        ))
+        )
     }
 
     pub fn to_json(&self) -> String {

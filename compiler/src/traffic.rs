@@ -119,55 +119,69 @@ impl TrafficMatrix {
         self.bytes.iter().copied().max().unwrap_or(0)
     }
 
-    /// Reads a traffic file: JSON (`{"ranks": N, "matrix": [[...]]}`), or CSV
-    /// when the name ends in `.csv`.
+    /// Reads a traffic file: JSON (`{"ranks": N, "matrix": [[...]]}` or a
+    /// bare list of rows), or delimited text (CSV, TSV, whitespace) when the
+    /// name ends in `.csv`, `.tsv` or `.txt`.
     pub fn load(path: &std::path::Path) -> Result<Self> {
         let text = read_file(path)?;
         let file = path.display().to_string();
-        if path
+        let ext = path
             .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("csv"))
-        {
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase);
+        if matches!(ext.as_deref(), Some("csv" | "tsv" | "txt")) {
             Self::from_csv_str(&text, &file)
         } else {
             Self::from_json_str(&text, &file)
         }
     }
 
-    /// Parses the JSON form, naming the row and column of a bad value.
+    /// Parses the JSON form, naming the row and column of a bad value. A bare
+    /// list of rows (`[[0, 5], [7, 0]]`, what `json.dumps(t.tolist())`
+    /// writes) is read as the `matrix` field alone.
     pub fn from_json_str(text: &str, file: &str) -> Result<Self> {
         check_no_bom(text, file)?;
         let value: serde_json::Value =
             serde_json::from_str(text).map_err(|e| crate::error::json_error(file, &e))?;
-        let obj = value.as_object().ok_or_else(|| {
-            InputError::new(file, "expected a JSON object with `ranks` and `matrix`")
-        })?;
-        let rows = obj
-            .get("matrix")
-            .ok_or_else(|| InputError::new(file, "missing field `matrix`"))?
-            .as_array()
-            .ok_or_else(|| InputError::at(file, "matrix", "must be an array of rows"))?;
-        let n = rows.len();
-        if let Some(r) = obj.get("ranks") {
-            let declared = r
-                .as_u64()
-                .ok_or_else(|| InputError::at(file, "ranks", "must be a non-negative integer"))?;
-            if declared as usize != n {
-                return Err(InputError::at(
-                    file,
-                    "ranks",
-                    format!("says {declared} but `matrix` has {n} rows"),
-                )
-                .into());
+        let rows = match &value {
+            serde_json::Value::Array(rows) => rows,
+            serde_json::Value::Object(obj) => {
+                let rows = obj
+                    .get("matrix")
+                    .ok_or_else(|| InputError::new(file, "missing field `matrix`"))?
+                    .as_array()
+                    .ok_or_else(|| InputError::at(file, "matrix", "must be an array of rows"))?;
+                if let Some(r) = obj.get("ranks") {
+                    let declared = r.as_u64().ok_or_else(|| {
+                        InputError::at(file, "ranks", "must be a non-negative integer")
+                    })?;
+                    if declared as usize != rows.len() {
+                        return Err(InputError::at(
+                            file,
+                            "ranks",
+                            format!("says {declared} but `matrix` has {} rows", rows.len()),
+                        )
+                        .into());
+                    }
+                }
+                if let Some(k) = obj.keys().find(|k| *k != "ranks" && *k != "matrix") {
+                    return Err(InputError::new(
+                        file,
+                        format!("unknown field `{k}` (expected `ranks`, `matrix`)"),
+                    )
+                    .into());
+                }
+                rows
             }
-        }
-        if let Some(k) = obj.keys().find(|k| *k != "ranks" && *k != "matrix") {
-            return Err(InputError::new(
-                file,
-                format!("unknown field `{k}` (expected `ranks`, `matrix`)"),
-            )
-            .into());
-        }
+            _ => {
+                return Err(InputError::new(
+                    file,
+                    "expected a JSON object with `ranks` and `matrix`, or a list of rows",
+                )
+                .into())
+            }
+        };
+        let n = rows.len();
         if n == 0 {
             return Err(InputError::at(file, "matrix", "is empty").into());
         }
@@ -178,19 +192,9 @@ impl TrafficMatrix {
             let row = row.as_array().ok_or_else(|| {
                 InputError::at(file, format!("row {i}"), "must be an array of byte counts")
             })?;
-            if row.len() != n {
-                return Err(InputError::at(
-                    file,
-                    format!("row {i}"),
-                    format!(
-                        "has {} values but the matrix has {n} rows: it must be square",
-                        row.len()
-                    ),
-                )
-                .into());
-            }
             cells.push(row);
         }
+        check_square(file, cells.iter().map(|r| r.len()), None)?;
         let mut m = TrafficMatrix::zeros(n);
         let mut total = Total::default();
         for (i, row) in cells.iter().enumerate() {
@@ -204,31 +208,49 @@ impl TrafficMatrix {
         Ok(m)
     }
 
-    /// Parses CSV: one line per source rank, comma-separated byte counts.
+    /// Parses delimited text: one line per source rank, byte counts
+    /// separated by commas, tabs or spaces (the first data line decides).
+    /// A first line of column names is a header and skipped; when its first
+    /// name is empty (`,0,1,2`, as pandas writes), the first column holds
+    /// row labels and is skipped too. Lines starting with `#` are comments.
     pub fn from_csv_str(text: &str, file: &str) -> Result<Self> {
         check_no_bom(text, file)?;
-        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-        let n = lines.len();
-        if n == 0 {
+        let lines: Vec<(usize, &str)> = text
+            .lines()
+            .enumerate()
+            .map(|(i, l)| (i + 1, l.trim()))
+            .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
+            .collect();
+        let Some(&(_, first)) = lines.first() else {
             return Err(InputError::new(file, "is empty").into());
-        }
-        // Every row's shape first, as for JSON: allocate n x n cells only
-        // once the file is known to hold them.
-        for (i, line) in lines.iter().enumerate() {
-            let count = line.split(',').count();
-            if count != n {
-                return Err(InputError::at(
-                    file,
-                    format!("row {i}"),
-                    format!("has {count} values but the file has {n} rows: it must be square"),
-                )
-                .into());
+        };
+        let sep = Separator::of(first);
+        let mut rows: Vec<(usize, Vec<&str>)> =
+            lines.iter().map(|&(n, l)| (n, sep.split(l))).collect();
+        let header = header_kind(&rows);
+        if header != Header::None {
+            rows.remove(0);
+            if rows.is_empty() {
+                return Err(InputError::new(file, "has a header line and no rows").into());
             }
         }
+        if header == Header::WithRowLabels {
+            for (_, r) in &mut rows {
+                if !r.is_empty() {
+                    r.remove(0);
+                }
+            }
+        }
+        let note =
+            (header != Header::None).then_some("line 1 was read as a header of column names");
+        // Every row's shape first, as for JSON: allocate n x n cells only
+        // once the file is known to hold them.
+        check_square(file, rows.iter().map(|(_, r)| r.len()), note)?;
+        let n = rows.len();
         let mut m = TrafficMatrix::zeros(n);
         let mut total = Total::default();
-        for (i, line) in lines.iter().enumerate() {
-            for (j, c) in line.split(',').map(str::trim).enumerate() {
+        for (i, (_, row)) in rows.iter().enumerate() {
+            for (j, c) in row.iter().enumerate() {
                 let b = text_bytes(c)
                     .and_then(|b| total.add(b))
                     .map_err(|reason| cell(file, i, j, reason))?;
@@ -258,10 +280,20 @@ impl TrafficMatrix {
     }
 
     pub fn to_csv(&self) -> String {
+        self.to_delimited(',')
+    }
+
+    /// One line per source rank, byte counts separated by `sep` (`,` for
+    /// CSV, `\t` for TSV), no header.
+    pub fn to_delimited(&self, sep: char) -> String {
         let mut out = String::new();
         for s in 0..self.ranks {
-            let cells: Vec<String> = self.row(s).iter().map(u64::to_string).collect();
-            out.push_str(&cells.join(","));
+            for (j, b) in self.row(s).iter().enumerate() {
+                if j > 0 {
+                    out.push(sep);
+                }
+                out.push_str(&b.to_string());
+            }
             out.push('\n');
         }
         out
@@ -281,6 +313,110 @@ impl TrafficMatrix {
         }
         Ok(())
     }
+}
+
+/// How the cells of a delimited line are separated.
+#[derive(Clone, Copy)]
+enum Separator {
+    Comma,
+    Tab,
+    Whitespace,
+}
+
+impl Separator {
+    fn of(line: &str) -> Self {
+        if line.contains(',') {
+            Separator::Comma
+        } else if line.contains('\t') {
+            Separator::Tab
+        } else {
+            Separator::Whitespace
+        }
+    }
+
+    fn split(self, line: &str) -> Vec<&str> {
+        match self {
+            Separator::Comma => line.split(',').map(str::trim).collect(),
+            Separator::Tab => line.split('\t').map(str::trim).collect(),
+            Separator::Whitespace => line.split_whitespace().collect(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Header {
+    None,
+    /// A line of column names.
+    Names,
+    /// Column names after an empty corner: the rows start with a label.
+    WithRowLabels,
+}
+
+/// Whether the first line is a header: it has a cell that is no number (a
+/// name, or the empty corner above a column of row labels), or it is the
+/// column numbers `0, 1, ..., n-1` (or from 1) above `n` rows.
+fn header_kind(rows: &[(usize, Vec<&str>)]) -> Header {
+    let Some((_, first)) = rows.first() else {
+        return Header::None;
+    };
+    if first.first().is_some_and(|c| c.is_empty()) && first.len() > 1 {
+        return Header::WithRowLabels;
+    }
+    if first.iter().any(|c| c.parse::<f64>().is_err()) {
+        return Header::Names;
+    }
+    let w = first.len();
+    let counts = |from: u64| {
+        first
+            .iter()
+            .zip(from..)
+            .all(|(c, k)| c.parse::<u64>() == Ok(k))
+    };
+    if rows.len() == w + 1
+        && rows[1..].iter().all(|(_, r)| r.len() == w)
+        && (counts(0) || counts(1))
+    {
+        return Header::Names;
+    }
+    Header::None
+}
+
+/// Checks that rows of these lengths form a non-empty square, with a message
+/// that says what shape the file has instead. `note` adds what the reader
+/// assumed (a header) when it may explain the shape.
+fn check_square(
+    file: &str,
+    lens: impl ExactSizeIterator<Item = usize> + Clone,
+    note: Option<&str>,
+) -> Result<()> {
+    let n = lens.len();
+    let note = note.map_or(String::new(), |s| format!(" ({s})"));
+    let mut widths = lens.clone();
+    let w0 = widths.next().unwrap_or(0);
+    if let Some((i, w)) = lens.clone().enumerate().find(|&(_, w)| w != w0) {
+        return Err(InputError::at(
+            file,
+            format!("row {i}"),
+            format!("has {w} values but row 0 has {w0}: rows must be of one length{note}"),
+        )
+        .into());
+    }
+    if w0 != n {
+        return Err(InputError::new(
+            file,
+            format!(
+                "is not square: {} of {}; a traffic matrix has one row and one column per rank{note}",
+                count(n, "row"),
+                count(w0, "value")
+            ),
+        )
+        .into());
+    }
+    Ok(())
+}
+
+fn count(n: usize, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
 }
 
 fn cell(file: &str, row: usize, col: usize, reason: String) -> InputError {
@@ -315,7 +451,7 @@ fn json_bytes(v: &serde_json::Value) -> std::result::Result<u64, String> {
             // fraction or an exponent as f64; `x` prints as the file wrote it
             // only for integers, so name the value by what it is.
             let f = x.as_f64().unwrap_or(f64::NAN);
-            number_error(&x.to_string(), f)
+            float_bytes(&x.to_string(), f)
         }
         other => Err(format!("not a byte count: {}", clip(&other.to_string()))),
     }
@@ -327,13 +463,14 @@ fn text_bytes(c: &str) -> std::result::Result<u64, String> {
     }
     match c.parse::<f64>() {
         // `inf` and `NaN` parse as f64 but are not numbers a file means.
-        Ok(f) if f.is_finite() => number_error(c, f),
+        Ok(f) if f.is_finite() => float_bytes(c, f),
         _ => Err(format!("not a byte count: {:?}", clip(c))),
     }
 }
 
-/// Why a number that is not a u64 is no byte count.
-fn number_error(text: &str, f: f64) -> std::result::Result<u64, String> {
+/// The byte count a number that is not a plain u64 stands for (a whole
+/// float), or why it is none.
+fn float_bytes(text: &str, f: f64) -> std::result::Result<u64, String> {
     let text = clip(text);
     if f < 0.0 || (f == 0.0 && text.starts_with('-')) {
         Err(format!("negative byte count {text}"))
@@ -343,9 +480,13 @@ fn number_error(text: &str, f: f64) -> std::result::Result<u64, String> {
         Err(format!(
             "byte count {text} is too large (at most 2^53 bytes in all)"
         ))
+    } else if f <= MAX_TOTAL_BYTES as f64 {
+        // A whole number written as a float (`3.0`, `1e3`: what
+        // `tensor.tolist()` or `numpy.savetxt` write) is exact up to 2^53.
+        Ok(f as u64)
     } else {
         Err(format!(
-            "byte count {text} must be written as a plain integer (no fraction or exponent)"
+            "byte count {text} is past 2^53 written as a float, where it is not exact; write it as a plain integer"
         ))
     }
 }
@@ -451,7 +592,10 @@ mod tests {
         );
         assert!(e(r#"{"ranks":2,"matrix":[[1,"x"],[3,4]]}"#)
             .contains("row 0, column 1: not a byte count"));
-        assert!(e(r#"{"ranks":2,"matrix":[[1,2,3],[3,4]]}"#).contains("row 0: has 3 values"));
+        assert_eq!(
+            e(r#"{"ranks":2,"matrix":[[1,2,3],[3,4]]}"#),
+            "m.json: row 1: has 2 values but row 0 has 3: rows must be of one length"
+        );
         assert!(e(r#"{"ranks":3,"matrix":[[1,2],[3,4]]}"#).contains("ranks: says 3"));
         assert!(e(r#"{"ranks":2,"matrix":[[1,2],[3,4]"#).contains("truncated"));
         let e = TrafficMatrix::from_csv_str("1,2\n3,x\n", "m.csv")
@@ -481,11 +625,8 @@ mod tests {
             .starts_with("m.json: row 0, column 0: 18446744073709551615 bytes bring the matrix's total past 2^53"));
         assert!(c("9007199254740992,0\n1,0\n").starts_with("m.csv: row 1, column 0: 1 bytes bring"));
         assert!(TrafficMatrix::from_csv_str("9007199254740992,0\n0,0\n", "m.csv").is_ok());
-        // Numbers that are whole, huge or not numbers at all were called "fractional".
-        assert_eq!(
-            e(r#"{"matrix":[[1e3,1],[1,1]]}"#),
-            "m.json: row 0, column 0: byte count 1000.0 must be written as a plain integer (no fraction or exponent)"
-        );
+        // Numbers that are huge or not numbers at all were called "fractional".
+        assert!(e(r#"{"matrix":[[1e17,1],[1,1]]}"#).contains("past 2^53 written as a float"));
         assert!(e(r#"{"matrix":[[18446744073709551616,1],[1,1]]}"#).contains("is too large"));
         assert!(c("1,2\n3,18446744073709551616\n")
             .contains("row 1, column 1: byte count 18446744073709551616 is too large"));
@@ -494,7 +635,7 @@ mod tests {
             "m.csv: row 0, column 1: not a byte count: \"inf\""
         );
         assert!(c("1,NaN\n3,4\n").contains("not a byte count"));
-        assert!(c("1,1e3\n3,4\n").contains("plain integer"));
+        assert!(c("1,1e17\n3,4\n").contains("write it as a plain integer"));
         assert!(c("1,2.5\n3,4\n").contains("fractional"));
         assert_eq!(
             c("\u{feff}1,2\n3,4\n"),
@@ -513,15 +654,71 @@ mod tests {
             .to_string();
         assert_eq!(
             e,
-            "m.json: row 0: has 0 values but the matrix has 2000000 rows: it must be square"
+            "m.json: is not square: 2000000 rows of 0 values; a traffic matrix has one row and one column per rank"
         );
         let e = TrafficMatrix::from_csv_str(&"0\n".repeat(300_000), "m.csv")
             .unwrap_err()
             .to_string();
         assert!(
-            e.starts_with("m.csv: row 0: has 1 values but the file has 300000 rows"),
+            e.starts_with("m.csv: is not square: 300000 rows of 1 value;"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn matrices_as_people_write_them() {
+        let want = TrafficMatrix::from_rows(vec![vec![0, 5, 3], vec![7, 0, 1], vec![2, 9, 0]]);
+        let json = |t: &str| TrafficMatrix::from_json_str(t, "m.json");
+        let text = |t: &str| TrafficMatrix::from_csv_str(t, "m.csv");
+        // `json.dumps(t.tolist())` of a float tensor: a bare list, whole floats.
+        assert_eq!(
+            json("[[0.0, 5.0, 3.0], [7.0, 0.0, 1.0], [2.0, 9.0, 0.0]]").unwrap(),
+            want
+        );
+        assert_eq!(json("[[0, 5, 3e0], [7, 0, 1], [2, 9, 0]]").unwrap(), want);
+        // A header of names, of column numbers, or pandas' `to_csv()` with
+        // its index column.
+        assert_eq!(text("a,b,c\n0,5,3\n7,0,1\n2,9,0\n").unwrap(), want);
+        assert_eq!(text("0,1,2\n0,5,3\n7,0,1\n2,9,0\n").unwrap(), want);
+        assert_eq!(text(",0,1,2\n0,0,5,3\n1,7,0,1\n2,2,9,0\n").unwrap(), want);
+        // TSV, `numpy.savetxt` (spaces, exponents, a `#` comment).
+        assert_eq!(text("0\t5\t3\n7\t0\t1\n2\t9\t0\n").unwrap(), want);
+        let savetxt = "# bytes\n0.000e+00 5.000e+00 3.0e+00\n7.0e+00 0.0e+00 1.0e+00\n2 9 0\n";
+        assert_eq!(text(savetxt).unwrap(), want);
+        // Round trips through every delimited form.
+        assert_eq!(text(&want.to_delimited('\t')).unwrap(), want);
+        // Fractions stay errors.
+        assert!(json("[[0.5]]")
+            .unwrap_err()
+            .to_string()
+            .contains("fractional"));
+    }
+
+    #[test]
+    fn shape_errors_say_what_the_shape_is() {
+        let text = |t: &str| {
+            TrafficMatrix::from_csv_str(t, "m.csv")
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            text("1,2,3\n4,5,6\n"),
+            "m.csv: is not square: 2 rows of 3 values; a traffic matrix has one row and one column per rank"
+        );
+        // A header over rows that are not square says it was read as one.
+        assert_eq!(
+            text("src,dst\n1,2\n"),
+            "m.csv: is not square: 1 row of 2 values; a traffic matrix has one row and one column per rank (line 1 was read as a header of column names)"
+        );
+        assert_eq!(text("a,b\n"), "m.csv: has a header line and no rows");
+        let e = TrafficMatrix::from_json_str("[[1,2],[3,4],[5,6]]", "m.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is not square: 3 rows of 2 values"), "{e}");
+        let e = TrafficMatrix::from_json_str("5", "m.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("or a list of rows"), "{e}");
     }
 
     #[test]

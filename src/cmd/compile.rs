@@ -5,17 +5,18 @@ use std::time::Instant;
 
 use clap::Args;
 use switchyard::compiler::import::ImportOptions;
-use switchyard::compiler::lp::{lower_bound, LpOptions};
+use switchyard::compiler::lp::{lower_bound, LpOptions, SolveStatus};
 use switchyard::compiler::msccl::{
     assign_paths, parse_xml, to_xml, xml_traffic, Layout, Protocol, XmlOptions, MAX_CHUNK_BYTES,
     PLAN_LANES_PER_GPU,
 };
 use switchyard::compiler::report::Report;
-use switchyard::compiler::sched::{schedule, Options};
+use switchyard::compiler::sched::{lp_with_report, schedule, Options};
 use switchyard::compiler::sim::{Network, SimOptions};
 use switchyard::compiler::topology::is_import;
 use switchyard::compiler::{verify_on, Algorithm, Plan, Topology, TrafficMatrix};
 
+use super::progress::SimProgress;
 use super::{write_out, CliError, CliResult};
 
 #[derive(Args)]
@@ -33,7 +34,8 @@ pub struct CompileArgs {
     #[arg(long, default_value = "direct")]
     algorithm: String,
     /// Output plan: `.json` writes the plan IR, `.xml` MSCCL XML (then `lp`
-    /// runs at most 106 lanes at once per GPU, so the file's threadblocks can run them all).
+    /// runs at most 106 lanes at once per GPU, so the file's threadblocks can run them all);
+    /// `-` writes the JSON plan to stdout.
     #[arg(long)]
     out: PathBuf,
     /// MSCCL XML: `padded` (every peer block sized to the largest pair, a
@@ -49,10 +51,12 @@ pub struct CompileArgs {
     /// Write a JSON report here.
     #[arg(long)]
     report: Option<PathBuf>,
-    /// Network mode of the report's simulation: ideal or congested.
+    /// Network mode of the simulation on the summary line and in the report: ideal or congested.
     #[arg(long, default_value = "ideal")]
     network: String,
-    /// `lp`: the solver's time limit in seconds (the best plan found by then is kept).
+    /// LP time limit in seconds: `lp`'s solve, building the model included
+    /// (the best plan found by then is kept), then the LP bound of a `links`
+    /// topology on the summary line gets what is left.
     #[arg(long, default_value_t = 60.0)]
     time_limit: f64,
     /// `lp`: print the solver's log.
@@ -113,6 +117,7 @@ pub fn compile(a: CompileArgs) -> CliResult {
     }
     let (topo, m) = load_inputs(&a.topology, &a.traffic, a.nodes)?;
     // `lp` may solve for a minute: a path it cannot write fails first.
+    let to_stdout = super::is_stdout(&a.out);
     for p in std::iter::once(&a.out).chain(&a.report) {
         super::check_out_dir(p)?;
     }
@@ -132,7 +137,20 @@ pub fn compile(a: CompileArgs) -> CliResult {
         bar.enable_steady_tick(std::time::Duration::from_millis(120));
         bar
     });
-    let plan = schedule(alg, &topo, &m, &opts);
+    // `lp` also says how its solve ended, for the summary line.
+    let (plan, lp_status) = if alg == Algorithm::Lp {
+        let lp_opts = LpOptions {
+            time_limit_s: opts.time_limit_s,
+            verbose: opts.verbose,
+            max_lanes_per_gpu: opts.max_lanes_per_gpu,
+        };
+        match lp_with_report(&topo, &m, &lp_opts) {
+            Ok((plan, r)) => (Ok(plan), Some(r.status)),
+            Err(e) => (Err(e), None),
+        }
+    } else {
+        (schedule(alg, &topo, &m, &opts), None)
+    };
     if let Some(bar) = spinner {
         bar.finish_and_clear();
     }
@@ -141,7 +159,12 @@ pub fn compile(a: CompileArgs) -> CliResult {
     verify_on(&plan, &m, &topo)
         .map_err(|e| CliError::Failed(format!("internal error: {alg} made a wrong plan: {e}")))?;
     // For XML the plan that runs is the one requantised to chunks: report that one.
-    let (text, plan, msccl) = match extension(&a.out).as_deref() {
+    let format = if to_stdout {
+        Some("json".to_string())
+    } else {
+        extension(&a.out)
+    };
+    let (text, plan, msccl) = match format.as_deref() {
         Some("json") => (plan.to_json(), plan, None),
         Some("xml") => {
             let opts = XmlOptions {
@@ -164,22 +187,39 @@ pub fn compile(a: CompileArgs) -> CliResult {
         }
         _ => {
             return Err(CliError::Input(format!(
-                "{}: unknown plan format (use .json or .xml)",
+                "{}: unknown plan format (use .json or .xml, or - for JSON on stdout)",
                 a.out.display()
             )))
         }
     };
     write_out(Some(&a.out), &text)?;
+    // Every compile is simulated, so its summary says how good the plan is.
+    let sim_opts = SimOptions::new(network);
+    // On a `links` topology the bound is an LP too: it gets what is left of
+    // --time-limit (an unproven LP bound is left out, the cut bound stays).
+    let left = (a.time_limit - t0.elapsed().as_secs_f64()).max(1e-3);
+    let bound = lower_bound(
+        &topo,
+        &m,
+        &LpOptions {
+            time_limit_s: left,
+            ..LpOptions::default()
+        },
+    )?;
+    let mut progress = SimProgress::new(format!("simulating {} transfers", plan.transfers.len()));
+    let sim = Report::simulate(&topo, &m, &plan, &sim_opts, &mut progress.callback());
+    progress.finish();
+    let report = Report::assemble(
+        alg.name(),
+        &topo,
+        &m,
+        &plan,
+        &sim?,
+        Some(&bound),
+        Some(compile_us),
+        &sim_opts,
+    );
     if let Some(r) = &a.report {
-        let report = Report::measure(
-            alg.name(),
-            &topo,
-            &m,
-            &plan,
-            Some(&lower_bound(&topo, &m, &LpOptions::default())?),
-            Some(compile_us),
-            &SimOptions::new(network),
-        )?;
         let mut json =
             serde_json::to_value(&report).map_err(|e| CliError::Failed(e.to_string()))?;
         if let (Some(facts), Some(obj)) = (msccl, json.as_object_mut()) {
@@ -189,13 +229,35 @@ pub fn compile(a: CompileArgs) -> CliResult {
             serde_json::to_string_pretty(&json).map_err(|e| CliError::Failed(e.to_string()))?;
         write_out(Some(r), &(text + "\n"))?;
     }
-    eprintln!(
-        "{}: {} transfers in {} steps, compiled in {:.0} us",
-        a.out.display(),
-        plan.transfers.len(),
-        plan.steps(),
-        compile_us
-    );
+    let mut parts = vec![
+        format!(
+            "{}: {} transfers in {} steps, compiled in {:.0} us",
+            if to_stdout {
+                "<stdout>".to_string()
+            } else {
+                a.out.display().to_string()
+            },
+            plan.transfers.len(),
+            plan.steps(),
+            compile_us
+        ),
+        format!(
+            "simulated {:.1} us ({} network), lower bound {:.1} us, ratio {:.3}",
+            report.completion_us, network, report.lower_bound_us, report.ratio_to_bound
+        ),
+    ];
+    match lp_status {
+        Some(SolveStatus::TimeLimit) => parts.push(format!(
+            "lp: the time limit of {} s ran out before HiGHS proved its flow optimal (the best flow found is kept)",
+            a.time_limit
+        )),
+        Some(SolveStatus::NoFlow) => parts.push(format!(
+            "lp: the time limit of {} s ran out before HiGHS held a flow, so every block goes on its topology path (raise --time-limit)",
+            a.time_limit
+        )),
+        _ => {}
+    }
+    eprintln!("{}", parts.join("; "));
     Ok(())
 }
 
@@ -271,10 +333,36 @@ pub fn load_plan(
     }
 }
 
-pub fn verify(a: VerifyArgs) -> CliResult {
-    // An imported topology's node count may come from the traffic: read the
-    // topology first (its errors first), then size it once the traffic is known.
-    let topo_text = match &a.topology {
+/// The traffic a plan is checked against, and its name for messages: the
+/// file given, or for an XML plan without one the matrix the file implies.
+/// `verify` and `simulate` read their inputs the same way.
+pub fn plan_traffic(
+    plan: &Path,
+    traffic: Option<&Path>,
+) -> Result<(TrafficMatrix, String), CliError> {
+    match traffic {
+        Some(t) => Ok((TrafficMatrix::load(t)?, t.display().to_string())),
+        None if is_xml(plan) => {
+            let text = switchyard::compiler::error::read_file(plan)?;
+            let m = xml_traffic(&text, &plan.display().to_string())?;
+            Ok((m, "<traffic implied by the XML>".to_string()))
+        }
+        None => Err(CliError::Input(
+            "--traffic is required for a .json plan".into(),
+        )),
+    }
+}
+
+/// The topology (when given), the traffic and its name for a plan check:
+/// a topology's own errors come first; an imported node description is
+/// sized once the traffic's ranks are known.
+pub fn plan_inputs(
+    topology: Option<&Path>,
+    nodes: Option<usize>,
+    plan: &Path,
+    traffic: Option<&Path>,
+) -> Result<(Option<Topology>, TrafficMatrix, String), CliError> {
+    let topo_text = match topology {
         Some(p) => Some((
             switchyard::compiler::error::read_file(p)?,
             p.display().to_string(),
@@ -283,31 +371,24 @@ pub fn verify(a: VerifyArgs) -> CliResult {
     };
     let mut topo = match &topo_text {
         Some((text, file)) if !is_import(text) => {
-            Some(load_topology_text(text, file, a.nodes, None)?)
+            Some(load_topology_text(text, file, nodes, None)?)
         }
         _ => None,
     };
-    let m = match &a.traffic {
-        Some(t) => TrafficMatrix::load(t)?,
-        None if is_xml(&a.plan) => {
-            let text = switchyard::compiler::error::read_file(&a.plan)?;
-            xml_traffic(&text, &a.plan.display().to_string())?
-        }
-        None => {
-            return Err(CliError::Input(
-                "--traffic is required for a .json plan".into(),
-            ))
-        }
-    };
-    let traffic_name = a
-        .traffic
-        .as_ref()
-        .map_or("<traffic implied by the XML>".to_string(), |p| {
-            p.display().to_string()
-        });
+    let (m, traffic_name) = plan_traffic(plan, traffic)?;
     if let Some((text, file)) = topo_text.as_ref().filter(|(t, _)| is_import(t)) {
-        topo = Some(load_topology_text(text, file, a.nodes, Some(m.ranks()))?);
+        topo = Some(load_topology_text(text, file, nodes, Some(m.ranks()))?);
     }
+    Ok((topo, m, traffic_name))
+}
+
+pub fn verify(a: VerifyArgs) -> CliResult {
+    let (topo, m, traffic_name) = plan_inputs(
+        a.topology.as_deref(),
+        a.nodes,
+        &a.plan,
+        a.traffic.as_deref(),
+    )?;
     if let Some(t) = &topo {
         m.check_ranks(t.ranks(), &traffic_name)?;
     }

@@ -135,56 +135,125 @@ pub struct TrafficArgs {
     pattern: String,
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Mean bytes per pair (uniform, hotspot, lognormal, intra-skew).
-    #[arg(long, default_value_t = 1 << 20)]
-    bytes: u64,
-    /// GPUs per node (intra-skew).
-    #[arg(long, default_value_t = 8)]
-    gpus_per_node: usize,
-    /// MoE: experts hosted by each GPU.
-    #[arg(long, default_value_t = 4)]
-    experts_per_gpu: usize,
-    /// MoE: experts each token is routed to.
-    #[arg(long, default_value_t = 2)]
-    top_k: usize,
-    /// MoE: tokens each rank routes.
-    #[arg(long, default_value_t = 4096)]
-    tokens: usize,
-    /// MoE: hidden size (elements per token).
-    #[arg(long, default_value_t = 4096)]
-    hidden: usize,
-    /// MoE: bytes per element (2 for bf16).
-    #[arg(long, default_value_t = 2)]
-    bytes_per_elem: usize,
-    /// MoE: Zipf exponent of expert popularity (0 = uniform routing).
-    #[arg(long, default_value_t = 1.0)]
-    skew: f64,
-    /// json or csv.
-    #[arg(long, default_value = "json")]
-    format: String,
+    /// Mean bytes per pair (uniform, hotspot, lognormal, intra-skew) [default: 1048576].
+    #[arg(long)]
+    bytes: Option<u64>,
+    /// GPUs per node (intra-skew) [default: 8].
+    #[arg(long)]
+    gpus_per_node: Option<usize>,
+    /// MoE: experts hosted by each GPU [default: 4].
+    #[arg(long)]
+    experts_per_gpu: Option<usize>,
+    /// MoE: experts each token is routed to [default: 2].
+    #[arg(long)]
+    top_k: Option<usize>,
+    /// MoE: tokens each rank routes [default: 4096].
+    #[arg(long)]
+    tokens: Option<usize>,
+    /// MoE: hidden size (elements per token) [default: 4096].
+    #[arg(long)]
+    hidden: Option<usize>,
+    /// MoE: bytes per element (2 for bf16) [default: 2].
+    #[arg(long)]
+    bytes_per_elem: Option<usize>,
+    /// `moe`: Zipf exponent of expert popularity (0 = uniform routing) [default: 1].
+    #[arg(long)]
+    skew: Option<f64>,
+    /// json, csv or tsv [default: from the --out file's extension, else json].
+    #[arg(long)]
+    format: Option<String>,
+    /// Output file (`-` or none: stdout).
     #[arg(long)]
     out: Option<PathBuf>,
 }
 
+/// The flags a pattern reads; the others it would silently ignore.
+fn pattern_flags(p: &Pattern) -> &'static [&'static str] {
+    const MOE: &[&str] = &[
+        "--experts-per-gpu",
+        "--top-k",
+        "--tokens",
+        "--hidden",
+        "--bytes-per-elem",
+    ];
+    match p {
+        Pattern::Uniform | Pattern::Hotspot(_) | Pattern::Lognormal(_) => &["--bytes"],
+        Pattern::IntraSkew(_) => &["--bytes", "--gpus-per-node"],
+        Pattern::Zipf(_) => MOE,
+        Pattern::Moe => &[
+            "--experts-per-gpu",
+            "--top-k",
+            "--tokens",
+            "--hidden",
+            "--bytes-per-elem",
+            "--skew",
+        ],
+    }
+}
+
 pub fn traffic(a: TrafficArgs) -> CliResult {
     let pattern: Pattern = a.pattern.parse()?;
+    let given = [
+        ("--bytes", a.bytes.is_some()),
+        ("--gpus-per-node", a.gpus_per_node.is_some()),
+        ("--experts-per-gpu", a.experts_per_gpu.is_some()),
+        ("--top-k", a.top_k.is_some()),
+        ("--tokens", a.tokens.is_some()),
+        ("--hidden", a.hidden.is_some()),
+        ("--bytes-per-elem", a.bytes_per_elem.is_some()),
+        ("--skew", a.skew.is_some()),
+    ];
+    let reads = pattern_flags(&pattern);
+    if let Some((flag, _)) = given.iter().find(|(f, set)| *set && !reads.contains(f)) {
+        let why = match flag {
+            &"--skew" if matches!(pattern, Pattern::Zipf(_)) => {
+                "its skew is the S of zipf:S".to_string()
+            }
+            _ => format!("it reads {}", reads.join(", ")),
+        };
+        return Err(super::CliError::Input(format!(
+            "{flag}: the `{}` pattern ignores it ({why})",
+            a.pattern
+        )));
+    }
     let mut spec = TrafficSpec::new(a.ranks, pattern);
     spec.seed = a.seed;
-    spec.bytes = a.bytes;
-    spec.gpus_per_node = a.gpus_per_node;
-    spec.moe.experts_per_gpu = a.experts_per_gpu;
-    spec.moe.top_k = a.top_k;
-    spec.moe.tokens_per_rank = a.tokens;
-    spec.moe.hidden = a.hidden;
-    spec.moe.bytes_per_elem = a.bytes_per_elem;
-    spec.moe.skew = a.skew;
+    spec.bytes = a.bytes.unwrap_or(spec.bytes);
+    spec.gpus_per_node = a.gpus_per_node.unwrap_or(spec.gpus_per_node);
+    let moe = &mut spec.moe;
+    moe.experts_per_gpu = a.experts_per_gpu.unwrap_or(moe.experts_per_gpu);
+    moe.top_k = a.top_k.unwrap_or(moe.top_k);
+    moe.tokens_per_rank = a.tokens.unwrap_or(moe.tokens_per_rank);
+    moe.hidden = a.hidden.unwrap_or(moe.hidden);
+    moe.bytes_per_elem = a.bytes_per_elem.unwrap_or(moe.bytes_per_elem);
+    moe.skew = a.skew.unwrap_or(moe.skew);
+    // The extension decides how the file is read back: write it that way.
+    let by_name = a
+        .out
+        .as_deref()
+        .and_then(|p| p.extension())
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase)
+        .filter(|e| matches!(e.as_str(), "json" | "csv" | "tsv"));
+    let format = match (a.format.as_deref(), by_name.as_deref()) {
+        (Some(f), Some(e)) if f != e => {
+            return Err(super::CliError::Input(format!(
+                "--format {f}: the file {} would be read back as {e}; name it .{f} or leave --format out",
+                a.out.as_deref().map(|p| p.display().to_string()).unwrap_or_default()
+            )))
+        }
+        (Some(f), _) => f.to_string(),
+        (None, Some(e)) => e.to_string(),
+        (None, None) => "json".to_string(),
+    };
     let m = generate(&spec)?;
-    let text = match a.format.as_str() {
+    let text = match format.as_str() {
         "json" => m.to_json(),
         "csv" => m.to_csv(),
+        "tsv" => m.to_delimited('\t'),
         other => {
             return Err(super::CliError::Input(format!(
-                "--format: unknown format `{other}` (known: json, csv)"
+                "--format: unknown format `{other}` (known: json, csv, tsv)"
             )))
         }
     };

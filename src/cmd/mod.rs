@@ -5,7 +5,9 @@ pub mod bench;
 pub mod compile;
 pub mod demo;
 pub mod io;
+pub mod picture;
 pub mod plot;
+pub mod progress;
 pub mod run;
 pub mod simulate;
 
@@ -76,10 +78,19 @@ pub fn check_out_dir(path: &Path) -> CliResult {
     }
 }
 
-/// Writes `text` to `path`, or to stdout when there is no path.
+/// `-` as an output path: standard output.
+pub fn is_stdout(path: &Path) -> bool {
+    path.as_os_str() == "-"
+}
+
+/// Writes `text` to `path`, or to stdout when there is no path or it is `-`.
 pub fn write_out(path: Option<&Path>, text: &str) -> CliResult {
     match path {
         None => {
+            print!("{text}");
+            Ok(())
+        }
+        Some(p) if is_stdout(p) => {
             print!("{text}");
             Ok(())
         }

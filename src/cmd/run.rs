@@ -115,7 +115,13 @@ pub fn run(a: RunArgs) -> CliResult {
         context_per_rank: a.context_per_rank,
         nccl_loopback: a.nccl_loopback,
     };
-    let report = execute(&plan, &m, kind, &opts).map_err(|e| match e {
+    let spinner = super::progress::Spinner::start(format!(
+        "running {} transfers on {kind}",
+        plan.transfers.len()
+    ));
+    let report = execute(&plan, &m, kind, &opts);
+    drop(spinner);
+    let report = report.map_err(|e| match e {
         RuntimeError::Ranks { .. } => CliError::Input(format!("{}: {e}", a.traffic.display())),
         e => CliError::Failed(format!("{} ({kind}): {e}", a.plan.display())),
     })?;

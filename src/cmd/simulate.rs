@@ -1,15 +1,18 @@
-//! `simulate`: the cost model on a finished plan.
+//! `simulate`: the cost model on a finished plan, and pictures of it.
 
+use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Args;
 use switchyard::compiler::lp::{lower_bound, LpOptions};
 use switchyard::compiler::report::Report;
 use switchyard::compiler::sim::{Network, SimOptions};
+use switchyard::compiler::timeline::write_chrome_trace;
 use switchyard::compiler::verify_on;
 
-use super::compile::{load_inputs, load_plan};
-use super::{CliError, CliResult};
+use super::compile::load_plan;
+use super::progress::SimProgress;
+use super::{write_out, CliError, CliResult};
 
 #[derive(Args)]
 pub struct SimulateArgs {
@@ -19,8 +22,10 @@ pub struct SimulateArgs {
     /// Nodes of an imported node description (default: the traffic's ranks / its GPUs).
     #[arg(long)]
     nodes: Option<usize>,
+    /// The traffic the plan delivers; for XML without it, the matrix the
+    /// file implies (as for `verify`).
     #[arg(long)]
-    traffic: PathBuf,
+    traffic: Option<PathBuf>,
     /// The plan: `.json` (plan IR) or `.xml` (MSCCL XML, from Switchyard or another tool).
     #[arg(long)]
     plan: PathBuf,
@@ -30,28 +35,75 @@ pub struct SimulateArgs {
     /// ideal or congested.
     #[arg(long, default_value = "ideal")]
     network: String,
+    /// Write the simulated timeline here in the Chrome trace event format
+    /// (open it in https://ui.perfetto.dev or chrome://tracing).
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+    /// Write a one-page SVG here: the busiest GPUs and NICs over time and
+    /// the links' utilisation as a heatmap.
+    #[arg(long, value_name = "FILE")]
+    svg: Option<PathBuf>,
 }
 
 pub fn simulate(a: SimulateArgs) -> CliResult {
     let network: Network = a.network.parse()?;
-    let (topo, m) = load_inputs(&a.topology, &a.traffic, a.nodes)?;
+    for p in a.trace.iter().chain(&a.svg) {
+        super::check_out_dir(p)?;
+    }
+    let (topo, m, traffic_name) =
+        super::compile::plan_inputs(Some(&a.topology), a.nodes, &a.plan, a.traffic.as_deref())?;
+    let topo = topo.ok_or_else(|| CliError::Input("--topology is required".into()))?;
+    m.check_ranks(topo.ranks(), &traffic_name)?;
     let plan = load_plan(&a.plan, Some(&m), Some(&topo))?;
     verify_on(&plan, &m, &topo)
         .map_err(|e| CliError::Failed(format!("{}: {e}", a.plan.display())))?;
+    let opts = SimOptions::new(network);
+    let bound = lower_bound(&topo, &m, &LpOptions::default())?;
+    let mut progress = SimProgress::new(format!("simulating {} transfers", plan.transfers.len()));
+    let sim = Report::simulate(&topo, &m, &plan, &opts, &mut progress.callback());
+    progress.finish();
+    let sim = sim?;
     // A plan read from a file has no compile time: the report says null.
-    let report = Report::measure(
+    let report = Report::assemble(
         &plan.algorithm,
         &topo,
         &m,
         &plan,
-        Some(&lower_bound(&topo, &m, &LpOptions::default())?),
+        &sim,
+        Some(&bound),
         None,
-        &SimOptions::new(network),
-    )?;
-    if a.json {
-        println!("{}", report.to_json());
+        &opts,
+    );
+    if let Some(p) = &a.trace {
+        let title = format!("{} on {} ({network})", plan.algorithm, topo.name());
+        let cannot =
+            |e: std::io::Error| CliError::Input(format!("{}: cannot write: {e}", p.display()));
+        let mut out: Box<dyn Write> = if super::is_stdout(p) {
+            Box::new(std::io::stdout().lock())
+        } else {
+            Box::new(std::fs::File::create(p).map_err(cannot)?)
+        };
+        let mut out = std::io::BufWriter::new(&mut out);
+        write_chrome_trace(&mut out, &topo, &plan, &sim, &title)
+            .and_then(|()| out.flush())
+            .map_err(cannot)?;
+    }
+    if let Some(p) = &a.svg {
+        write_out(
+            Some(p),
+            &super::picture::render(&topo, &plan, &sim, &report),
+        )?;
+    }
+    // A trace or picture on stdout keeps it to itself: the report goes to stderr.
+    let text = if a.json {
+        report.to_json() + "\n"
     } else {
-        print!("{}", summary(&report));
+        summary(&report)
+    };
+    if a.trace.iter().chain(&a.svg).any(|p| super::is_stdout(p)) {
+        eprint!("{text}");
+    } else {
+        print!("{text}");
     }
     Ok(())
 }

@@ -337,6 +337,11 @@ pub fn solve_mcf(
             return no_flow(net, variables, constraints, "adding constraints");
         }
         for v in 0..net.vertices() {
+            // A topology of a million NICs has a million vertices per
+            // commodity: look at the clock inside the loop too.
+            if v % 4096 == 4095 && out_of_time() {
+                return no_flow(net, variables, constraints, "adding constraints");
+            }
             let supply = supply_of(traffic, s, net.rank[v]) / unit_bytes;
             // A vertex no arc touches (pruned, or nothing there).
             if out_arcs[v].is_empty() && in_arcs[v].is_empty() && supply == 0.0 {

@@ -139,6 +139,8 @@ pub struct SimResult {
     pub links: Vec<LinkUsage>,
     /// Nominal bandwidth of every link, bytes/us (for utilisation).
     bandwidth: Vec<f64>,
+    /// Path latency of every transfer, us (indexed like `transfers`).
+    latency: Vec<f64>,
     /// Rate recomputations the run needed (a measure of its cost).
     pub events: usize,
 }
@@ -157,6 +159,26 @@ impl SimResult {
             return 0.0;
         }
         u.bytes / (bw * self.completion_us)
+    }
+
+    /// When transfer `i` began to move bytes: its start plus its path latency
+    /// (its start for a local copy).
+    pub fn moving_from_us(&self, i: usize) -> f64 {
+        let t = self.transfers[i];
+        (t.start_us + self.latency.get(i).copied().unwrap_or(0.0)).min(t.end_us)
+    }
+
+    /// Average rate of transfer `i`, bytes/us (= MB/s), over the time it
+    /// moved bytes: `bytes / (end − moving_from)`. `None` for a transfer
+    /// that took no time moving (local copies, zero bytes).
+    pub fn average_rate(&self, i: usize, bytes: u64) -> Option<f64> {
+        let moving = self.transfers[i].end_us - self.moving_from_us(i);
+        (moving > 0.0 && bytes > 0).then(|| bytes as f64 / moving)
+    }
+
+    /// Nominal bandwidth of a link, bytes/us.
+    pub fn bandwidth(&self, link: LinkId) -> f64 {
+        self.bandwidth.get(link as usize).copied().unwrap_or(0.0)
     }
 
     /// The `k` links of highest utilisation, hottest first, with their names.
@@ -198,6 +220,19 @@ impl SimResult {
 /// # Ok::<(), switchyard_compiler::Error>(())
 /// ```
 pub fn simulate(topo: &Topology, plan: &Plan, opts: &SimOptions) -> Result<SimResult> {
+    simulate_with_progress(topo, plan, opts, &mut |_, _| {})
+}
+
+/// [`simulate`], calling `progress(finished, total)` with the count of
+/// finished transfers after every rate recomputation (for a progress bar
+/// on plans that take seconds: a call is nothing beside a recomputation,
+/// which visits every moving transfer).
+pub fn simulate_with_progress(
+    topo: &Topology,
+    plan: &Plan,
+    opts: &SimOptions,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<SimResult> {
     check_plan(topo, plan)?;
     let eps = opts.tolerance_for(plan.transfers.len());
     if !(eps.is_finite() && eps >= 0.0) {
@@ -207,7 +242,7 @@ pub fn simulate(topo: &Topology, plan: &Plan, opts: &SimOptions) -> Result<SimRe
         )
         .into());
     }
-    Sim::new(topo, plan, opts, eps).run()
+    Sim::new(topo, plan, opts, eps).run(progress)
 }
 
 fn check_plan(topo: &Topology, plan: &Plan) -> Result<()> {
@@ -368,7 +403,7 @@ impl<'a> Sim<'a> {
         }
     }
 
-    fn run(mut self) -> Result<SimResult> {
+    fn run(mut self, progress: &mut dyn FnMut(usize, usize)) -> Result<SimResult> {
         let n = self.plan.transfers.len();
         let mut stack = Vec::new();
         for t in 0..n as u32 {
@@ -431,6 +466,7 @@ impl<'a> Sim<'a> {
             if changed {
                 self.recompute(&active, &dead, reindex, &mut rate);
                 self.events += 1;
+                progress(self.finished, n);
                 changed = false;
                 reindex = false;
             }
@@ -537,6 +573,7 @@ impl<'a> Sim<'a> {
             transfers: self.times,
             links: self.links,
             bandwidth: self.cap,
+            latency: self.latency,
             events: self.events,
         })
     }
