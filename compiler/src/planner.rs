@@ -23,11 +23,13 @@
 //! and [`PlannerOptions`] live in `sched/fast/`, which knows nothing of
 //! this module.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::plan::Plan;
+use crate::rank::{self, LocalProgram};
 use crate::sched::fast::emit::Emitter;
 pub use crate::sched::fast::emit::PlannerOptions;
 pub use crate::sched::fast::stages::{check_partial_permutation, StagePair};
+use crate::sched::{direct, hierarchical, Algorithm};
 use crate::topology::Topology;
 use crate::traffic::TrafficMatrix;
 
@@ -61,6 +63,13 @@ use crate::traffic::TrafficMatrix;
 #[derive(Clone, Debug)]
 pub struct Planner {
     emitter: Emitter,
+    /// The algorithm it plans ([`Planner::for_algorithm`]); the emitter is
+    /// used for `fast` and `spray` only.
+    algorithm: Algorithm,
+    topo: Topology,
+    /// The whole plan a rank's program is sliced from where the algorithm
+    /// has no per-rank planner yet (`fast`, `spray`).
+    whole: Plan,
 }
 
 impl Planner {
@@ -70,7 +79,47 @@ impl Planner {
     /// use `lp` there) and for a `stages_per_node` that is not a positive
     /// number.
     pub fn new(topo: &Topology, opts: PlannerOptions) -> Result<Planner> {
-        Emitter::new(topo, opts).map(|emitter| Planner { emitter })
+        let algorithm = if opts.staged {
+            Algorithm::Fast
+        } else {
+            Algorithm::Spray
+        };
+        Emitter::new(topo, opts).map(|emitter| Planner {
+            emitter,
+            algorithm,
+            topo: topo.clone(),
+            whole: Plan::new("", 0, 0),
+        })
+    }
+
+    /// A planner for `alg`: `fast` and `spray` with `opts` (its `staged` is
+    /// set by the algorithm), `direct` and `hierarchical` (which ignore
+    /// `opts`). Errors ([`Error::Unsupported`]) for the other algorithms,
+    /// and as [`Planner::new`] does.
+    pub fn for_algorithm(topo: &Topology, alg: Algorithm, opts: PlannerOptions) -> Result<Planner> {
+        match alg {
+            Algorithm::Fast | Algorithm::Spray => Planner::new(
+                topo,
+                PlannerOptions {
+                    staged: alg == Algorithm::Fast,
+                    ..opts
+                },
+            ),
+            Algorithm::Direct | Algorithm::Hierarchical => {
+                let mut p = Planner::new(topo, opts)?;
+                p.algorithm = alg;
+                Ok(p)
+            }
+            _ => Err(Error::Unsupported {
+                algorithm: alg.name().into(),
+                reason: "has no per-batch planner (use sched::schedule)".into(),
+            }),
+        }
+    }
+
+    /// The algorithm this planner plans.
+    pub fn algorithm(&self) -> Algorithm {
+        self.algorithm
     }
 
     pub fn options(&self) -> &PlannerOptions {
@@ -87,7 +136,59 @@ impl Planner {
     /// `out` held is replaced. Errors ([`Error::Input`](crate::Error::Input))
     /// when `traffic` does not have the topology's number of ranks.
     pub fn plan_into(&mut self, traffic: &TrafficMatrix, out: &mut Plan) -> Result<()> {
-        self.emitter.plan_into(traffic, out)
+        match self.algorithm {
+            Algorithm::Direct | Algorithm::Hierarchical => {
+                traffic.check_ranks(self.topo.ranks(), "traffic")?;
+                *out = if self.algorithm == Algorithm::Direct {
+                    direct(&self.topo, traffic)
+                } else {
+                    hierarchical(&self.topo, traffic)
+                };
+                Ok(())
+            }
+            _ => self.emitter.plan_into(traffic, out),
+        }
+    }
+
+    /// Rank `rank`'s own program for one all-to-all: exactly its part of
+    /// [`Planner::plan_into`]'s plan (module [`crate::rank`] says what
+    /// "exactly" means and how the parts stitch back together).
+    ///
+    /// `direct` and `hierarchical` plan it from the matrix entries it
+    /// depends on, without the whole plan (memory proportional to the
+    /// ranks). `fast` and `spray` do not have a per-rank planner yet: they
+    /// plan the whole plan (into a buffer this planner keeps) and slice it,
+    /// which gives the same program at the cost of the whole plan.
+    /// Errors ([`Error::Input`]) when `rank` is not a rank of the topology
+    /// or `traffic` does not fit it.
+    pub fn program(&mut self, rank: usize, traffic: &TrafficMatrix) -> Result<LocalProgram> {
+        let mut out = LocalProgram::default();
+        self.plan_rank_into(rank, traffic, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Planner::program`] into `out`, reusing its allocations.
+    pub fn plan_rank_into(
+        &mut self,
+        rank: usize,
+        traffic: &TrafficMatrix,
+        out: &mut LocalProgram,
+    ) -> Result<()> {
+        match self.algorithm {
+            Algorithm::Direct => rank::direct_into(&self.topo, traffic, rank, out),
+            Algorithm::Hierarchical => rank::hierarchical_into(&self.topo, traffic, rank, out),
+            _ => {
+                // A bad rank is told before the whole plan is made.
+                rank::check_rank(rank, self.topo.ranks())?;
+                let mut whole = std::mem::replace(&mut self.whole, Plan::new("", 0, 0));
+                let res = self
+                    .emitter
+                    .plan_into(traffic, &mut whole)
+                    .and_then(|()| rank::slice_into(&whole, rank, out));
+                self.whole = whole;
+                res
+            }
+        }
     }
 
     /// True when the last plan was latency-bound, and so sent as one merged
