@@ -19,6 +19,11 @@
 //!   `l` of node A to GPU `l` of node B, into B's scratch;
 //! - forwards: NVLink (or local) copies from that scratch to the final outputs.
 //!
+//! [`Planner::for_algorithm`] also plans `direct` and `hierarchical` (their
+//! one-shot schedulers, no buffers reused), so that [`Planner::program`],
+//! one rank's own program (module [`crate::rank`]), has one entry for the
+//! four algorithms that have rank programs.
+//!
 //! A thin facade: the emitter that writes the plan (`sched/fast/emit.rs`)
 //! and [`PlannerOptions`] live in `sched/fast/`, which knows nothing of
 //! this module.

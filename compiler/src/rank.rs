@@ -405,15 +405,18 @@ pub(crate) fn hierarchical_into(
     out.reset("hierarchical", rank, n, g);
     let x = rank;
     let (a, j) = (x / g, x % g);
-    // Bytes node `src`'s GPUs send to GPU `rail` of node `b`.
-    let rail_sum = |src: usize, b: usize, rail: usize| -> u64 {
-        (0..g).map(|i| m.get(src * g + i, b * g + rail)).sum()
-    };
-    // Offset of node `b`'s region in the scratch of relay (src, rail).
+    // Offset of node `b`'s region in the scratch of relay (src, rail): what
+    // node `src` sends to GPU `rail` of the nodes before `b`. Read row by
+    // row (a column walk misses the cache at every entry).
     let region_off = |src: usize, rail: usize, b: usize| -> u64 {
-        (0..b)
-            .filter(|&b2| b2 != src)
-            .map(|b2| rail_sum(src, b2, rail))
+        (src * g..(src + 1) * g)
+            .map(|s| {
+                let row = m.row(s);
+                (0..b)
+                    .filter(|&b2| b2 != src)
+                    .map(|b2| row[b2 * g + rail])
+                    .sum::<u64>()
+            })
             .sum()
     };
     // The same for the relays of the rank's own node, from its rows:
@@ -438,6 +441,15 @@ pub(crate) fn hierarchical_into(
     }
     // Column sums of column `d` over rows `0..upto`: where block (upto, d) lands.
     let col_prefix = |d: usize, upto: usize| -> u64 { (0..upto).map(|s| m.get(s, d)).sum() };
+    // Where the rank's phase-2 sends land: in GPU j of node b, after the
+    // blocks from the nodes before `a` (`rail_above[b]`), row by row.
+    let mut rail_above = vec![0u64; nodes];
+    for s in 0..a * g {
+        let row = m.row(s);
+        for (b, acc) in rail_above.iter_mut().enumerate() {
+            *acc += row[b * g + j];
+        }
+    }
     // The rank's own column, summed: `own_col[s]` is where block (s, x) lands.
     let mut own_col = Vec::with_capacity(n + 1);
     let mut acc = 0u64;
@@ -525,7 +537,7 @@ pub(crate) fn hierarchical_into(
                 dst_off: if d == x {
                     own_col[src_node * g]
                 } else {
-                    col_prefix(d, src_node * g)
+                    rail_above[dst_node]
                 },
                 bytes,
                 path: Path::Rdma {
