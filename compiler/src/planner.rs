@@ -67,9 +67,10 @@ use crate::traffic::TrafficMatrix;
 /// ```
 #[derive(Clone, Debug)]
 pub struct Planner {
-    emitter: Emitter,
-    /// The algorithm it plans ([`Planner::for_algorithm`]); the emitter is
-    /// used for `fast` and `spray` only.
+    /// `fast` and `spray` only.
+    emitter: Option<Emitter>,
+    opts: PlannerOptions,
+    /// The algorithm it plans ([`Planner::for_algorithm`]).
     algorithm: Algorithm,
     topo: Topology,
     /// The whole plan a rank's program is sliced from where the algorithm
@@ -89,8 +90,9 @@ impl Planner {
         } else {
             Algorithm::Spray
         };
-        Emitter::new(topo, opts).map(|emitter| Planner {
-            emitter,
+        Emitter::new(topo, opts.clone()).map(|emitter| Planner {
+            emitter: Some(emitter),
+            opts,
             algorithm,
             topo: topo.clone(),
             whole: Plan::new("", 0, 0),
@@ -98,8 +100,8 @@ impl Planner {
     }
 
     /// A planner for `alg`: `fast` and `spray` with `opts` (its `staged` is
-    /// set by the algorithm), `direct` and `hierarchical` (which ignore
-    /// `opts`). Errors ([`Error::Unsupported`]) for the other algorithms,
+    /// set by the algorithm), `direct` and `hierarchical` (on any
+    /// topology; they ignore `opts`). Errors ([`Error::Unsupported`]) for the other algorithms,
     /// and as [`Planner::new`] does.
     pub fn for_algorithm(topo: &Topology, alg: Algorithm, opts: PlannerOptions) -> Result<Planner> {
         match alg {
@@ -110,11 +112,13 @@ impl Planner {
                     ..opts
                 },
             ),
-            Algorithm::Direct | Algorithm::Hierarchical => {
-                let mut p = Planner::new(topo, opts)?;
-                p.algorithm = alg;
-                Ok(p)
-            }
+            Algorithm::Direct | Algorithm::Hierarchical => Ok(Planner {
+                emitter: None,
+                opts,
+                algorithm: alg,
+                topo: topo.clone(),
+                whole: Plan::new("", 0, 0),
+            }),
             _ => Err(Error::Unsupported {
                 algorithm: alg.name().into(),
                 reason: "has no per-batch planner (use sched::schedule)".into(),
@@ -128,12 +132,18 @@ impl Planner {
     }
 
     pub fn options(&self) -> &PlannerOptions {
-        self.emitter.options()
+        self.opts_of()
+    }
+
+    fn opts_of(&self) -> &PlannerOptions {
+        self.emitter.as_ref().map_or(&self.opts, Emitter::options)
     }
 
     /// Plans one all-to-all (allocates a fresh plan; see [`Planner::plan_into`]).
     pub fn plan(&mut self, traffic: &TrafficMatrix) -> Result<Plan> {
-        self.emitter.plan(traffic)
+        let mut plan = Plan::new("", 0, 0);
+        self.plan_into(traffic, &mut plan)?;
+        Ok(plan)
     }
 
     /// Plans one all-to-all into `out`, reusing its allocations (and this
@@ -141,8 +151,9 @@ impl Planner {
     /// `out` held is replaced. Errors ([`Error::Input`](crate::Error::Input))
     /// when `traffic` does not have the topology's number of ranks.
     pub fn plan_into(&mut self, traffic: &TrafficMatrix, out: &mut Plan) -> Result<()> {
-        match self.algorithm {
-            Algorithm::Direct | Algorithm::Hierarchical => {
+        match &mut self.emitter {
+            Some(emitter) => emitter.plan_into(traffic, out),
+            None => {
                 traffic.check_ranks(self.topo.ranks(), "traffic")?;
                 *out = if self.algorithm == Algorithm::Direct {
                     direct(&self.topo, traffic)
@@ -151,7 +162,6 @@ impl Planner {
                 };
                 Ok(())
             }
-            _ => self.emitter.plan_into(traffic, out),
         }
     }
 
@@ -179,27 +189,23 @@ impl Planner {
         traffic: &TrafficMatrix,
         out: &mut LocalProgram,
     ) -> Result<()> {
-        match self.algorithm {
-            Algorithm::Direct => rank::direct_into(&self.topo, traffic, rank, out),
-            Algorithm::Hierarchical => rank::hierarchical_into(&self.topo, traffic, rank, out),
-            _ => {
-                // A bad rank is told before the whole plan is made.
-                rank::check_rank(rank, self.topo.ranks())?;
-                let mut whole = std::mem::replace(&mut self.whole, Plan::new("", 0, 0));
-                let res = self
-                    .emitter
-                    .plan_into(traffic, &mut whole)
-                    .and_then(|()| rank::slice_into(&whole, rank, out));
-                self.whole = whole;
-                res
-            }
-        }
+        let Some(emitter) = &mut self.emitter else {
+            return if self.algorithm == Algorithm::Direct {
+                rank::direct_into(&self.topo, traffic, rank, out)
+            } else {
+                rank::hierarchical_into(&self.topo, traffic, rank, out)
+            };
+        };
+        // A bad rank is told before the whole plan is made.
+        rank::check_rank(rank, self.topo.ranks())?;
+        emitter.plan_into(traffic, &mut self.whole)?;
+        rank::slice_into(&self.whole, rank, out)
     }
 
     /// True when the last plan was latency-bound, and so sent as one merged
     /// stage of direct sends.
     pub fn latency_bound(&self) -> bool {
-        self.emitter.latency_bound()
+        self.emitter.as_ref().is_some_and(Emitter::latency_bound)
     }
 
     /// True when the last plan was one merged stage of direct sends (its
@@ -214,23 +220,23 @@ impl Planner {
     /// with one NIC per node 1.012-1.049 of the bound staged, 1.000 merged
     /// in both network modes; 4x1 1.002-1.027 staged, 1.000 merged.
     pub fn merged(&self) -> bool {
-        self.emitter.merged()
+        self.emitter.as_ref().is_some_and(Emitter::merged)
     }
 
     /// The stages of the last plan: node pairs with their bytes, in stage order.
     pub fn stages(&self) -> &[StagePair] {
-        self.emitter.stages()
+        self.emitter.as_ref().map_or(&[], Emitter::stages)
     }
 
     /// Number of stages of the last plan.
     pub fn stage_count(&self) -> u32 {
-        self.emitter.stage_count()
+        self.emitter.as_ref().map_or(0, Emitter::stage_count)
     }
 
     /// Chunk size the last plan used (bytes); `u64::MAX` for a merged plan
     /// ([`Planner::merged`]), whose blocks go whole.
     pub fn chunk_bytes(&self) -> u64 {
-        self.emitter.chunk_bytes()
+        self.emitter.as_ref().map_or(u64::MAX, Emitter::chunk_bytes)
     }
 
     /// Pipeline depth the last plan used (inter-node sends in flight per GPU,
@@ -238,6 +244,8 @@ impl Planner {
     /// sends do not wait for one another, and for a merged plan
     /// ([`Planner::merged`]), whose sends all start at once).
     pub fn pipeline_depth(&self) -> u32 {
-        self.emitter.pipeline_depth()
+        self.emitter
+            .as_ref()
+            .map_or(u32::MAX, Emitter::pipeline_depth)
     }
 }

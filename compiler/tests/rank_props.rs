@@ -46,6 +46,7 @@ fn check(topo: &Topology, m: &TrafficMatrix, alg: Algorithm) -> Result<(), TestC
     let mut planner = Planner::for_algorithm(topo, alg, PlannerOptions::default()).unwrap();
     let mut whole = Plan::new("", 0, 0);
     planner.plan_into(m, &mut whole).unwrap();
+    prop_assert_eq!(whole.algorithm.as_str(), alg.name());
     verify_on(&whole, m, topo).unwrap();
     let mut progs = Vec::with_capacity(topo.ranks());
     let mut prog = LocalProgram::default();
