@@ -574,3 +574,71 @@ fn phase1(
         deps: Deps::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(src: u32, dst: u32, dst_buf: Buffer, dst_off: u64, bytes: u64, deps: &[u32]) -> Transfer {
+        Transfer {
+            src,
+            src_buf: Buffer::Input,
+            src_off: 0,
+            dst,
+            dst_buf,
+            dst_off,
+            bytes,
+            path: if src == dst {
+                Path::Local
+            } else {
+                Path::Nvlink
+            },
+            step: 0,
+            deps: deps.iter().copied().collect(),
+        }
+    }
+
+    /// Canonical order is by key; deps follow their transfers; transfers
+    /// of zero bytes and deps on them go; slicing every rank and stitching
+    /// gives the canonical plan back.
+    #[test]
+    fn canonical_and_round_trip() {
+        let mut p = Plan::new("test", 2, 2);
+        p.push(t(1, 0, Buffer::Output, 8, 4, &[])); // 0 -> key (0, output, 8)
+        p.push(t(0, 1, Buffer::Scratch, 0, 0, &[])); // 1: zero bytes, dropped
+        p.push(t(0, 0, Buffer::Output, 0, 8, &[1])); // 2 -> key (0, output, 0)
+        p.push(t(0, 1, Buffer::Output, 0, 4, &[0, 2])); // 3 -> key (1, output, 0)
+        p.need_scratch(1, 16);
+        let c = canonical(&p);
+        let seen: Vec<(u32, u64, Vec<u32>)> = c
+            .transfers
+            .iter()
+            .map(|t| (t.dst, t.dst_off, t.deps.to_vec()))
+            .collect();
+        assert_eq!(
+            seen,
+            vec![(0, 0, vec![]), (0, 8, vec![]), (1, 0, vec![0, 1])]
+        );
+        let progs: Vec<LocalProgram> = (0..2)
+            .map(|r| {
+                let mut out = LocalProgram::default();
+                slice_into(&p, r, &mut out).unwrap();
+                out
+            })
+            .collect();
+        assert_eq!(progs[0].ops[0].op, OpKind::Copy);
+        assert_eq!(progs[1].scratch_bytes, 16);
+        assert_eq!(stitch(&progs).unwrap(), c);
+        // Two transfers writing one place cannot both be named.
+        let mut twice = p.clone();
+        twice.push(t(1, 0, Buffer::Output, 8, 4, &[]));
+        let progs: Vec<LocalProgram> = (0..2)
+            .map(|r| {
+                let mut out = LocalProgram::default();
+                slice_into(&twice, r, &mut out).unwrap();
+                out
+            })
+            .collect();
+        assert!(stitch(&progs).is_err());
+    }
+}
