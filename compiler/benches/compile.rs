@@ -7,13 +7,21 @@
 //! traffic, 64 KB per pair), whose byte-counted pipeline windows cost more
 //! per send.
 //!
+//! `rank_program` (issue 25 targets: 128x8 <= 1 ms, 512x8 <= 5 ms): one
+//! rank's own program (`Planner::plan_rank_into`, buffers reused) on MoE
+//! Zipf 1.0 and log-normal 1.0 traffic. `direct` and `hierarchical` plan it
+//! per rank; `fast` still slices its whole plan (128x8 only: that is the
+//! cost a per-rank `fast` would remove).
+//!
 //! cargo bench -p switchyard-compiler --bench compile
+//! cargo bench -p switchyard-compiler --bench compile -- rank_program
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use switchyard_compiler::generate::{generate, Pattern, TrafficSpec};
 use switchyard_compiler::plan::{Buffer, Deps, Path, Transfer};
 use switchyard_compiler::planner::{Planner, PlannerOptions};
-use switchyard_compiler::{Plan, Topology, TrafficMatrix};
+use switchyard_compiler::rank::LocalProgram;
+use switchyard_compiler::{Algorithm, Plan, Topology, TrafficMatrix};
 
 fn plan_time(c: &mut Criterion) {
     let mut group = c.benchmark_group("plan_into");
@@ -118,5 +126,42 @@ fn store_only(out: &mut Vec<Transfer>, n: usize) {
     std::hint::black_box(out);
 }
 
-criterion_group!(benches, plan_time);
+fn rank_time(c: &mut Criterion) {
+    let mut group = c.benchmark_group("rank_program");
+    group.sample_size(10);
+    for nodes in [128usize, 512] {
+        let topo = Topology::preset("dgx-h100", nodes, None).expect("preset");
+        // The middle rank: its column prefix reads half the matrix's rows.
+        let rank = topo.ranks() / 2;
+        for (pattern, name) in [
+            (Pattern::Zipf(1.0), "zipf1.0"),
+            (Pattern::Lognormal(1.0), "lognormal1.0"),
+        ] {
+            let mut spec = TrafficSpec::new(topo.ranks(), pattern);
+            spec.seed = 1;
+            let traffic = generate(&spec).expect("traffic");
+            let mut algs = vec![Algorithm::Direct, Algorithm::Hierarchical];
+            if nodes == 128 {
+                algs.push(Algorithm::Fast);
+            }
+            for alg in algs {
+                let mut planner =
+                    Planner::for_algorithm(&topo, alg, PlannerOptions::default()).expect("planner");
+                let mut prog = LocalProgram::default();
+                planner
+                    .plan_rank_into(rank, &traffic, &mut prog)
+                    .expect("program");
+                eprintln!("{alg} {nodes}x8 {name} rank {rank}: {} ops", prog.ops.len());
+                group.bench_with_input(
+                    BenchmarkId::new(format!("{alg}-{name}"), format!("{nodes}x8")),
+                    &traffic,
+                    |b, m| b.iter(|| planner.plan_rank_into(rank, m, &mut prog).expect("program")),
+                );
+            }
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, plan_time, rank_time);
 criterion_main!(benches);

@@ -39,6 +39,7 @@ pub mod msccl;
 pub mod plan;
 pub mod planner;
 pub mod program;
+pub mod rank;
 pub mod report;
 pub mod sched;
 pub mod sim;

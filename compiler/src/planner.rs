@@ -19,15 +19,22 @@
 //!   `l` of node A to GPU `l` of node B, into B's scratch;
 //! - forwards: NVLink (or local) copies from that scratch to the final outputs.
 //!
+//! [`Planner::for_algorithm`] also plans `direct` and `hierarchical` (their
+//! one-shot schedulers, no buffers reused), so that [`Planner::program`],
+//! one rank's own program (module [`crate::rank`]), has one entry for the
+//! four algorithms that have rank programs.
+//!
 //! A thin facade: the emitter that writes the plan (`sched/fast/emit.rs`)
 //! and [`PlannerOptions`] live in `sched/fast/`, which knows nothing of
 //! this module.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::plan::Plan;
+use crate::rank::{self, LocalProgram};
 use crate::sched::fast::emit::Emitter;
 pub use crate::sched::fast::emit::PlannerOptions;
 pub use crate::sched::fast::stages::{check_partial_permutation, StagePair};
+use crate::sched::{direct, hierarchical, Algorithm};
 use crate::topology::Topology;
 use crate::traffic::TrafficMatrix;
 
@@ -60,7 +67,15 @@ use crate::traffic::TrafficMatrix;
 /// ```
 #[derive(Clone, Debug)]
 pub struct Planner {
-    emitter: Emitter,
+    /// `fast` and `spray` only.
+    emitter: Option<Emitter>,
+    opts: PlannerOptions,
+    /// The algorithm it plans ([`Planner::for_algorithm`]).
+    algorithm: Algorithm,
+    topo: Topology,
+    /// The whole plan a rank's program is sliced from where the algorithm
+    /// has no per-rank planner yet (`fast`, `spray`).
+    whole: Plan,
 }
 
 impl Planner {
@@ -70,16 +85,65 @@ impl Planner {
     /// use `lp` there) and for a `stages_per_node` that is not a positive
     /// number.
     pub fn new(topo: &Topology, opts: PlannerOptions) -> Result<Planner> {
-        Emitter::new(topo, opts).map(|emitter| Planner { emitter })
+        let algorithm = if opts.staged {
+            Algorithm::Fast
+        } else {
+            Algorithm::Spray
+        };
+        Emitter::new(topo, opts.clone()).map(|emitter| Planner {
+            emitter: Some(emitter),
+            opts,
+            algorithm,
+            topo: topo.clone(),
+            whole: Plan::new("", 0, 0),
+        })
+    }
+
+    /// A planner for `alg`: `fast` and `spray` with `opts` (its `staged` is
+    /// set by the algorithm), `direct` and `hierarchical` (on any
+    /// topology; they ignore `opts`). Errors ([`Error::Unsupported`]) for the other algorithms,
+    /// and as [`Planner::new`] does.
+    pub fn for_algorithm(topo: &Topology, alg: Algorithm, opts: PlannerOptions) -> Result<Planner> {
+        match alg {
+            Algorithm::Fast | Algorithm::Spray => Planner::new(
+                topo,
+                PlannerOptions {
+                    staged: alg == Algorithm::Fast,
+                    ..opts
+                },
+            ),
+            Algorithm::Direct | Algorithm::Hierarchical => Ok(Planner {
+                emitter: None,
+                opts,
+                algorithm: alg,
+                topo: topo.clone(),
+                whole: Plan::new("", 0, 0),
+            }),
+            _ => Err(Error::Unsupported {
+                algorithm: alg.name().into(),
+                reason: "has no per-batch planner (use sched::schedule)".into(),
+            }),
+        }
+    }
+
+    /// The algorithm this planner plans.
+    pub fn algorithm(&self) -> Algorithm {
+        self.algorithm
     }
 
     pub fn options(&self) -> &PlannerOptions {
-        self.emitter.options()
+        self.opts_of()
+    }
+
+    fn opts_of(&self) -> &PlannerOptions {
+        self.emitter.as_ref().map_or(&self.opts, Emitter::options)
     }
 
     /// Plans one all-to-all (allocates a fresh plan; see [`Planner::plan_into`]).
     pub fn plan(&mut self, traffic: &TrafficMatrix) -> Result<Plan> {
-        self.emitter.plan(traffic)
+        let mut plan = Plan::new("", 0, 0);
+        self.plan_into(traffic, &mut plan)?;
+        Ok(plan)
     }
 
     /// Plans one all-to-all into `out`, reusing its allocations (and this
@@ -87,13 +151,61 @@ impl Planner {
     /// `out` held is replaced. Errors ([`Error::Input`](crate::Error::Input))
     /// when `traffic` does not have the topology's number of ranks.
     pub fn plan_into(&mut self, traffic: &TrafficMatrix, out: &mut Plan) -> Result<()> {
-        self.emitter.plan_into(traffic, out)
+        match &mut self.emitter {
+            Some(emitter) => emitter.plan_into(traffic, out),
+            None => {
+                traffic.check_ranks(self.topo.ranks(), "traffic")?;
+                *out = if self.algorithm == Algorithm::Direct {
+                    direct(&self.topo, traffic)
+                } else {
+                    hierarchical(&self.topo, traffic)
+                };
+                Ok(())
+            }
+        }
+    }
+
+    /// Rank `rank`'s own program for one all-to-all: exactly its part of
+    /// [`Planner::plan_into`]'s plan (module [`crate::rank`] says what
+    /// "exactly" means and how the parts stitch back together).
+    ///
+    /// `direct` and `hierarchical` plan it from the matrix entries it
+    /// depends on, without the whole plan (memory proportional to the
+    /// ranks). `fast` and `spray` do not have a per-rank planner yet: they
+    /// plan the whole plan (into a buffer this planner keeps) and slice it,
+    /// which gives the same program at the cost of the whole plan.
+    /// Errors ([`Error::Input`]) when `rank` is not a rank of the topology
+    /// or `traffic` does not fit it.
+    pub fn program(&mut self, rank: usize, traffic: &TrafficMatrix) -> Result<LocalProgram> {
+        let mut out = LocalProgram::default();
+        self.plan_rank_into(rank, traffic, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Planner::program`] into `out`, reusing its allocations.
+    pub fn plan_rank_into(
+        &mut self,
+        rank: usize,
+        traffic: &TrafficMatrix,
+        out: &mut LocalProgram,
+    ) -> Result<()> {
+        let Some(emitter) = &mut self.emitter else {
+            return if self.algorithm == Algorithm::Direct {
+                rank::direct_into(&self.topo, traffic, rank, out)
+            } else {
+                rank::hierarchical_into(&self.topo, traffic, rank, out)
+            };
+        };
+        // A bad rank is told before the whole plan is made.
+        rank::check_rank(rank, self.topo.ranks())?;
+        emitter.plan_into(traffic, &mut self.whole)?;
+        rank::slice_into(&self.whole, rank, out)
     }
 
     /// True when the last plan was latency-bound, and so sent as one merged
     /// stage of direct sends.
     pub fn latency_bound(&self) -> bool {
-        self.emitter.latency_bound()
+        self.emitter.as_ref().is_some_and(Emitter::latency_bound)
     }
 
     /// True when the last plan was one merged stage of direct sends (its
@@ -108,23 +220,23 @@ impl Planner {
     /// with one NIC per node 1.012-1.049 of the bound staged, 1.000 merged
     /// in both network modes; 4x1 1.002-1.027 staged, 1.000 merged.
     pub fn merged(&self) -> bool {
-        self.emitter.merged()
+        self.emitter.as_ref().is_some_and(Emitter::merged)
     }
 
     /// The stages of the last plan: node pairs with their bytes, in stage order.
     pub fn stages(&self) -> &[StagePair] {
-        self.emitter.stages()
+        self.emitter.as_ref().map_or(&[], Emitter::stages)
     }
 
     /// Number of stages of the last plan.
     pub fn stage_count(&self) -> u32 {
-        self.emitter.stage_count()
+        self.emitter.as_ref().map_or(0, Emitter::stage_count)
     }
 
     /// Chunk size the last plan used (bytes); `u64::MAX` for a merged plan
     /// ([`Planner::merged`]), whose blocks go whole.
     pub fn chunk_bytes(&self) -> u64 {
-        self.emitter.chunk_bytes()
+        self.emitter.as_ref().map_or(u64::MAX, Emitter::chunk_bytes)
     }
 
     /// Pipeline depth the last plan used (inter-node sends in flight per GPU,
@@ -132,6 +244,8 @@ impl Planner {
     /// sends do not wait for one another, and for a merged plan
     /// ([`Planner::merged`]), whose sends all start at once).
     pub fn pipeline_depth(&self) -> u32 {
-        self.emitter.pipeline_depth()
+        self.emitter
+            .as_ref()
+            .map_or(u32::MAX, Emitter::pipeline_depth)
     }
 }

@@ -13,6 +13,12 @@ the all_to_all_single call, and the ratio of the two (medians over the
 iterations). On CPUs gloo is the engine, so this measures the executor's
 overhead, not a network.
 
+With --exchange-only (torchrun): the split-size exchange alone, per call:
+today's all-gather of every rank's header and splits (what AllToAll does)
+against what a `direct` own program needs (docs/python.md, "Own programs"):
+an all-reduce of the header and one all_to_all_single of two offsets per
+peer. Rank 0 prints the bytes each rank receives and the median times.
+
 With --plan-only (no torchrun): the planning part of a cache miss at any
 rank count in one process: Planner.plan on the bytes matrix plus this rank's
 program, as AllToAll does it.
@@ -56,6 +62,42 @@ def plan_only(args):
         f"(min {1e3 * min(times):.3f}), {plan.num_transfers} transfers, "
         f"rank 0: {statistics.median(ops):.0f} ops on {statistics.median(levels):.0f} levels"
     )
+
+
+def exchange_only(args):
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    header = 5
+    today, own = [], []
+    for it in range(args.iters + 1):
+        local = torch.zeros(header + 2 * world, dtype=torch.int64)
+        gathered = [torch.empty_like(local) for _ in range(world)]
+        dist.barrier()
+        t0 = time.perf_counter()
+        dist.all_gather(gathered, local)
+        t1 = time.perf_counter()
+        head = torch.zeros(header, dtype=torch.int64)
+        offsets = torch.zeros(2 * world, dtype=torch.int64)
+        theirs = torch.empty_like(offsets)
+        dist.barrier()
+        t2 = time.perf_counter()
+        dist.all_reduce(head, op=dist.ReduceOp.MAX)
+        dist.all_to_all_single(theirs, offsets)
+        t3 = time.perf_counter()
+        if it:
+            today.append(t1 - t0)
+            own.append(t3 - t2)
+    if rank == 0:
+        med = lambda v: 1e3 * statistics.median(v)  # noqa: E731
+        print(
+            f"{world} ranks, gloo, medians of {args.iters}: all-gather {world * (header + 2 * world) * 8} B "
+            f"received, {med(today):.3f} ms; own-program exchange {2 * world * 8 + header * 8} B, "
+            f"{med(own):.3f} ms"
+        )
+    dist.destroy_process_group()
 
 
 def distributed(args):
@@ -128,11 +170,14 @@ def main():
     ap.add_argument("--hidden", type=int, default=1024)
     ap.add_argument("--zipf", type=float, default=1.0)
     ap.add_argument("--plan-only", action="store_true")
+    ap.add_argument("--exchange-only", action="store_true")
     ap.add_argument("--ranks", type=int, default=64, help="with --plan-only")
     ap.add_argument("--mib", type=int, default=16, help="with --plan-only: MiB per rank")
     args = ap.parse_args()
     if args.plan_only:
         plan_only(args)
+    elif args.exchange_only:
+        exchange_only(args)
     else:
         distributed(args)
 

@@ -339,6 +339,37 @@ impl PyPlanner {
         })
     }
 
+    /// Rank `rank`'s own program for the traffic (as `_plan_bytes` takes
+    /// it), as plain data: module `rank` of the compiler (docs/formats.md,
+    /// "Rank program"). `direct` and `hierarchical` plan it without the
+    /// whole plan; `fast` and `spray` slice theirs.
+    fn _program_bytes<'py>(
+        &mut self,
+        py: Python<'py>,
+        matrix: &Bound<'_, PyBytes>,
+        ranks: i64,
+        rank: i64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let traffic = traffic_from_bytes(matrix, ranks, &self.topo)?;
+        let rank = usize::try_from(rank)
+            .map_err(|_| bad_arg("rank", format!("must be at least 0, got {rank}")))?;
+        let (alg, topo) = (self.algorithm, self.topo.clone());
+        let engine = &mut self.engine;
+        let text = py
+            .detach(|| {
+                let prog = match engine {
+                    Engine::Reusable(p) => p.program(rank, &traffic),
+                    Engine::OneShot(_) => {
+                        FastPlanner::for_algorithm(&topo, alg, PlannerOptions::default())
+                            .and_then(|mut p| p.program(rank, &traffic))
+                    }
+                };
+                prog.map(|p| p.to_json())
+            })
+            .map_err(py_err)?;
+        json_to_py(py, &text)
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "Planner({:?}, algorithm={:?})",

@@ -55,6 +55,15 @@ class Planner(_native.Planner):
         data, ranks = matrix_bytes(matrix)
         return self._plan_bytes(data, ranks)
 
+    def program(self, rank: int, matrix: Any) -> dict:
+        """Rank ``rank``'s own program for ``matrix`` (docs/formats.md, "Rank
+        program"): its sends, receives and copies, each transfer named by
+        where it writes. ``direct`` and ``hierarchical`` plan it without the
+        whole plan; ``fast`` and ``spray`` slice their whole plan; other
+        algorithms raise ``ValueError``."""
+        data, ranks = matrix_bytes(matrix)
+        return self._program_bytes(data, ranks, rank)
+
 
 def plan_from_json(text: str, topology: Topology, matrix: Any) -> Plan:
     """A plan in the IR's JSON form (``compile --out plan.json``, or

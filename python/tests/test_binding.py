@@ -126,6 +126,29 @@ def test_programs_cover_the_plan():
             assert sides[0][2] == sides[1][2]
 
 
+@pytest.mark.parametrize("algorithm", ["direct", "hierarchical", "fast"])
+def test_own_programs_are_the_plans_slices(algorithm):
+    """Planner.program(rank, m): the rank's own transfers of the whole plan,
+    named by where they write (docs/formats.md, "Rank program")."""
+    t = Topology.preset("dgx-h100", 3, gpus_per_node=2)
+    m = skewed(6, seed=5)
+    planner = Planner(t, algorithm)
+    plan = planner.plan(m)
+    fields = ("op", "peer", "bytes", "src_buf", "src_off", "dst_buf", "dst_off")
+    for r in range(6):
+        own = planner.program(r, m)
+        assert own["rank"] == r and own["scratch_bytes"] == plan.scratch_bytes(r)
+        keys = [(o["peer"] if o["op"] == "send" else r, o["dst_buf"], o["dst_off"]) for o in own["ops"]]
+        assert keys == sorted(keys, key=lambda k: (k[0], ["input", "output", "scratch"].index(k[1]), k[2]))
+        got = sorted(tuple(o[f] for f in fields) for o in own["ops"])
+        want = sorted(tuple(o[f] for f in fields) for o in plan.program(r)["ops"])
+        assert got == want
+    with pytest.raises(ValueError, match="not a rank"):
+        planner.program(6, m)
+    with pytest.raises(ValueError, match="no rank programs|per-batch planner"):
+        Planner(t, "pairwise").program(0, m)
+
+
 def test_verification_error_is_raised():
     t = Topology.preset("dgx-h100", 2, gpus_per_node=4)
     m = skewed(8, seed=2)

@@ -10,6 +10,8 @@ use switchyard::compiler::msccl::{
     assign_paths, parse_xml, to_xml, xml_traffic, Layout, Protocol, XmlOptions, MAX_CHUNK_BYTES,
     PLAN_LANES_PER_GPU,
 };
+use switchyard::compiler::planner::{Planner, PlannerOptions};
+use switchyard::compiler::program::OpKind;
 use switchyard::compiler::report::Report;
 use switchyard::compiler::sched::{lp_with_report, schedule, Options};
 use switchyard::compiler::sim::{Network, SimOptions};
@@ -62,6 +64,11 @@ pub struct CompileArgs {
     /// `lp`: print the solver's log.
     #[arg(long)]
     verbose: bool,
+    /// Write only this rank's own program (JSON, docs/formats.md "Rank
+    /// programs"), planned without the whole plan where the algorithm can
+    /// (`direct`, `hierarchical`; `fast` and `spray` slice their plan).
+    #[arg(long)]
+    rank: Option<usize>,
 }
 
 /// Reads a topology and a traffic matrix that must fit it. A topology given
@@ -114,6 +121,9 @@ pub fn compile(a: CompileArgs) -> CliResult {
                 "--chunk-bytes: must be in 1..={MAX_CHUNK_BYTES} (2^38), got {u}"
             )));
         }
+    }
+    if let Some(rank) = a.rank {
+        return compile_rank(&a, alg, rank);
     }
     let (topo, m) = load_inputs(&a.topology, &a.traffic, a.nodes)?;
     // `lp` may solve for a minute: a path it cannot write fails first.
@@ -258,6 +268,66 @@ pub fn compile(a: CompileArgs) -> CliResult {
         _ => {}
     }
     eprintln!("{}", parts.join("; "));
+    Ok(())
+}
+
+/// `compile --rank R`: one rank's own program and a report of what it does.
+fn compile_rank(a: &CompileArgs, alg: Algorithm, rank: usize) -> CliResult {
+    if extension(&a.out).as_deref() != Some("json") {
+        return Err(CliError::Input(format!(
+            "{}: --rank writes a rank program as JSON (use .json)",
+            a.out.display()
+        )));
+    }
+    if !matches!(
+        alg,
+        Algorithm::Direct | Algorithm::Hierarchical | Algorithm::Fast | Algorithm::Spray
+    ) {
+        return Err(CliError::Input(format!(
+            "--rank: `{alg}` has no rank programs (use direct, hierarchical, fast or spray)"
+        )));
+    }
+    let (topo, m) = load_inputs(&a.topology, &a.traffic, a.nodes)?;
+    for p in std::iter::once(&a.out).chain(&a.report) {
+        super::check_out_dir(p)?;
+    }
+    let mut planner = Planner::for_algorithm(&topo, alg, PlannerOptions::default())?;
+    let t0 = Instant::now();
+    let prog = planner.program(rank, &m)?;
+    let compile_us = t0.elapsed().as_secs_f64() * 1e6;
+    write_out(Some(&a.out), &prog.to_json())?;
+    let sum = |kind: OpKind| -> (usize, u64) {
+        prog.ops
+            .iter()
+            .filter(|o| o.op == kind)
+            .fold((0, 0), |(n, b), o| (n + 1, b + o.bytes))
+    };
+    let ((sends, sent), (recvs, received), (copies, copied)) =
+        (sum(OpKind::Send), sum(OpKind::Recv), sum(OpKind::Copy));
+    if let Some(r) = &a.report {
+        let json = serde_json::json!({
+            "algorithm": alg.name(),
+            "rank": rank,
+            "ranks": topo.ranks(),
+            "compile_us": compile_us,
+            "ops": prog.ops.len(),
+            "sends": sends,
+            "receives": recvs,
+            "copies": copies,
+            "bytes_sent": sent,
+            "bytes_received": received,
+            "bytes_copied": copied,
+            "scratch_bytes": prog.scratch_bytes,
+        });
+        let text =
+            serde_json::to_string_pretty(&json).map_err(|e| CliError::Failed(e.to_string()))?;
+        write_out(Some(r), &(text + "\n"))?;
+    }
+    eprintln!(
+        "{}: rank {rank}: {} ops ({sends} sends, {recvs} receives, {copies} copies), compiled in {compile_us:.0} us",
+        a.out.display(),
+        prog.ops.len(),
+    );
     Ok(())
 }
 

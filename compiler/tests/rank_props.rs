@@ -1,0 +1,148 @@
+//! Per-rank planning: every rank's own program, stitched back together, is
+//! the whole plan (module `rank`: same transfers, fields and dependencies,
+//! in canonical order), for every algorithm with a per-rank planner.
+
+use proptest::prelude::*;
+use switchyard_compiler::planner::{Planner, PlannerOptions};
+use switchyard_compiler::program::OpKind;
+use switchyard_compiler::rank::{canonical, stitch, LocalProgram};
+use switchyard_compiler::{verify_on, Algorithm, Plan, Topology, TrafficMatrix};
+
+const ALGORITHMS: [Algorithm; 4] = [
+    Algorithm::Direct,
+    Algorithm::Hierarchical,
+    Algorithm::Spray,
+    Algorithm::Fast,
+];
+
+/// A random matrix: each block empty with probability `sparsity`/8, else
+/// up to `scale` bytes, a few blocks heavy (skew).
+fn matrix(ranks: usize, seed: u64, sparsity: u64, scale: u64) -> TrafficMatrix {
+    let mut state = seed | 1;
+    let mut next = || {
+        // splitmix64
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let mut m = TrafficMatrix::zeros(ranks);
+    for s in 0..ranks {
+        for d in 0..ranks {
+            let r = next();
+            if r % 8 < sparsity {
+                continue;
+            }
+            let heavy = if (r >> 8) % 17 == 0 { 16 } else { 1 };
+            m.set(s, d, 1 + (r >> 16) % scale * heavy);
+        }
+    }
+    m
+}
+
+/// Stitches every rank's program of `alg` and compares with the whole plan.
+fn check(topo: &Topology, m: &TrafficMatrix, alg: Algorithm) -> Result<(), TestCaseError> {
+    let mut planner = Planner::for_algorithm(topo, alg, PlannerOptions::default()).unwrap();
+    let mut whole = Plan::new("", 0, 0);
+    planner.plan_into(m, &mut whole).unwrap();
+    prop_assert_eq!(whole.algorithm.as_str(), alg.name());
+    verify_on(&whole, m, topo).unwrap();
+    let mut progs = Vec::with_capacity(topo.ranks());
+    let mut prog = LocalProgram::default();
+    for r in 0..topo.ranks() {
+        planner.plan_rank_into(r, m, &mut prog).unwrap();
+        progs.push(prog.clone());
+    }
+    let stitched = stitch(&progs).unwrap();
+    let want = canonical(&whole);
+    prop_assert_eq!(stitched.transfers.len(), want.transfers.len(), "{}", alg);
+    for (i, (got, want)) in stitched.transfers.iter().zip(&want.transfers).enumerate() {
+        prop_assert_eq!(got, want, "{} transfer {}", alg, i);
+    }
+    prop_assert_eq!(&stitched, &want, "{}", alg);
+    // The canonical form is the same all-to-all.
+    verify_on(&stitched, m, topo).unwrap();
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Small clusters, every shape of node.
+    #[test]
+    fn stitched_programs_are_the_plan(
+        nodes in 2usize..=6,
+        gpus in 1usize..=4,
+        seed in any::<u64>(),
+        sparsity in 0u64..=6,
+        scale in prop::sample::select(vec![64u64, 4096, 1 << 20]),
+    ) {
+        let topo = Topology::preset("dgx-h100", nodes, Some(gpus)).unwrap();
+        let m = matrix(topo.ranks(), seed, sparsity, scale);
+        for alg in ALGORITHMS {
+            check(&topo, &m, alg)?;
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 3, ..ProptestConfig::default() })]
+
+    /// Up to 32 nodes: few cases, one GPU or two per node.
+    #[test]
+    fn stitched_programs_are_the_plan_at_32_nodes(
+        nodes in 16usize..=32,
+        gpus in 1usize..=2,
+        seed in any::<u64>(),
+        sparsity in 0u64..=4,
+    ) {
+        let topo = Topology::preset("dgx-h100", nodes, Some(gpus)).unwrap();
+        let m = matrix(topo.ranks(), seed, sparsity, 1 << 16);
+        for alg in ALGORITHMS {
+            check(&topo, &m, alg)?;
+        }
+    }
+}
+
+/// A mesh fabric (fast's relief pass) and a program's errors.
+#[test]
+fn mesh_and_errors() {
+    let topo = Topology::preset("mi300x", 2, Some(4)).unwrap();
+    let m = matrix(8, 7, 1, 1 << 20);
+    for alg in ALGORITHMS {
+        check(&topo, &m, alg).unwrap();
+        let mut planner = Planner::for_algorithm(&topo, alg, PlannerOptions::default()).unwrap();
+        let e = planner.program(8, &m).unwrap_err().to_string();
+        assert!(e.contains("not a rank"), "{alg}: {e}");
+        let e = planner
+            .program(0, &TrafficMatrix::uniform(4, 1))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rank"), "{alg}: {e}");
+    }
+    assert!(Planner::for_algorithm(&topo, Algorithm::Lp, PlannerOptions::default()).is_err());
+}
+
+/// A broken stitch is caught: a program that lost an op, or whose op
+/// disagrees with its peer's.
+#[test]
+fn stitch_rejects_disagreeing_programs() {
+    let topo = Topology::preset("dgx-h100", 2, Some(2)).unwrap();
+    let m = matrix(4, 3, 0, 1000);
+    let mut planner =
+        Planner::for_algorithm(&topo, Algorithm::Hierarchical, PlannerOptions::default()).unwrap();
+    let progs: Vec<LocalProgram> = (0..4).map(|r| planner.program(r, &m).unwrap()).collect();
+    assert!(stitch(&progs).is_ok());
+    let mut lost = progs.clone();
+    lost[1].ops.pop();
+    assert!(stitch(&lost).is_err());
+    let mut changed = progs.clone();
+    let at = changed[2]
+        .ops
+        .iter()
+        .position(|o| o.op != OpKind::Copy)
+        .unwrap();
+    changed[2].ops[at].bytes += 1;
+    assert!(stitch(&changed).is_err());
+}
