@@ -1363,6 +1363,54 @@ mod tests {
     }
 
     #[test]
+    fn presets_have_their_figures_and_say_their_shape() {
+        let spec = |name, g, k| TopologySpec::preset_shape(name, 4, g, k).unwrap();
+        // (preset, GPUs, intra GB/s, NICs, NIC GB/s): docs/formats.md, "Presets".
+        for (name, gpus, intra, nics, nic) in [
+            ("dgx-a100", 8, 300.0, 8, 25.0),
+            ("dgx-h100", 8, 450.0, 8, 50.0),
+            ("dgx-h200", 8, 450.0, 8, 50.0),
+            ("dgx-b200", 8, 900.0, 8, 50.0),
+            ("gb200-nvl72", 72, 900.0, 72, 50.0),
+            ("mi300x", 8, 64.0, 8, 50.0),
+        ] {
+            let s = spec(name, None, None);
+            let (i, n) = (s.intra.as_ref().unwrap(), s.nic.as_ref().unwrap());
+            assert_eq!(
+                (
+                    s.gpus_per_node,
+                    i.bandwidth_gbps,
+                    n.per_node,
+                    n.bandwidth_gbps
+                ),
+                (gpus, intra, nics, nic),
+                "{name}"
+            );
+            assert!(!s.name.contains('('), "{name}: {}", s.name);
+        }
+        assert_eq!(
+            spec("mi300x", None, None).intra.unwrap().kind,
+            IntraKind::Mesh
+        );
+        assert_eq!(spec("dgx-h100", None, None).name, "4x DGX-H100");
+        assert_eq!(spec("gb200-nvl72", None, None).name, "4x GB200-NVL72");
+        // GPUs and NICs are set independently, and the name says so.
+        let s = spec("dgx-h100", Some(4), Some(2));
+        assert_eq!((s.gpus_per_node, s.nic.as_ref().unwrap().per_node), (4, 2));
+        assert_eq!(s.name, "4x DGX-H100 (4 GPUs, 2 NICs per node)");
+        let s = spec("dgx-h100", None, Some(1));
+        assert_eq!(s.gpus_per_node, 8);
+        assert_eq!(s.name, "4x DGX-H100 (8 GPUs, 1 NIC per node)");
+        // GPUs alone: one NIC each, at most the machine's count.
+        assert_eq!(spec("dgx-h100", Some(2), None).nic.unwrap().per_node, 2);
+        assert_eq!(spec("dgx-h100", Some(16), None).nic.unwrap().per_node, 8);
+        let e = TopologySpec::preset_shape("dgx-h100", 2, None, Some(0))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "<preset dgx-h100>: nic.per_node: must be at least 1");
+    }
+
+    #[test]
     fn mesh_has_pair_links() {
         let t = Topology::preset("mi300x", 1, None).unwrap();
         let p = t.path(1, 6);
