@@ -5,9 +5,10 @@ use std::time::Instant;
 
 use clap::Args;
 use switchyard::compiler::lp::{lower_bound, LpOptions};
+use switchyard::compiler::msccl::lower::buffer_bytes as msccl_buffer_bytes;
 use switchyard::compiler::msccl::{
-    assign_paths, parse_xml, to_xml, xml_traffic, Layout, Protocol, XmlOptions, MAX_CHUNK_BYTES,
-    PLAN_LANES_PER_GPU,
+    assign_paths, parse_xml, parse_xml_implied, to_xml, Executor, Layout, Protocol, XmlOptions,
+    XmlPlan, MAX_CHUNK_BYTES,
 };
 use switchyard::compiler::report::Report;
 use switchyard::compiler::sched::{schedule, Options};
@@ -40,6 +41,11 @@ pub struct CompileArgs {
     /// MSCCL XML: chunk size in bytes (default: chosen from the matrix and the executor's limits).
     #[arg(long)]
     chunk_bytes: Option<u64>,
+    /// MSCCL XML: the executor whose limits the file meets, `msccl`
+    /// (NCCL-MSCCL: 108 threadblocks per GPU, 32 channels) or `rccl` (64
+    /// threadblocks, 128 channels). Default: `rccl` for MI300X topologies, else `msccl`.
+    #[arg(long)]
+    executor: Option<String>,
     /// Write a JSON report here.
     #[arg(long)]
     report: Option<PathBuf>,
@@ -73,17 +79,24 @@ pub fn compile(a: CompileArgs) -> CliResult {
         }
     }
     let (topo, m) = load_inputs(&a.topology, &a.traffic)?;
+    let executor = match &a.executor {
+        Some(e) => e
+            .parse::<Executor>()
+            .map_err(|e| CliError::Input(format!("--executor: {e}")))?,
+        None => Executor::default_for(&topo),
+    };
     // `lp` may solve for a minute: a path it cannot write fails first.
     for p in std::iter::once(&a.out).chain(&a.report) {
         super::check_out_dir(p)?;
     }
     let t0 = Instant::now();
-    // An MSCCL file runs at most ~108 threadblocks per GPU: a plan for one
-    // must not run more lanes at once than that (only `lp` would).
+    // An MSCCL file runs at most the executor's threadblocks per GPU (108,
+    // RCCL 64): a plan for one must not run more lanes at once than that
+    // (only `lp` would).
     let opts = Options {
         time_limit_s: a.time_limit,
         verbose: a.verbose,
-        max_lanes_per_gpu: is_xml(&a.out).then_some(PLAN_LANES_PER_GPU),
+        max_lanes_per_gpu: is_xml(&a.out).then_some(executor.plan_lanes_per_gpu()),
     };
     // The solver can take seconds to minutes: show that it is working (a
     // spinner on a terminal, nothing when stderr is redirected).
@@ -102,6 +115,7 @@ pub fn compile(a: CompileArgs) -> CliResult {
     verify_on(&plan, &m, &topo)
         .map_err(|e| CliError::Failed(format!("internal error: {alg} made a wrong plan: {e}")))?;
     // For XML the plan that runs is the one requantised to chunks: report that one.
+    let mut buffers = None;
     let (text, plan, msccl) = match extension(&a.out).as_deref() {
         Some("json") => (plan.to_json(), plan, None),
         Some("xml") => {
@@ -118,9 +132,12 @@ pub fn compile(a: CompileArgs) -> CliResult {
                     None => None,
                 },
                 chunk_bytes: a.chunk_bytes,
+                executor,
             };
             let xml = to_xml(&plan, &topo, &m, &opts)?;
-            let facts = xml.report_json();
+            let mut facts = xml.report_json();
+            facts["executor"] = executor.name().into();
+            buffers = Some(buffer_note(&xml, &m));
             (xml.text, xml.plan, Some(facts))
         }
         _ => {
@@ -151,13 +168,43 @@ pub fn compile(a: CompileArgs) -> CliResult {
         write_out(Some(r), &(text + "\n"))?;
     }
     eprintln!(
-        "{}: {} transfers in {} steps, compiled in {:.0} us",
+        "{}: {} transfers in {} steps, compiled in {:.0} us{}",
         a.out.display(),
         plan.transfers.len(),
         plan.steps(),
-        compile_us
+        compile_us,
+        buffers.unwrap_or_default()
     );
     Ok(())
+}
+
+/// What an XML file's buffers cost against the data they carry: each rank
+/// passes `ncclAllToAll` a send and a receive buffer of `buffer_bytes`, for
+/// on average `total / n` bytes of its own. `packed` is recommended where
+/// the caller lays out the data itself.
+fn buffer_note(xml: &XmlPlan, m: &TrafficMatrix) -> String {
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    let n = m.ranks() as u64;
+    let payload = m.total().div_ceil(n.max(1)).max(1);
+    let ratio = |b: u64| b as f64 / payload as f64;
+    let mut s = format!(
+        "; buffers {:.2} MiB per GPU for {:.2} MiB of payload on average ({:.1}x, {})",
+        mib(xml.buffer_bytes),
+        mib(payload),
+        ratio(xml.buffer_bytes),
+        xml.layout
+    );
+    if xml.layout == Layout::Padded {
+        let packed = msccl_buffer_bytes(m, Layout::Packed, xml.chunk_bytes);
+        if packed < xml.buffer_bytes {
+            s += &format!(
+                "; --layout packed needs {:.2} MiB ({:.1}x) where the caller packs the data",
+                mib(packed),
+                ratio(packed)
+            );
+        }
+    }
+    s
 }
 
 #[derive(Args)]
@@ -197,6 +244,9 @@ pub fn load_plan(
     match extension(path).as_deref() {
         Some("json") => {
             let plan = Plan::load_json(path)?;
+            if let Some(m) = traffic {
+                plan.check_made_for(m, &file)?;
+            }
             // Files that do not fit each other are bad input, as for XML;
             // the verifier's own check would call it a failed check.
             if let Some(m) = traffic.filter(|m| m.ranks() != plan.ranks as usize) {
@@ -231,11 +281,15 @@ pub fn load_plan(
 
 pub fn verify(a: VerifyArgs) -> CliResult {
     let topo = a.topology.as_deref().map(Topology::load).transpose()?;
+    // Without a matrix, an XML file is read on the one it implies.
+    let mut implied = None;
     let m = match &a.traffic {
         Some(t) => TrafficMatrix::load(t)?,
         None if is_xml(&a.plan) => {
             let text = switchyard::compiler::error::read_file(&a.plan)?;
-            xml_traffic(&text, &a.plan.display().to_string())?
+            let (m, plan) = parse_xml_implied(&text, &a.plan.display().to_string())?;
+            implied = Some(plan);
+            m
         }
         None => {
             return Err(CliError::Input(
@@ -252,7 +306,15 @@ pub fn verify(a: VerifyArgs) -> CliResult {
     if let Some(t) = &topo {
         m.check_ranks(t.ranks(), &traffic_name)?;
     }
-    let plan = load_plan(&a.plan, Some(&m), topo.as_ref())?;
+    let plan = match implied {
+        Some(mut plan) => {
+            if let Some(t) = &topo {
+                assign_paths(&mut plan, t);
+            }
+            plan
+        }
+        None => load_plan(&a.plan, Some(&m), topo.as_ref())?,
+    };
     let result = match &topo {
         Some(t) => verify_on(&plan, &m, t),
         None => switchyard::compiler::verify(&plan, &m),

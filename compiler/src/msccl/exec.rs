@@ -22,7 +22,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use super::{read, Algo, BufRef, ChunkMap, Layout, NameFacts, Protocol, StepKind};
-use super::{MAX_CHANNELS, MAX_CNT, MAX_NODES, MAX_OFFSET, MAX_PEER_TBS_PER_CHANNEL};
+use super::{MAX_CHANNELS_ANY, MAX_CNT, MAX_NODES, MAX_OFFSET, MAX_PEER_TBS_PER_CHANNEL};
 use super::{MAX_STEPS_PER_TB, MAX_TBS_PER_GPU};
 use crate::error::{InputError, Result};
 use crate::verify::VerifyError;
@@ -424,11 +424,12 @@ fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
             ),
         ));
     }
-    if algo.nchannels < 1 || algo.nchannels > MAX_CHANNELS as i64 {
+    // RCCL's limit; NCCL-MSCCL's 32 is a profile's (`Executor::check`).
+    if algo.nchannels < 1 || algo.nchannels > MAX_CHANNELS_ANY as i64 {
         return Err(err(
             algo.line,
             format!(
-                "nchannels=\"{}\" must be in 1..={MAX_CHANNELS}",
+                "nchannels=\"{}\" must be in 1..={MAX_CHANNELS_ANY}",
                 algo.nchannels
             ),
         ));
