@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use switchyard::compiler::lp::{lower_bound, LpOptions};
+use switchyard::compiler::msccl::xsim::simulate_executor;
 use switchyard::compiler::report::Report;
 use switchyard::compiler::sim::{Network, SimOptions};
 use switchyard::compiler::verify_on;
@@ -44,10 +45,51 @@ pub fn simulate(a: SimulateArgs) -> CliResult {
         None,
         &SimOptions::new(network),
     )?;
+    // An MSCCL file is also priced by the executor's own rules (whole
+    // chunks, calls, the FIFO window, sends done when staged).
+    let executor = if a
+        .plan
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("xml"))
+    {
+        let text = switchyard::compiler::error::read_file(&a.plan)?;
+        let (us, x) = simulate_executor(
+            &text,
+            &a.plan.display().to_string(),
+            &m,
+            &topo,
+            &SimOptions::new(network),
+        )?;
+        Some(serde_json::json!({
+            "completion_us": us,
+            "ratio_to_plan": us / report.completion_us.max(f64::MIN_POSITIVE),
+            "ratio_to_bound": us / report.lower_bound_us.max(f64::MIN_POSITIVE),
+            "calls": x.calls,
+            "chunk_bytes": x.chunk_bytes,
+        }))
+    } else {
+        None
+    };
     if a.json {
-        println!("{}", report.to_json());
+        match executor {
+            Some(e) => {
+                let mut v: serde_json::Value = serde_json::from_str(&report.to_json())
+                    .map_err(|e| CliError::Failed(e.to_string()))?;
+                v["msccl_executor"] = e;
+                println!("{v}");
+            }
+            None => println!("{}", report.to_json()),
+        }
     } else {
         print!("{}", summary(&report));
+        if let Some(e) = executor {
+            println!(
+                "executor rules (whole chunks, {} calls, FIFO window, sends done when staged): completion {:.1} us, {:.3} of the plan read from the file, ratio {:.3}",
+                e["calls"], e["completion_us"].as_f64().unwrap_or(0.0),
+                e["ratio_to_plan"].as_f64().unwrap_or(0.0),
+                e["ratio_to_bound"].as_f64().unwrap_or(0.0)
+            );
+        }
     }
     Ok(())
 }

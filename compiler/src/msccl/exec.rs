@@ -270,14 +270,18 @@ pub struct Trace {
     pub map: ChunkMap,
     pub facts: NameFacts,
     pub report: ExecReport,
+    /// Per step `[gpu][tb][position]`: the operations it receives, sends or
+    /// copies, and the `(tb, position)` steps it waits for (nops folded in).
+    pub(crate) step_ops: PerStep<StepOps>,
+    pub(crate) waits: PerStep<Vec<(u32, u32)>>,
 }
 
 /// Per step: the operation it receives, sends or copies.
 #[derive(Clone, Copy, Debug, Default)]
-struct StepOps {
-    recv: Option<u32>,
-    send: Option<u32>,
-    local: Option<u32>,
+pub(crate) struct StepOps {
+    pub(crate) recv: Option<u32>,
+    pub(crate) send: Option<u32>,
+    pub(crate) local: Option<u32>,
 }
 
 impl StepOps {
@@ -294,7 +298,7 @@ impl StepOps {
 }
 
 /// A value per step: `[gpu][tb][position]`.
-type PerStep<T> = Vec<Vec<Vec<T>>>;
+pub(crate) type PerStep<T> = Vec<Vec<Vec<T>>>;
 
 /// The structure the loader builds: indices, pairing, dependencies.
 struct Loaded<'a> {
@@ -380,6 +384,8 @@ pub fn run(algo: &Algo, file: &str) -> Result<Trace> {
         map: l.map,
         facts,
         report,
+        step_ops: l.step_ops,
+        waits: l.waits,
     })
 }
 

@@ -11,12 +11,15 @@
 //! - [`write`](mod@write): [`Algo`] → text, in the executor's lexical rules.
 //! - [`read`]: text → [`Algo`] → [`crate::Plan`].
 //! - [`exec`]: lexical rules, loader rules and a symbolic run of the text.
+//! - [`xsim`]: the executor's run rules (calls, FIFO window, staged sends)
+//!   as a plan the simulator prices.
 
 pub mod exec;
 pub mod lower;
 pub mod read;
 pub mod schedules;
 pub mod write;
+pub mod xsim;
 
 use std::fmt;
 use std::str::FromStr;
