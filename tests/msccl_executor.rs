@@ -159,3 +159,30 @@ fn fifo_window_receive_waits_and_whole_chunks() {
         sim.completion_us
     );
 }
+
+/// `direct` has no waits between transfers; `hierarchical`'s are relays
+/// (the waiting send's gpu received the data), which the executor holds.
+/// `fast`'s pacing ("send k waits for send k-D of its gpu") is a wait on a
+/// send, done when staged: the lowering counts those it writes but the
+/// executor does not hold.
+#[test]
+fn waits_the_executor_does_not_hold_are_counted() {
+    use switchyard::compiler::generate::{generate, Pattern, TrafficSpec};
+    use switchyard::compiler::msccl::{to_xml, XmlOptions};
+    use switchyard::compiler::sched::{schedule, Options};
+    use switchyard::compiler::Algorithm;
+    let topo = Topology::preset("dgx-h100", 2, None).unwrap();
+    let mut spec = TrafficSpec::new(topo.ranks(), Pattern::Lognormal(1.0));
+    spec.seed = 3;
+    spec.bytes = 256 << 10;
+    let m = generate(&spec).unwrap();
+    let unheld = |alg| {
+        let plan = schedule(alg, &topo, &m, &Options::default()).unwrap();
+        to_xml(&plan, &topo, &m, &XmlOptions::default())
+            .unwrap()
+            .unheld_deps
+    };
+    assert_eq!(unheld(Algorithm::Direct), 0);
+    assert_eq!(unheld(Algorithm::Hierarchical), 0);
+    assert!(unheld(Algorithm::Fast) > 0);
+}

@@ -94,6 +94,11 @@ pub struct XmlPlan {
     /// Dependencies between operations MSCCL cannot express (no operation
     /// links the two gpus in between); the XML runs without them.
     pub dropped_deps: usize,
+    /// Dependencies between the plan's transfers (pairs) that the file
+    /// writes but the executor does not hold: the waiting send's gpu only
+    /// waits for a send (done when staged in the FIFO), or only its
+    /// receiver waits (docs/msccl.md, "The executor's rules").
+    pub unheld_deps: usize,
     /// Transfers the plan runs at once that the file runs one after another
     /// on a shared lane, because the threadblock budget has no lane left
     /// for them (0: the file runs at once all the plan runs at once).
@@ -124,6 +129,7 @@ impl XmlPlan {
             "max_tbs_per_gpu": self.max_tbs_per_gpu,
             "max_steps_per_tb": self.max_steps_per_tb,
             "dropped_deps": self.dropped_deps,
+            "unheld_deps": self.unheld_deps,
             "lanes_short": self.lanes_short,
             "tbs_wanted": self.tbs_wanted,
         })
@@ -471,6 +477,7 @@ fn lower_with(
         max_tbs_per_gpu: trace.report.max_tbs_per_gpu,
         max_steps_per_tb: trace.report.max_steps_per_tb,
         dropped_deps: built.dropped,
+        unheld_deps: built.unheld,
         lanes_short: built.lanes_short,
         tbs_wanted: built.tbs_wanted,
         plan: encoded,
@@ -766,6 +773,7 @@ struct Built {
     tbs: Vec<Vec<Tb>>,
     channels: u32,
     dropped: usize,
+    unheld: usize,
     lanes_short: usize,
     tbs_wanted: usize,
 }
@@ -804,6 +812,7 @@ fn build_tbs(
     let mut at: HashMap<(u32, u32), (u32, u32)> = HashMap::new();
     let mut anc: HashMap<(u32, u32), Vec<u32>> = HashMap::new();
     let mut dropped = 0usize;
+    let mut unheld: std::collections::HashSet<(u32, u32)> = std::collections::HashSet::new();
     let mut channels = 1u32;
     for (o, op) in ops.iter().enumerate() {
         let o = o as u32;
@@ -823,6 +832,19 @@ fn build_tbs(
             }
             if !found {
                 dropped += 1;
+                continue;
+            }
+            // The executor holds a send back only until the data it waits
+            // for has arrived on its own gpu: a wait met by a receive or a
+            // copy there. A wait only on a send of its gpu (a send is done
+            // when staged) or only on the receiving side does not hold it.
+            let xo = &ops[x as usize];
+            if op.src != op.dst && xo.from != op.from {
+                let mut on_src = Vec::new();
+                ancestors_on(ops, x, op.src, &mut anc, &mut on_src);
+                if !on_src.iter().any(|&y| ops[y as usize].dst == op.src) {
+                    unheld.insert((xo.from, op.from));
+                }
             }
         }
         for v in &mut need {
@@ -1015,6 +1037,7 @@ fn build_tbs(
         tbs: out,
         channels,
         dropped,
+        unheld: unheld.len(),
         lanes_short: lanes.short,
         tbs_wanted: lanes.tbs_wanted,
     })
