@@ -186,3 +186,64 @@ fn waits_the_executor_does_not_hold_are_counted() {
     assert_eq!(unheld(Algorithm::Hierarchical), 0);
     assert!(unheld(Algorithm::Fast) > 0);
 }
+
+/// The sweep recorded in docs/benchmarks.md: every algorithm's XML priced
+/// by the executor's rules against its source plan, on skewed matrices for
+/// 2x8, 4x8 and 8x8 DGX-H100, both layouts.
+/// `cargo test --test msccl_executor executor_rule_sweep -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn executor_rule_sweep() {
+    use switchyard::compiler::generate::{generate, Pattern, TrafficSpec};
+    use switchyard::compiler::msccl::xsim::simulate_executor;
+    use switchyard::compiler::msccl::{to_xml, Layout, XmlOptions, PLAN_LANES_PER_GPU};
+    use switchyard::compiler::sched::{schedule, Options};
+    use switchyard::compiler::Algorithm;
+    let sim = SimOptions::default();
+    let sched = Options {
+        max_lanes_per_gpu: Some(PLAN_LANES_PER_GPU),
+        time_limit_s: 20.0,
+        ..Options::default()
+    };
+    for nodes in [2, 4, 8] {
+        let topo = Topology::preset("dgx-h100", nodes, None).unwrap();
+        for (seed, pattern) in [
+            (1, Pattern::Moe),
+            (2, Pattern::Zipf(1.2)),
+            (3, Pattern::Lognormal(1.0)),
+            (4, Pattern::Hotspot(0.3)),
+            (5, Pattern::IntraSkew(1.2)),
+        ] {
+            let mut spec = TrafficSpec::new(topo.ranks(), pattern);
+            spec.seed = seed;
+            spec.bytes = 256 << 10;
+            spec.moe.tokens_per_rank = 512;
+            let m = generate(&spec).unwrap();
+            for &alg in Algorithm::ALL {
+                if nodes == 8 && alg == Algorithm::Lp {
+                    continue;
+                }
+                let plan = schedule(alg, &topo, &m, &sched).unwrap();
+                let want = simulate(&topo, &plan, &sim).unwrap().completion_us;
+                for layout in [Layout::Padded, Layout::Packed] {
+                    let opts = XmlOptions {
+                        layout,
+                        ..XmlOptions::default()
+                    };
+                    match to_xml(&plan, &topo, &m, &opts) {
+                        Ok(x) => {
+                            let (us, _) =
+                                simulate_executor(&x.text, "sweep", &m, &topo, &sim).unwrap();
+                            println!(
+                                "{nodes}x8 {pattern:?} {alg} {layout}: executor/plan {:+.2}% unheld {}",
+                                100.0 * (us / want - 1.0),
+                                x.unheld_deps
+                            );
+                        }
+                        Err(e) => println!("{nodes}x8 {pattern:?} {alg} {layout}: {e}"),
+                    }
+                }
+            }
+        }
+    }
+}

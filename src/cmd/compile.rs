@@ -244,9 +244,6 @@ pub fn load_plan(
     match extension(path).as_deref() {
         Some("json") => {
             let plan = Plan::load_json(path)?;
-            if let Some(m) = traffic {
-                plan.check_made_for(m, &file)?;
-            }
             // Files that do not fit each other are bad input, as for XML;
             // the verifier's own check would call it a failed check.
             if let Some(m) = traffic.filter(|m| m.ranks() != plan.ranks as usize) {
@@ -262,6 +259,10 @@ pub fn load_plan(
                     plan.gpus_per_node,
                     t.gpus_per_node()
                 )));
+            }
+            // Then the matrix it was made for, before any byte-level check.
+            if let Some(m) = traffic {
+                plan.check_made_for(m, &file)?;
             }
             Ok(plan)
         }

@@ -233,12 +233,15 @@ fn check_peers(plan: &Plan, executor: Executor) -> Result<()> {
         .unwrap_or((0, 0));
     let max = executor.max_tbs_per_gpu();
     if need > max {
+        let peers = (max - 1) / 2;
+        let g_per_node = (plan.gpus_per_node as usize).max(1);
+        let nodes = (peers + 1).saturating_sub(g_per_node - 1);
         return Err(unsupported(format!(
             "rank {g} exchanges data with so many peers that its file needs {need} threadblocks \
-             (one per peer and direction, one for local copies); {executor} loads at most {max} per GPU. \
-             An algorithm whose GPUs talk to fewer peers fits (`hierarchical`: the GPUs of its node \
-             and its rail peers; `fast`), or a cluster of at most {} ranks for `direct`",
-            (max + 1) / 2
+             (one per peer and direction, one for local copies); {executor} loads at most {max} per GPU, \
+             so a GPU may talk to at most {peers} peers: `direct` and `pairwise` fit up to {} ranks, \
+             `hierarchical` and `fast` (the GPUs of a node and the rail peers) up to {nodes} nodes of {g_per_node} GPUs",
+            peers + 1
         )));
     }
     Ok(())
