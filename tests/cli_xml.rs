@@ -189,3 +189,99 @@ fn compile_help_states_the_lane_cap_the_code_uses() {
         "{out}"
     );
 }
+
+/// A plan is only used for the matrix it was made for: against a matrix
+/// that differs in one byte, `verify`, `simulate` and `run` say so first,
+/// as bad input, for a JSON plan and an XML file alike. `compile` to XML
+/// says what the buffers cost against the payload, and takes `--executor`.
+#[test]
+fn a_plan_for_another_matrix_is_refused_first() {
+    let dir = std::env::temp_dir().join(format!("switchyard-cli-xml-fp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (topo, traffic) = (
+        root("examples/topologies/dgx-h100-2x8.json"),
+        root("examples/traffic/moe-16.json"),
+    );
+    let mut other: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&traffic).unwrap()).unwrap();
+    let x = other["matrix"][0][1].as_u64().unwrap();
+    other["matrix"][0][1] = (x + 1).into();
+    let other_path = dir.join("other.json").display().to_string();
+    std::fs::write(&other_path, other.to_string()).unwrap();
+    for out in ["plan.json", "plan.xml"] {
+        let plan = dir.join(out).display().to_string();
+        let (code, _, err) = run(&[
+            "compile",
+            "--topology",
+            &topo,
+            "--traffic",
+            &traffic,
+            "--algorithm",
+            "direct",
+            "--out",
+            &plan,
+        ]);
+        assert_eq!(code, 0, "{err}");
+        if out.ends_with(".xml") {
+            assert!(err.contains("MiB of payload on average"), "{err}");
+            assert!(err.contains("--layout packed needs"), "{err}");
+        }
+        let (code, out_, err) = run(&["verify", "--plan", &plan, "--traffic", &traffic]);
+        assert_eq!(code, 0, "{out}: {err}");
+        assert!(out_.starts_with("ok:"));
+        for cmd in [
+            vec!["verify", "--plan", &plan, "--traffic", &other_path],
+            vec![
+                "simulate",
+                "--plan",
+                &plan,
+                "--traffic",
+                &other_path,
+                "--topology",
+                &topo,
+            ],
+            vec!["run", "--plan", &plan, "--traffic", &other_path],
+        ] {
+            let (code, _, err) = run(&cmd);
+            assert_eq!(code, 2, "{out} {}: {err}", cmd[0]);
+            assert!(
+                err.contains("this plan was made for another traffic matrix"),
+                "{out} {}: {err}",
+                cmd[0]
+            );
+        }
+    }
+    // The executor profile: named in the report; an unknown one is bad input.
+    let xml = dir.join("rccl.xml").display().to_string();
+    let report = dir.join("rccl.json").display().to_string();
+    let (code, _, err) = run(&[
+        "compile",
+        "--topology",
+        &topo,
+        "--traffic",
+        &traffic,
+        "--out",
+        &xml,
+        "--executor",
+        "rccl",
+        "--report",
+        &report,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(r["msccl"]["executor"], "rccl");
+    let (code, _, err) = run(&[
+        "compile",
+        "--topology",
+        &topo,
+        "--traffic",
+        &traffic,
+        "--out",
+        &xml,
+        "--executor",
+        "nccl",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--executor: unknown executor `nccl`"), "{err}");
+}

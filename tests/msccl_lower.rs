@@ -207,10 +207,13 @@ fn protocol_windows_and_forced_chunks() {
     let topo = Topology::preset("dgx-h100", 2, None).unwrap();
     let m = skewed(16, Pattern::Moe, 5, 0);
     let plan = schedule(Algorithm::Direct, &topo, &m, &Options::default()).unwrap();
-    let all = to_xml_windows(&plan, &topo, &m, &XmlOptions::default()).unwrap();
+    // A uniform file serves every size: its windows tile the sizes, LL up
+    // to a, LL128 from a+1 to b, Simple from b+1.
+    let uniform = TrafficMatrix::uniform(16, 64 << 10);
+    let uplan = schedule(Algorithm::Direct, &topo, &uniform, &Options::default()).unwrap();
+    let all = to_xml_windows(&uplan, &topo, &uniform, &XmlOptions::default()).unwrap();
     let protos: Vec<Protocol> = all.iter().map(|x| x.protocol).collect();
     assert_eq!(protos, [Protocol::LL, Protocol::LL128, Protocol::Simple]);
-    // Windows tile the sizes: LL up to a, LL128 from a+1 to b, Simple from b+1.
     assert_eq!(all[0].min_bytes, 0);
     assert_eq!(all[1].min_bytes, all[0].max_bytes + 1);
     assert_eq!(all[2].min_bytes, all[1].max_bytes + 1);
@@ -218,6 +221,11 @@ fn protocol_windows_and_forced_chunks() {
     for x in &all {
         check_executable(&x.text).unwrap();
         assert!(x.text.contains(&format!("proto=\"{}\"", x.protocol)));
+    }
+    // A skewed file serves its own buffer size only, whatever the protocol.
+    for x in to_xml_windows(&plan, &topo, &m, &XmlOptions::default()).unwrap() {
+        check_executable(&x.text).unwrap();
+        assert_eq!((x.min_bytes, x.max_bytes), (x.buffer_bytes, x.buffer_bytes));
     }
     // Chosen by size: this matrix's buffer falls in exactly one window.
     let auto = to_xml(&plan, &topo, &m, &XmlOptions::default()).unwrap();

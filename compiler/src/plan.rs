@@ -114,6 +114,12 @@ pub struct Plan {
     /// Chunking facts when the plan came from or goes to MSCCL XML.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chunking: Option<Chunking>,
+    /// [`crate::TrafficMatrix::fingerprint`] of the matrix the plan was made
+    /// for; `verify` and `run` against another matrix refuse the plan with
+    /// that reason before any byte-level check. Absent in plans from
+    /// elsewhere (then nothing is checked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic_fingerprint: Option<String>,
 }
 
 /// How a skewed plan was quantised into MSCCL chunks (DESIGN.md "MSCCL XML").
@@ -134,6 +140,7 @@ impl Plan {
             scratch: Vec::new(),
             transfers: Vec::new(),
             chunking: None,
+            traffic_fingerprint: None,
         }
     }
 
@@ -142,6 +149,7 @@ impl Plan {
         self.transfers.clear();
         self.scratch.clear();
         self.chunking = None;
+        self.traffic_fingerprint = None;
     }
 
     /// Adds a transfer and returns its index.
@@ -258,6 +266,14 @@ impl Plan {
                 return Err(bad(at("deps"), format!("depends on transfer {d}, {why}")));
             }
         }
+        if let Some(f) = &self.traffic_fingerprint {
+            if !crate::TrafficMatrix::is_fingerprint(f) {
+                return Err(bad(
+                    "traffic_fingerprint".into(),
+                    format!("`{}` is not 16 lowercase hex digits", clip(f)),
+                ));
+            }
+        }
         if let Some(c) = &self.chunking {
             if c.chunk_bytes == 0 {
                 return Err(bad(
@@ -273,6 +289,23 @@ impl Plan {
             }
         }
         Ok(())
+    }
+
+    /// Refuses `traffic` when the plan records the fingerprint of another
+    /// matrix: a plan moves the amounts of the matrix it was made for, so
+    /// against another one every byte-level message would only be a symptom.
+    pub fn check_made_for(&self, traffic: &crate::TrafficMatrix, file: &str) -> Result<()> {
+        match &self.traffic_fingerprint {
+            Some(f) if *f != traffic.fingerprint() => Err(InputError::new(
+                file,
+                format!(
+                    "this plan was made for another traffic matrix (fingerprint {f}; the traffic given has {})",
+                    traffic.fingerprint()
+                ),
+            )
+            .into()),
+            _ => Ok(()),
+        }
     }
 
     /// Reads a plan in the IR's JSON form.

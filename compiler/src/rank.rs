@@ -241,6 +241,7 @@ pub fn canonical(plan: &Plan) -> Plan {
         scratch: plan.scratch.clone(),
         transfers: Vec::with_capacity(order.len()),
         chunking: plan.chunking.clone(),
+        traffic_fingerprint: plan.traffic_fingerprint.clone(),
     };
     for &i in &order {
         let mut t = plan.transfers[i].clone();

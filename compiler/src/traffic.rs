@@ -119,6 +119,32 @@ impl TrafficMatrix {
         self.bytes.iter().copied().max().unwrap_or(0)
     }
 
+    /// A short name of this exact matrix: 16 lowercase hex digits of the
+    /// 64-bit FNV-1a hash of the rank count and every entry (little-endian
+    /// `u64`s, row-major). A plan records it (`Plan::traffic_fingerprint`,
+    /// the `matrix=` fact of an MSCCL file's name) so that it is only used
+    /// for the matrix it was made for: two matrices that differ in one byte
+    /// of one pair get different fingerprints (up to hash collisions, about
+    /// 2^-64 for a pair of matrices).
+    pub fn fingerprint(&self) -> String {
+        const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+        const PRIME: u64 = 0x0000_0100_0000_01b3;
+        let mut h = OFFSET;
+        let words = std::iter::once(self.ranks as u64).chain(self.bytes.iter().copied());
+        for w in words {
+            for b in w.to_le_bytes() {
+                h ^= u64::from(b);
+                h = h.wrapping_mul(PRIME);
+            }
+        }
+        format!("{h:016x}")
+    }
+
+    /// Whether `s` is what [`TrafficMatrix::fingerprint`] writes.
+    pub fn is_fingerprint(s: &str) -> bool {
+        s.len() == 16 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    }
+
     /// Reads a traffic file: JSON (`{"ranks": N, "matrix": [[...]]}` or a
     /// bare list of rows), or delimited text (CSV, TSV, whitespace) when the
     /// name ends in `.csv`, `.tsv` or `.txt`.
@@ -551,6 +577,28 @@ impl Layout {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn fingerprint_names_the_exact_matrix() {
+        let a = TrafficMatrix::uniform(4, 1000);
+        let f = a.fingerprint();
+        assert!(TrafficMatrix::is_fingerprint(&f), "{f}");
+        assert_eq!(f, TrafficMatrix::uniform(4, 1000).fingerprint());
+        let mut b = a.clone();
+        b.add(3, 2, 1);
+        assert_ne!(b.fingerprint(), f, "one byte of one pair");
+        let mut c = a.clone();
+        c.set(0, 1, 1001);
+        c.set(3, 2, 999);
+        assert_ne!(c.fingerprint(), f, "same total, moved byte");
+        assert_ne!(
+            TrafficMatrix::zeros(2).fingerprint(),
+            TrafficMatrix::zeros(3).fingerprint()
+        );
+        assert!(!TrafficMatrix::is_fingerprint("ABCDEF0123456789"));
+        assert!(!TrafficMatrix::is_fingerprint("abc"));
+    }
+
     use super::*;
 
     #[test]

@@ -6,9 +6,10 @@ use std::time::Instant;
 use clap::Args;
 use switchyard::compiler::import::ImportOptions;
 use switchyard::compiler::lp::{lower_bound, LpOptions, SolveStatus};
+use switchyard::compiler::msccl::lower::buffer_bytes as msccl_buffer_bytes;
 use switchyard::compiler::msccl::{
-    assign_paths, parse_xml, to_xml, xml_traffic, Layout, Protocol, XmlOptions, MAX_CHUNK_BYTES,
-    PLAN_LANES_PER_GPU,
+    assign_paths, parse_xml, parse_xml_implied, to_xml, Executor, Layout, Protocol, XmlOptions,
+    XmlPlan, MAX_CHUNK_BYTES,
 };
 use switchyard::compiler::planner::{Planner, PlannerOptions};
 use switchyard::compiler::program::OpKind;
@@ -50,6 +51,11 @@ pub struct CompileArgs {
     /// MSCCL XML: chunk size in bytes (default: chosen from the matrix and the executor's limits).
     #[arg(long)]
     chunk_bytes: Option<u64>,
+    /// MSCCL XML: the executor whose limits the file meets, `msccl`
+    /// (NCCL-MSCCL: 108 threadblocks per GPU, 32 channels) or `rccl` (64
+    /// threadblocks, 128 channels). Default: `rccl` for MI300X topologies, else `msccl`.
+    #[arg(long)]
+    executor: Option<String>,
     /// Write a JSON report here.
     #[arg(long)]
     report: Option<PathBuf>,
@@ -126,18 +132,25 @@ pub fn compile(a: CompileArgs) -> CliResult {
         return compile_rank(&a, alg, rank);
     }
     let (topo, m) = load_inputs(&a.topology, &a.traffic, a.nodes)?;
+    let executor = match &a.executor {
+        Some(e) => e
+            .parse::<Executor>()
+            .map_err(|e| CliError::Input(format!("--executor: {e}")))?,
+        None => Executor::default_for(&topo),
+    };
     // `lp` may solve for a minute: a path it cannot write fails first.
     let to_stdout = super::is_stdout(&a.out);
     for p in std::iter::once(&a.out).chain(&a.report) {
         super::check_out_dir(p)?;
     }
     let t0 = Instant::now();
-    // An MSCCL file runs at most ~108 threadblocks per GPU: a plan for one
-    // must not run more lanes at once than that (only `lp` would).
+    // An MSCCL file runs at most the executor's threadblocks per GPU (108,
+    // RCCL 64): a plan for one must not run more lanes at once than that
+    // (only `lp` would).
     let opts = Options {
         time_limit_s: a.time_limit,
         verbose: a.verbose,
-        max_lanes_per_gpu: is_xml(&a.out).then_some(PLAN_LANES_PER_GPU),
+        max_lanes_per_gpu: is_xml(&a.out).then_some(executor.plan_lanes_per_gpu()),
     };
     // The solver can take seconds to minutes: show that it is working (a
     // spinner on a terminal, nothing when stderr is redirected).
@@ -174,6 +187,7 @@ pub fn compile(a: CompileArgs) -> CliResult {
     } else {
         extension(&a.out)
     };
+    let mut buffers = None;
     let (text, plan, msccl) = match format.as_deref() {
         Some("json") => (plan.to_json(), plan, None),
         Some("xml") => {
@@ -190,9 +204,12 @@ pub fn compile(a: CompileArgs) -> CliResult {
                     None => None,
                 },
                 chunk_bytes: a.chunk_bytes,
+                executor,
             };
             let xml = to_xml(&plan, &topo, &m, &opts)?;
-            let facts = xml.report_json();
+            let mut facts = xml.report_json();
+            facts["executor"] = executor.name().into();
+            buffers = Some(buffer_note(&xml, &m));
             (xml.text, xml.plan, Some(facts))
         }
         _ => {
@@ -256,6 +273,9 @@ pub fn compile(a: CompileArgs) -> CliResult {
             report.completion_us, network, report.lower_bound_us, report.ratio_to_bound
         ),
     ];
+    if let Some(b) = buffers {
+        parts.push(b.trim_start_matches("; ").to_string());
+    }
     match lp_status {
         Some(SolveStatus::TimeLimit) => parts.push(format!(
             "lp: the time limit of {} s ran out before HiGHS proved its flow optimal (the best flow found is kept)",
@@ -331,6 +351,35 @@ fn compile_rank(a: &CompileArgs, alg: Algorithm, rank: usize) -> CliResult {
     Ok(())
 }
 
+/// What an XML file's buffers cost against the data they carry: each rank
+/// passes `ncclAllToAll` a send and a receive buffer of `buffer_bytes`, for
+/// on average `total / n` bytes of its own. `packed` is recommended where
+/// the caller lays out the data itself.
+fn buffer_note(xml: &XmlPlan, m: &TrafficMatrix) -> String {
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    let n = m.ranks() as u64;
+    let payload = m.total().div_ceil(n.max(1)).max(1);
+    let ratio = |b: u64| b as f64 / payload as f64;
+    let mut s = format!(
+        "; buffers {:.2} MiB per GPU for {:.2} MiB of payload on average ({:.1}x, {})",
+        mib(xml.buffer_bytes),
+        mib(payload),
+        ratio(xml.buffer_bytes),
+        xml.layout
+    );
+    if xml.layout == Layout::Padded {
+        let packed = msccl_buffer_bytes(m, Layout::Packed, xml.chunk_bytes);
+        if packed < xml.buffer_bytes {
+            s += &format!(
+                "; --layout packed needs {:.2} MiB ({:.1}x) where the caller packs the data",
+                mib(packed),
+                ratio(packed)
+            );
+        }
+    }
+    s
+}
+
 #[derive(Args)]
 pub struct VerifyArgs {
     /// The plan: `.json` (plan IR) or `.xml` (MSCCL XML, from Switchyard or another tool).
@@ -387,6 +436,10 @@ pub fn load_plan(
                     t.gpus_per_node()
                 )));
             }
+            // Then the matrix it was made for, before any byte-level check.
+            if let Some(m) = traffic {
+                plan.check_made_for(m, &file)?;
+            }
             Ok(plan)
         }
         Some("xml") => {
@@ -403,25 +456,30 @@ pub fn load_plan(
     }
 }
 
-/// The traffic a plan is checked against, and its name for messages: the
-/// file given, or for an XML plan without one the matrix the file implies.
-/// `verify` and `simulate` read their inputs the same way.
+/// The traffic a plan is checked against, its name for messages, and for
+/// an XML plan given without a matrix the file read on the matrix it implies
+/// (rounded to whole chunks, so the file's own fingerprint is not checked
+/// against it). `verify` and `simulate` read their inputs the same way.
 pub fn plan_traffic(
     plan: &Path,
     traffic: Option<&Path>,
-) -> Result<(TrafficMatrix, String), CliError> {
+) -> Result<(TrafficMatrix, String, Option<Plan>), CliError> {
     match traffic {
-        Some(t) => Ok((TrafficMatrix::load(t)?, t.display().to_string())),
+        Some(t) => Ok((TrafficMatrix::load(t)?, t.display().to_string(), None)),
         None if is_xml(plan) => {
             let text = switchyard::compiler::error::read_file(plan)?;
-            let m = xml_traffic(&text, &plan.display().to_string())?;
-            Ok((m, "<traffic implied by the XML>".to_string()))
+            let (m, p) = parse_xml_implied(&text, &plan.display().to_string())?;
+            Ok((m, "<traffic implied by the XML>".to_string(), Some(p)))
         }
         None => Err(CliError::Input(
             "--traffic is required for a .json plan".into(),
         )),
     }
 }
+
+/// What a plan check reads: the topology (when given), the traffic, its
+/// name, and an XML plan read on its implied matrix ([`plan_traffic`]).
+pub type PlanInputs = (Option<Topology>, TrafficMatrix, String, Option<Plan>);
 
 /// The topology (when given), the traffic and its name for a plan check:
 /// a topology's own errors come first; an imported node description is
@@ -431,7 +489,7 @@ pub fn plan_inputs(
     nodes: Option<usize>,
     plan: &Path,
     traffic: Option<&Path>,
-) -> Result<(Option<Topology>, TrafficMatrix, String), CliError> {
+) -> Result<PlanInputs, CliError> {
     let topo_text = match topology {
         Some(p) => Some((
             switchyard::compiler::error::read_file(p)?,
@@ -445,15 +503,15 @@ pub fn plan_inputs(
         }
         _ => None,
     };
-    let (m, traffic_name) = plan_traffic(plan, traffic)?;
+    let (m, traffic_name, implied) = plan_traffic(plan, traffic)?;
     if let Some((text, file)) = topo_text.as_ref().filter(|(t, _)| is_import(t)) {
         topo = Some(load_topology_text(text, file, nodes, Some(m.ranks()))?);
     }
-    Ok((topo, m, traffic_name))
+    Ok((topo, m, traffic_name, implied))
 }
 
 pub fn verify(a: VerifyArgs) -> CliResult {
-    let (topo, m, traffic_name) = plan_inputs(
+    let (topo, m, traffic_name, implied) = plan_inputs(
         a.topology.as_deref(),
         a.nodes,
         &a.plan,
@@ -462,7 +520,15 @@ pub fn verify(a: VerifyArgs) -> CliResult {
     if let Some(t) = &topo {
         m.check_ranks(t.ranks(), &traffic_name)?;
     }
-    let plan = load_plan(&a.plan, Some(&m), topo.as_ref())?;
+    let plan = match implied {
+        Some(mut plan) => {
+            if let Some(t) = &topo {
+                assign_paths(&mut plan, t);
+            }
+            plan
+        }
+        None => load_plan(&a.plan, Some(&m), topo.as_ref())?,
+    };
     let result = match &topo {
         Some(t) => verify_on(&plan, &m, t),
         None => switchyard::compiler::verify(&plan, &m),

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use switchyard::compiler::lp::{lower_bound, LpOptions};
+use switchyard::compiler::msccl::xsim::simulate_executor;
 use switchyard::compiler::report::Report;
 use switchyard::compiler::sim::{Network, SimOptions};
 use switchyard::compiler::timeline::write_chrome_trace;
@@ -13,6 +14,7 @@ use switchyard::compiler::verify_on;
 use super::compile::load_plan;
 use super::progress::SimProgress;
 use super::{write_out, CliError, CliResult};
+use switchyard::compiler::msccl::assign_paths;
 
 #[derive(Args)]
 pub struct SimulateArgs {
@@ -50,11 +52,17 @@ pub fn simulate(a: SimulateArgs) -> CliResult {
     for p in a.trace.iter().chain(&a.svg) {
         super::check_out_dir(p)?;
     }
-    let (topo, m, traffic_name) =
+    let (topo, m, traffic_name, implied) =
         super::compile::plan_inputs(Some(&a.topology), a.nodes, &a.plan, a.traffic.as_deref())?;
     let topo = topo.ok_or_else(|| CliError::Input("--topology is required".into()))?;
     m.check_ranks(topo.ranks(), &traffic_name)?;
-    let plan = load_plan(&a.plan, Some(&m), Some(&topo))?;
+    let plan = match implied {
+        Some(mut plan) => {
+            assign_paths(&mut plan, &topo);
+            plan
+        }
+        None => load_plan(&a.plan, Some(&m), Some(&topo))?,
+    };
     verify_on(&plan, &m, &topo)
         .map_err(|e| CliError::Failed(format!("{}: {e}", a.plan.display())))?;
     let opts = SimOptions::new(network);
@@ -74,6 +82,25 @@ pub fn simulate(a: SimulateArgs) -> CliResult {
         None,
         &opts,
     );
+    // An MSCCL file is also priced by the executor's own rules (whole
+    // chunks, calls, the FIFO window, sends done when staged).
+    let executor = if a
+        .plan
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("xml"))
+    {
+        let text = switchyard::compiler::error::read_file(&a.plan)?;
+        let (us, x) = simulate_executor(&text, &a.plan.display().to_string(), &m, &topo, &opts)?;
+        Some(serde_json::json!({
+            "completion_us": us,
+            "ratio_to_plan": us / report.completion_us.max(f64::MIN_POSITIVE),
+            "ratio_to_bound": us / report.lower_bound_us.max(f64::MIN_POSITIVE),
+            "calls": x.calls,
+            "chunk_bytes": x.chunk_bytes,
+        }))
+    } else {
+        None
+    };
     if let Some(p) = &a.trace {
         let title = format!("{} on {} ({network})", plan.algorithm, topo.name());
         let cannot =
@@ -96,9 +123,27 @@ pub fn simulate(a: SimulateArgs) -> CliResult {
     }
     // A trace or picture on stdout keeps it to itself: the report goes to stderr.
     let text = if a.json {
-        report.to_json() + "\n"
+        match executor {
+            Some(e) => {
+                let mut v: serde_json::Value = serde_json::from_str(&report.to_json())
+                    .map_err(|e| CliError::Failed(e.to_string()))?;
+                v["msccl_executor"] = e;
+                format!("{v}\n")
+            }
+            None => report.to_json() + "\n",
+        }
     } else {
-        summary(&report)
+        let mut text = summary(&report);
+        if let Some(e) = executor {
+            text += &format!(
+                "executor rules (whole chunks, {} calls, FIFO window, sends done when staged): completion {:.1} us, {:.3} of the plan read from the file, ratio {:.3}\n",
+                e["calls"],
+                e["completion_us"].as_f64().unwrap_or(0.0),
+                e["ratio_to_plan"].as_f64().unwrap_or(0.0),
+                e["ratio_to_bound"].as_f64().unwrap_or(0.0)
+            );
+        }
+        text
     };
     if a.trace.iter().chain(&a.svg).any(|p| super::is_stdout(p)) {
         eprint!("{text}");

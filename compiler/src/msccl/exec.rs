@@ -22,7 +22,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use super::{read, Algo, BufRef, ChunkMap, Layout, NameFacts, Protocol, StepKind};
-use super::{MAX_CHANNELS, MAX_CNT, MAX_NODES, MAX_OFFSET, MAX_PEER_TBS_PER_CHANNEL};
+use super::{MAX_CHANNELS_ANY, MAX_CNT, MAX_NODES, MAX_OFFSET, MAX_PEER_TBS_PER_CHANNEL};
 use super::{MAX_STEPS_PER_TB, MAX_TBS_PER_GPU};
 use crate::error::{InputError, Result};
 use crate::verify::VerifyError;
@@ -270,14 +270,18 @@ pub struct Trace {
     pub map: ChunkMap,
     pub facts: NameFacts,
     pub report: ExecReport,
+    /// Per step `[gpu][tb][position]`: the operations it receives, sends or
+    /// copies, and the `(tb, position)` steps it waits for (nops folded in).
+    pub(crate) step_ops: PerStep<StepOps>,
+    pub(crate) waits: PerStep<Vec<(u32, u32)>>,
 }
 
 /// Per step: the operation it receives, sends or copies.
 #[derive(Clone, Copy, Debug, Default)]
-struct StepOps {
-    recv: Option<u32>,
-    send: Option<u32>,
-    local: Option<u32>,
+pub(crate) struct StepOps {
+    pub(crate) recv: Option<u32>,
+    pub(crate) send: Option<u32>,
+    pub(crate) local: Option<u32>,
 }
 
 impl StepOps {
@@ -294,7 +298,7 @@ impl StepOps {
 }
 
 /// A value per step: `[gpu][tb][position]`.
-type PerStep<T> = Vec<Vec<Vec<T>>>;
+pub(crate) type PerStep<T> = Vec<Vec<Vec<T>>>;
 
 /// The structure the loader builds: indices, pairing, dependencies.
 struct Loaded<'a> {
@@ -380,6 +384,8 @@ pub fn run(algo: &Algo, file: &str) -> Result<Trace> {
         map: l.map,
         facts,
         report,
+        step_ops: l.step_ops,
+        waits: l.waits,
     })
 }
 
@@ -424,11 +430,12 @@ fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
             ),
         ));
     }
-    if algo.nchannels < 1 || algo.nchannels > MAX_CHANNELS as i64 {
+    // RCCL's limit; NCCL-MSCCL's 32 is a profile's (`Executor::check`).
+    if algo.nchannels < 1 || algo.nchannels > MAX_CHANNELS_ANY as i64 {
         return Err(err(
             algo.line,
             format!(
-                "nchannels=\"{}\" must be in 1..={MAX_CHANNELS}",
+                "nchannels=\"{}\" must be in 1..={MAX_CHANNELS_ANY}",
                 algo.nchannels
             ),
         ));

@@ -34,8 +34,8 @@ use super::exec;
 use super::read::{parse_algo, trace_to_plan};
 use super::write::write_algo;
 use super::{Algo, BufRef, ChunkMap, Gpu, Layout, NameFacts, Protocol, Step, StepKind, Tb};
-use super::{MAX_CHANNELS, MAX_CNT, MAX_NODES, MAX_OFFSET, MAX_PEER_TBS_PER_CHANNEL};
-use super::{MAX_CHUNK_BYTES, MAX_STEPS_PER_TB, MAX_TBS_PER_GPU};
+use super::{Executor, MAX_CNT, MAX_NODES, MAX_OFFSET, MAX_PEER_TBS_PER_CHANNEL};
+use super::{MAX_CHUNK_BYTES, MAX_STEPS_PER_TB};
 use crate::error::{Error, Result};
 use crate::plan::{Buffer, Plan};
 use crate::sim::{simulate, SimOptions, TransferTime};
@@ -66,6 +66,8 @@ pub struct XmlOptions {
     /// pair in [`CHUNKS_PER_LARGEST_PAIR`] chunks, doubled until the
     /// executor's limits hold.
     pub chunk_bytes: Option<u64>,
+    /// Whose limits the file must meet (threadblocks, channels).
+    pub executor: Executor,
 }
 
 /// A written file and what it means for the application.
@@ -92,6 +94,11 @@ pub struct XmlPlan {
     /// Dependencies between operations MSCCL cannot express (no operation
     /// links the two gpus in between); the XML runs without them.
     pub dropped_deps: usize,
+    /// Dependencies between the plan's transfers (pairs) that the file
+    /// writes but the executor does not hold: the waiting send's gpu only
+    /// waits for a send (done when staged in the FIFO), or only its
+    /// receiver waits (docs/msccl.md, "The executor's rules").
+    pub unheld_deps: usize,
     /// Transfers the plan runs at once that the file runs one after another
     /// on a shared lane, because the threadblock budget has no lane left
     /// for them (0: the file runs at once all the plan runs at once).
@@ -122,6 +129,7 @@ impl XmlPlan {
             "max_tbs_per_gpu": self.max_tbs_per_gpu,
             "max_steps_per_tb": self.max_steps_per_tb,
             "dropped_deps": self.dropped_deps,
+            "unheld_deps": self.unheld_deps,
             "lanes_short": self.lanes_short,
             "tbs_wanted": self.tbs_wanted,
         })
@@ -176,6 +184,7 @@ pub fn to_xml(
             traffic.max_entry()
         )));
     }
+    check_peers(plan, opts.executor)?;
     let timeline = simulate(topo, plan, &SimOptions::default())?.transfers;
     let mut u = base;
     loop {
@@ -197,6 +206,47 @@ pub fn to_xml(
     }
 }
 
+/// Refuses at once, before the plan is simulated and lowered, a plan no
+/// file of `executor` can hold: every peer a gpu sends to needs a send
+/// threadblock and every peer it receives from a receive threadblock (one
+/// owner per connection, sends and receives apart), plus one for its local
+/// copies.
+fn check_peers(plan: &Plan, executor: Executor) -> Result<()> {
+    let n = plan.ranks as usize;
+    let mut seen: std::collections::HashSet<(u32, u32)> = std::collections::HashSet::new();
+    let mut tbs = vec![0usize; n];
+    let mut local = vec![false; n];
+    for t in &plan.transfers {
+        if t.src == t.dst {
+            local[t.src as usize] = true;
+        } else if seen.insert((t.src, t.dst)) {
+            tbs[t.src as usize] += 1;
+            tbs[t.dst as usize] += 1;
+        }
+    }
+    let (g, need) = tbs
+        .iter()
+        .zip(&local)
+        .map(|(&t, &l)| t + usize::from(l))
+        .enumerate()
+        .max_by_key(|&(_, t)| t)
+        .unwrap_or((0, 0));
+    let max = executor.max_tbs_per_gpu();
+    if need > max {
+        let peers = (max - 1) / 2;
+        let g_per_node = (plan.gpus_per_node as usize).max(1);
+        let nodes = (peers + 1).saturating_sub(g_per_node - 1);
+        return Err(unsupported(format!(
+            "rank {g} exchanges data with so many peers that its file needs {need} threadblocks \
+             (one per peer and direction, one for local copies); {executor} loads at most {max} per GPU, \
+             so a GPU may talk to at most {peers} peers: `direct` and `pairwise` fit up to {} ranks, \
+             `hierarchical` and `fast` (the GPUs of a node and the rail peers) up to {nodes} nodes of {g_per_node} GPUs",
+            peers + 1
+        )));
+    }
+    Ok(())
+}
+
 /// The same schedule for every protocol, each with its size window
 /// (several files a directory can hold side by side).
 pub fn to_xml_windows(
@@ -215,6 +265,25 @@ pub fn to_xml_windows(
             to_xml(plan, topo, traffic, &o)
         })
         .collect()
+}
+
+/// Bytes of each rank's send (and receive) buffer when `traffic` is cut
+/// into chunks of `u` bytes and laid out as `layout` says.
+pub fn buffer_bytes(traffic: &TrafficMatrix, layout: Layout, u: u64) -> u64 {
+    let n = traffic.ranks();
+    let k: Vec<Vec<u32>> = (0..n)
+        .map(|s| {
+            (0..n)
+                .map(|d| {
+                    traffic
+                        .get(s, d)
+                        .div_ceil(u.max(1))
+                        .min(u64::from(u32::MAX)) as u32
+                })
+                .collect()
+        })
+        .collect();
+    u64::from(ChunkMap::new(k, layout).nchunksperloop) * u
 }
 
 /// `[minBytes, maxBytes]` of a protocol for `n` ranks (`maxBytes` 0 = no limit).
@@ -306,21 +375,38 @@ fn lower_with(
         )));
     }
     let (ops, scratch) = trace_chunks(plan, traffic, &map, u, timeline)?;
-    let built = build_tbs(&ops, n, timeline)?;
+    let built = build_tbs(&ops, n, timeline, opts.executor)?;
     let nchunks = map.nchunksperloop;
     let nbytes = nchunks as u64 * u;
     let proto = opts
         .protocol
         .unwrap_or_else(|| protocol_for(nbytes, n as u64));
-    let (min_bytes, max_bytes) = window(proto, n as u64);
     // Without chunk comments a reader assumes nchunksperloop / ngpus chunks
     // for every pair.
     let uniform_padded = opts.layout == Layout::Padded
         && k.iter()
             .flatten()
             .all(|&c| c as usize * n == nchunks as usize);
+    // A uniform file is a correct all-to-all of any size in its protocol's
+    // window. Any other file moves the amounts of one matrix: it gets the
+    // narrowest window the executor allows (only this buffer size;
+    // `maxBytes = 0` would mean no limit) and the matrix's fingerprint in
+    // its name, so no other all-to-all picks it up by size.
+    let exact_matrix = !(uniform_padded && traffic.as_slice().windows(2).all(|w| w[0] == w[1]));
+    let (min_bytes, max_bytes) = if exact_matrix {
+        (nbytes, nbytes)
+    } else {
+        window(proto, n as u64)
+    };
+    let fingerprint = exact_matrix.then(|| traffic.fingerprint());
     let algo = Algo {
-        name: NameFacts::format(&plan.algorithm, opts.layout, u, topo.gpus_per_node() as u32),
+        name: NameFacts::format(
+            &plan.algorithm,
+            opts.layout,
+            u,
+            topo.gpus_per_node() as u32,
+            fingerprint.as_deref(),
+        ),
         proto,
         nchannels: built.channels as i64,
         nchunksperloop: nchunks as i64,
@@ -371,6 +457,11 @@ fn lower_with(
     };
     let parsed = parse_algo(&text, file).map_err(internal)?;
     let trace = exec::run(&parsed, file).map_err(internal)?;
+    opts.executor.check(&trace.report).map_err(|why| {
+        unsupported(format!(
+            "internal error, the written XML exceeds the executor's limits: {why}"
+        ))
+    })?;
     let (encoded, _) =
         trace_to_plan(&parsed, &trace, Some(traffic), Some(u), file).map_err(internal)?;
     let count_bytes = nbytes / n as u64;
@@ -389,6 +480,7 @@ fn lower_with(
         max_tbs_per_gpu: trace.report.max_tbs_per_gpu,
         max_steps_per_tb: trace.report.max_steps_per_tb,
         dropped_deps: built.dropped,
+        unheld_deps: built.unheld,
         lanes_short: built.lanes_short,
         tbs_wanted: built.tbs_wanted,
         plan: encoded,
@@ -684,6 +776,7 @@ struct Built {
     tbs: Vec<Vec<Tb>>,
     channels: u32,
     dropped: usize,
+    unheld: usize,
     lanes_short: usize,
     tbs_wanted: usize,
 }
@@ -700,7 +793,10 @@ fn build_tbs(
     ops: &[ChunkOp],
     n: usize,
     timeline: &[TransferTime],
+    executor: Executor,
 ) -> std::result::Result<Built, LowerError> {
+    let max_channels = executor.max_channels();
+    let max_tbs = executor.max_tbs_per_gpu();
     // Channel groups keep at most 32 peer tbs per channel per direction.
     let groups = (n.saturating_sub(1))
         .div_ceil(MAX_PEER_TBS_PER_CHANNEL)
@@ -711,7 +807,7 @@ fn build_tbs(
     };
     let mut tbs: Vec<Vec<TbDraft>> = (0..n).map(|_| Vec::new()).collect();
     let mut tb_index: Vec<HashMap<TbKey, u32>> = vec![HashMap::new(); n];
-    let lanes = assign_lanes(ops, n, timeline);
+    let lanes = assign_lanes(ops, n, timeline, executor.tb_budget());
     // Channel of each (src, dst, lane); lane `l` starts at group `l`.
     let mut chan_of: HashMap<(u32, u32, u32), u32> = HashMap::new();
     let mut local_k = vec![0u32; n];
@@ -719,6 +815,7 @@ fn build_tbs(
     let mut at: HashMap<(u32, u32), (u32, u32)> = HashMap::new();
     let mut anc: HashMap<(u32, u32), Vec<u32>> = HashMap::new();
     let mut dropped = 0usize;
+    let mut unheld: std::collections::HashSet<(u32, u32)> = std::collections::HashSet::new();
     let mut channels = 1u32;
     for (o, op) in ops.iter().enumerate() {
         let o = o as u32;
@@ -738,6 +835,19 @@ fn build_tbs(
             }
             if !found {
                 dropped += 1;
+                continue;
+            }
+            // The executor holds a send back only until the data it waits
+            // for has arrived on its own gpu: a wait met by a receive or a
+            // copy there. A wait only on a send of its gpu (a send is done
+            // when staged) or only on the receiving side does not hold it.
+            let xo = &ops[x as usize];
+            if op.src != op.dst && xo.from != op.from {
+                let mut on_src = Vec::new();
+                ancestors_on(ops, x, op.src, &mut anc, &mut on_src);
+                if !on_src.iter().any(|&y| ops[y as usize].dst == op.src) {
+                    unheld.insert((xo.from, op.from));
+                }
             }
         }
         for v in &mut need {
@@ -754,9 +864,9 @@ fn build_tbs(
                 let c = *chan_of
                     .entry((op.src, op.dst, lane))
                     .or_insert_with(|| base_chan(op.src, op.dst) + groups * lane);
-                if c >= MAX_CHANNELS {
+                if c >= max_channels {
                     return Err(LowerError::Limit(format!(
-                        "operations from rank {} to rank {} need more than {MAX_CHANNELS} channels of {MAX_STEPS_PER_TB} steps",
+                        "operations from rank {} to rank {} need more than {max_channels} channels of {MAX_STEPS_PER_TB} steps",
                         op.src, op.dst
                     )));
                 }
@@ -812,9 +922,9 @@ fn build_tbs(
                     Some(&t) => t,
                     None => {
                         let t = tbs[gi].len() as u32;
-                        if t as usize >= MAX_TBS_PER_GPU {
+                        if t as usize >= max_tbs {
                             return Err(LowerError::Limit(format!(
-                                "rank {gi} needs more than {MAX_TBS_PER_GPU} threadblocks"
+                                "rank {gi} needs more than {max_tbs} threadblocks ({executor})"
                             )));
                         }
                         tbs[gi].push(TbDraft {
@@ -930,14 +1040,12 @@ fn build_tbs(
         tbs: out,
         channels,
         dropped,
+        unheld: unheld.len(),
         lanes_short: lanes.short,
         tbs_wanted: lanes.tbs_wanted,
     })
 }
 
-/// Threadblocks a gpu may use for lanes: they spin on each other, so all
-/// must be resident at once (an A100 has 108 SMs, an H100 132).
-const TB_BUDGET: usize = 108;
 /// Lanes (channels) one connection's operations are spread over at most.
 const MAX_LANES: u32 = 32;
 /// When the tb budget cannot give every transfer the plan runs at once a
@@ -969,9 +1077,10 @@ const MAX_ANCESTOR_TRANSFERS: usize = 16_384;
 /// transfers the plan runs side by side move side by side. Lanes are
 /// limited by the threadblock budget: every connection has one, and extra
 /// ones go, one at a time, to the connection that wants the most more than
-/// it has, while both its gpus stay within [`TB_BUDGET`] tbs. A transfer
+/// it has, while both its gpus stay within `budget` tbs
+/// ([`Executor::tb_budget`]). A transfer
 /// that finds no free lane takes the one with the fewest bytes.
-fn assign_lanes(ops: &[ChunkOp], n: usize, timeline: &[TransferTime]) -> Lanes {
+fn assign_lanes(ops: &[ChunkOp], n: usize, timeline: &[TransferTime], budget: usize) -> Lanes {
     // Source transfers in order, with the ops of each.
     let mut order: Vec<u32> = Vec::new();
     let mut dense: HashMap<u32, usize> = HashMap::new();
@@ -1061,8 +1170,7 @@ fn assign_lanes(ops: &[ChunkOp], n: usize, timeline: &[TransferTime]) -> Lanes {
         }
         while let Some((_, Reverse((s, d)))) = heap.pop() {
             let (w, l) = (want[&(s, d)].len() as u32, per_conn[&(s, d)]);
-            if l >= MAX_LANES.min(w) || tbs[s as usize] >= TB_BUDGET || tbs[d as usize] >= TB_BUDGET
-            {
+            if l >= MAX_LANES.min(w) || tbs[s as usize] >= budget || tbs[d as usize] >= budget {
                 continue;
             }
             per_conn.insert((s, d), l + 1);

@@ -11,19 +11,22 @@
 //! - [`write`](mod@write): [`Algo`] → text, in the executor's lexical rules.
 //! - [`read`]: text → [`Algo`] → [`crate::Plan`].
 //! - [`exec`]: lexical rules, loader rules and a symbolic run of the text.
+//! - [`xsim`]: the executor's run rules (calls, FIFO window, staged sends)
+//!   as a plan the simulator prices.
 
 pub mod exec;
 pub mod lower;
 pub mod read;
 pub mod schedules;
 pub mod write;
+pub mod xsim;
 
 use std::fmt;
 use std::str::FromStr;
 
 pub use exec::{check_executable, check_executable_with, ExecReport};
 pub use lower::{to_xml, to_xml_windows, XmlOptions, XmlPlan};
-pub use read::{assign_paths, parse_algo, parse_xml, xml_traffic};
+pub use read::{assign_paths, parse_algo, parse_xml, parse_xml_implied, xml_traffic};
 
 /// Steps per threadblock the executor accepts (`MSCCL_MAX_NUM_STEPS`).
 pub const MAX_STEPS_PER_TB: usize = 64;
@@ -51,6 +54,123 @@ pub const MAX_OFFSET: i64 = i16::MAX as i64;
 pub const MAX_CHUNK_BYTES: u64 = 1 << 38;
 /// Attributes the executor keeps per element.
 pub const MAX_ATTRS: usize = 16;
+
+/// Channels the loosest executor accepts (RCCL's `MAXCHANNELS`, 128); the
+/// symbolic loader holds every file to this, and a profile
+/// ([`Executor::max_channels`]) to its own.
+pub const MAX_CHANNELS_ANY: u32 = 128;
+
+/// Which executor a file is written for: its limits differ (from the
+/// executors' sources, docs/msccl.md "Executor profiles").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Executor {
+    /// `Azure/msccl-executor-nccl`: `MAXCHANNELS` 32 (`device.h`),
+    /// `MSCCL_MAX_NUM_THREAD_BLOCKS` 32 x 32 but `depid` an int8, so 128
+    /// threadblocks can be waited on; all must be resident (108 SMs on an A100).
+    #[default]
+    Msccl,
+    /// RCCL's copy (`ROCm/rccl` `src/include/msccl/msccl_struct.h`):
+    /// `MSCCL_MAX_NUM_THREAD_BLOCKS` 64 ("too many thread blocks are
+    /// requested. Max thread blocks: 64" in `msccl_parser.cc`), `MAXCHANNELS` 128.
+    Rccl,
+}
+
+impl Executor {
+    pub const ALL: [Executor; 2] = [Executor::Msccl, Executor::Rccl];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Executor::Msccl => "msccl",
+            Executor::Rccl => "rccl",
+        }
+    }
+
+    /// Threadblocks per gpu the loader accepts.
+    pub fn max_tbs_per_gpu(self) -> usize {
+        match self {
+            Executor::Msccl => MAX_TBS_PER_GPU,
+            Executor::Rccl => 64,
+        }
+    }
+
+    /// Threadblocks per gpu the lowering gives out: they spin on each other,
+    /// so all must be resident at once (108: an A100's SMs; an MI300X has
+    /// 304 CUs, so RCCL's loader limit is the binding one).
+    pub fn tb_budget(self) -> usize {
+        match self {
+            Executor::Msccl => 108,
+            Executor::Rccl => 64,
+        }
+    }
+
+    /// Channels a file may use.
+    pub fn max_channels(self) -> u32 {
+        match self {
+            Executor::Msccl => MAX_CHANNELS,
+            Executor::Rccl => MAX_CHANNELS_ANY,
+        }
+    }
+
+    /// Lanes per gpu a plan bound for this executor may run at once
+    /// (`sched::Options::max_lanes_per_gpu`): the budget less a local-copy
+    /// tb and one to spare.
+    pub fn plan_lanes_per_gpu(self) -> u32 {
+        self.tb_budget() as u32 - 2
+    }
+
+    /// The executor a cluster's users load plans with: RCCL on AMD GPUs
+    /// (a topology named after an MI300X, as the `mi300x` preset is),
+    /// NCCL-MSCCL otherwise.
+    pub fn default_for(topo: &crate::Topology) -> Executor {
+        let name = topo.name().to_ascii_lowercase();
+        if name.contains("mi300") || name.contains("mi250") || name.contains("amd") {
+            Executor::Rccl
+        } else {
+            Executor::Msccl
+        }
+    }
+
+    /// Whether a checked file loads in this executor; the reason if not.
+    pub fn check(self, r: &ExecReport) -> std::result::Result<(), String> {
+        if r.max_tbs_per_gpu > self.max_tbs_per_gpu() {
+            return Err(format!(
+                "{} threadblocks on a gpu; {} loads at most {}",
+                r.max_tbs_per_gpu,
+                self.name(),
+                self.max_tbs_per_gpu()
+            ));
+        }
+        if r.nchannels > self.max_channels() as usize {
+            return Err(format!(
+                "{} channels; {} has at most {}",
+                r.nchannels,
+                self.name(),
+                self.max_channels()
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Executor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Executor {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "msccl" => Ok(Executor::Msccl),
+            "rccl" => Ok(Executor::Rccl),
+            _ => Err(format!(
+                "unknown executor `{}` (known: msccl, rccl)",
+                crate::error::clip(s)
+            )),
+        }
+    }
+}
 
 /// The executor's protocol (`proto`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -340,13 +460,16 @@ impl Algo {
 }
 
 /// Facts Switchyard writes into an XML's `name`: `switchyard ALG layout=L
-/// chunk_bytes=U gpus_per_node=G`. Other tools' names yield `None`s.
+/// chunk_bytes=U gpus_per_node=G [matrix=F]`, `F` the
+/// [`crate::TrafficMatrix::fingerprint`] of the matrix a skewed file was
+/// made for. Other tools' names yield `None`s.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NameFacts {
     pub algorithm: Option<String>,
     pub layout: Option<Layout>,
     pub chunk_bytes: Option<u64>,
     pub gpus_per_node: Option<u32>,
+    pub matrix: Option<String>,
 }
 
 impl NameFacts {
@@ -391,6 +514,15 @@ impl NameFacts {
                     .replace(v.parse().map_err(|e| format!("layout in the name: {e}"))?)
                     .is_none(),
                 "chunk_bytes" => f.chunk_bytes.replace(count(key, v)?).is_none(),
+                "matrix" if crate::TrafficMatrix::is_fingerprint(v) => {
+                    f.matrix.replace(v.to_string()).is_none()
+                }
+                "matrix" => {
+                    return Err(format!(
+                        "matrix={} in the name is not a fingerprint (16 lowercase hex digits)",
+                        crate::error::clip(v)
+                    ))
+                }
                 "gpus_per_node" => {
                     let g = u32::try_from(count(key, v)?).map_err(|_| {
                         format!("gpus_per_node={v} in the name: more GPUs than any cluster has")
@@ -399,7 +531,7 @@ impl NameFacts {
                 }
                 _ => {
                     return Err(format!(
-                        "unknown fact `{}` in the name (known: layout, chunk_bytes, gpus_per_node)",
+                        "unknown fact `{}` in the name (known: layout, chunk_bytes, gpus_per_node, matrix)",
                         crate::error::clip(key)
                     ))
                 }
@@ -414,7 +546,13 @@ impl NameFacts {
     /// The name [`NameFacts::parse`] reads back. A plan's algorithm is any
     /// string (a JSON plan names its own): it is written as one word of
     /// letters, digits and `-_.+`, anything else becoming `-`.
-    pub fn format(algorithm: &str, layout: Layout, chunk_bytes: u64, gpus_per_node: u32) -> String {
+    pub fn format(
+        algorithm: &str,
+        layout: Layout,
+        chunk_bytes: u64,
+        gpus_per_node: u32,
+        matrix: Option<&str>,
+    ) -> String {
         let word: String = algorithm
             .chars()
             .map(|c| {
@@ -426,9 +564,13 @@ impl NameFacts {
             })
             .collect();
         let word = if word.is_empty() { "-".into() } else { word };
-        format!(
+        let mut name = format!(
             "switchyard {word} layout={layout} chunk_bytes={chunk_bytes} gpus_per_node={gpus_per_node}"
-        )
+        );
+        if let Some(m) = matrix {
+            name += &format!(" matrix={m}");
+        }
+        name
     }
 }
 
@@ -525,8 +667,9 @@ mod tests {
 
     #[test]
     fn name_facts_round_trip() {
-        let n = NameFacts::format("direct", Layout::Packed, 4096, 8);
+        let n = NameFacts::format("direct", Layout::Packed, 4096, 8, Some("00ff00ff00ff00ff"));
         let f = NameFacts::parse(&n).unwrap();
+        assert_eq!(f.matrix.as_deref(), Some("00ff00ff00ff00ff"));
         assert_eq!(f.algorithm.as_deref(), Some("direct"));
         assert_eq!(f.layout, Some(Layout::Packed));
         assert_eq!(f.chunk_bytes, Some(4096));
@@ -547,18 +690,30 @@ mod tests {
             );
         }
         assert!(bad("layout=weird").contains("unknown layout `weird`"));
+        for v in [
+            "",
+            "00FF00FF00FF00FF",
+            "00ff",
+            "00ff00ff00ff00ff0",
+            "zzzzzzzzzzzzzzzz",
+        ] {
+            assert!(
+                bad(&format!("matrix={v}")).contains("not a fingerprint"),
+                "{v}"
+            );
+        }
         assert!(bad("gpus_per_node=0").contains("not a whole number"));
         assert!(bad("gpus_per_node=4294967296").contains("more GPUs"));
         assert!(bad("color=red").contains("unknown fact `color`"));
         assert!(bad("layout=padded layout=packed").contains("layout twice"));
         assert!(bad("extra").contains("a Switchyard name is"));
         // Whatever a plan calls its algorithm, the name reads back.
-        let n = NameFacts::format("my alg=2 \"&<", Layout::Padded, 16, 1);
+        let n = NameFacts::format("my alg=2 \"&<", Layout::Padded, 16, 1, None);
         assert_eq!(
             NameFacts::parse(&n).unwrap().algorithm.as_deref(),
             Some("my-alg-2----")
         );
-        assert!(NameFacts::parse(&NameFacts::format("", Layout::Padded, 16, 1)).is_ok());
+        assert!(NameFacts::parse(&NameFacts::format("", Layout::Padded, 16, 1, None)).is_ok());
     }
 
     #[test]

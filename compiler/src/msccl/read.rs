@@ -38,8 +38,47 @@ pub const DEFAULT_BLOCK_BYTES: u64 = 1 << 20;
 /// an output chunk unwritten or wrong).
 pub fn parse_xml(text: &str, file: &str, traffic: Option<&TrafficMatrix>) -> Result<Plan> {
     let algo = parse_algo(text, file)?;
-    let trace = exec::run(&algo, file)?;
-    Ok(trace_to_plan(&algo, &trace, traffic, None, file)?.0)
+    read_algo(&algo, file, traffic, true)
+}
+
+/// The matrix the file implies ([`xml_traffic`]) and the file read on it.
+/// The implied matrix is the made-for one rounded to whole chunks, so the
+/// name's fingerprint is not checked against it.
+pub fn parse_xml_implied(text: &str, file: &str) -> Result<(TrafficMatrix, Plan)> {
+    let algo = parse_algo(text, file)?;
+    let map = chunk_map(&algo, file)?;
+    let u = check_chunk_bytes(&algo, default_chunk_bytes(&algo, &map), file)?;
+    let m = implied_matrix(&map, u, &algo, file)?;
+    let plan = read_algo(&algo, file, Some(&m), false)?;
+    Ok((m, plan))
+}
+
+fn read_algo(
+    algo: &Algo,
+    file: &str,
+    traffic: Option<&TrafficMatrix>,
+    check_matrix: bool,
+) -> Result<Plan> {
+    // A file made for one matrix moves that matrix's amounts: against
+    // another one, say so before anything byte-level.
+    let fingerprint = algo.facts().matrix;
+    if let (Some(f), Some(m), true) = (&fingerprint, traffic, check_matrix) {
+        if *f != m.fingerprint() {
+            return Err(InputError::at(
+                file,
+                format!("line {}", algo.line),
+                format!(
+                    "this plan was made for another traffic matrix (fingerprint {f} in its name; the traffic given has {})",
+                    m.fingerprint()
+                ),
+            )
+            .into());
+        }
+    }
+    let trace = exec::run(algo, file)?;
+    let mut plan = trace_to_plan(algo, &trace, traffic, None, file)?.0;
+    plan.traffic_fingerprint = fingerprint;
+    Ok(plan)
 }
 
 /// The traffic matrix a file implies: its chunks per pair (uniform, or the

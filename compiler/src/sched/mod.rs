@@ -138,7 +138,7 @@ pub fn schedule(
     opts: &Options,
 ) -> Result<Plan> {
     traffic.check_ranks(topo.ranks(), "traffic")?;
-    match alg {
+    let mut plan = match alg {
         Algorithm::Direct => Ok(direct(topo, traffic)),
         Algorithm::Pairwise => Ok(pairwise(topo, traffic)),
         Algorithm::Hierarchical => Ok(hierarchical(topo, traffic)),
@@ -153,5 +153,7 @@ pub fn schedule(
                 max_lanes_per_gpu: opts.max_lanes_per_gpu,
             },
         ),
-    }
+    }?;
+    plan.traffic_fingerprint = Some(traffic.fingerprint());
+    Ok(plan)
 }

@@ -1,0 +1,318 @@
+//! The executor's rules as a plan to price: what NCCL-MSCCL (and RCCL's
+//! copy) does with a file, written as transfers the simulator can time.
+//!
+//! From the executor's source (docs/msccl.md, "The executor's rules"):
+//! - a step moves whole chunks, padding included, as calls of at most
+//!   `maxAllowedCount` chunks (`msccl_kernel.cu`, `msccl_setup.cc`);
+//! - a connection `(chan, A -> B)` is one in-order stream whose FIFO holds
+//!   `Protocol::fifo_depth` calls: the sender's call `k` waits until the
+//!   receiver has taken call `k - depth` (`prims_simple.h`);
+//! - a send step is done once its data is staged in the FIFO, not when it
+//!   has arrived (the proxy, `net.cc`, moves it on);
+//! - a wait (`depid`/`deps`) holds only the step it is written on, on its
+//!   own gpu: a wait on a receive never holds the sender.
+//!
+//! Each operation becomes one transfer of its whole chunks; each step gets
+//! a zero-byte local transfer for "ready" (its tb's previous step and its
+//! waits are done) and for "done" where that differs from the operation's
+//! transfer. Approximations: an operation of more calls than the FIFO holds
+//! is taken as staged when it has arrived (late by at most the FIFO's last
+//! calls) and needs its receiver ready before it starts (its first calls
+//! could have gone ahead).
+
+use super::exec::Trace;
+use super::{Algo, Protocol};
+use crate::plan::{Buffer, Deps, Path, Plan, Transfer};
+
+/// `NCCL_BUFFSIZE`'s default, the Simple protocol's FIFO per connection.
+pub const SIMPLE_BUFF_BYTES: u64 = 4 << 20;
+/// NCCL's `DEFAULT_LL_BUFFSIZE` (8 lines x 512 threads x 8 steps x 16 bytes).
+pub const LL_BUFF_BYTES: u64 = 8 * 512 * 8 * 16;
+/// NCCL's `DEFAULT_LL128_BUFFSIZE` (120 elements x 640 threads x 8 steps x 8 bytes).
+pub const LL128_BUFF_BYTES: u64 = 120 * 640 * 8 * 8;
+/// `NCCL_STEPS`: slots of a connection's FIFO.
+pub const NCCL_STEPS: u64 = 8;
+
+/// Bytes one primitive call moves at most (`chunkEffectiveSize` in
+/// `mscclSetupCount`): Simple takes 4 of the 8 steps (`MSCCL_CHUNKSTEPS`),
+/// LL one step of which half is flags, LL128 one step of which 15/16 is data.
+pub fn call_bytes(proto: Protocol) -> u64 {
+    match proto {
+        Protocol::Simple => SIMPLE_BUFF_BYTES / NCCL_STEPS * (NCCL_STEPS / 2),
+        Protocol::LL => LL_BUFF_BYTES / NCCL_STEPS / 2,
+        Protocol::LL128 => LL128_BUFF_BYTES / NCCL_STEPS / 16 * 15,
+    }
+}
+
+/// `maxAllowedCount` for chunks of `chunk_bytes`: `max(1, call / chunk)`,
+/// at most 71 (`MSCCL_MAX_COUNT - 1`).
+pub fn max_allowed_count(proto: Protocol, chunk_bytes: u64) -> u64 {
+    (call_bytes(proto) / chunk_bytes.max(1)).clamp(1, super::MAX_CNT as u64)
+}
+
+/// Calls an operation of `cnt` chunks takes: `ceil(cnt / maxAllowedCount)`,
+/// times the passes over chunks larger than a call (the kernel's
+/// `gridOffset` loop).
+pub fn calls(proto: Protocol, cnt: u64, chunk_bytes: u64) -> u64 {
+    let passes = chunk_bytes.div_ceil(call_bytes(proto)).max(1);
+    cnt.div_ceil(max_allowed_count(proto, chunk_bytes)) * passes
+}
+
+/// What the executor-rule plan adds up to.
+#[derive(Clone, Debug)]
+pub struct ExecutorPlan {
+    /// Transfers: one per operation (whole chunks), zero-byte local joins
+    /// for steps; paths unset (see [`super::assign_paths`]).
+    pub plan: Plan,
+    /// Primitive calls between gpus.
+    pub calls: u64,
+    /// The chunk size the operations were priced with.
+    pub chunk_bytes: u64,
+    /// The transfer of each operation of the trace (`None` if the run
+    /// never reached it).
+    pub op_transfer: Vec<Option<u32>>,
+}
+
+/// The plan the executor runs for `algo` (checked and traced by
+/// [`super::exec::run`]) with chunks of `chunk_bytes` bytes.
+pub fn executor_plan(algo: &Algo, trace: &Trace, chunk_bytes: u64) -> ExecutorPlan {
+    let proto = algo.proto;
+    let window = proto.fifo_depth() as u64;
+    let ops = &trace.ops;
+    let mut plan = Plan::new("msccl-executor", algo.ngpus as usize, 8);
+    let join = |plan: &mut Plan, gpu: u32, deps: Vec<u32>| -> u32 {
+        let mut d: Vec<u32> = deps;
+        d.sort_unstable();
+        d.dedup();
+        plan.push(Transfer {
+            src: gpu,
+            src_buf: Buffer::Output,
+            src_off: 0,
+            dst: gpu,
+            dst_buf: Buffer::Output,
+            dst_off: 0,
+            bytes: 0,
+            path: Path::Local,
+            step: 0,
+            deps: Deps::from_vec(d),
+        })
+    };
+    let ncalls: Vec<u64> = ops
+        .iter()
+        .map(|o| calls(proto, u64::from(o.cnt), chunk_bytes))
+        .collect();
+    // Stream position of each remote operation's first call on its
+    // connection, and the operation holding each call position.
+    let mut first_call = vec![0u64; ops.len()];
+    let mut streams: std::collections::HashMap<(i64, u32, u32), Vec<(u64, u32)>> =
+        std::collections::HashMap::new();
+    // Sends in the order their tb runs them = the connection's order.
+    for (gi, g) in trace.step_ops.iter().enumerate() {
+        for (ti, tb) in g.iter().enumerate() {
+            let chan = algo.gpus[gi].tbs[ti].chan;
+            for so in tb {
+                if let Some(x) = so.send {
+                    let o = &ops[x as usize];
+                    let s = streams.entry((chan, o.src, o.dst)).or_default();
+                    let pos = s.last().map_or(0, |&(p, y)| p + ncalls[y as usize]);
+                    first_call[x as usize] = pos;
+                    s.push((pos, x));
+                }
+            }
+        }
+    }
+    // Which operation (on the same stream) holds call position `p`.
+    let holder = |s: &[(u64, u32)], p: u64| -> u32 {
+        let i = s.partition_point(|&(q, _)| q <= p);
+        s[i - 1].1
+    };
+    let stream_of = |x: u32| -> (i64, u32, u32) {
+        let o = &ops[x as usize];
+        (
+            algo.gpus[o.from.gpu as usize].tbs[o.from.tb as usize].chan,
+            o.src,
+            o.dst,
+        )
+    };
+    // Steps are processed in the order the symbolic run completed them
+    // (the step log order is not kept; program order per tb plus waits is
+    // acyclic for a file that ran), so a worklist over steps.
+    let ng = trace.step_ops.len();
+    let mut ready: Vec<Vec<Vec<Option<u32>>>> = trace
+        .step_ops
+        .iter()
+        .map(|g| g.iter().map(|t| vec![None; t.len()]).collect())
+        .collect();
+    let mut done = ready.clone();
+    // Per operation: its transfer, "receiver ready" and "staged" joins.
+    let mut t_of: Vec<Option<u32>> = vec![None; ops.len()];
+    let mut rr_of: Vec<Option<u32>> = vec![None; ops.len()];
+    let mut recv_done: Vec<Option<u32>> = vec![None; ops.len()];
+    let mut progress = true;
+    while progress {
+        progress = false;
+        for gi in 0..ng {
+            for ti in 0..trace.step_ops[gi].len() {
+                for p in 0..trace.step_ops[gi][ti].len() {
+                    if done[gi][ti][p].is_some() {
+                        continue;
+                    }
+                    // Ready: the previous step and every awaited step done.
+                    let mut deps = Vec::new();
+                    if p > 0 {
+                        match done[gi][ti][p - 1] {
+                            Some(d) => deps.push(d),
+                            None => break,
+                        }
+                    }
+                    let mut blocked = false;
+                    for &(t, q) in &trace.waits[gi][ti][p] {
+                        match done[gi][t as usize][q as usize] {
+                            Some(d) => deps.push(d),
+                            None => blocked = true,
+                        }
+                    }
+                    if blocked {
+                        break;
+                    }
+                    let so = trace.step_ops[gi][ti][p];
+                    let r =
+                        *ready[gi][ti][p].get_or_insert_with(|| join(&mut plan, gi as u32, deps));
+                    // The receive part: the receiver is ready at `r`; the
+                    // step's receive is done when the data is there too.
+                    let mut send_ready = r;
+                    if let Some(x) = so.recv {
+                        let xi = x as usize;
+                        rr_of[xi] = Some(r);
+                        match t_of[xi] {
+                            Some(t) => {
+                                let d = join(&mut plan, gi as u32, vec![t, r]);
+                                recv_done[xi] = Some(d);
+                                send_ready = d;
+                            }
+                            // Its sender has not started: come back later.
+                            None => break,
+                        }
+                    }
+                    let d = if let Some(x) = so.local {
+                        let o = &ops[x as usize];
+                        let t = plan.push(Transfer {
+                            src: o.src,
+                            src_buf: Buffer::Input,
+                            src_off: 0,
+                            dst: o.dst,
+                            dst_buf: Buffer::Output,
+                            dst_off: 0,
+                            bytes: u64::from(o.cnt) * chunk_bytes,
+                            path: Path::Local,
+                            step: 0,
+                            deps: Deps::from_vec(vec![send_ready]),
+                        });
+                        t_of[x as usize] = Some(t);
+                        t
+                    } else if let Some(x) = so.send {
+                        let xi = x as usize;
+                        let o = &ops[xi];
+                        let mut tdeps = vec![send_ready];
+                        let receiver = rr_of[xi];
+                        // FIFO window: call `first - window` taken by the receiver.
+                        let s = &streams[&stream_of(x)];
+                        let first = first_call[xi];
+                        if first >= window {
+                            let y = holder(s, first - window) as usize;
+                            match (t_of[y], rr_of[y]) {
+                                (Some(t), Some(rr)) => tdeps.extend([t, rr]),
+                                _ => break,
+                            }
+                        }
+                        // More calls than the FIFO holds: the stream needs
+                        // its receiver (which may be on a tb not reached yet).
+                        if ncalls[xi] > window {
+                            match receiver {
+                                Some(rr) => tdeps.push(rr),
+                                None => break,
+                            }
+                        }
+                        let staged = join(&mut plan, gi as u32, tdeps.clone());
+                        let t = plan.push(Transfer {
+                            src: o.src,
+                            src_buf: Buffer::Input,
+                            src_off: 0,
+                            dst: o.dst,
+                            dst_buf: Buffer::Output,
+                            dst_off: 0,
+                            bytes: u64::from(o.cnt) * chunk_bytes,
+                            path: Path::Local,
+                            step: 0,
+                            deps: Deps::from_vec(vec![staged]),
+                        });
+                        t_of[xi] = Some(t);
+                        if ncalls[xi] > window {
+                            t
+                        } else {
+                            staged
+                        }
+                    } else {
+                        send_ready
+                    };
+                    done[gi][ti][p] = Some(d);
+                    progress = true;
+                }
+            }
+        }
+    }
+    let calls_total = ops
+        .iter()
+        .zip(&ncalls)
+        .filter(|(o, _)| o.src != o.dst)
+        .map(|(_, &c)| c)
+        .sum();
+    ExecutorPlan {
+        plan,
+        calls: calls_total,
+        chunk_bytes,
+        op_transfer: t_of,
+    }
+}
+
+/// Completion of `text` run by the executor's rules on `topo`: the file is
+/// loaded and run symbolically, then [`executor_plan`] is simulated. The
+/// chunk size is the name's `chunk_bytes`, else the largest entry of
+/// `traffic` over the largest block's chunks (as the reader takes it).
+pub fn simulate_executor(
+    text: &str,
+    file: &str,
+    traffic: &crate::TrafficMatrix,
+    topo: &crate::Topology,
+    opts: &crate::sim::SimOptions,
+) -> crate::error::Result<(f64, ExecutorPlan)> {
+    let algo = super::parse_algo(text, file)?;
+    let trace = super::exec::run(&algo, file)?;
+    let b = u64::from(trace.map.k.iter().copied().max().unwrap_or(1).max(1));
+    let u = trace
+        .facts
+        .chunk_bytes
+        .unwrap_or_else(|| traffic.max_entry().div_ceil(b).max(1));
+    let mut x = executor_plan(&algo, &trace, u);
+    super::assign_paths(&mut x.plan, topo);
+    let r = crate::sim::simulate(topo, &x.plan, opts)?;
+    Ok((r.completion_us, x))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_follow_max_allowed_count() {
+        // Simple: 2 MiB per call; 64 KiB chunks give 32 chunks a call.
+        assert_eq!(call_bytes(Protocol::Simple), 2 << 20);
+        assert_eq!(max_allowed_count(Protocol::Simple, 64 << 10), 32);
+        assert_eq!(calls(Protocol::Simple, 71, 64 << 10), 3);
+        // Tiny chunks: at most 71 a call.
+        assert_eq!(max_allowed_count(Protocol::Simple, 16), 71);
+        // A chunk larger than a call: one chunk a call, several passes.
+        assert_eq!(calls(Protocol::Simple, 3, 5 << 20), 9);
+        assert_eq!(call_bytes(Protocol::LL), 32 << 10);
+    }
+}
