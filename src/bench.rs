@@ -10,7 +10,7 @@ use switchyard_compiler::bound::cut_bound;
 use switchyard_compiler::generate::{generate, Pattern, TrafficSpec};
 use switchyard_compiler::sched::{auto, schedule, Options};
 use switchyard_compiler::sim::{simulate, Network, SimOptions};
-use switchyard_compiler::topology::{FabricKind, FabricSpec, TopologySpec};
+use switchyard_compiler::topology::{FabricSpec, TopologySpec};
 use switchyard_compiler::{verify_on, Algorithm, Error, Result, Topology, TrafficMatrix};
 
 /// One (cluster, workload) pair of the suite.
@@ -49,12 +49,7 @@ fn cluster(preset: &str, nodes: usize, leaf: Option<(usize, f64)>) -> Result<(St
     let mut spec = TopologySpec::preset(preset, nodes, None)?;
     let mut name = format!("{preset} {nodes}x8");
     if let Some((k, over)) = leaf {
-        spec.fabric = Some(FabricSpec {
-            kind: FabricKind::FatTree,
-            nodes_per_leaf: k,
-            oversubscription: over,
-            latency_us: 1.0,
-        });
+        spec.fabric = Some(FabricSpec::fat_tree(k, over, 1.0));
         name = format!("{name} fat-tree {over}:1");
     }
     let topo = Topology::from_spec(spec, &name)?;

@@ -7,7 +7,7 @@ use crate::bound::cut_bound;
 use crate::generate::{generate, Pattern, TrafficSpec};
 use crate::plan::{Buffer, Deps, Path, Transfer};
 use crate::sched::direct;
-use crate::topology::{FabricKind, FabricSpec, IntraKind, TopologySpec};
+use crate::topology::{FabricSpec, IntraKind, TopologySpec};
 use crate::traffic::TrafficMatrix;
 use crate::Error;
 
@@ -124,13 +124,47 @@ fn uniform_all_to_all_on_full_bisection_meets_the_bound() {
 
 fn two_leaf_4_to_1() -> Topology {
     let mut spec = TopologySpec::preset("dgx-h100", 4, Some(1)).unwrap();
-    spec.fabric = Some(FabricSpec {
-        kind: FabricKind::FatTree,
-        nodes_per_leaf: 2,
-        oversubscription: 4.0,
-        latency_us: 1.0,
-    });
+    spec.fabric = Some(FabricSpec::fat_tree(2, 4.0, 1.0));
     Topology::from_spec(spec, "t").unwrap()
+}
+
+#[test]
+fn cross_rail_flows_share_the_rail_switch_uplink() {
+    // 2 nodes x 2 GPUs x 2 NICs, one rail group, 2:1: rail switch spine
+    // links of 2 x 50 / 2 = 50 GB/s.
+    let mut spec = TopologySpec::preset("dgx-h100", 2, Some(2)).unwrap();
+    spec.fabric = Some(FabricSpec::rail_optimized(None, 2.0, 1.0));
+    let topo = Topology::from_spec(spec, "t").unwrap();
+    let b = 1_000_000u64;
+    // Rank 0 (rail 0) -> rank 3 (rail 1) and rank 2 (rail 0) -> rank 1
+    // (rail 1): both climb rail switch 0's one uplink, at 25 GB/s each.
+    let mut m = TrafficMatrix::zeros(4);
+    m.set(0, 3, b);
+    m.set(2, 1, b);
+    let plan = direct(&topo, &m);
+    let want = 5.0 + 2.0 * b as f64 / 50_000.0;
+    for network in [Network::Ideal, Network::Congested] {
+        let opts = SimOptions {
+            network,
+            ..SimOptions::default()
+        };
+        let r = simulate(&topo, &plan, &opts).unwrap();
+        assert!(
+            close(r.completion_us, want),
+            "{network:?}: {}",
+            r.completion_us
+        );
+    }
+    // Same rail: one switch, the NICs' own rate.
+    let mut m = TrafficMatrix::zeros(4);
+    m.set(0, 2, b);
+    m.set(1, 3, b);
+    let r = ideal(&topo, &direct(&topo, &m));
+    assert!(
+        close(r.completion_us, 4.0 + b as f64 / 50_000.0),
+        "{}",
+        r.completion_us
+    );
 }
 
 #[test]
@@ -236,7 +270,7 @@ fn grouping_tolerance_never_finishes_early() {
 }
 
 fn small_topology() -> impl Strategy<Value = Topology> {
-    (1usize..=4, 1usize..=4, any::<bool>(), 0usize..3).prop_map(|(nodes, g, mesh, fab)| {
+    (1usize..=4, 1usize..=4, any::<bool>(), 0usize..5).prop_map(|(nodes, g, mesh, fab)| {
         let mut spec =
             TopologySpec::preset(if mesh { "mi300x" } else { "dgx-h100" }, nodes, Some(g)).unwrap();
         if let Some(i) = spec.intra.as_mut() {
@@ -246,13 +280,12 @@ fn small_topology() -> impl Strategy<Value = Topology> {
                 IntraKind::Switch
             };
         }
-        if fab > 0 && nodes > 1 {
-            spec.fabric = Some(FabricSpec {
-                kind: FabricKind::FatTree,
-                nodes_per_leaf: 1 + nodes / 3,
-                oversubscription: fab as f64 * 1.5,
-                latency_us: 0.5,
-            });
+        if (1..3).contains(&fab) && nodes > 1 {
+            spec.fabric = Some(FabricSpec::fat_tree(1 + nodes / 3, fab as f64 * 1.5, 0.5));
+        }
+        if fab >= 3 {
+            let group = (fab == 3).then_some(1 + nodes / 3);
+            spec.fabric = Some(FabricSpec::rail_optimized(group, 2.0, 0.5));
         }
         Topology::from_spec(spec, "prop").unwrap()
     })
