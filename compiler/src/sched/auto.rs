@@ -384,7 +384,9 @@ impl<'a> Estimator<'a> {
                     } else {
                         0.03
                     };
-                    if uplink {
+                    // With one node per leaf, node permutations are leaf
+                    // permutations: the stages balance the uplinks too.
+                    if uplink && self.topo.leaves() < nodes {
                         o += 0.15;
                     }
                     o
