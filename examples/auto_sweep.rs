@@ -86,7 +86,7 @@ fn main() -> Res<()> {
                     continue;
                 };
                 for (i, pattern) in patterns.iter().enumerate() {
-                    let mut spec = TrafficSpec::new(topo.ranks(), pattern.clone());
+                    let mut spec = TrafficSpec::new(topo.ranks(), *pattern);
                     spec.seed = 7 + i as u64;
                     spec.gpus_per_node = topo.gpus_per_node();
                     spec.bytes = 1 << 20;
