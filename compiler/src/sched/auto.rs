@@ -378,7 +378,11 @@ impl<'a> Estimator<'a> {
                     // matrix is near-uniform on 8 nodes or more (many
                     // stages of equal size); node permutations do not
                     // balance leaf pairs, so ~+20% when leaf uplinks bind.
-                    let near_uniform = self.direct_ideal.is_some_and(|d| d <= 1.06 * base);
+                    // Near-uniform: `direct` nearly balanced already, or
+                    // (where the fabric penalises `direct`, e.g. a
+                    // rail-optimized spine) receivers within 20% of even.
+                    let near_uniform =
+                        self.direct_ideal.is_some_and(|d| d <= 1.06 * base) || self.rx_skew <= 1.2;
                     let mut o = if near_uniform && nodes >= 8 {
                         0.12
                     } else {
