@@ -293,12 +293,12 @@ impl<'a> Estimator<'a> {
                     }
                     relayed = relayed.max(out);
                 }
-                for x in 0..np {
-                    let (a, _) = (x / p, x % p);
+                // One flow per (source node, receiving NIC): the sum over
+                // the node's sending rails (one path each, not one per rail).
+                for a in 0..nodes {
                     for y in 0..np {
-                        let b = self.rail_bytes[x * np + y];
-                        let to = a * p + y % p;
-                        self.route_net(to, y, b);
+                        let b: f64 = (0..p).map(|k| self.rail_bytes[(a * p + k) * np + y]).sum();
+                        self.route_net(a * p + y % p, y, b);
                     }
                 }
                 let c = self.price();
@@ -313,12 +313,13 @@ impl<'a> Estimator<'a> {
                 (c.net.max(c.intra) + lag + inter + hop, self.limit_of(&c))
             }
             Algorithm::Deepep => {
+                // One flow per (sending NIC, destination node).
                 for x in 0..np {
                     let k = x % p;
-                    for y in 0..np {
-                        let b = self.rail_bytes[x * np + y];
-                        let to = (y / p) * p + k;
-                        self.route_net(x, to, b);
+                    for bn in 0..nodes {
+                        let row = x * np + bn * p;
+                        let b: f64 = self.rail_bytes[row..row + p].iter().sum();
+                        self.route_net(x, bn * p + k, b);
                     }
                 }
                 let mut forwarded = 0.0f64;
