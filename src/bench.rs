@@ -8,7 +8,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use switchyard_compiler::bound::cut_bound;
 use switchyard_compiler::generate::{generate, Pattern, TrafficSpec};
-use switchyard_compiler::sched::{schedule, Options};
+use switchyard_compiler::sched::{auto, schedule, Options};
 use switchyard_compiler::sim::{simulate, Network, SimOptions};
 use switchyard_compiler::topology::{FabricSpec, TopologySpec};
 use switchyard_compiler::{verify_on, Algorithm, Error, Result, Topology, TrafficMatrix};
@@ -129,9 +129,14 @@ pub fn run_case(case: &Case, algs: &[Algorithm]) -> Result<Vec<Row>> {
         let compile_us = t0.elapsed().as_secs_f64() * 1e6;
         verify_on(&plan, &case.traffic, &case.topo)?;
         let ideal = simulate(&case.topo, &plan, &SimOptions::default())?.completion_us;
+        // `auto` chooses for the network mode it is judged in.
+        let congested_plan = match alg {
+            Algorithm::Auto => auto(&case.topo, &case.traffic, Network::Congested)?.0,
+            _ => plan.clone(),
+        };
         let congested = simulate(
             &case.topo,
-            &plan,
+            &congested_plan,
             &SimOptions {
                 network: Network::Congested,
                 ..SimOptions::default()

@@ -207,7 +207,7 @@ fn from_nvidia_smi_and_errors() {
         ),
         (
             vec!["--from-nccl", lonely.as_str(), "--gpus", "2"],
-            "--gpus: the GPUs per node come from",
+            "--gpus-per-node and --nics-per-node: the node's GPUs and NICs come from",
         ),
         (
             vec!["--preset", "dgx-h100", "--from-nccl", lonely.as_str()],

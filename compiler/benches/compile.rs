@@ -13,6 +13,9 @@
 //! per rank; `fast` still slices its whole plan (128x8 only: that is the
 //! cost a per-rank `fast` would remove).
 //!
+//! `auto_choose` and `auto` (8x8 only): `auto`'s estimates alone, and
+//! estimates plus the chosen plan through `Planner::auto`.
+//!
 //! cargo bench -p switchyard-compiler --bench compile
 //! cargo bench -p switchyard-compiler --bench compile -- rank_program
 
@@ -21,6 +24,8 @@ use switchyard_compiler::generate::{generate, Pattern, TrafficSpec};
 use switchyard_compiler::plan::{Buffer, Deps, Path, Transfer};
 use switchyard_compiler::planner::{Planner, PlannerOptions};
 use switchyard_compiler::rank::LocalProgram;
+use switchyard_compiler::sched::auto::choose;
+use switchyard_compiler::sim::Network;
 use switchyard_compiler::{Algorithm, Plan, Topology, TrafficMatrix};
 
 fn plan_time(c: &mut Criterion) {
@@ -35,6 +40,23 @@ fn plan_time(c: &mut Criterion) {
             &traffic,
             |b, m| b.iter(|| switchyard_compiler::sched::direct(&topo, m)),
         );
+        // `auto` at 64 GPUs (issue 20: far under a millisecond): the choice
+        // alone (its estimates), and the choice plus the chosen plan.
+        if nodes == 8 {
+            group.bench_with_input(
+                BenchmarkId::new("auto_choose", format!("{nodes}x8")),
+                &traffic,
+                |b, m| b.iter(|| choose(&topo, m, Network::Ideal)),
+            );
+            let mut planner =
+                Planner::auto(&topo, PlannerOptions::default(), Network::Ideal).expect("planner");
+            let mut plan = Plan::new("", 0, 0);
+            group.bench_with_input(
+                BenchmarkId::new("auto", format!("{nodes}x8")),
+                &traffic,
+                |b, m| b.iter(|| planner.plan_into(m, &mut plan).expect("plan")),
+            );
+        }
         for (name, staged) in [("fast", true), ("spray", false)] {
             let opts = PlannerOptions {
                 staged,

@@ -31,10 +31,12 @@
 use crate::error::{Error, Result};
 use crate::plan::Plan;
 use crate::rank::{self, LocalProgram};
+use crate::sched::auto::{choose, AutoChoice};
 use crate::sched::fast::emit::Emitter;
 pub use crate::sched::fast::emit::PlannerOptions;
 pub use crate::sched::fast::stages::{check_partial_permutation, StagePair};
-use crate::sched::{direct, hierarchical, Algorithm};
+use crate::sched::{direct, hierarchical, schedule, Algorithm, Options};
+use crate::sim::Network;
 use crate::topology::Topology;
 use crate::traffic::TrafficMatrix;
 
@@ -76,6 +78,9 @@ pub struct Planner {
     /// The whole plan a rank's program is sliced from where the algorithm
     /// has no per-rank planner yet (`fast`, `spray`).
     whole: Plan,
+    /// Set by [`Planner::auto`]: the network mode `auto` picks for.
+    auto: Option<Network>,
+    last_choice: Option<AutoChoice>,
 }
 
 impl Planner {
@@ -96,6 +101,8 @@ impl Planner {
             algorithm,
             topo: topo.clone(),
             whole: Plan::new("", 0, 0),
+            auto: None,
+            last_choice: None,
         })
     }
 
@@ -118,6 +125,8 @@ impl Planner {
                 algorithm: alg,
                 topo: topo.clone(),
                 whole: Plan::new("", 0, 0),
+                auto: None,
+                last_choice: None,
             }),
             _ => Err(Error::Unsupported {
                 algorithm: alg.name().into(),
@@ -126,7 +135,28 @@ impl Planner {
         }
     }
 
-    /// The algorithm this planner plans.
+    /// A planner that runs `auto` every batch (the default algorithm of the
+    /// CLI and of the Python `Planner`): the candidate the cost model's
+    /// estimates pick for `network`, `fast` with `opts` (through this
+    /// planner's reused buffers) when it is the one. The others build a
+    /// fresh plan. [`Planner::last_choice`] says what it chose and why.
+    pub fn auto(topo: &Topology, opts: PlannerOptions, network: Network) -> Result<Planner> {
+        let opts = PlannerOptions {
+            staged: true,
+            ..opts
+        };
+        let mut p = Planner::new(topo, opts)?;
+        p.algorithm = Algorithm::Auto;
+        p.auto = Some(network);
+        Ok(p)
+    }
+
+    /// What `auto` chose for the last plan (`None` for any other planner).
+    pub fn last_choice(&self) -> Option<&AutoChoice> {
+        self.last_choice.as_ref()
+    }
+
+    /// The algorithm this planner plans (`auto` for [`Planner::auto`]).
     pub fn algorithm(&self) -> Algorithm {
         self.algorithm
     }
@@ -151,6 +181,17 @@ impl Planner {
     /// `out` held is replaced. Errors ([`Error::Input`](crate::Error::Input))
     /// when `traffic` does not have the topology's number of ranks.
     pub fn plan_into(&mut self, traffic: &TrafficMatrix, out: &mut Plan) -> Result<()> {
+        if let Some(network) = self.auto {
+            traffic.check_ranks(self.topo.ranks(), "traffic")?;
+            let choice = choose(&self.topo, traffic, network);
+            let alg = choice.algorithm();
+            match (&mut self.emitter, alg) {
+                (Some(emitter), Algorithm::Fast) => emitter.plan_into(traffic, out)?,
+                _ => *out = schedule(alg, &self.topo, traffic, &Options::default())?,
+            }
+            self.last_choice = Some(choice);
+            return Ok(());
+        }
         match &mut self.emitter {
             Some(emitter) => emitter.plan_into(traffic, out),
             None => {
@@ -198,7 +239,14 @@ impl Planner {
         };
         // A bad rank is told before the whole plan is made.
         rank::check_rank(rank, self.topo.ranks())?;
-        emitter.plan_into(traffic, &mut self.whole)?;
+        if self.auto.is_some() {
+            let mut whole = std::mem::replace(&mut self.whole, Plan::new("", 0, 0));
+            let planned = self.plan_into(traffic, &mut whole);
+            self.whole = whole;
+            planned?;
+        } else {
+            emitter.plan_into(traffic, &mut self.whole)?;
+        }
         rank::slice_into(&self.whole, rank, out)
     }
 

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::bound::{cut_bound, LowerBound};
 use crate::error::Result;
 use crate::plan::Plan;
+use crate::sched::AutoChoice;
 use crate::sim::{simulate_with_progress, Network, SimOptions, SimResult};
 use crate::topology::Topology;
 use crate::traffic::TrafficMatrix;
@@ -48,6 +49,10 @@ pub struct Report {
     pub transfers: usize,
     /// The three links of highest utilisation.
     pub hottest_links: Vec<HotLink>,
+    /// When `auto` chose the plan: what it chose, for which network mode,
+    /// and every candidate's estimate (`algorithm` is then the chosen one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto: Option<AutoChoice>,
 }
 
 impl Report {
@@ -92,6 +97,7 @@ impl Report {
                 .into_iter()
                 .map(|(_, link, utilisation)| HotLink { link, utilisation })
                 .collect(),
+            auto: None,
         }
     }
 

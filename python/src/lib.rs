@@ -226,7 +226,7 @@ struct PyPlanner {
 impl PyPlanner {
     #[new]
     #[pyo3(signature = (
-        topology, algorithm="fast", *, pipeline_depth=None, stages_per_node=None,
+        topology, algorithm="auto", *, pipeline_depth=None, stages_per_node=None,
         balance=None, chunk_bytes=None, time_limit_s=None, max_lanes_per_gpu=None
     ))]
     #[allow(clippy::too_many_arguments)]

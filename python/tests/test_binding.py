@@ -167,7 +167,9 @@ def test_verification_error_is_raised():
         switchyard.plan_from_json("{", t, m)
 
 
-@pytest.mark.parametrize("algorithm", ["direct", "pairwise", "hierarchical", "fast", "spray", "lp"])
+@pytest.mark.parametrize(
+    "algorithm", ["direct", "pairwise", "hierarchical", "fast", "spray", "lp", "pxn", "deepep"]
+)
 def test_same_as_cli(tmp_path, cli, algorithm):
     """topology -> planner -> plan -> JSON / XML / report, against `switchyard compile`."""
     topo = Topology.preset("dgx-h100", 2, gpus_per_node=4)

@@ -14,7 +14,7 @@ use switchyard::compiler::msccl::{
 use switchyard::compiler::planner::{Planner, PlannerOptions};
 use switchyard::compiler::program::OpKind;
 use switchyard::compiler::report::Report;
-use switchyard::compiler::sched::{lp_with_report, schedule, Options};
+use switchyard::compiler::sched::{auto, lp_with_report, schedule, Options};
 use switchyard::compiler::sim::{Network, SimOptions};
 use switchyard::compiler::topology::is_import;
 use switchyard::compiler::{verify_on, Algorithm, Plan, Topology, TrafficMatrix};
@@ -34,7 +34,10 @@ pub struct CompileArgs {
     nodes: Option<usize>,
     #[arg(long)]
     traffic: PathBuf,
-    #[arg(long, default_value = "direct")]
+    /// direct, pairwise, hierarchical, fast, spray, lp, pxn, deepep, or auto
+    /// (the default: the best of direct, pxn, deepep, hierarchical, spray and
+    /// fast for this matrix by the cost model's estimates, for `--network`).
+    #[arg(long, default_value = "auto")]
     algorithm: String,
     /// Output plan: `.json` writes the plan IR, `.xml` MSCCL XML (then `lp`
     /// runs at most 106 lanes at once per GPU, so the file's threadblocks can run them all);
@@ -151,6 +154,7 @@ pub fn compile(a: CompileArgs) -> CliResult {
         time_limit_s: a.time_limit,
         verbose: a.verbose,
         max_lanes_per_gpu: is_xml(&a.out).then_some(executor.plan_lanes_per_gpu()),
+        network,
     };
     // The solver can take seconds to minutes: show that it is working (a
     // spinner on a terminal, nothing when stderr is redirected).
@@ -160,24 +164,35 @@ pub fn compile(a: CompileArgs) -> CliResult {
         bar.enable_steady_tick(std::time::Duration::from_millis(120));
         bar
     });
-    // `lp` also says how its solve ended, for the summary line.
-    let (plan, lp_status) = if alg == Algorithm::Lp {
+    // `lp` also says how its solve ended, for the summary line; `auto`
+    // what it chose and why.
+    let (plan, lp_status, choice) = if alg == Algorithm::Lp {
         let lp_opts = LpOptions {
             time_limit_s: opts.time_limit_s,
             verbose: opts.verbose,
             max_lanes_per_gpu: opts.max_lanes_per_gpu,
         };
         match lp_with_report(&topo, &m, &lp_opts) {
-            Ok((plan, r)) => (Ok(plan), Some(r.status)),
-            Err(e) => (Err(e), None),
+            Ok((plan, r)) => (Ok(plan), Some(r.status), None),
+            Err(e) => (Err(e), None, None),
+        }
+    } else if alg == Algorithm::Auto {
+        match auto(&topo, &m, network) {
+            Ok((plan, choice)) => (Ok(plan), None, Some(choice)),
+            Err(e) => (Err(e), None, None),
         }
     } else {
-        (schedule(alg, &topo, &m, &opts), None)
+        (schedule(alg, &topo, &m, &opts), None, None)
     };
     if let Some(bar) = spinner {
         bar.finish_and_clear();
     }
     let plan = plan?;
+    // The plan carries the chosen scheduler's name; the report says who chose.
+    let alg = match &choice {
+        Some(c) => c.algorithm(),
+        None => alg,
+    };
     let compile_us = t0.elapsed().as_secs_f64() * 1e6;
     verify_on(&plan, &m, &topo)
         .map_err(|e| CliError::Failed(format!("internal error: {alg} made a wrong plan: {e}")))?;
@@ -236,7 +251,7 @@ pub fn compile(a: CompileArgs) -> CliResult {
     let mut progress = SimProgress::new(format!("simulating {} transfers", plan.transfers.len()));
     let sim = Report::simulate(&topo, &m, &plan, &sim_opts, &mut progress.callback());
     progress.finish();
-    let report = Report::assemble(
+    let mut report = Report::assemble(
         alg.name(),
         &topo,
         &m,
@@ -246,6 +261,7 @@ pub fn compile(a: CompileArgs) -> CliResult {
         Some(compile_us),
         &sim_opts,
     );
+    report.auto = choice.clone();
     if let Some(r) = &a.report {
         let mut json =
             serde_json::to_value(&report).map_err(|e| CliError::Failed(e.to_string()))?;
@@ -287,6 +303,14 @@ pub fn compile(a: CompileArgs) -> CliResult {
         )),
         _ => {}
     }
+    if let Some(c) = &choice {
+        let why: Vec<String> = c
+            .estimates
+            .iter()
+            .map(|e| format!("{} {:.1} us", e.algorithm, e.estimate_us))
+            .collect();
+        eprintln!("auto chose {} (estimates: {})", c.chosen, why.join(", "));
+    }
     eprintln!("{}", parts.join("; "));
     Ok(())
 }
@@ -301,17 +325,26 @@ fn compile_rank(a: &CompileArgs, alg: Algorithm, rank: usize) -> CliResult {
     }
     if !matches!(
         alg,
-        Algorithm::Direct | Algorithm::Hierarchical | Algorithm::Fast | Algorithm::Spray
+        Algorithm::Direct
+            | Algorithm::Hierarchical
+            | Algorithm::Fast
+            | Algorithm::Spray
+            | Algorithm::Auto
     ) {
         return Err(CliError::Input(format!(
-            "--rank: `{alg}` has no rank programs (use direct, hierarchical, fast or spray)"
+            "--rank: `{alg}` has no rank programs (use auto, direct, hierarchical, fast or spray)"
         )));
     }
+    let network: Network = a.network.parse()?;
     let (topo, m) = load_inputs(&a.topology, &a.traffic, a.nodes)?;
     for p in std::iter::once(&a.out).chain(&a.report) {
         super::check_out_dir(p)?;
     }
-    let mut planner = Planner::for_algorithm(&topo, alg, PlannerOptions::default())?;
+    let mut planner = if alg == Algorithm::Auto {
+        Planner::auto(&topo, PlannerOptions::default(), network)?
+    } else {
+        Planner::for_algorithm(&topo, alg, PlannerOptions::default())?
+    };
     let t0 = Instant::now();
     let prog = planner.program(rank, &m)?;
     let compile_us = t0.elapsed().as_secs_f64() * 1e6;
