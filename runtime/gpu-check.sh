@@ -201,7 +201,7 @@ for m in uniform moe small; do
     mk compile --topology "$W/topo.json" --traffic "$W/$m.json" --algorithm "$alg" --out "$W/$m.$alg.plan.json"
   done
 done
-mk topology --preset dgx-h100 --nodes 1 --gpus 1 --out "$W/one.topo.json"
+mk topology --preset dgx-h100 --nodes 1 --gpus-per-node 1 --out "$W/one.topo.json"
 mk traffic --ranks 1 --pattern uniform --bytes 4194304 --out "$W/one.json"
 mk compile --topology "$W/one.topo.json" --traffic "$W/one.json" --algorithm direct --out "$W/one.plan.json"
 
@@ -241,10 +241,10 @@ if [ "$GPUS" -ge 2 ]; then
   }
   step "cuda: every visible device in one process (--devices 0, $GPUS GPUs)" multi
   if [ "$NCCL" -eq 1 ]; then
-    mk topology --preset dgx-h100 --nodes 2 --gpus 1 --out "$W/g.topo.json"
+    mk topology --preset dgx-h100 --nodes 2 --gpus-per-node 1 --out "$W/g.topo.json"
     mk traffic --ranks 2 --pattern lognormal:1.0 --bytes 4194304 --out "$W/g.json"
     N=$((GPUS < 8 ? GPUS : 8))
-    mk topology --preset dgx-h100 --nodes 1 --gpus "$N" --out "$W/n.topo.json"
+    mk topology --preset dgx-h100 --nodes 1 --gpus-per-node "$N" --out "$W/n.topo.json"
     mk traffic --ranks "$N" --pattern zipf:1.2 --tokens 256 --hidden 1024 --out "$W/n.json"
     for alg in direct fast; do
       mk compile --topology "$W/g.topo.json" --traffic "$W/g.json" --algorithm "$alg" --out "$W/g.$alg.plan.json"
@@ -275,7 +275,7 @@ if [ "$NCCL" -eq 0 ]; then
 else
   skip "error: no libnccl" "libnccl is installed (cannot hide it)"
 fi
-mk topology --preset dgx-h100 --nodes 2 --gpus 1 --out "$W/g.topo.json"
+mk topology --preset dgx-h100 --nodes 2 --gpus-per-node 1 --out "$W/g.topo.json"
 mk traffic --ranks 2 --pattern uniform --bytes 65536 --out "$W/e.json"
 mk compile --topology "$W/g.topo.json" --traffic "$W/e.json" --algorithm direct --out "$W/e.plan.json"
 [ "$NCCL" -eq 0 ] && step "error: no libnccl" no_nccl

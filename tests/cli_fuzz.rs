@@ -65,7 +65,7 @@ fn preset(dir: &Path, nodes: usize, gpus: usize) -> String {
         "dgx-h100",
         "--nodes",
         &nodes.to_string(),
-        "--gpus",
+        "--gpus-per-node",
         &gpus.to_string(),
     ]);
     write(dir, &format!("t{nodes}x{gpus}.json"), text)

@@ -19,7 +19,15 @@ fn p(dir: &Path, name: &str) -> String {
 fn inputs(dir: &Path) -> (String, String) {
     let (t, m) = (p(dir, "t.json"), p(dir, "m.json"));
     let (c, _, e) = run(&[
-        "topology", "--preset", "dgx-h100", "--nodes", "2", "--gpus", "4", "--out", &t,
+        "topology",
+        "--preset",
+        "dgx-h100",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "4",
+        "--out",
+        &t,
     ]);
     assert_eq!(c, 0, "{e}");
     let (c, _, e) = run(&[

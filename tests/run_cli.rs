@@ -16,7 +16,14 @@ fn setup(name: &str) -> PathBuf {
     let ok = |o: Output| assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     ok(bin()
         .args([
-            "topology", "--preset", "dgx-h100", "--nodes", "2", "--gpus", "4", "--out",
+            "topology",
+            "--preset",
+            "dgx-h100",
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "4",
+            "--out",
         ])
         .arg(dir.join("topo.json"))
         .output()

@@ -7,12 +7,17 @@
 //! traffic, 64 KB per pair), whose byte-counted pipeline windows cost more
 //! per send.
 //!
+//! `auto_choose` and `auto` (8x8 only): `auto`'s estimates alone, and
+//! estimates plus the chosen plan through `Planner::auto`.
+//!
 //! cargo bench -p switchyard-compiler --bench compile
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use switchyard_compiler::generate::{generate, Pattern, TrafficSpec};
 use switchyard_compiler::plan::{Buffer, Deps, Path, Transfer};
 use switchyard_compiler::planner::{Planner, PlannerOptions};
+use switchyard_compiler::sched::auto::choose;
+use switchyard_compiler::sim::Network;
 use switchyard_compiler::{Plan, Topology, TrafficMatrix};
 
 fn plan_time(c: &mut Criterion) {
@@ -27,6 +32,23 @@ fn plan_time(c: &mut Criterion) {
             &traffic,
             |b, m| b.iter(|| switchyard_compiler::sched::direct(&topo, m)),
         );
+        // `auto` at 64 GPUs (issue 20: far under a millisecond): the choice
+        // alone (its estimates), and the choice plus the chosen plan.
+        if nodes == 8 {
+            group.bench_with_input(
+                BenchmarkId::new("auto_choose", format!("{nodes}x8")),
+                &traffic,
+                |b, m| b.iter(|| choose(&topo, m, Network::Ideal)),
+            );
+            let mut planner =
+                Planner::auto(&topo, PlannerOptions::default(), Network::Ideal).expect("planner");
+            let mut plan = Plan::new("", 0, 0);
+            group.bench_with_input(
+                BenchmarkId::new("auto", format!("{nodes}x8")),
+                &traffic,
+                |b, m| b.iter(|| planner.plan_into(m, &mut plan).expect("plan")),
+            );
+        }
         for (name, staged) in [("fast", true), ("spray", false)] {
             let opts = PlannerOptions {
                 staged,

@@ -11,7 +11,12 @@
 //! - each node's NIC egress and ingress, and its GPUs' PCIe links to the NICs,
 //!   crossed by all that leaves or enters the node;
 //! - each leaf's uplink and downlink, crossed by all that leaves or enters
-//!   the leaf;
+//!   the leaf; on a rail-optimized fabric, each rail group's spine uplinks
+//!   and downlinks (all its rail switches' together), crossed by all that
+//!   leaves or enters the group. One rail switch's spine links alone are no
+//!   cut: a schedule may first move bytes over NVLink to a GPU of another
+//!   rail (PXN) and leave through that rail's switch, or stay inside the
+//!   group on the destination's rail;
 //! - around each hub (a switch of a `links` topology and the GPUs that hang
 //!   only off it), its links to the rest of the graph;
 //!
@@ -25,7 +30,7 @@ use petgraph::visit::EdgeRef;
 use petgraph::Direction;
 use serde::{Deserialize, Serialize};
 
-use crate::topology::{LinkClass, LinkId, Topology, Vertex};
+use crate::topology::{FabricKind, LinkClass, LinkId, Topology, Vertex};
 use crate::traffic::TrafficMatrix;
 
 /// A lower bound on completion time, microseconds.
@@ -57,6 +62,20 @@ struct Cut {
 /// topology's ranks (callers check with `TrafficMatrix::check_ranks`); extra
 /// ranks on either side are ignored.
 pub fn cut_bound(topo: &Topology, traffic: &TrafficMatrix) -> LowerBound {
+    cut_bound_goodput(topo, traffic, 1.0)
+}
+
+/// The cut bound with every NIC link at `nic_goodput` of its line rate: the
+/// bound of the calibrated network modes (their simulator uses the same NIC
+/// capacities and only adds per-message costs, so it stays a lower bound).
+pub fn cut_bound_goodput(topo: &Topology, traffic: &TrafficMatrix, nic_goodput: f64) -> LowerBound {
+    let cap = |l: LinkId| {
+        let link = topo.link(l);
+        match link.class {
+            LinkClass::NicTx | LinkClass::NicRx => link.bandwidth * nic_goodput,
+            _ => link.bandwidth,
+        }
+    };
     let ranks = topo.ranks().min(traffic.ranks());
     let minlat = min_latency_per_link(topo, ranks);
     let mut best = LowerBound {
@@ -76,7 +95,7 @@ pub fn cut_bound(topo: &Topology, traffic: &TrafficMatrix) -> LowerBound {
         if cut.bytes == 0 || links.is_empty() {
             continue;
         }
-        let bw: f64 = links.iter().map(|&l| topo.link(l).bandwidth).sum();
+        let bw: f64 = links.iter().map(|&l| cap(l)).sum();
         let lat = links
             .iter()
             .map(|&l| minlat[l as usize])
@@ -163,6 +182,9 @@ fn cuts(topo: &Topology, m: &TrafficMatrix, ranks: usize) -> Vec<Cut> {
             (LinkClass::PcieIn, _, Vertex::Gpu(r)) => pcie_in[r / g].push(id),
             (LinkClass::Uplink, Vertex::Leaf(l), _) => up[*l].push(id),
             (LinkClass::Downlink, _, Vertex::Leaf(l)) => down[*l].push(id),
+            // A rail group's cut is all its rail switches' spine links together.
+            (LinkClass::Uplink, Vertex::Rail(grp, _), _) => up[*grp].push(id),
+            (LinkClass::Downlink, _, Vertex::Rail(grp, _)) => down[*grp].push(id),
             _ => {}
         }
     }
@@ -206,14 +228,26 @@ fn cuts(topo: &Topology, m: &TrafficMatrix, ranks: usize) -> Vec<Cut> {
             });
         }
     }
+    let rails = topo.fabric_kind() == Some(FabricKind::RailOptimized);
     for l in 0..leaves {
+        let (up_name, down_name) = if rails {
+            (
+                format!("spine uplinks of rail group {l}"),
+                format!("spine downlinks of rail group {l}"),
+            )
+        } else {
+            (
+                format!("uplink of leaf {l}"),
+                format!("downlink of leaf {l}"),
+            )
+        };
         out.push(Cut {
-            name: format!("uplink of leaf {l}"),
+            name: up_name,
             links: up[l].clone(),
             bytes: leaf_out[l],
         });
         out.push(Cut {
-            name: format!("downlink of leaf {l}"),
+            name: down_name,
             links: down[l].clone(),
             bytes: leaf_in[l],
         });
@@ -339,7 +373,7 @@ fn longest_pair_latency(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::topology::{FabricKind, FabricSpec, TopologySpec};
+    use crate::topology::{FabricSpec, TopologySpec};
 
     #[test]
     fn uniform_two_nodes_nic_binds() {
@@ -374,12 +408,7 @@ mod tests {
     #[test]
     fn oversubscribed_uplink_binds() {
         let mut spec = TopologySpec::preset("dgx-h100", 4, Some(1)).unwrap();
-        spec.fabric = Some(FabricSpec {
-            kind: FabricKind::FatTree,
-            nodes_per_leaf: 2,
-            oversubscription: 4.0,
-            latency_us: 1.0,
-        });
+        spec.fabric = Some(FabricSpec::fat_tree(2, 4.0, 1.0));
         let t = Topology::from_spec(spec, "t").unwrap();
         let m = TrafficMatrix::uniform(4, 1_000_000);
         let lb = cut_bound(&t, &m);
@@ -387,6 +416,28 @@ mod tests {
         let want = 4e6 / 25_000.0 + 5.0;
         assert!((lb.cut_us - want).abs() < 1e-9, "{lb:?}");
         assert!(lb.cut.contains("leaf"), "{}", lb.cut);
+    }
+
+    #[test]
+    fn rail_group_spine_cut_binds() {
+        // 4 nodes x 2 GPUs x 2 NICs of 50 GB/s; rail groups of 2 nodes, 2:1.
+        let mut spec = TopologySpec::preset("dgx-h100", 4, Some(2)).unwrap();
+        spec.fabric = Some(FabricSpec::rail_optimized(Some(2), 2.0, 1.0));
+        let t = Topology::from_spec(spec, "t").unwrap();
+        let m = TrafficMatrix::uniform(8, 1_000_000);
+        let lb = cut_bound(&t, &m);
+        // Group 0's 4 GPUs send 4 x 4 MB to group 1 over 2 rail switches'
+        // uplinks of 2 x 50 / 2 GB/s each; the path pays 3 + 1 (NIC) + 1 (uplink) us.
+        // (Node 0's NICs: 12 MB over 100 GB/s + 4 us = 124 us, less.)
+        let want = 16e6 / 100_000.0 + 5.0;
+        assert!((lb.cut_us - want).abs() < 1e-9, "{lb:?}");
+        assert_eq!(lb.cut, "spine uplinks of rail group 0");
+        // Traffic inside one group needs no spine, whatever its rails:
+        // relaying over NVLink to the destination's rail avoids it.
+        let mut m = TrafficMatrix::zeros(8);
+        m.set(0, 3, 8_000_000); // node 0 rail 0 -> node 1 rail 1
+        let lb = cut_bound(&t, &m);
+        assert!(!lb.cut.contains("spine"), "{lb:?}");
     }
 
     #[test]

@@ -25,9 +25,12 @@
 
 use crate::error::Result;
 use crate::plan::Plan;
+use crate::sched::auto::{choose, AutoChoice};
 use crate::sched::fast::emit::Emitter;
 pub use crate::sched::fast::emit::PlannerOptions;
 pub use crate::sched::fast::stages::{check_partial_permutation, StagePair};
+use crate::sched::{schedule, Algorithm, Options};
+use crate::sim::Network;
 use crate::topology::Topology;
 use crate::traffic::TrafficMatrix;
 
@@ -61,6 +64,9 @@ use crate::traffic::TrafficMatrix;
 #[derive(Clone, Debug)]
 pub struct Planner {
     emitter: Emitter,
+    /// Set by [`Planner::auto`]: the topology and network mode `auto` picks for.
+    auto: Option<(Box<Topology>, Network)>,
+    last_choice: Option<AutoChoice>,
 }
 
 impl Planner {
@@ -70,7 +76,31 @@ impl Planner {
     /// use `lp` there) and for a `stages_per_node` that is not a positive
     /// number.
     pub fn new(topo: &Topology, opts: PlannerOptions) -> Result<Planner> {
-        Emitter::new(topo, opts).map(|emitter| Planner { emitter })
+        Emitter::new(topo, opts).map(|emitter| Planner {
+            emitter,
+            auto: None,
+            last_choice: None,
+        })
+    }
+
+    /// A planner that runs `auto` every batch (the default algorithm of the
+    /// CLI and of the Python `Planner`): the candidate the cost model's
+    /// estimates pick for `network`, `fast` with `opts` (through this
+    /// planner's reused buffers) when it is the one. The others build a
+    /// fresh plan. [`Planner::last_choice`] says what it chose and why.
+    pub fn auto(topo: &Topology, opts: PlannerOptions, network: Network) -> Result<Planner> {
+        let opts = PlannerOptions {
+            staged: true,
+            ..opts
+        };
+        let mut p = Planner::new(topo, opts)?;
+        p.auto = Some((Box::new(topo.clone()), network));
+        Ok(p)
+    }
+
+    /// What `auto` chose for the last plan (`None` for a `fast` or `spray` planner).
+    pub fn last_choice(&self) -> Option<&AutoChoice> {
+        self.last_choice.as_ref()
     }
 
     pub fn options(&self) -> &PlannerOptions {
@@ -79,7 +109,9 @@ impl Planner {
 
     /// Plans one all-to-all (allocates a fresh plan; see [`Planner::plan_into`]).
     pub fn plan(&mut self, traffic: &TrafficMatrix) -> Result<Plan> {
-        self.emitter.plan(traffic)
+        let mut plan = Plan::new("", 0, 0);
+        self.plan_into(traffic, &mut plan)?;
+        Ok(plan)
     }
 
     /// Plans one all-to-all into `out`, reusing its allocations (and this
@@ -87,7 +119,19 @@ impl Planner {
     /// `out` held is replaced. Errors ([`Error::Input`](crate::Error::Input))
     /// when `traffic` does not have the topology's number of ranks.
     pub fn plan_into(&mut self, traffic: &TrafficMatrix, out: &mut Plan) -> Result<()> {
-        self.emitter.plan_into(traffic, out)
+        let Some((topo, network)) = &self.auto else {
+            return self.emitter.plan_into(traffic, out);
+        };
+        traffic.check_ranks(topo.ranks(), "traffic")?;
+        let choice = choose(topo, traffic, *network);
+        let alg = choice.algorithm();
+        if alg == Algorithm::Fast {
+            self.emitter.plan_into(traffic, out)?;
+        } else {
+            *out = schedule(alg, topo, traffic, &Options::default())?;
+        }
+        self.last_choice = Some(choice);
+        Ok(())
     }
 
     /// True when the last plan was latency-bound, and so sent as one merged

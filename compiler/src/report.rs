@@ -7,9 +7,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::bound::{cut_bound, LowerBound};
+use crate::bound::{cut_bound_goodput, LowerBound};
 use crate::error::Result;
 use crate::plan::Plan;
+use crate::sched::AutoChoice;
 use crate::sim::{simulate, Network, SimOptions, SimResult};
 use crate::topology::Topology;
 use crate::traffic::TrafficMatrix;
@@ -48,6 +49,10 @@ pub struct Report {
     pub transfers: usize,
     /// The three links of highest utilisation.
     pub hottest_links: Vec<HotLink>,
+    /// When `auto` chose the plan: what it chose, for which network mode,
+    /// and every candidate's estimate (`algorithm` is then the chosen one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto: Option<AutoChoice>,
 }
 
 impl Report {
@@ -92,6 +97,7 @@ impl Report {
                 .into_iter()
                 .map(|(_, link, utilisation)| HotLink { link, utilisation })
                 .collect(),
+            auto: None,
         }
     }
 
@@ -110,10 +116,16 @@ impl Report {
         traffic.check_ranks(topo.ranks(), "traffic")?;
         let sim = simulate(topo, plan, opts)?;
         let own;
+        // Outside `ideal` the cut bound uses the simulated NIC goodput; a
+        // caller's LP figure (line rate) stays a valid, looser bound.
+        let goodput = opts.nic_goodput();
         let bound = match bound {
-            Some(b) => b,
-            None => {
-                own = cut_bound(topo, traffic);
+            Some(b) if goodput == 1.0 => b,
+            b => {
+                own = LowerBound {
+                    lp_us: b.and_then(|b| b.lp_us),
+                    ..cut_bound_goodput(topo, traffic, goodput)
+                };
                 &own
             }
         };

@@ -88,21 +88,71 @@ pub struct NicSpec {
     pub gpu_nic: Option<Vec<usize>>,
 }
 
+/// The inter-node fabric's shape.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FabricKind {
+    /// Leaves of `nodes_per_leaf` whole nodes, joined by a spine.
     #[serde(rename = "fat-tree")]
     FatTree,
+    /// NIC `k` of every node of a group of `nodes_per_group` nodes on that
+    /// group's rail switch `k`; rail switches joined by a spine.
+    #[serde(rename = "rail-optimized")]
+    RailOptimized,
 }
 
+impl FabricKind {
+    /// The name the topology file uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FabricKind::FatTree => "fat-tree",
+            FabricKind::RailOptimized => "rail-optimized",
+        }
+    }
+}
+
+/// The `fabric` object. Each kind has its own size field: `nodes_per_leaf`
+/// for `fat-tree` (required), `nodes_per_group` for `rail-optimized`
+/// (optional: all nodes); the other kind's field is an error naming it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct FabricSpec {
     pub kind: FabricKind,
-    pub nodes_per_leaf: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes_per_leaf: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes_per_group: Option<usize>,
     #[serde(default = "one")]
     pub oversubscription: f64,
     #[serde(default)]
     pub latency_us: f64,
+}
+
+impl FabricSpec {
+    /// A fat-tree of leaves of `nodes_per_leaf` nodes.
+    pub fn fat_tree(nodes_per_leaf: usize, oversubscription: f64, latency_us: f64) -> FabricSpec {
+        FabricSpec {
+            kind: FabricKind::FatTree,
+            nodes_per_leaf: Some(nodes_per_leaf),
+            nodes_per_group: None,
+            oversubscription,
+            latency_us,
+        }
+    }
+
+    /// A rail-optimized fabric of groups of `nodes_per_group` nodes (`None`: one group).
+    pub fn rail_optimized(
+        nodes_per_group: Option<usize>,
+        oversubscription: f64,
+        latency_us: f64,
+    ) -> FabricSpec {
+        FabricSpec {
+            kind: FabricKind::RailOptimized,
+            nodes_per_leaf: None,
+            nodes_per_group,
+            oversubscription,
+            latency_us,
+        }
+    }
 }
 
 fn one() -> f64 {
@@ -150,6 +200,8 @@ pub enum Vertex {
     /// NIC `k` of node `n`.
     Nic(usize, usize),
     Leaf(usize),
+    /// Rail switch `k` of group `g` (rail-optimized fabric): `Rail(g, k)`.
+    Rail(usize, usize),
     Spine,
     /// Any other vertex of a `links` topology.
     Named(String),
@@ -167,13 +219,13 @@ pub enum LinkClass {
     PcieOut,
     /// NIC to GPU (PCIe).
     PcieIn,
-    /// NIC egress into the fabric.
+    /// NIC egress into the fabric (its leaf or rail switch).
     NicTx,
     /// Fabric into a NIC (ingress).
     NicRx,
-    /// Leaf to spine.
+    /// Leaf or rail switch to spine.
     Uplink,
-    /// Spine to leaf.
+    /// Spine to leaf or rail switch.
     Downlink,
     /// A link of a `links` topology.
     Generic,
@@ -216,7 +268,11 @@ struct Hier {
     nics_per_node: usize,
     /// The rail of each local GPU (see [`Topology::rail_of`]).
     rail: Vec<usize>,
-    nodes_per_leaf: usize,
+    /// Nodes per leaf (fat-tree) or per group (rail-optimized).
+    nodes_per_group: usize,
+    /// Rail-optimized: a switch per group and rail, and `uplink`/`downlink`
+    /// are per rail switch (`group * nics_per_node + k`), not per leaf.
+    rails: bool,
     intra_kind: IntraKind,
     /// `switch`: GPU to NVSwitch and back, per rank.
     gpu_out: Vec<LinkId>,
@@ -229,40 +285,141 @@ struct Hier {
     /// Per NIC (`node * nics_per_node + k`).
     nic_tx: Vec<LinkId>,
     nic_rx: Vec<LinkId>,
-    /// Per leaf (only when there is more than one leaf).
+    /// Per leaf (only when there is more than one leaf), or per rail switch
+    /// (only when some pair of NICs is on different rails or groups).
     uplink: Vec<LinkId>,
     downlink: Vec<LinkId>,
 }
 
+/// A built-in machine: one node's published figures, per direction
+/// (docs/formats.md, "Presets", cites the source of each).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Machine {
+    /// The preset's name on the command line.
+    pub key: &'static str,
+    /// The machine's name in a topology's `name`.
+    pub title: &'static str,
+    pub gpus_per_node: usize,
+    pub intra: IntraKind,
+    /// NVLink (switch) per GPU, or xGMI (mesh) per pair, GB/s per direction.
+    pub intra_gbps: f64,
+    pub nics_per_node: usize,
+    /// One NIC, GB/s per direction.
+    pub nic_gbps: f64,
+}
+
+/// The presets (`switchyard topology --preset KEY`).
+pub const PRESETS: [Machine; 6] = [
+    Machine {
+        key: "dgx-a100",
+        title: "DGX-A100",
+        gpus_per_node: 8,
+        intra: IntraKind::Switch,
+        intra_gbps: 300.0,
+        nics_per_node: 8,
+        nic_gbps: 25.0,
+    },
+    Machine {
+        key: "dgx-h100",
+        title: "DGX-H100",
+        gpus_per_node: 8,
+        intra: IntraKind::Switch,
+        intra_gbps: 450.0,
+        nics_per_node: 8,
+        nic_gbps: 50.0,
+    },
+    Machine {
+        key: "dgx-h200",
+        title: "DGX-H200",
+        gpus_per_node: 8,
+        intra: IntraKind::Switch,
+        intra_gbps: 450.0,
+        nics_per_node: 8,
+        nic_gbps: 50.0,
+    },
+    Machine {
+        key: "dgx-b200",
+        title: "DGX-B200",
+        gpus_per_node: 8,
+        intra: IntraKind::Switch,
+        intra_gbps: 900.0,
+        nics_per_node: 8,
+        nic_gbps: 50.0,
+    },
+    Machine {
+        key: "gb200-nvl72",
+        title: "GB200-NVL72",
+        gpus_per_node: 72,
+        intra: IntraKind::Switch,
+        intra_gbps: 900.0,
+        nics_per_node: 72,
+        nic_gbps: 50.0,
+    },
+    Machine {
+        key: "mi300x",
+        title: "MI300X",
+        gpus_per_node: 8,
+        intra: IntraKind::Mesh,
+        intra_gbps: 64.0,
+        nics_per_node: 8,
+        nic_gbps: 50.0,
+    },
+];
+
 impl TopologySpec {
-    /// A built-in cluster by name: `dgx-h100`, `dgx-a100`, `mi300x`.
-    /// `gpus` overrides the GPUs (and NICs) per node.
+    /// A built-in cluster by name (see [`PRESETS`]). `gpus` overrides the
+    /// GPUs per node; the NICs follow at one per GPU up to the machine's
+    /// count (a scaled-down node). See [`TopologySpec::preset_shape`] to set
+    /// both.
     pub fn preset(name: &str, nodes: usize, gpus: Option<usize>) -> Result<TopologySpec> {
-        let g = gpus.unwrap_or(8);
-        let (title, intra, nic_gbps) = match name {
-            "dgx-h100" => ("DGX-H100", (IntraKind::Switch, 450.0), 50.0),
-            "dgx-a100" => ("DGX-A100", (IntraKind::Switch, 300.0), 25.0),
-            "mi300x" => ("MI300X", (IntraKind::Mesh, 64.0), 50.0),
-            other => {
-                return Err(InputError::new(
-                    format!("<preset {other}>"),
-                    "unknown preset (known: dgx-h100, dgx-a100, mi300x)",
-                )
-                .into())
-            }
+        TopologySpec::preset_shape(name, nodes, gpus, None)
+    }
+
+    /// A built-in cluster with `gpus` GPUs and `nics` NICs per node, each
+    /// defaulting to the machine's (NICs: one per GPU, at most the
+    /// machine's count, when only `gpus` is given). The name says the
+    /// shape when it is not the machine's own: `4x DGX-H100 (4 GPUs, 2 NICs
+    /// per node)`.
+    pub fn preset_shape(
+        name: &str,
+        nodes: usize,
+        gpus: Option<usize>,
+        nics: Option<usize>,
+    ) -> Result<TopologySpec> {
+        let Some(m) = PRESETS.iter().find(|m| m.key == name) else {
+            let known: Vec<&str> = PRESETS.iter().map(|m| m.key).collect();
+            return Err(InputError::new(
+                format!("<preset {}>", clip(name)),
+                format!("unknown preset (known: {})", known.join(", ")),
+            )
+            .into());
+        };
+        let g = gpus.unwrap_or(m.gpus_per_node);
+        let k = nics.unwrap_or(m.nics_per_node.min(g));
+        let title = if g == m.gpus_per_node && k == m.nics_per_node {
+            format!("{nodes}x {}", m.title)
+        } else {
+            let plural =
+                |x: usize, what: &str| format!("{x} {what}{}", if x == 1 { "" } else { "s" });
+            format!(
+                "{nodes}x {} ({}, {} per node)",
+                m.title,
+                plural(g, "GPU"),
+                plural(k, "NIC")
+            )
         };
         let spec = TopologySpec {
-            name: format!("{nodes}x {title}"),
+            name: title,
             nodes,
             gpus_per_node: g,
             intra: Some(IntraSpec {
-                kind: intra.0,
-                bandwidth_gbps: intra.1,
+                kind: m.intra,
+                bandwidth_gbps: m.intra_gbps,
                 latency_us: 1.0,
             }),
             nic: Some(NicSpec {
-                per_node: g,
-                bandwidth_gbps: nic_gbps,
+                per_node: k,
+                bandwidth_gbps: m.nic_gbps,
                 latency_us: 3.0,
                 gpu_nic: None,
             }),
@@ -433,16 +590,22 @@ impl Topology {
             None => local % nic.per_node,
         }
     }
-    /// Leaf switch of a node (0 when there is no fat-tree fabric).
+    /// The fabric's kind (`None` without a `fabric`: one full-bisection leaf).
+    pub fn fabric_kind(&self) -> Option<FabricKind> {
+        self.spec.fabric.as_ref().map(|f| f.kind)
+    }
+    /// Leaf switch (fat-tree) or rail group (rail-optimized) of a node; 0
+    /// without a fabric.
     pub fn leaf_of(&self, node: usize) -> usize {
         match &self.form {
-            Form::Hierarchical(h) => node / h.nodes_per_leaf,
+            Form::Hierarchical(h) => node / h.nodes_per_group,
             Form::Links { .. } => 0,
         }
     }
+    /// Leaves (fat-tree) or rail groups (rail-optimized).
     pub fn leaves(&self) -> usize {
         match &self.form {
-            Form::Hierarchical(h) => self.spec.nodes.div_ceil(h.nodes_per_leaf),
+            Form::Hierarchical(h) => self.spec.nodes.div_ceil(h.nodes_per_group),
             Form::Links { .. } => 1,
         }
     }
@@ -517,8 +680,14 @@ impl Topology {
                 let (ks, kd) = (h.rail[src % g], h.rail[dst % g]);
                 out.push(h.pcie_out[src]);
                 out.push(h.nic_tx[ns * p + ks]);
-                let (ls, ld) = (ns / h.nodes_per_leaf, nd / h.nodes_per_leaf);
-                if ls != ld {
+                let (ls, ld) = (ns / h.nodes_per_group, nd / h.nodes_per_group);
+                if h.rails {
+                    // Same rail in the same group: the rail switch alone.
+                    if ls != ld || ks != kd {
+                        out.push(h.uplink[ls * p + ks]);
+                        out.push(h.downlink[ld * p + kd]);
+                    }
+                } else if ls != ld {
                     out.push(h.uplink[ls]);
                     out.push(h.downlink[ld]);
                 }
@@ -550,6 +719,7 @@ pub fn vertex_name(v: &Vertex) -> String {
         Vertex::Switch(n) => format!("nvswitch{n}"),
         Vertex::Nic(n, k) => format!("nic{n}.{k}"),
         Vertex::Leaf(l) => format!("leaf{l}"),
+        Vertex::Rail(g, k) => format!("rail{g}.{k}"),
         Vertex::Spine => "spine".to_string(),
         Vertex::Named(s) => s.clone(),
     }
@@ -658,6 +828,45 @@ fn check_rail_map(file: &str, map: &[usize], gpus: usize, nics: usize) -> Result
     Ok(())
 }
 
+/// Nodes per leaf (fat-tree) or per rail group (rail-optimized), checking
+/// that the fabric gives its own kind's size field and not the other's.
+fn fabric_group_size(f: &FabricSpec, nodes: usize, file: &str) -> Result<usize> {
+    let (own, other) = match f.kind {
+        FabricKind::FatTree => (
+            ("nodes_per_leaf", f.nodes_per_leaf),
+            ("nodes_per_group", f.nodes_per_group),
+        ),
+        FabricKind::RailOptimized => (
+            ("nodes_per_group", f.nodes_per_group),
+            ("nodes_per_leaf", f.nodes_per_leaf),
+        ),
+    };
+    let kind = f.kind.as_str();
+    if other.1.is_some() {
+        return Err(InputError::at(
+            file,
+            format!("fabric.{}", other.0),
+            format!(
+                "is not a field of a {kind} fabric (its size field is `{}`)",
+                own.0
+            ),
+        )
+        .into());
+    }
+    let place = format!("fabric.{}", own.0);
+    match own.1 {
+        Some(0) => Err(InputError::at(file, place, "must be at least 1").into()),
+        Some(k) => Ok(k),
+        None if f.kind == FabricKind::RailOptimized => Ok(nodes),
+        None => Err(InputError::at(
+            file,
+            place,
+            format!("missing: a {kind} fabric needs the number of nodes under each leaf switch"),
+        )
+        .into()),
+    }
+}
+
 fn build_hierarchical(spec: TopologySpec, file: &str) -> Result<Topology> {
     let g = spec.gpus_per_node;
     let n = spec.nodes;
@@ -712,13 +921,9 @@ fn build_hierarchical(spec: TopologySpec, file: &str) -> Result<Topology> {
             .into())
         }
     };
-    let nodes_per_leaf = match &spec.fabric {
+    let (nodes_per_group, rails) = match &spec.fabric {
         Some(f) => {
-            if f.nodes_per_leaf == 0 {
-                return Err(
-                    InputError::at(file, "fabric.nodes_per_leaf", "must be at least 1").into(),
-                );
-            }
+            let size = fabric_group_size(f, n, file)?;
             check_range(
                 file,
                 "fabric.oversubscription",
@@ -726,9 +931,9 @@ fn build_hierarchical(spec: TopologySpec, file: &str) -> Result<Topology> {
                 OVERSUBSCRIPTION_RANGE,
             )?;
             check_latency(file, "fabric.latency_us", f.latency_us)?;
-            f.nodes_per_leaf
+            (size, f.kind == FabricKind::RailOptimized)
         }
-        None => n,
+        None => (n, false),
     };
     let fabric_latency = spec.fabric.as_ref().map_or(0.0, |f| f.latency_us);
 
@@ -760,7 +965,8 @@ fn build_hierarchical(spec: TopologySpec, file: &str) -> Result<Topology> {
                 None => 0,
             })
             .collect(),
-        nodes_per_leaf,
+        nodes_per_group,
+        rails,
         intra_kind: intra.kind,
         gpu_out: vec![],
         gpu_in: vec![],
@@ -816,26 +1022,42 @@ fn build_hierarchical(spec: TopologySpec, file: &str) -> Result<Topology> {
     if let Some(nic) = &nic {
         let bw_nic = nic.bandwidth_gbps * BYTES_PER_US_PER_GBPS;
         let p = nic.per_node;
-        let leaves = n.div_ceil(nodes_per_leaf);
-        let leaf_v: Vec<NodeIndex> = (0..leaves)
-            .map(|l| graph.add_node(Vertex::Leaf(l)))
+        let groups = n.div_ceil(nodes_per_group);
+        // The switch each NIC plugs into: its leaf, or its group's rail switch.
+        let switches = if rails { groups * p } else { groups };
+        let switch_v: Vec<NodeIndex> = (0..switches)
+            .map(|i| {
+                graph.add_node(if rails {
+                    Vertex::Rail(i / p, i % p)
+                } else {
+                    Vertex::Leaf(i)
+                })
+            })
             .collect();
+        let switch_of = |node: usize, k: usize| {
+            let group = node / nodes_per_group;
+            if rails {
+                group * p + k
+            } else {
+                group
+            }
+        };
         let mut nic_v = Vec::with_capacity(n * p);
         for node in 0..n {
             for k in 0..p {
                 let v = graph.add_node(Vertex::Nic(node, k));
                 nic_v.push(v);
-                let leaf = leaf_v[node / nodes_per_leaf];
+                let sw = switch_v[switch_of(node, k)];
                 h.nic_tx.push(add(
                     &mut graph,
                     v,
-                    leaf,
+                    sw,
                     bw_nic,
                     nic.latency_us + fabric_latency,
                     LinkClass::NicTx,
                 ));
                 h.nic_rx
-                    .push(add(&mut graph, leaf, v, bw_nic, 0.0, LinkClass::NicRx));
+                    .push(add(&mut graph, sw, v, bw_nic, 0.0, LinkClass::NicRx));
             }
         }
         for r in 0..n * g {
@@ -859,22 +1081,27 @@ fn build_hierarchical(spec: TopologySpec, file: &str) -> Result<Topology> {
                 LinkClass::PcieIn,
             ));
         }
-        if leaves > 1 {
+        // A spine when some path needs one: several leaves, or (rail) several
+        // rail switches.
+        if switches > 1 {
             let spine = graph.add_node(Vertex::Spine);
             let over = spec.fabric.as_ref().map_or(1.0, |f| f.oversubscription);
-            for (l, &lv) in leaf_v.iter().enumerate() {
-                let nodes_here = nodes_per_leaf.min(n - l * nodes_per_leaf);
-                let bw = nodes_here as f64 * p as f64 * bw_nic / over;
+            for (i, &sv) in switch_v.iter().enumerate() {
+                let group = if rails { i / p } else { i };
+                let nodes_here = nodes_per_group.min(n - group * nodes_per_group);
+                // A leaf carries all its nodes' NICs, a rail switch one NIC of each.
+                let nics_here = if rails { nodes_here } else { nodes_here * p };
+                let bw = nics_here as f64 * bw_nic / over;
                 h.uplink.push(add(
                     &mut graph,
-                    lv,
+                    sv,
                     spine,
                     bw,
                     fabric_latency,
                     LinkClass::Uplink,
                 ));
                 h.downlink
-                    .push(add(&mut graph, spine, lv, bw, 0.0, LinkClass::Downlink));
+                    .push(add(&mut graph, spine, sv, bw, 0.0, LinkClass::Downlink));
             }
         }
     }
@@ -1094,14 +1321,10 @@ mod tests {
     #[test]
     fn fat_tree_uplinks() {
         let mut spec = TopologySpec::preset("dgx-h100", 8, None).unwrap();
-        spec.fabric = Some(FabricSpec {
-            kind: FabricKind::FatTree,
-            nodes_per_leaf: 4,
-            oversubscription: 4.0,
-            latency_us: 1.0,
-        });
+        spec.fabric = Some(FabricSpec::fat_tree(4, 4.0, 1.0));
         let t = Topology::from_spec(spec, "t").unwrap();
         assert_eq!(t.leaves(), 2);
+        assert_eq!(t.fabric_kind(), Some(FabricKind::FatTree));
         let p = t.path(0, 8 * 4);
         let up = p
             .iter()
@@ -1114,6 +1337,144 @@ mod tests {
             .path(0, 8)
             .iter()
             .all(|&l| t.link(l).class != LinkClass::Uplink));
+    }
+
+    /// 4 (or `nodes`) nodes of 2 GPUs and 2 NICs of 50 GB/s, rail groups of 2, 2:1.
+    fn rail_2to1(nodes: usize) -> Topology {
+        let mut spec = TopologySpec::preset("dgx-h100", nodes, Some(2)).unwrap();
+        spec.fabric = Some(FabricSpec::rail_optimized(Some(2), 2.0, 1.0));
+        Topology::from_spec(spec, "t").unwrap()
+    }
+
+    #[test]
+    fn rail_optimized_paths() {
+        let t = rail_2to1(4);
+        assert_eq!(t.fabric_kind(), Some(FabricKind::RailOptimized));
+        assert_eq!(t.leaves(), 2);
+        let classes = |p: &[LinkId]| p.iter().map(|&l| t.link(l).class).collect::<Vec<_>>();
+        let names = |p: &[LinkId]| p.iter().map(|&l| t.link_name(l)).collect::<Vec<_>>();
+        // Same rail, same group: NIC -> rail switch -> NIC.
+        let p = t.path(0, 2);
+        assert_eq!(
+            classes(&p),
+            [
+                LinkClass::PcieOut,
+                LinkClass::NicTx,
+                LinkClass::NicRx,
+                LinkClass::PcieIn
+            ]
+        );
+        assert_eq!(names(&p)[1..3], ["nic0.0->rail0.0", "rail0.0->nic1.0"]);
+        assert!((t.path_latency(0, 2) - 4.0).abs() < 1e-12);
+        // Another rail in the same group: up to the spine and down the other rail.
+        let p = t.path(0, 3);
+        assert_eq!(
+            names(&p)[1..5],
+            [
+                "nic0.0->rail0.0",
+                "rail0.0->spine",
+                "spine->rail0.1",
+                "rail0.1->nic1.1"
+            ]
+        );
+        // The same rail in another group: the spine too.
+        let p = t.path(1, 5);
+        assert_eq!(
+            names(&p)[1..5],
+            [
+                "nic0.1->rail0.1",
+                "rail0.1->spine",
+                "spine->rail1.1",
+                "rail1.1->nic2.1"
+            ]
+        );
+        assert!((t.path_latency(1, 5) - 5.0).abs() < 1e-12);
+        // A rail switch's spine link: its group's 2 NICs on that rail x 50 GB/s / 2.
+        assert_eq!(t.link(p[2]).class, LinkClass::Uplink);
+        assert_eq!(t.link(p[2]).bandwidth, 50_000.0);
+        assert_eq!(t.link(p[3]).bandwidth, 50_000.0);
+        // A short last group has fewer NICs on each rail.
+        let t5 = rail_2to1(5);
+        let p = t5.path(8, 0);
+        assert_eq!(t5.link_name(p[2]), "rail2.0->spine");
+        assert_eq!(t5.link(p[2]).bandwidth, 25_000.0);
+    }
+
+    #[test]
+    fn rail_optimized_one_rail_one_group_has_no_spine() {
+        let mut spec = TopologySpec::preset("dgx-h100", 3, Some(1)).unwrap();
+        spec.fabric = Some(FabricSpec::rail_optimized(None, 2.0, 1.0));
+        let t = Topology::from_spec(spec, "t").unwrap();
+        assert_eq!(t.leaves(), 1);
+        assert!(t.graph().node_weights().all(|v| *v != Vertex::Spine));
+        assert_eq!(t.path(0, 2).len(), 4);
+        // Two rails: cross-rail traffic needs the spine even in one group.
+        let mut spec = TopologySpec::preset("dgx-h100", 3, Some(2)).unwrap();
+        spec.fabric = Some(FabricSpec::rail_optimized(None, 1.0, 0.0));
+        let t = Topology::from_spec(spec, "t").unwrap();
+        assert_eq!(t.path(0, 3).len(), 6);
+        assert_eq!(t.path(0, 4).len(), 4);
+    }
+
+    #[test]
+    fn fabric_json_round_trip_and_errors() {
+        let head = r#"{"name":"x","nodes":4,"gpus_per_node":2,"intra":{"kind":"switch","bandwidth_GBps":450,"latency_us":1},"nic":{"per_node":2,"bandwidth_GBps":50,"latency_us":3},"fabric":"#;
+        let with = |fabric: &str| format!("{head}{fabric}}}");
+        let t = Topology::from_json_str(
+            &with(r#"{"kind":"rail-optimized","nodes_per_group":2,"oversubscription":2.0,"latency_us":1.0}"#),
+            "t.json",
+        )
+        .unwrap();
+        assert_eq!(t.path(0, 4).len(), 6);
+        let text = t.spec().to_json();
+        assert!(text.contains(r#""kind": "rail-optimized""#), "{text}");
+        assert!(!text.contains("nodes_per_leaf"), "{text}");
+        let back = Topology::from_json_str(&text, "back.json").unwrap();
+        assert_eq!(back.spec(), t.spec());
+        // nodes_per_group omitted: one group of all nodes.
+        let one = Topology::from_json_str(
+            &with(r#"{"kind":"rail-optimized","oversubscription":2}"#),
+            "t.json",
+        )
+        .unwrap();
+        assert_eq!(one.leaves(), 1);
+        assert_eq!(one.path(0, 4).len(), 4);
+        // A fat-tree writes and reads back as before.
+        let ft =
+            Topology::from_json_str(&with(r#"{"kind":"fat-tree","nodes_per_leaf":2}"#), "t.json")
+                .unwrap();
+        let text = ft.spec().to_json();
+        assert!(!text.contains("nodes_per_group"), "{text}");
+        assert_eq!(
+            Topology::from_json_str(&text, "b").unwrap().spec(),
+            ft.spec()
+        );
+        let e = |fabric: &str| {
+            Topology::from_json_str(&with(fabric), "t.json")
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            e(r#"{"kind":"rail-optimized","nodes_per_leaf":2}"#),
+            "t.json: fabric.nodes_per_leaf: is not a field of a rail-optimized fabric (its size field is `nodes_per_group`)"
+        );
+        assert_eq!(
+            e(r#"{"kind":"fat-tree","nodes_per_leaf":2,"nodes_per_group":2}"#),
+            "t.json: fabric.nodes_per_group: is not a field of a fat-tree fabric (its size field is `nodes_per_leaf`)"
+        );
+        assert_eq!(
+            e(r#"{"kind":"fat-tree"}"#),
+            "t.json: fabric.nodes_per_leaf: missing: a fat-tree fabric needs the number of nodes under each leaf switch"
+        );
+        assert_eq!(
+            e(r#"{"kind":"rail-optimized","nodes_per_group":0}"#),
+            "t.json: fabric.nodes_per_group: must be at least 1"
+        );
+        assert!(e(r#"{"kind":"rail-optimized","oversubscription":0}"#)
+            .contains("fabric.oversubscription: must be between"));
+        assert!(e(r#"{"kind":"rail-optimised"}"#).contains("unknown variant"));
+        assert!(e(r#"{"kind":"rail-optimized","nodes_per_grup":2}"#)
+            .contains("unknown field `nodes_per_grup`"));
     }
 
     #[test]

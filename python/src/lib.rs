@@ -79,8 +79,10 @@ struct PyTopology {
 
 #[pymethods]
 impl PyTopology {
-    /// A built-in cluster: `dgx-h100`, `dgx-a100` or `mi300x`, with `nodes`
-    /// nodes; `gpus_per_node` and `nics_per_node` override the preset's 8 and 8.
+    /// A built-in cluster (`dgx-a100`, `dgx-h100`, `dgx-h200`, `dgx-b200`,
+    /// `gb200-nvl72`, `mi300x`) of `nodes` nodes; `gpus_per_node` and
+    /// `nics_per_node` override the machine's (NICs: one per GPU, at most the
+    /// machine's count, when only `gpus_per_node` is given).
     #[staticmethod]
     #[pyo3(signature = (name, nodes, gpus_per_node=None, nics_per_node=None))]
     fn preset(
@@ -93,13 +95,10 @@ impl PyTopology {
         let gpus = gpus_per_node
             .map(|g| count(g, "gpus_per_node", 1))
             .transpose()?;
-        let mut spec = TopologySpec::preset(name, nodes, gpus).map_err(py_err)?;
-        if let Some(k) = nics_per_node {
-            let k = count(k, "nics_per_node", 1)?;
-            if let Some(nic) = spec.nic.as_mut() {
-                nic.per_node = k;
-            }
-        }
+        let nics = nics_per_node
+            .map(|k| count(k, "nics_per_node", 1))
+            .transpose()?;
+        let spec = TopologySpec::preset_shape(name, nodes, gpus, nics).map_err(py_err)?;
         let topo = Topology::from_spec(spec, &format!("<preset {name}>")).map_err(py_err)?;
         Ok(PyTopology {
             inner: Arc::new(topo),
@@ -227,7 +226,7 @@ struct PyPlanner {
 impl PyPlanner {
     #[new]
     #[pyo3(signature = (
-        topology, algorithm="fast", *, pipeline_depth=None, stages_per_node=None,
+        topology, algorithm="auto", *, pipeline_depth=None, stages_per_node=None,
         balance=None, chunk_bytes=None, time_limit_s=None, max_lanes_per_gpu=None
     ))]
     #[allow(clippy::too_many_arguments)]

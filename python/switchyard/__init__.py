@@ -40,7 +40,11 @@ __all__ = [
 class Planner(_native.Planner):
     """Makes plans for one topology with one algorithm.
 
-    ``Planner(topology, algorithm="fast", **options)``; options by algorithm:
+    ``Planner(topology, algorithm="auto", **options)``. ``auto`` (the
+    default) picks, per matrix, the plan of ``direct``, ``pxn``, ``deepep``,
+    ``hierarchical``, ``spray`` or ``fast`` that the cost model expects to
+    finish first (for the ideal network); the plan's ``algorithm`` names the
+    one it chose. Options by algorithm:
     ``fast``: ``pipeline_depth``, ``stages_per_node``, ``balance``,
     ``chunk_bytes``; ``spray``: ``balance``, ``chunk_bytes``; ``lp``:
     ``time_limit_s``, ``max_lanes_per_gpu``. An option the algorithm does not

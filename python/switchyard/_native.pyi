@@ -75,7 +75,7 @@ class Planner:
     def __init__(
         self,
         topology: Topology,
-        algorithm: str = "fast",
+        algorithm: str = "auto",
         *,
         pipeline_depth: Optional[int] = None,
         stages_per_node: Optional[float] = None,

@@ -21,12 +21,14 @@ def skewed(ranks, seed=0):
 def test_topology_preset_and_properties():
     t = Topology.preset("dgx-h100", 2, gpus_per_node=4, nics_per_node=2)
     assert (t.ranks, t.nodes, t.gpus_per_node, t.nics_per_node) == (8, 2, 4, 2)
+    assert t.name == "2x DGX-H100 (4 GPUs, 2 NICs per node)"
+    assert Topology.preset("gb200-nvl72", 2).name == "2x GB200-NVL72"
     again = Topology.from_json(t.to_json())
     assert again.to_json() == t.to_json()
 
 
 def test_topology_errors_are_value_errors(tmp_path):
-    with pytest.raises(ValueError, match=r"unknown preset \(known: dgx-h100"):
+    with pytest.raises(ValueError, match=r"unknown preset \(known: dgx-a100, dgx-h100, dgx-h200"):
         Topology.preset("dgx-x", 2)
     with pytest.raises(ValueError, match="nodes: must be at least 1"):
         Topology.preset("dgx-h100", 0)
@@ -142,7 +144,9 @@ def test_verification_error_is_raised():
         switchyard.plan_from_json("{", t, m)
 
 
-@pytest.mark.parametrize("algorithm", ["direct", "pairwise", "hierarchical", "fast", "spray", "lp"])
+@pytest.mark.parametrize(
+    "algorithm", ["direct", "pairwise", "hierarchical", "fast", "spray", "lp", "pxn", "deepep"]
+)
 def test_same_as_cli(tmp_path, cli, algorithm):
     """topology -> planner -> plan -> JSON / XML / report, against `switchyard compile`."""
     topo = Topology.preset("dgx-h100", 2, gpus_per_node=4)

@@ -11,7 +11,7 @@ use switchyard::compiler::msccl::{
     PLAN_LANES_PER_GPU,
 };
 use switchyard::compiler::report::Report;
-use switchyard::compiler::sched::{schedule, Options};
+use switchyard::compiler::sched::{auto, schedule, Options};
 use switchyard::compiler::sim::{Network, SimOptions};
 use switchyard::compiler::topology::is_import;
 use switchyard::compiler::{verify_on, Algorithm, Plan, Topology, TrafficMatrix};
@@ -30,7 +30,10 @@ pub struct CompileArgs {
     nodes: Option<usize>,
     #[arg(long)]
     traffic: PathBuf,
-    #[arg(long, default_value = "direct")]
+    /// direct, pairwise, hierarchical, fast, spray, lp, pxn, deepep, or auto
+    /// (the default: the best of direct, pxn, deepep, hierarchical, spray and
+    /// fast for this matrix by the cost model's estimates, for `--network`).
+    #[arg(long, default_value = "auto")]
     algorithm: String,
     /// Output plan: `.json` writes the plan IR, `.xml` MSCCL XML (then `lp`
     /// runs at most 106 lanes at once per GPU, so the file's threadblocks can run them all).
@@ -49,8 +52,8 @@ pub struct CompileArgs {
     /// Write a JSON report here.
     #[arg(long)]
     report: Option<PathBuf>,
-    /// Network mode of the report's simulation: ideal or congested.
-    #[arg(long, default_value = "ideal")]
+    /// Network mode of the report's simulation: calibrated (fitted to measured clusters), ideal (line rate), congested, or stress (a harsh incast assumption).
+    #[arg(long, default_value = "calibrated")]
     network: String,
     /// `lp`: the solver's time limit in seconds (the best plan found by then is kept).
     #[arg(long, default_value_t = 60.0)]
@@ -123,6 +126,7 @@ pub fn compile(a: CompileArgs) -> CliResult {
         time_limit_s: a.time_limit,
         verbose: a.verbose,
         max_lanes_per_gpu: is_xml(&a.out).then_some(PLAN_LANES_PER_GPU),
+        network,
     };
     // The solver can take seconds to minutes: show that it is working (a
     // spinner on a terminal, nothing when stderr is redirected).
@@ -132,11 +136,21 @@ pub fn compile(a: CompileArgs) -> CliResult {
         bar.enable_steady_tick(std::time::Duration::from_millis(120));
         bar
     });
-    let plan = schedule(alg, &topo, &m, &opts);
+    let (plan, choice) = if alg == Algorithm::Auto {
+        let (plan, choice) = auto(&topo, &m, network)?;
+        (Ok(plan), Some(choice))
+    } else {
+        (schedule(alg, &topo, &m, &opts), None)
+    };
     if let Some(bar) = spinner {
         bar.finish_and_clear();
     }
     let plan = plan?;
+    // The plan carries the chosen scheduler's name; the report says who chose.
+    let alg = match &choice {
+        Some(c) => c.algorithm(),
+        None => alg,
+    };
     let compile_us = t0.elapsed().as_secs_f64() * 1e6;
     verify_on(&plan, &m, &topo)
         .map_err(|e| CliError::Failed(format!("internal error: {alg} made a wrong plan: {e}")))?;
@@ -171,7 +185,7 @@ pub fn compile(a: CompileArgs) -> CliResult {
     };
     write_out(Some(&a.out), &text)?;
     if let Some(r) = &a.report {
-        let report = Report::measure(
+        let mut report = Report::measure(
             alg.name(),
             &topo,
             &m,
@@ -180,6 +194,7 @@ pub fn compile(a: CompileArgs) -> CliResult {
             Some(compile_us),
             &SimOptions::new(network),
         )?;
+        report.auto = choice.clone();
         let mut json =
             serde_json::to_value(&report).map_err(|e| CliError::Failed(e.to_string()))?;
         if let (Some(facts), Some(obj)) = (msccl, json.as_object_mut()) {
@@ -188,6 +203,14 @@ pub fn compile(a: CompileArgs) -> CliResult {
         let text =
             serde_json::to_string_pretty(&json).map_err(|e| CliError::Failed(e.to_string()))?;
         write_out(Some(r), &(text + "\n"))?;
+    }
+    if let Some(c) = &choice {
+        let why: Vec<String> = c
+            .estimates
+            .iter()
+            .map(|e| format!("{} {:.1} us", e.algorithm, e.estimate_us))
+            .collect();
+        eprintln!("auto chose {} (estimates: {})", c.chosen, why.join(", "));
     }
     eprintln!(
         "{}: {} transfers in {} steps, compiled in {:.0} us",

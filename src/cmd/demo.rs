@@ -6,7 +6,7 @@ use std::time::Instant;
 use clap::Args;
 use switchyard::compiler::bound::cut_bound;
 use switchyard::compiler::generate::{generate, Pattern, TrafficSpec};
-use switchyard::compiler::sched::{schedule, Options};
+use switchyard::compiler::sched::{auto, schedule, Options};
 use switchyard::compiler::sim::{simulate, Network, SimOptions};
 use switchyard::compiler::{verify_on, Algorithm, Error, Topology};
 
@@ -75,11 +75,25 @@ pub fn run(a: DemoArgs) -> CliResult {
         let us = t0.elapsed().as_secs_f64() * 1e6;
         verify_on(&plan, &m, &topo).map_err(|e| CliError::Failed(format!("{alg}: {e}")))?;
         let ideal = simulate(&topo, &plan, &SimOptions::new(Network::Ideal))?.completion_us;
-        let congested = simulate(&topo, &plan, &SimOptions::new(Network::Congested))?.completion_us;
+        // `auto` (the default) chooses for the network mode it is judged in.
+        let (congested_plan, name) = if alg == Algorithm::Auto {
+            let (p, c) = auto(&topo, &m, Network::Congested)?;
+            verify_on(&p, &m, &topo).map_err(|e| CliError::Failed(format!("{alg}: {e}")))?;
+            let name = if c.chosen == plan.algorithm {
+                format!("auto:{}", c.chosen)
+            } else {
+                format!("auto:{}/{}", plan.algorithm, c.chosen)
+            };
+            (p, name)
+        } else {
+            (plan.clone(), alg.name().to_string())
+        };
+        let congested =
+            simulate(&topo, &congested_plan, &SimOptions::new(Network::Congested))?.completion_us;
         let base = *direct_us.get_or_insert(congested);
         println!(
             "{:<13} {:>9} {:>6} {:>11.0} {:>11.1} {:>8.3} {:>13.1} {:>8.3} {:>9.2} {:>8}",
-            alg.name(),
+            name,
             plan.transfers.len(),
             plan.steps(),
             us,
@@ -91,6 +105,7 @@ pub fn run(a: DemoArgs) -> CliResult {
             "yes"
         );
     }
-    println!("\n(x direct: speedup over `direct` in the congested network; compile_us from a debug build is slower than release)");
+    println!("\n(auto:X/Y: `auto`, the default, chose X for the ideal network and Y for the congested one)");
+    println!("(x direct: speedup over `direct` in the congested network; compile_us from a debug build is slower than release)");
     Ok(())
 }

@@ -14,7 +14,7 @@ use super::{write_out, CliResult};
 // A negative number is a value to reject with its reason, not an unknown flag.
 #[command(allow_negative_numbers = true)]
 pub struct TopologyArgs {
-    /// dgx-h100, dgx-a100 or mi300x.
+    /// dgx-a100, dgx-h100, dgx-h200, dgx-b200, gb200-nvl72 or mi300x.
     #[arg(long, required_unless_present_any = ["from_nccl", "from_nvidia_smi"], conflicts_with_all = ["from_nccl", "from_nvidia_smi"])]
     preset: Option<String>,
     /// Build the cluster from one node's NCCL (or RCCL) topology XML
@@ -32,13 +32,22 @@ pub struct TopologyArgs {
     intra_gbps: Option<f64>,
     #[arg(long, default_value_t = 1)]
     nodes: usize,
-    /// GPUs (and NICs) per node; the preset's 8 by default.
+    /// GPUs per node; the preset's by default. (`--gpus` is a deprecated alias.)
+    #[arg(long, alias = "gpus")]
+    gpus_per_node: Option<usize>,
+    /// NICs per node; the preset's by default (at most one per GPU).
     #[arg(long)]
-    gpus: Option<usize>,
-    /// Add a fat-tree fabric with this many nodes per leaf switch.
+    nics_per_node: Option<usize>,
+    /// Inter-node fabric: fat-tree (with --nodes-per-leaf) or rail-optimized.
+    #[arg(long)]
+    fabric: Option<String>,
+    /// Fat-tree: nodes per leaf switch (alone, it implies --fabric fat-tree).
     #[arg(long)]
     nodes_per_leaf: Option<usize>,
-    /// Leaf uplink oversubscription (with --nodes-per-leaf), e.g. 2 or 4.
+    /// Rail-optimized: nodes per rail group (default: all nodes in one group).
+    #[arg(long)]
+    nodes_per_group: Option<usize>,
+    /// Spine oversubscription of the fabric, e.g. 2 or 4.
     #[arg(long, default_value_t = 1.0)]
     oversubscription: f64,
     #[arg(long)]
@@ -56,7 +65,7 @@ pub fn topology(a: TopologyArgs) -> CliResult {
                     "--nic-gbps and --intra-gbps apply to --from-nccl / --from-nvidia-smi".into(),
                 ));
             }
-            TopologySpec::preset(preset, a.nodes, a.gpus)?
+            TopologySpec::preset_shape(preset, a.nodes, a.gpus_per_node, a.nics_per_node)?
         }
         (None, Some(path)) => imported(&a, path)?,
         (None, None) => {
@@ -65,19 +74,63 @@ pub fn topology(a: TopologyArgs) -> CliResult {
             ))
         }
     };
-    if a.nodes_per_leaf.is_none() && a.oversubscription != 1.0 {
-        return Err(super::CliError::Input(
-            "--oversubscription: applies to a fat-tree fabric; give --nodes-per-leaf too".into(),
-        ));
-    }
-    if let Some(k) = a.nodes_per_leaf {
-        spec.fabric = Some(FabricSpec {
-            kind: FabricKind::FatTree,
-            nodes_per_leaf: k,
-            oversubscription: a.oversubscription,
-            latency_us: 1.0,
-        });
-        spec.name = format!("{} ({k} nodes/leaf, {}:1)", spec.name, a.oversubscription);
+    let input = |s: &str| super::CliError::Input(s.to_string());
+    let kind = match (a.fabric.as_deref(), a.nodes_per_leaf) {
+        (Some("fat-tree"), _) | (None, Some(_)) => Some(FabricKind::FatTree),
+        (Some("rail-optimized"), _) => Some(FabricKind::RailOptimized),
+        (Some(other), _) => {
+            return Err(super::CliError::Input(format!(
+                "--fabric: unknown fabric `{other}` (known: fat-tree, rail-optimized)"
+            )))
+        }
+        (None, None) => None,
+    };
+    let fabric = match kind {
+        None if a.nodes_per_group.is_some() => {
+            return Err(input(
+                "--nodes-per-group: applies to a rail-optimized fabric; give --fabric rail-optimized too",
+            ))
+        }
+        None if a.oversubscription != 1.0 => {
+            return Err(input(
+                "--oversubscription: applies to a fabric; give --fabric rail-optimized or --nodes-per-leaf too",
+            ))
+        }
+        None => None,
+        Some(FabricKind::FatTree) => {
+            if a.nodes_per_group.is_some() {
+                return Err(input(
+                    "--nodes-per-group: a fat-tree has leaves, not rail groups; use --nodes-per-leaf",
+                ));
+            }
+            let k = a.nodes_per_leaf.ok_or_else(|| {
+                input("--fabric fat-tree: give --nodes-per-leaf (nodes under each leaf switch)")
+            })?;
+            spec.name = format!("{} (fat-tree, {k} nodes/leaf, {}:1)", spec.name, a.oversubscription);
+            Some(FabricSpec::fat_tree(k, a.oversubscription, 1.0))
+        }
+        Some(FabricKind::RailOptimized) => {
+            if a.nodes_per_leaf.is_some() {
+                return Err(input(
+                    "--nodes-per-leaf: a rail-optimized fabric has rail groups, not leaves; use --nodes-per-group",
+                ));
+            }
+            let groups = a
+                .nodes_per_group
+                .map_or(String::new(), |k| format!(", {k} nodes/group"));
+            spec.name = format!(
+                "{} (rail-optimized{groups}, {}:1)",
+                spec.name, a.oversubscription
+            );
+            Some(FabricSpec::rail_optimized(
+                a.nodes_per_group,
+                a.oversubscription,
+                1.0,
+            ))
+        }
+    };
+    if fabric.is_some() {
+        spec.fabric = fabric;
         Topology::from_spec(spec.clone(), "<flags>")?;
     }
     write_out(a.out.as_deref(), &(spec.to_json() + "\n"))
@@ -86,9 +139,9 @@ pub fn topology(a: TopologyArgs) -> CliResult {
 /// The spec of `--nodes` nodes as an NCCL XML or `nvidia-smi topo -m` file describes one.
 fn imported(a: &TopologyArgs, path: &std::path::Path) -> Result<TopologySpec, super::CliError> {
     let file = path.display().to_string();
-    if a.gpus.is_some() {
+    if a.gpus_per_node.is_some() || a.nics_per_node.is_some() {
         return Err(super::CliError::Input(format!(
-            "--gpus: the GPUs per node come from {file}"
+            "--gpus-per-node/--nics-per-node: the node's shape comes from {file}"
         )));
     }
     for (flag, v) in [("--nic-gbps", a.nic_gbps), ("--intra-gbps", a.intra_gbps)] {

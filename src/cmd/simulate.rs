@@ -27,8 +27,8 @@ pub struct SimulateArgs {
     /// Print the JSON report instead of a summary.
     #[arg(long)]
     json: bool,
-    /// ideal or congested.
-    #[arg(long, default_value = "ideal")]
+    /// calibrated (fitted to measured clusters), ideal (line rate), congested, or stress (a harsh incast assumption).
+    #[arg(long, default_value = "calibrated")]
     network: String,
 }
 

@@ -7,7 +7,7 @@ use crate::bound::cut_bound;
 use crate::generate::{generate, Pattern, TrafficSpec};
 use crate::sched::lp_with_report;
 use crate::sim::{simulate, SimOptions};
-use crate::topology::{FabricKind, FabricSpec, Topology, TopologySpec};
+use crate::topology::{FabricSpec, Topology, TopologySpec};
 use crate::traffic::TrafficMatrix;
 use crate::verify::verify_on;
 
@@ -18,12 +18,7 @@ fn close(a: f64, b: f64) -> bool {
 /// 2 nodes of 2 GPUs, one node per leaf, 4:1: uplink = 2 NICs x 50 GB/s / 4.
 fn two_leaves_4to1() -> Topology {
     let mut spec = TopologySpec::preset("dgx-h100", 2, Some(2)).unwrap();
-    spec.fabric = Some(FabricSpec {
-        kind: FabricKind::FatTree,
-        nodes_per_leaf: 1,
-        oversubscription: 4.0,
-        latency_us: 0.5,
-    });
+    spec.fabric = Some(FabricSpec::fat_tree(1, 4.0, 0.5));
     Topology::from_spec(spec, "t").unwrap()
 }
 
@@ -74,12 +69,7 @@ fn lp_bound_equals_cut_bound_on_hierarchical() {
         (4, Some(2), Pattern::Lognormal(0.5)),
     ] {
         let mut spec = TopologySpec::preset("dgx-h100", nodes, Some(4)).unwrap();
-        spec.fabric = per_leaf.map(|p| FabricSpec {
-            kind: FabricKind::FatTree,
-            nodes_per_leaf: p,
-            oversubscription: 1.0,
-            latency_us: 0.0,
-        });
+        spec.fabric = per_leaf.map(|p| FabricSpec::fat_tree(p, 1.0, 0.0));
         let topo = Topology::from_spec(spec, "t").unwrap();
         let mut spec = TrafficSpec::new(topo.ranks(), pattern);
         spec.bytes = 1 << 16;
@@ -322,12 +312,7 @@ fn scheduled_through_the_algorithm_table() {
 #[test]
 fn skewed_moe_on_oversubscribed_fat_tree_is_near_the_bound() {
     let mut spec = TopologySpec::preset("dgx-h100", 4, Some(4)).unwrap();
-    spec.fabric = Some(FabricSpec {
-        kind: FabricKind::FatTree,
-        nodes_per_leaf: 2,
-        oversubscription: 4.0,
-        latency_us: 1.0,
-    });
+    spec.fabric = Some(FabricSpec::fat_tree(2, 4.0, 1.0));
     let topo = Topology::from_spec(spec, "t").unwrap();
     let mut spec = TrafficSpec::new(16, Pattern::Zipf(1.2));
     spec.moe.tokens_per_rank = 1024;
@@ -362,12 +347,7 @@ fn skewed_moe_on_oversubscribed_fat_tree_is_near_the_bound() {
 fn fat_tree_8x8_targets() {
     for over in [2.0, 4.0] {
         let mut spec = TopologySpec::preset("dgx-h100", 8, None).unwrap();
-        spec.fabric = Some(FabricSpec {
-            kind: FabricKind::FatTree,
-            nodes_per_leaf: 4,
-            oversubscription: over,
-            latency_us: 1.0,
-        });
+        spec.fabric = Some(FabricSpec::fat_tree(4, over, 1.0));
         let topo = Topology::from_spec(spec, "t").unwrap();
         for skew in [0.5, 0.8, 1.0, 1.2] {
             let m = generate(&TrafficSpec::new(64, Pattern::Zipf(skew))).unwrap();
@@ -504,12 +484,7 @@ fn workloads_measured() {
     ];
     for over in [2.0, 4.0] {
         let mut spec = TopologySpec::preset("dgx-h100", 8, None).unwrap();
-        spec.fabric = Some(FabricSpec {
-            kind: FabricKind::FatTree,
-            nodes_per_leaf: 4,
-            oversubscription: over,
-            latency_us: 1.0,
-        });
+        spec.fabric = Some(FabricSpec::fat_tree(4, over, 1.0));
         topos.push(Topology::from_spec(spec, "t").unwrap());
     }
     let patterns = [

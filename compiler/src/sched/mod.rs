@@ -4,11 +4,14 @@
 //! plan the verifier accepts, and knows nothing of time, XML or runtimes: it
 //! may consult the topology's bandwidths and latencies to make choices.
 
+pub mod auto;
+mod deepep;
 mod direct;
 pub mod fast;
 mod hierarchical;
 mod lp;
 mod pairwise;
+mod pxn;
 mod spray;
 
 use std::fmt;
@@ -16,14 +19,18 @@ use std::str::FromStr;
 
 use crate::error::{InputError, Result};
 use crate::plan::Plan;
+use crate::sim::Network;
 use crate::topology::Topology;
 use crate::traffic::TrafficMatrix;
 
+pub use auto::{auto, AutoChoice};
+pub use deepep::{deepep, deepep_peer};
 pub use direct::{block_transfer, direct, path_between};
 pub use fast::fast;
 pub use hierarchical::hierarchical;
 pub use lp::{lp, lp_with_report, LpReport};
 pub use pairwise::pairwise;
+pub use pxn::{pxn, pxn_relay};
 pub use spray::spray;
 
 /// The algorithms the CLI knows (DESIGN.md "Algorithms").
@@ -35,6 +42,12 @@ pub enum Algorithm {
     Fast,
     Spray,
     Lp,
+    /// NCCL with PXN: relay over NVLink to the destination's rail.
+    Pxn,
+    /// DeepEP normal-mode dispatch: rail-aligned write, NVLink forward.
+    Deepep,
+    /// The best of the others for this matrix, by the cost model's estimates.
+    Auto,
 }
 
 impl Algorithm {
@@ -46,6 +59,9 @@ impl Algorithm {
         Algorithm::Fast,
         Algorithm::Spray,
         Algorithm::Lp,
+        Algorithm::Pxn,
+        Algorithm::Deepep,
+        Algorithm::Auto,
     ];
 
     pub fn name(self) -> &'static str {
@@ -56,6 +72,9 @@ impl Algorithm {
             Algorithm::Fast => "fast",
             Algorithm::Spray => "spray",
             Algorithm::Lp => "lp",
+            Algorithm::Pxn => "pxn",
+            Algorithm::Deepep => "deepep",
+            Algorithm::Auto => "auto",
         }
     }
 }
@@ -98,6 +117,8 @@ pub struct Options {
     /// runs at once; it costs the plan itself a little (docs/algorithms-lp.md).
     /// The other schedulers fit the lowering already and ignore it.
     pub max_lanes_per_gpu: Option<u32>,
+    /// `auto`: the network mode whose completion it minimises.
+    pub network: Network,
 }
 
 impl Default for Options {
@@ -106,6 +127,7 @@ impl Default for Options {
             time_limit_s: 60.0,
             verbose: false,
             max_lanes_per_gpu: None,
+            network: Network::Ideal,
         }
     }
 }
@@ -144,6 +166,9 @@ pub fn schedule(
         Algorithm::Hierarchical => Ok(hierarchical(topo, traffic)),
         Algorithm::Fast => fast(topo, traffic),
         Algorithm::Spray => spray(topo, traffic),
+        Algorithm::Pxn => Ok(pxn(topo, traffic)),
+        Algorithm::Deepep => Ok(deepep(topo, traffic)),
+        Algorithm::Auto => auto(topo, traffic, opts.network).map(|(plan, _)| plan),
         Algorithm::Lp => lp(
             topo,
             traffic,

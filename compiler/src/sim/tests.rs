@@ -7,7 +7,7 @@ use crate::bound::cut_bound;
 use crate::generate::{generate, Pattern, TrafficSpec};
 use crate::plan::{Buffer, Deps, Path, Transfer};
 use crate::sched::direct;
-use crate::topology::{FabricKind, FabricSpec, IntraKind, TopologySpec};
+use crate::topology::{FabricSpec, IntraKind, TopologySpec};
 use crate::traffic::TrafficMatrix;
 use crate::Error;
 
@@ -124,13 +124,44 @@ fn uniform_all_to_all_on_full_bisection_meets_the_bound() {
 
 fn two_leaf_4_to_1() -> Topology {
     let mut spec = TopologySpec::preset("dgx-h100", 4, Some(1)).unwrap();
-    spec.fabric = Some(FabricSpec {
-        kind: FabricKind::FatTree,
-        nodes_per_leaf: 2,
-        oversubscription: 4.0,
-        latency_us: 1.0,
-    });
+    spec.fabric = Some(FabricSpec::fat_tree(2, 4.0, 1.0));
     Topology::from_spec(spec, "t").unwrap()
+}
+
+#[test]
+fn cross_rail_flows_share_the_rail_switch_uplink() {
+    // 2 nodes x 2 GPUs x 2 NICs, one rail group, 2:1: rail switch spine
+    // links of 2 x 50 / 2 = 50 GB/s.
+    let mut spec = TopologySpec::preset("dgx-h100", 2, Some(2)).unwrap();
+    spec.fabric = Some(FabricSpec::rail_optimized(None, 2.0, 1.0));
+    let topo = Topology::from_spec(spec, "t").unwrap();
+    let b = 1_000_000u64;
+    // Rank 0 (rail 0) -> rank 3 (rail 1) and rank 2 (rail 0) -> rank 1
+    // (rail 1): both climb rail switch 0's one uplink, at 25 GB/s each.
+    let mut m = TrafficMatrix::zeros(4);
+    m.set(0, 3, b);
+    m.set(2, 1, b);
+    let plan = direct(&topo, &m);
+    let want = 5.0 + 2.0 * b as f64 / 50_000.0;
+    for network in [Network::Ideal, Network::Congested, Network::Stress] {
+        let opts = SimOptions::uncalibrated(network);
+        let r = simulate(&topo, &plan, &opts).unwrap();
+        assert!(
+            close(r.completion_us, want),
+            "{network:?}: {}",
+            r.completion_us
+        );
+    }
+    // Same rail: one switch, the NICs' own rate.
+    let mut m = TrafficMatrix::zeros(4);
+    m.set(0, 2, b);
+    m.set(1, 3, b);
+    let r = ideal(&topo, &direct(&topo, &m));
+    assert!(
+        close(r.completion_us, 4.0 + b as f64 / 50_000.0),
+        "{}",
+        r.completion_us
+    );
 }
 
 #[test]
@@ -162,14 +193,14 @@ fn incast_and_permutation(b: u64) -> (Topology, Plan, Plan) {
 }
 
 #[test]
-fn incast_is_free_in_ideal_mode_and_slow_in_congested_mode() {
+fn incast_is_free_in_ideal_mode_and_slow_in_stress_mode() {
     let b = 4_000_000;
     let (topo, incast, perm) = incast_and_permutation(b);
     let want = 3.0 + 8.0 * b as f64 / 50_000.0;
     let i = ideal(&topo, &incast).completion_us;
     let p = ideal(&topo, &perm).completion_us;
     assert!(close(i, want) && close(p, want), "{i} {p} {want}");
-    let cong = SimOptions::new(Network::Congested);
+    let cong = SimOptions::uncalibrated(Network::Stress);
     let ic = simulate(&topo, &incast, &cong).unwrap().completion_us;
     let pc = simulate(&topo, &perm, &cong).unwrap().completion_us;
     assert!(close(pc, want), "a single sender is no incast: {pc}");
@@ -187,10 +218,10 @@ fn head_of_line_blocking_slows_a_senders_other_flows() {
     plan.transfers.push(transfer(1, 2, 8 * b, &[]));
     let victim = plan.transfers.len() - 1;
     let i = ideal(&topo, &plan).transfers[victim].end_us;
-    let cong = simulate(&topo, &plan, &SimOptions::new(Network::Congested)).unwrap();
+    let cong = simulate(&topo, &plan, &SimOptions::uncalibrated(Network::Stress)).unwrap();
     let c = cong.transfers[victim].end_us;
     assert!(c > 1.5 * i, "victim flow should slow down: {c} vs {i}");
-    let mut no_hol = SimOptions::new(Network::Congested);
+    let mut no_hol = SimOptions::uncalibrated(Network::Stress);
     no_hol.congestion.head_of_line = false;
     let n = simulate(&topo, &plan, &no_hol).unwrap().transfers[victim].end_us;
     assert!(n < c, "{n} {c}");
@@ -213,6 +244,8 @@ fn bad_plans_are_errors() {
     assert!(e.to_string().contains("ranks"), "{e}");
     assert!("fast".parse::<Network>().is_err());
     assert_eq!("congested".parse::<Network>().unwrap(), Network::Congested);
+    assert_eq!("calibrated".parse::<Network>().unwrap(), Network::Calibrated);
+    assert_eq!("stress".parse::<Network>().unwrap(), Network::Stress);
 }
 
 #[test]
@@ -236,7 +269,7 @@ fn grouping_tolerance_never_finishes_early() {
 }
 
 fn small_topology() -> impl Strategy<Value = Topology> {
-    (1usize..=4, 1usize..=4, any::<bool>(), 0usize..3).prop_map(|(nodes, g, mesh, fab)| {
+    (1usize..=4, 1usize..=4, any::<bool>(), 0usize..5).prop_map(|(nodes, g, mesh, fab)| {
         let mut spec =
             TopologySpec::preset(if mesh { "mi300x" } else { "dgx-h100" }, nodes, Some(g)).unwrap();
         if let Some(i) = spec.intra.as_mut() {
@@ -246,13 +279,12 @@ fn small_topology() -> impl Strategy<Value = Topology> {
                 IntraKind::Switch
             };
         }
-        if fab > 0 && nodes > 1 {
-            spec.fabric = Some(FabricSpec {
-                kind: FabricKind::FatTree,
-                nodes_per_leaf: 1 + nodes / 3,
-                oversubscription: fab as f64 * 1.5,
-                latency_us: 0.5,
-            });
+        if (1..3).contains(&fab) && nodes > 1 {
+            spec.fabric = Some(FabricSpec::fat_tree(1 + nodes / 3, fab as f64 * 1.5, 0.5));
+        }
+        if fab >= 3 {
+            let group = (fab == 3).then_some(1 + nodes / 3);
+            spec.fabric = Some(FabricSpec::rail_optimized(group, 2.0, 0.5));
         }
         Topology::from_spec(spec, "prop").unwrap()
     })
@@ -294,14 +326,21 @@ proptest! {
                 Err(Error::Unsupported { .. }) => continue,
                 Err(e) => return Err(TestCaseError::fail(format!("{alg}: {e}"))),
             };
+            let tolerance = Some(if grouped { 0.05 } else { 0.0 });
             let opts = SimOptions {
-                network: if congested { Network::Congested } else { Network::Ideal },
-                tolerance: Some(if grouped { 0.05 } else { 0.0 }),
-                ..SimOptions::default()
+                tolerance,
+                ..SimOptions::new(if congested { Network::Stress } else { Network::Ideal })
             };
             let r = simulate(&topo, &plan, &opts).unwrap();
             prop_assert!(r.completion_us >= lb.best_us() * (1.0 - 1e-9),
                 "{alg}: completion {} below bound {:?}", r.completion_us, lb);
+            // The calibrated mode against its own (goodput) bound.
+            let cal = SimOptions { tolerance, ..SimOptions::new(Network::Calibrated) };
+            let c = simulate(&topo, &plan, &cal).unwrap();
+            let clb = crate::bound::cut_bound_goodput(&topo, &m, cal.nic_goodput());
+            prop_assert!(c.completion_us >= clb.best_us() * (1.0 - 1e-9),
+                "{alg}: calibrated completion {} below bound {:?}", c.completion_us, clb);
+            prop_assert!(c.completion_us >= r.completion_us * (1.0 - 1e-9) || congested);
             let mut want = vec![0.0f64; topo.num_links()];
             for t in &plan.transfers {
                 for l in topo.path(t.src as usize, t.dst as usize) {

@@ -1,0 +1,696 @@
+//! `auto`: picks, for one traffic matrix on one topology, the scheduler
+//! whose plan the cost model expects to finish first, and builds only that
+//! plan.
+//!
+//! Simulating every candidate would cost milliseconds at 64 GPUs, so `auto`
+//! estimates instead: it routes each candidate's traffic, aggregated to
+//! (node, rail) pairs for the network and to GPU pairs inside a node, over
+//! the topology's own paths, and prices the most loaded link as the
+//! simulator would over the whole run (bytes / capacity, the capacity of a
+//! NIC ingress cut by the congested mode's incast efficiency for the number
+//! of NICs that send to it at once), plus what each candidate adds on top
+//! of its busiest link: the NVLink hop a relay waits for before its network
+//! hop, `fast`'s stage pipeline, path latencies. docs/algorithms.md
+//! (`auto`) gives the equations and the measurements behind the constants.
+//!
+//! Candidates: `direct`, `pxn`, `deepep`, `hierarchical`, `fast`, `spray`.
+//! `pairwise` never wins in the cost model (its rounds only add latency to
+//! what `direct` sends at once) and `lp` costs seconds, so neither is one.
+
+use serde::{Deserialize, Serialize};
+
+use super::{deepep, direct, fast, hierarchical, pxn, pxn_relay, spray, Algorithm};
+use crate::error::Result;
+use crate::plan::Plan;
+use crate::sim::{CongestionModel, Network};
+use crate::topology::{LinkClass, LinkId, Topology};
+use crate::traffic::TrafficMatrix;
+
+/// The schedulers `auto` chooses from, in the order it lists them (on a tie
+/// the first wins: the simpler plan).
+pub const CANDIDATES: &[Algorithm] = &[
+    Algorithm::Direct,
+    Algorithm::Pxn,
+    Algorithm::Deepep,
+    Algorithm::Hierarchical,
+    Algorithm::Spray,
+    Algorithm::Fast,
+];
+
+/// One candidate's estimate.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Estimate {
+    pub algorithm: String,
+    /// Expected completion, microseconds.
+    pub estimate_us: f64,
+    /// The link (or term) that sets it, in words.
+    pub limit: String,
+}
+
+/// What `auto` chose and why: every candidate's estimate, best first.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct AutoChoice {
+    pub chosen: String,
+    pub network: Network,
+    pub estimates: Vec<Estimate>,
+}
+
+impl AutoChoice {
+    /// The algorithm chosen.
+    pub fn algorithm(&self) -> Algorithm {
+        self.chosen.parse().unwrap_or(Algorithm::Direct)
+    }
+}
+
+/// Plans with the candidate the estimates pick. The plan is the chosen
+/// scheduler's own, `algorithm` included (`fast`, not `auto`): whoever
+/// reads it knows what runs; the choice and its reasons are in the
+/// [`AutoChoice`] (the report's `auto` field).
+pub fn auto(
+    topo: &Topology,
+    traffic: &TrafficMatrix,
+    network: Network,
+) -> Result<(Plan, AutoChoice)> {
+    traffic.check_ranks(topo.ranks(), "traffic")?;
+    let choice = choose(topo, traffic, network);
+    let plan = build(choice.algorithm(), topo, traffic)?;
+    Ok((plan, choice))
+}
+
+fn build(alg: Algorithm, topo: &Topology, traffic: &TrafficMatrix) -> Result<Plan> {
+    Ok(match alg {
+        Algorithm::Pxn => pxn(topo, traffic),
+        Algorithm::Deepep => deepep(topo, traffic),
+        Algorithm::Hierarchical => hierarchical(topo, traffic),
+        Algorithm::Fast => fast(topo, traffic)?,
+        Algorithm::Spray => spray(topo, traffic)?,
+        _ => direct(topo, traffic),
+    })
+}
+
+/// Estimates every candidate and picks the smallest estimate. A `links`
+/// topology has no rails or nodes to relay through: `direct` it is.
+pub fn choose(topo: &Topology, traffic: &TrafficMatrix, network: Network) -> AutoChoice {
+    let mut estimates = if topo.is_hierarchical() && topo.nics_per_node() > 0 && topo.nodes() > 1 {
+        Estimator::new(topo, traffic, network).all()
+    } else {
+        vec![Estimate {
+            algorithm: "direct".into(),
+            estimate_us: 0.0,
+            limit: "no rails to balance over (a links topology or one node)".into(),
+        }]
+    };
+    estimates.sort_by(|a, b| a.estimate_us.total_cmp(&b.estimate_us));
+    AutoChoice {
+        chosen: estimates[0].algorithm.clone(),
+        network,
+        estimates,
+    }
+}
+
+/// The per-link loads of one candidate and what they take.
+struct Estimator<'a> {
+    topo: &'a Topology,
+    traffic: &'a TrafficMatrix,
+    congested: bool,
+    model: CongestionModel,
+    g: usize,
+    p: usize,
+    nodes: usize,
+    /// Bytes per link of the candidate being priced.
+    load: Vec<f64>,
+    /// Per NIC ingress link: the NIC egress links that send to it (congested mode).
+    senders: Vec<Vec<LinkId>>,
+    touched: Vec<LinkId>,
+    path: Vec<LinkId>,
+    /// A GPU of each (node, rail): `rep[node * p + k]`.
+    rep: Vec<usize>,
+    /// Bytes from (node, rail) to (node, rail) between different nodes:
+    /// `rail_bytes[(a * p + k) * nodes * p + b * p + j]`.
+    rail_bytes: Vec<f64>,
+    /// Bytes from GPU `s` to GPUs of local index `j` on other nodes: `to_local[s * g + j]`.
+    to_local: Vec<f64>,
+    /// Bytes into GPU `d` from GPUs of local index `i` on other nodes: `from_local[d * g + i]`.
+    from_local: Vec<f64>,
+    /// Node-to-node bytes: `node_bytes[a * nodes + b]`.
+    node_bytes: Vec<f64>,
+    /// Latency of an inter-node path and of an intra-node hop, us.
+    inter_latency: f64,
+    intra_latency: f64,
+    /// True for a mesh node (a link per GPU pair), false for a switch.
+    mesh: bool,
+    /// Bytes/us a GPU moves inside its node: its NVLink, or all its mesh links.
+    gpu_rate: f64,
+    /// `direct`'s busiest-link time without congestion, once priced.
+    direct_ideal: Option<f64>,
+    /// Largest inter-node bytes a GPU receives over the mean (1 = even).
+    rx_skew: f64,
+}
+
+/// Prices of one candidate's routing.
+#[derive(Clone, Debug, Default)]
+struct Priced {
+    /// Largest network link time (bytes / effective capacity), us.
+    net: f64,
+    net_link: Option<LinkId>,
+    /// Largest intra-node link time, us.
+    intra: f64,
+    intra_link: Option<LinkId>,
+}
+
+impl<'a> Estimator<'a> {
+    fn new(topo: &'a Topology, traffic: &'a TrafficMatrix, network: Network) -> Self {
+        let (g, p, nodes) = (topo.gpus_per_node(), topo.nics_per_node(), topo.nodes());
+        let n = topo.ranks();
+        let mut rep = vec![usize::MAX; nodes * p];
+        for r in (0..n).rev() {
+            rep[topo.node_of(r) * p + topo.rail_of(r)] = r;
+        }
+        let np = nodes * p;
+        let mut rail_bytes = vec![0.0; np * np];
+        let mut to_local = vec![0.0; n * g];
+        let mut from_local = vec![0.0; n * g];
+        let mut node_bytes = vec![0.0; nodes * nodes];
+        let rail: Vec<usize> = (0..n).map(|r| topo.rail_of(r)).collect();
+        for s in 0..n {
+            let (a, i) = (s / g, s % g);
+            let row = traffic.row(s);
+            let src = (a * p + rail[s]) * np;
+            for (d, &bytes) in row.iter().enumerate().take(n) {
+                if bytes == 0 || d / g == a {
+                    continue;
+                }
+                let b = bytes as f64;
+                let (nb, j) = (d / g, d % g);
+                rail_bytes[src + nb * p + rail[d]] += b;
+                to_local[s * g + j] += b;
+                from_local[d * g + i] += b;
+                node_bytes[a * nodes + nb] += b;
+            }
+        }
+        let mut into = vec![0.0f64; n];
+        for d in 0..n {
+            into[d] = (0..g).map(|i| from_local[d * g + i]).sum();
+        }
+        let mean = into.iter().sum::<f64>() / n as f64;
+        let rx_skew = if mean > 0.0 {
+            into.iter().copied().fold(0.0, f64::max) / mean
+        } else {
+            1.0
+        };
+        let mesh = topo.intra_kind() == Some(crate::topology::IntraKind::Mesh);
+        let gpu_rate = topo.intra_bandwidth() * if mesh { (g - 1).max(1) as f64 } else { 1.0 };
+        let inter_latency = if n > g { topo.path_latency(0, g) } else { 0.0 };
+        let intra_latency = if g > 1 { topo.path_latency(0, 1) } else { 0.0 };
+        Estimator {
+            topo,
+            traffic,
+            congested: network.has_incast(),
+            model: if network == Network::Stress {
+                CongestionModel::stress()
+            } else {
+                CongestionModel::default()
+            },
+            g,
+            p,
+            nodes,
+            load: vec![0.0; topo.num_links()],
+            senders: vec![Vec::new(); topo.num_links()],
+            touched: Vec::new(),
+            path: Vec::with_capacity(8),
+            rep,
+            rail_bytes,
+            to_local,
+            from_local,
+            node_bytes,
+            inter_latency,
+            intra_latency,
+            mesh,
+            gpu_rate,
+            direct_ideal: None,
+            rx_skew,
+        }
+    }
+
+    fn all(&mut self) -> Vec<Estimate> {
+        CANDIDATES.iter().map(|&a| self.estimate(a)).collect()
+    }
+
+    fn estimate(&mut self, alg: Algorithm) -> Estimate {
+        let (g, p, nodes) = (self.g, self.p, self.nodes);
+        let np = nodes * p;
+        let n = g * nodes;
+        let (inter, hop) = (self.inter_latency, self.intra_latency);
+        // Intra-node blocks: every candidate sends them straight.
+        self.route_intra_blocks();
+        let (us, limit) = match alg {
+            Algorithm::Direct => {
+                for x in 0..np {
+                    for y in 0..np {
+                        let b = self.rail_bytes[x * np + y];
+                        self.route_net(x, y, b);
+                    }
+                }
+                let congested = self.congested;
+                if congested {
+                    // The ideal figure first: it tells `fast` whether the traffic is near-uniform.
+                    self.congested = false;
+                    let ideal = self.price();
+                    self.direct_ideal = Some(ideal.net.max(ideal.intra));
+                    self.congested = true;
+                    self.route_intra_blocks();
+                    for x in 0..np {
+                        for y in 0..np {
+                            let b = self.rail_bytes[x * np + y];
+                            self.route_net(x, y, b);
+                        }
+                    }
+                }
+                let c = self.price();
+                if !congested {
+                    self.direct_ideal = Some(c.net.max(c.intra));
+                }
+                (c.net.max(c.intra) + inter, self.limit_of(&c))
+            }
+            Algorithm::Pxn | Algorithm::Hierarchical => {
+                // The network hop runs on the destination's rail; the NVLink
+                // hop goes from the source to its node's GPU on that rail.
+                let mut relayed = 0.0f64;
+                for s in 0..n {
+                    let a = s / g;
+                    let mut out = 0.0;
+                    for j in 0..g {
+                        let b = self.to_local[s * g + j];
+                        if b == 0.0 {
+                            continue;
+                        }
+                        let b_node = if a == 0 { 1 } else { 0 };
+                        let relay = if alg == Algorithm::Pxn {
+                            pxn_relay(self.topo, s, b_node * g + j)
+                        } else {
+                            a * g + j
+                        };
+                        if relay != s {
+                            self.route_gpu(s, relay, b);
+                            out += b;
+                        }
+                    }
+                    relayed = relayed.max(out);
+                }
+                for x in 0..np {
+                    let (a, _) = (x / p, x % p);
+                    for y in 0..np {
+                        let b = self.rail_bytes[x * np + y];
+                        let to = a * p + y % p;
+                        self.route_net(to, y, b);
+                    }
+                }
+                let c = self.price();
+                // Each network hop waits for its own NVLink hop: the network
+                // starts about one relay hop late.
+                let lag = relayed / self.gpu_rate.max(1e-9)
+                    * if alg == Algorithm::Hierarchical {
+                        1.0
+                    } else {
+                        0.5
+                    };
+                (c.net.max(c.intra) + lag + inter + hop, self.limit_of(&c))
+            }
+            Algorithm::Deepep => {
+                for x in 0..np {
+                    let k = x % p;
+                    for y in 0..np {
+                        let b = self.rail_bytes[x * np + y];
+                        let to = (y / p) * p + k;
+                        self.route_net(x, to, b);
+                    }
+                }
+                let mut forwarded = 0.0f64;
+                for d in 0..n {
+                    let bn = d / g;
+                    let mut into = 0.0;
+                    for i in 0..g {
+                        let b = self.from_local[d * g + i];
+                        let peer = bn * g + i;
+                        if b > 0.0 && peer != d {
+                            self.route_gpu(peer, d, b);
+                            into += b;
+                        }
+                    }
+                    forwarded = forwarded.max(into);
+                }
+                let c = self.price();
+                let lag = 0.5 * forwarded / self.gpu_rate.max(1e-9);
+                (c.net.max(c.intra) + lag + inter + hop, self.limit_of(&c))
+            }
+            Algorithm::Fast | Algorithm::Spray => {
+                // Balanced: each node pair's bytes spread over every lane,
+                // GPU l of A to GPU l of B; the excess of a GPU over its
+                // share moves over NVLink first, a receiver's share of
+                // others' bytes after. `fast`'s stages are permutations of
+                // nodes: no NIC hears two senders at once, so no incast.
+                let staged = alg == Algorithm::Fast;
+                let congested = self.congested;
+                self.congested = congested && !staged;
+                for a in 0..nodes {
+                    for b in (0..nodes).filter(|&b| b != a) {
+                        let share = self.node_bytes[a * nodes + b] / g as f64;
+                        if share == 0.0 {
+                            continue;
+                        }
+                        for l in 0..g {
+                            let (s, d) = (a * g + l, b * g + l);
+                            let (x, y) =
+                                (a * p + self.topo.rail_of(s), b * p + self.topo.rail_of(d));
+                            self.route_net(x, y, share);
+                        }
+                    }
+                }
+                self.route_balancing_moves();
+                let c = self.price();
+                self.congested = congested;
+                let base = c.net.max(c.intra);
+                let uplink = c.net_link.is_some_and(|l| {
+                    matches!(
+                        self.topo.link(l).class,
+                        LinkClass::Uplink | LinkClass::Downlink
+                    )
+                }) && c.net >= c.intra;
+                let overhead = if staged {
+                    // Stage drift and the pipeline's ends (measured, see
+                    // docs/algorithms.md `auto`): ~3%; ~12% when the node
+                    // matrix is near-uniform on 8 nodes or more (many
+                    // stages of equal size); node permutations do not
+                    // balance leaf pairs, so ~+20% when leaf uplinks bind.
+                    let near_uniform = self.direct_ideal.is_some_and(|d| d <= 1.06 * base);
+                    let mut o = if near_uniform && nodes >= 8 {
+                        0.12
+                    } else {
+                        0.03
+                    };
+                    if uplink {
+                        o += 0.15;
+                    }
+                    o
+                } else {
+                    // Unstaged, the receiving side stays about as skewed
+                    // as the traffic's receivers: measured ~5% plus
+                    // `SPRAY_RX_SKEW` per unit of log receiver skew, and
+                    // ~10% more in the congested mode once NICs hear more
+                    // senders than the incast threshold (head-of-line
+                    // blocking, which the estimate's incast term misses).
+                    let incast = congested && nodes - 1 > self.model.incast_threshold as usize;
+                    0.05 + SPRAY_RX_SKEW * self.rx_skew.ln() + if incast { 0.1 } else { 0.0 }
+                };
+                (
+                    base * (1.0 + overhead) + inter + 2.0 * hop,
+                    format!(
+                        "{} (+{:.0}% {})",
+                        self.limit_of(&c),
+                        overhead * 100.0,
+                        if staged { "stages" } else { "receiver skew" }
+                    ),
+                )
+            }
+            _ => (f64::INFINITY, "not a candidate".into()),
+        };
+        Estimate {
+            algorithm: alg.name().into(),
+            estimate_us: us,
+            limit,
+        }
+    }
+
+    /// Intra-node blocks, straight from source to destination.
+    fn route_intra_blocks(&mut self) {
+        let (g, n) = (self.g, self.g * self.nodes);
+        for s in 0..n {
+            let a = s / g;
+            for d in a * g..(a + 1) * g {
+                let b = self.traffic.get(s, d);
+                if b > 0 && d != s {
+                    self.route_gpu(s, d, b as f64);
+                }
+            }
+        }
+    }
+
+    /// `fast`'s balancing: what a GPU sends to a node beyond its share
+    /// moves to a GPU of its node first; what a GPU receives beyond its
+    /// share arrives through another GPU of its node.
+    fn route_balancing_moves(&mut self) {
+        let (g, nodes) = (self.g, self.nodes);
+        for a in 0..nodes {
+            for b in (0..nodes).filter(|&b| b != a) {
+                let share = self.node_bytes[a * nodes + b] / g as f64;
+                for l in 0..g {
+                    let s = a * g + l;
+                    let d = b * g + l;
+                    let sent: f64 = (0..g).map(|j| self.traffic.get(s, b * g + j) as f64).sum();
+                    let recv: f64 = (0..g).map(|i| self.traffic.get(a * g + i, d) as f64).sum();
+                    // Over a switch any one peer will do; a mesh spreads
+                    // the excess over every link of the GPU.
+                    let peers = if self.mesh { g - 1 } else { 1 };
+                    for k in 1..=peers {
+                        if sent > share {
+                            self.route_gpu(s, a * g + (l + k) % g, (sent - share) / peers as f64);
+                        }
+                        if recv > share {
+                            self.route_gpu(b * g + (l + k) % g, d, (recv - share) / peers as f64);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn add(&mut self, l: LinkId, bytes: f64) {
+        let slot = &mut self.load[l as usize];
+        if *slot == 0.0 {
+            self.touched.push(l);
+        }
+        *slot += bytes;
+    }
+
+    /// Bytes between two GPUs of one node.
+    fn route_gpu(&mut self, s: usize, d: usize, bytes: f64) {
+        self.path.clear();
+        self.topo.path_into(s, d, &mut self.path);
+        for i in 0..self.path.len() {
+            let l = self.path[i];
+            self.add(l, bytes);
+        }
+    }
+
+    /// Bytes from NIC `x` to NIC `y` (`node * p + rail`): the network links
+    /// of the path between their GPUs (the PCIe hops are the GPUs' own).
+    fn route_net(&mut self, x: usize, y: usize, bytes: f64) {
+        if bytes == 0.0 {
+            return;
+        }
+        let (s, d) = (self.rep[x], self.rep[y]);
+        if s == usize::MAX || d == usize::MAX {
+            return;
+        }
+        self.path.clear();
+        self.topo.path_into(s, d, &mut self.path);
+        let mut tx = None;
+        for i in 0..self.path.len() {
+            let l = self.path[i];
+            match self.topo.link(l).class {
+                LinkClass::PcieIn | LinkClass::PcieOut => {}
+                LinkClass::NicTx => {
+                    tx = Some(l);
+                    self.add(l, bytes);
+                }
+                LinkClass::NicRx => {
+                    if let (true, Some(t)) = (self.congested, tx) {
+                        self.senders[l as usize].push(t);
+                    }
+                    self.add(l, bytes);
+                }
+                _ => self.add(l, bytes),
+            }
+        }
+    }
+
+    /// The busiest network and intra-node links of the loads routed since
+    /// the last call, which it clears.
+    fn price(&mut self) -> Priced {
+        let mut c = Priced::default();
+        let touched = std::mem::take(&mut self.touched);
+        // Congested: a NIC ingress heard by more NICs at once than the
+        // incast threshold delivers less, and (head-of-line blocking) holds
+        // back the NICs sending to it as much.
+        let mut slow = Vec::new();
+        if self.congested {
+            for &l in &touched {
+                let s = &mut self.senders[l as usize];
+                if s.is_empty() {
+                    continue;
+                }
+                s.sort_unstable();
+                s.dedup();
+                let eff = self.model.efficiency(s.len() as u32);
+                if eff < 1.0 {
+                    slow.push((l, eff));
+                }
+            }
+        }
+        let eff = |l: LinkId| -> f64 {
+            let mut e = 1.0f64;
+            for &(r, x) in &slow {
+                if r == l || self.senders[r as usize].binary_search(&l).is_ok() {
+                    e = e.min(x);
+                }
+            }
+            e
+        };
+        for &l in &touched {
+            let link = self.topo.link(l);
+            let bytes = self.load[l as usize];
+            match link.class {
+                LinkClass::NvlinkIn | LinkClass::NvlinkOut => {
+                    let t = bytes / link.bandwidth;
+                    if t > c.intra {
+                        c.intra = t;
+                        c.intra_link = Some(l);
+                    }
+                }
+                LinkClass::PcieIn | LinkClass::PcieOut => {}
+                class => {
+                    let e =
+                        if self.congested && matches!(class, LinkClass::NicTx | LinkClass::NicRx) {
+                            eff(l)
+                        } else {
+                            1.0
+                        };
+                    let t = bytes / (link.bandwidth * e);
+                    if t > c.net {
+                        c.net = t;
+                        c.net_link = Some(l);
+                    }
+                }
+            }
+        }
+        for &l in &touched {
+            self.load[l as usize] = 0.0;
+            self.senders[l as usize].clear();
+        }
+        self.touched = touched;
+        self.touched.clear();
+        c
+    }
+
+    fn limit_of(&self, c: &Priced) -> String {
+        let (l, t) = if c.net >= c.intra {
+            (c.net_link, c.net)
+        } else {
+            (c.intra_link, c.intra)
+        };
+        match l {
+            Some(l) => format!("{} busy {:.1} us", self.topo.link_name(l), t),
+            None => "latency".into(),
+        }
+    }
+}
+
+/// `spray`'s overhead per unit of the receiver skew's logarithm (docs/algorithms.md, `auto`).
+const SPRAY_RX_SKEW: f64 = 0.12;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bound::cut_bound;
+    use crate::generate::{generate, Pattern, TrafficSpec};
+    use crate::sched::{schedule, Options};
+    use crate::sim::{simulate, SimOptions};
+    use crate::verify::verify_on;
+
+    fn traffic(ranks: usize, pattern: Pattern, seed: u64) -> TrafficMatrix {
+        let mut spec = TrafficSpec::new(ranks, pattern);
+        spec.seed = seed;
+        spec.gpus_per_node = 4;
+        spec.bytes = 1 << 20;
+        spec.moe.tokens_per_rank = 1024;
+        generate(&spec).unwrap()
+    }
+
+    #[test]
+    fn the_plan_is_the_named_algorithms_own() {
+        let topo = Topology::preset("dgx-h100", 3, Some(4)).unwrap();
+        for (i, pattern) in [
+            Pattern::Zipf(0.0),
+            Pattern::Zipf(1.2),
+            Pattern::Hotspot(0.4),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let m = traffic(12, pattern, i as u64);
+            for net in [Network::Ideal, Network::Congested] {
+                let (plan, choice) = auto(&topo, &m, net).unwrap();
+                let named = schedule(choice.algorithm(), &topo, &m, &Options::default()).unwrap();
+                assert_eq!(plan, named, "{}", choice.chosen);
+                assert_eq!(plan.algorithm, choice.chosen);
+                assert_eq!(choice.estimates.len(), CANDIDATES.len());
+                assert!(choice
+                    .estimates
+                    .windows(2)
+                    .all(|w| w[0].estimate_us <= w[1].estimate_us));
+                verify_on(&plan, &m, &topo).unwrap();
+            }
+        }
+    }
+
+    /// On tiny cases whose best candidate is clear in the simulator, `auto`
+    /// picks it (or one within 1% of it).
+    #[test]
+    fn picks_what_the_simulator_says_is_best() {
+        let topo = Topology::preset("dgx-h100", 2, Some(4)).unwrap();
+        // Uniform: nothing to balance, `direct` finishes first. One hot
+        // receiver: balancing (`fast`) wins by far.
+        let mut hot = TrafficMatrix::uniform(8, 64 << 10);
+        for s in 0..4 {
+            hot.set(s, 5, 8 << 20);
+        }
+        for m in [TrafficMatrix::uniform(8, 1 << 20), hot] {
+            // The estimates know incast but not the calibration's goodput
+            // and per-message cost: judged at line rate.
+            for net in [Network::Ideal, Network::Stress] {
+                let opts = SimOptions::uncalibrated(net);
+                let time = |a: Algorithm| {
+                    let p = schedule(a, &topo, &m, &Options::default()).unwrap();
+                    simulate(&topo, &p, &opts).unwrap().completion_us
+                };
+                let best = CANDIDATES
+                    .iter()
+                    .map(|&a| time(a))
+                    .fold(f64::INFINITY, f64::min);
+                let choice = choose(&topo, &m, net);
+                let got = time(choice.algorithm());
+                assert!(
+                    got <= best * 1.01,
+                    "{net}: {} {got} vs best {best}: {choice:?}",
+                    choice.chosen
+                );
+                assert!(got >= cut_bound(&topo, &m).cut_us * (1.0 - 1e-9));
+            }
+        }
+    }
+
+    #[test]
+    fn a_links_topology_gets_direct() {
+        let topo = Topology::from_json_str(
+            r#"{ "name": "ring", "nodes": 1, "gpus_per_node": 2,
+                 "links": [ { "from": "gpu0", "to": "gpu1", "bandwidth_GBps": 10.0, "latency_us": 1.0 },
+                            { "from": "gpu1", "to": "gpu0", "bandwidth_GBps": 10.0, "latency_us": 1.0 } ] }"#,
+            "ring",
+        )
+        .unwrap();
+        let m = TrafficMatrix::uniform(2, 100);
+        let (plan, choice) = auto(&topo, &m, Network::Ideal).unwrap();
+        assert_eq!(choice.chosen, "direct");
+        verify_on(&plan, &m, &topo).unwrap();
+    }
+}

@@ -1,0 +1,194 @@
+//! The acceptance sweep of `auto` (docs/benchmarks.md, "auto"): near-uniform
+//! to heavily skewed matrices (MoE Zipf 0, 0.5, 1.0, 1.5, log-normal 1.0,
+//! hotspot 0.3, intra-skew 1.2), 2 to 16 nodes, switch (dgx-h100) and mesh
+//! (mi300x) nodes, full-bisection and fat-tree 2:1 fabrics (and
+//! rail-optimized 2:1 where the topology knows it). Every case simulates
+//! every candidate of `auto` in both network modes, then `auto`'s own pick
+//! for that mode, and prints `auto`'s completion over the best candidate's.
+//! The summary gives the worst case and the median per mode, and `fast`
+//! over `pxn` and `deepep` per fabric and node count.
+//!
+//! cargo run --release --example auto_sweep -- [--quick] [--nodes 2,4,8,16] [--presets dgx-h100,mi300x]
+//!     [--fabrics full,fat-tree,rail] [--patterns zipf:0,...]
+//!
+//! One line per case and mode: cluster, pattern, mode, each candidate's
+//! completion over the cut bound, auto's pick, auto / best.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use switchyard::compiler::bound::cut_bound;
+use switchyard::compiler::generate::{generate, Pattern, TrafficSpec};
+use switchyard::compiler::sched::auto::{choose, CANDIDATES};
+use switchyard::compiler::sched::{schedule, Options};
+use switchyard::compiler::sim::{simulate, Network, SimOptions};
+use switchyard::compiler::topology::{FabricKind, FabricSpec, TopologySpec};
+use switchyard::compiler::Topology;
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+fn list(args: &[String], flag: &str, default: &str) -> Vec<String> {
+    let v = args
+        .iter()
+        .position(|a| a == flag)
+        .and_then(|i| args.get(i + 1))
+        .map_or(default, String::as_str);
+    v.split(',').map(str::to_string).collect()
+}
+
+/// The cluster, or `None` when this build has no such fabric.
+fn cluster(preset: &str, nodes: usize, fabric: &str) -> Res<Option<Topology>> {
+    let mut spec = TopologySpec::preset(preset, nodes, None)?;
+    let name = format!("{preset} {nodes}x8 {fabric}");
+    spec.fabric = match fabric {
+        "full" => None,
+        "fat-tree" => Some(FabricSpec {
+            kind: FabricKind::FatTree,
+            nodes_per_leaf: (nodes / 2).max(1),
+            oversubscription: 2.0,
+            latency_us: 1.0,
+        }),
+        "rail" => match rail_fabric() {
+            Some(f) => Some(f),
+            None => return Ok(None),
+        },
+        other => return Err(format!("unknown fabric {other}").into()),
+    };
+    spec.name = name.clone();
+    Ok(Some(Topology::from_spec(spec, &name)?))
+}
+
+/// Rail-optimized 2:1 with one group, read the way a topology file says it
+/// (`None` before the fabric exists).
+fn rail_fabric() -> Option<FabricSpec> {
+    serde_json::from_str(
+        r#"{ "kind": "rail-optimized", "oversubscription": 2.0, "latency_us": 1.0 }"#,
+    )
+    .ok()
+}
+
+fn main() -> Res<()> {
+    switchyard::restore_sigpipe();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    // Each candidate's estimate over the bound beside its simulated ratio.
+    let verbose = args.iter().any(|a| a == "--estimates");
+    let nodes: Vec<usize> = list(&args, "--nodes", if quick { "2,4" } else { "2,4,8,16" })
+        .iter()
+        .map(|s| s.parse())
+        .collect::<Result<_, _>>()?;
+    let presets = list(&args, "--presets", "dgx-h100,mi300x");
+    let fabrics = list(&args, "--fabrics", "full,fat-tree,rail");
+    let patterns: Vec<Pattern> = list(
+        &args,
+        "--patterns",
+        "zipf:0,zipf:0.5,zipf:1.0,zipf:1.5,lognormal:1.0,hotspot:0.3,intra-skew:1.2",
+    )
+    .iter()
+    .map(|s| s.parse())
+    .collect::<Result<_, _>>()?;
+    let names: Vec<&str> = CANDIDATES.iter().map(|a| a.name()).collect();
+    println!(
+        "cluster\tpattern\tmode\t{}\tauto\tauto/best",
+        names.join("\t")
+    );
+    let mut slow: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    let mut vs: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    let mut choose_us = Vec::new();
+    for preset in &presets {
+        for fabric in &fabrics {
+            for &n in &nodes {
+                let Some(topo) = cluster(preset, n, fabric)? else {
+                    eprintln!("skipping {fabric}: this build has no such fabric");
+                    continue;
+                };
+                for (i, pattern) in patterns.iter().enumerate() {
+                    let mut spec = TrafficSpec::new(topo.ranks(), pattern.clone());
+                    spec.seed = 7 + i as u64;
+                    spec.gpus_per_node = topo.gpus_per_node();
+                    spec.bytes = 1 << 20;
+                    spec.moe.tokens_per_rank = 1024;
+                    let m = generate(&spec)?;
+                    let bound = cut_bound(&topo, &m).best_us();
+                    let plans: Vec<_> = CANDIDATES
+                        .iter()
+                        .map(|&a| schedule(a, &topo, &m, &Options::default()))
+                        .collect::<Result<_, _>>()?;
+                    for net in [Network::Ideal, Network::Congested] {
+                        let opts = SimOptions::new(net);
+                        let times: Vec<f64> = plans
+                            .iter()
+                            .map(|p| simulate(&topo, p, &opts).map(|r| r.completion_us))
+                            .collect::<Result<_, _>>()?;
+                        let t0 = Instant::now();
+                        let pick = choose(&topo, &m, net);
+                        choose_us.push(t0.elapsed().as_secs_f64() * 1e6);
+                        let at = names.iter().position(|&x| x == pick.chosen).unwrap_or(0);
+                        let best = times.iter().copied().fold(f64::INFINITY, f64::min);
+                        let ratio = times[at] / best;
+                        slow.entry(net.name()).or_default().push(ratio);
+                        let mut cells: Vec<String> =
+                            times.iter().map(|t| format!("{:.3}", t / bound)).collect();
+                        if verbose {
+                            for (c, name) in cells.iter_mut().zip(&names) {
+                                let e = pick.estimates.iter().find(|e| e.algorithm == *name);
+                                if let Some(e) = e {
+                                    c.push_str(&format!("~{:.3}", e.estimate_us / bound));
+                                    if *name == "spray" {
+                                        c.push_str(&format!("[{}]", e.limit));
+                                    }
+                                }
+                            }
+                        }
+                        println!(
+                            "{}\t{pattern:?}\t{}\t{}\t{}\t{ratio:.4}",
+                            topo.name(),
+                            net.name(),
+                            cells.join("\t"),
+                            pick.chosen
+                        );
+                        let fast = times[names.iter().position(|&x| x == "fast").unwrap_or(0)];
+                        let pxn = times[names.iter().position(|&x| x == "pxn").unwrap_or(0)];
+                        let dep = times[names.iter().position(|&x| x == "deepep").unwrap_or(0)];
+                        vs.entry(format!("{preset} {fabric} {n} nodes {}", net.name()))
+                            .or_default()
+                            .push((pxn / fast, dep / fast));
+                    }
+                }
+            }
+        }
+    }
+    println!();
+    for (mode, mut v) in slow {
+        v.sort_by(f64::total_cmp);
+        let worst = v.last().copied().unwrap_or(f64::NAN);
+        let over = v.iter().filter(|&&r| r > 1.01).count();
+        println!(
+            "{mode}: {} cases, auto / best: median {:.4}, worst {:.4}, {over} above 1.01",
+            v.len(),
+            v[v.len() / 2],
+            worst
+        );
+    }
+    choose_us.sort_by(f64::total_cmp);
+    println!(
+        "choice time (estimates only): median {:.1} us, max {:.1} us",
+        choose_us[choose_us.len() / 2],
+        choose_us.last().copied().unwrap_or(0.0)
+    );
+    println!("\npxn / fast and deepep / fast (median, min over patterns):");
+    for (k, v) in vs {
+        let mut a: Vec<f64> = v.iter().map(|x| x.0).collect();
+        let mut b: Vec<f64> = v.iter().map(|x| x.1).collect();
+        a.sort_by(f64::total_cmp);
+        b.sort_by(f64::total_cmp);
+        println!(
+            "{k}: pxn/fast median {:.3} min {:.3}; deepep/fast median {:.3} min {:.3}",
+            a[a.len() / 2],
+            a[0],
+            b[b.len() / 2],
+            b[0]
+        );
+    }
+    Ok(())
+}
