@@ -89,24 +89,96 @@ fn points() -> Vec<Point> {
     };
     vec![
         // 1: microsoft/mscclpp docs/performance-ndmv4.md, NCCL 2.17.1, 1 GiB.
-        p("1: 2x8 A100, 8x200G IB", 2, 8, 300.0, 8, 25.0, GIB, Value(37.80)),
+        p(
+            "1: 2x8 A100, 8x200G IB",
+            2,
+            8,
+            300.0,
+            8,
+            25.0,
+            GIB,
+            Value(37.80),
+        ),
         // 2: NVIDIA/nccl#1138, 4 GiB; two GPUs share each NIC.
-        p("2: 2x8 A100, 4x200G RoCE", 2, 8, 300.0, 4, 25.0, 4 * GIB, Value(19.83)),
+        p(
+            "2: 2x8 A100, 4x200G RoCE",
+            2,
+            8,
+            300.0,
+            4,
+            25.0,
+            4 * GIB,
+            Value(19.83),
+        ),
         // 3: NVIDIA/nccl-tests#355, 4 GiB, "can reach 80GB".
-        p("3: 2x8 H100, 8x400G", 2, 8, 450.0, 8, 50.0, 4 * GIB, Value(80.0)),
+        p(
+            "3: 2x8 H100, 8x400G",
+            2,
+            8,
+            450.0,
+            8,
+            50.0,
+            4 * GIB,
+            Value(80.0),
+        ),
         // 4: together-dgxc-benchmarking worklog 2026-04-28, large (1 GiB here).
-        p("4: 2x8 B200, 8x400G IB", 2, 8, 900.0, 8, 50.0, GIB, Value(89.87)),
+        p(
+            "4: 2x8 B200, 8x400G IB",
+            2,
+            8,
+            900.0,
+            8,
+            50.0,
+            GIB,
+            Value(89.87),
+        ),
         // 5: DeepEP#3, NVLink disabled: 16 ranks, every pair over the
         // network, so 16 one-GPU nodes; size not given (1 GiB here).
-        p("5: 16 ranks, NVLink off, 400G", 16, 1, 450.0, 1, 50.0, GIB, Value(46.0)),
+        p(
+            "5: 16 ranks, NVLink off, 400G",
+            16,
+            1,
+            450.0,
+            1,
+            50.0,
+            GIB,
+            Value(46.0),
+        ),
         // 6: NVIDIA/nccl-tests#267, large, "above 50".
-        p("6: 6x8 H100, 8x400G RoCE", 6, 8, 450.0, 8, 50.0, 3 * 256 * MIB, AtLeast(50.0)),
+        p(
+            "6: 6x8 H100, 8x400G RoCE",
+            6,
+            8,
+            450.0,
+            8,
+            50.0,
+            3 * 256 * MIB,
+            AtLeast(50.0),
+        ),
         // 7: Tolly 225107, 36.5 (IB) / 37.5 (RoCE) averaged over a size
         // sweep: a lower bound for large sizes.
-        p("7: 8x8 H20, 8x400G", 8, 8, 450.0, 8, 50.0, GIB, AtLeast(37.5)),
+        p(
+            "7: 8x8 H20, 8x400G",
+            8,
+            8,
+            450.0,
+            8,
+            50.0,
+            GIB,
+            AtLeast(37.5),
+        ),
         // 8: NVIDIA/nccl#1531, 8 MiB, 337.8 us; H800 NVLink 400 GB/s both
         // directions. The per-message cost is fitted to this point.
-        p("8: 8x8 H800, 8x400G, 8 MiB", 8, 8, 200.0, 8, 50.0, 8 * MIB, Value(24.44)),
+        p(
+            "8: 8x8 H800, 8x400G, 8 MiB",
+            8,
+            8,
+            200.0,
+            8,
+            50.0,
+            8 * MIB,
+            Value(24.44),
+        ),
     ]
 }
 
@@ -183,5 +255,8 @@ fn calibrated_model_beats_the_models_before() {
     };
     let [mut a, mut b, mut c] = err;
     let (a, b, c) = (median(&mut a), median(&mut b), median(&mut c));
-    assert!(c < a && c < b, "median errors: ideal {a}, stress {b}, calibrated {c}");
+    assert!(
+        c < a && c < b,
+        "median errors: ideal {a}, stress {b}, calibrated {c}"
+    );
 }

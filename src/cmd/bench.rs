@@ -1,6 +1,6 @@
 //! `bench`: run the suite, print the table, write JSON and an SVG.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -23,9 +23,24 @@ pub struct BenchArgs {
     /// Only these algorithms (comma-separated); `direct` is always run as the reference.
     #[arg(long, value_delimiter = ',')]
     algorithms: Vec<String>,
+    /// Instead of the suite: nccl-tests `alltoall_perf` output from your
+    /// cluster; prints the model's prediction beside each row and fitted
+    /// calibration parameters (needs --topology).
+    #[arg(long, value_name = "FILE", requires = "topology", conflicts_with_all = ["quick", "json", "svg", "algorithms"])]
+    measure_against: Option<PathBuf>,
+    /// With --measure-against: the cluster it ran on (topology JSON, or one
+    /// node's NCCL XML / `nvidia-smi topo -m` text with --nodes).
+    #[arg(long, value_name = "FILE", requires = "measure_against")]
+    topology: Option<PathBuf>,
+    /// With an imported --topology: the number of nodes.
+    #[arg(long, requires = "topology")]
+    nodes: Option<usize>,
 }
 
 pub fn run(a: BenchArgs) -> CliResult {
+    if let (Some(file), Some(topology)) = (&a.measure_against, &a.topology) {
+        return measure_against(file, topology, a.nodes);
+    }
     let mut algs: Vec<Algorithm> = Algorithm::ALL.to_vec();
     if !a.algorithms.is_empty() {
         algs = a
@@ -63,6 +78,55 @@ pub fn run(a: BenchArgs) -> CliResult {
     if let Some(p) = &a.svg {
         super::plot::ratio_vs_skew(&rows, &algs, p)
             .map_err(|e| CliError::Failed(format!("{}: {e}", p.display())))?;
+    }
+    Ok(())
+}
+
+/// `--measure-against`: measured rows, the calibrated model's prediction,
+/// and parameters fitted to the rows.
+fn measure_against(file: &Path, topology: &Path, nodes: Option<usize>) -> CliResult {
+    use switchyard::compiler::sim::{Network, SimOptions};
+    use switchyard::measure::{fit, parse_nccl_tests, predict};
+    let text = switchyard::compiler::error::read_file(topology)?;
+    let topo =
+        super::compile::load_topology_text(&text, &topology.display().to_string(), nodes, None)?;
+    let name = file.display().to_string();
+    let rows = parse_nccl_tests(&switchyard::compiler::error::read_file(file)?, &name)?;
+    let opts = SimOptions::new(Network::Calibrated);
+    let c = opts.calibration;
+    println!(
+        "model: pxn (NCCL's default PXN), uniform traffic, calibrated network (NIC goodput {}, {} us per message) on {} ({} ranks)",
+        c.nic_goodput,
+        c.per_message_us,
+        topo.name(),
+        topo.ranks()
+    );
+    println!(
+        "{:>12} {:>12} {:>10} {:>12} {:>10} {:>9}",
+        "size (B)", "measured us", "busbw", "model us", "busbw", "model/meas"
+    );
+    for p in predict(&topo, &rows, &opts)? {
+        println!(
+            "{:>12} {:>12.1} {:>10.2} {:>12.1} {:>10.2} {:>9.2}",
+            p.row.size,
+            p.row.time_us,
+            p.row.busbw,
+            p.time_us,
+            p.busbw,
+            p.busbw / p.row.busbw.max(f64::MIN_POSITIVE)
+        );
+    }
+    match fit(&topo, &rows)? {
+        Some(f) => println!(
+            "fitted to {} rows (time = {:.1} us + size / {:.2} GB/s): NIC goodput {:.3}, per-message cost {:.2} us (the busiest NIC sends {} messages) (library: SimOptions.calibration)",
+            rows.len(),
+            f.intercept,
+            1e-3 / f.slope,
+            f.calibration.nic_goodput,
+            f.calibration.per_message_us,
+            f.messages_per_nic
+        ),
+        None => println!("no fit: it needs rows of at least two sizes whose time grows with size"),
     }
     Ok(())
 }

@@ -244,7 +244,10 @@ fn bad_plans_are_errors() {
     assert!(e.to_string().contains("ranks"), "{e}");
     assert!("fast".parse::<Network>().is_err());
     assert_eq!("congested".parse::<Network>().unwrap(), Network::Congested);
-    assert_eq!("calibrated".parse::<Network>().unwrap(), Network::Calibrated);
+    assert_eq!(
+        "calibrated".parse::<Network>().unwrap(),
+        Network::Calibrated
+    );
     assert_eq!("stress".parse::<Network>().unwrap(), Network::Stress);
 }
 
