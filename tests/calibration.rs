@@ -225,6 +225,8 @@ fn mid_size_point_needs_the_per_message_cost() {
     let mut opts = SimOptions::new(Network::Calibrated);
     opts.calibration.per_message_us = 0.0;
     let got = busbw_with(&p, Algorithm::Pxn, &opts);
+    let t_us = p.size as f64 / got / 1e3 * 63.0 / 64.0;
+    eprintln!("8 MiB point without per-message cost: busbw {got:.2}, {t_us:.1} us");
     assert!(got > 1.15 * 24.44, "without per-message cost: {got}");
 }
 
