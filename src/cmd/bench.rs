@@ -20,7 +20,7 @@ pub struct BenchArgs {
     /// Draw ratio to bound against MoE skew per algorithm here.
     #[arg(long)]
     svg: Option<PathBuf>,
-    /// Only these algorithms (comma-separated); `direct` is always run as the reference.
+    /// Only these algorithms (comma-separated); `direct`, `pxn` and `deepep` are always run as the references.
     #[arg(long, value_delimiter = ',')]
     algorithms: Vec<String>,
     /// Instead of the suite: nccl-tests `alltoall_perf` output from your
@@ -50,6 +50,11 @@ pub fn run(a: BenchArgs) -> CliResult {
             .collect::<Result<_, _>>()?;
         if !algs.contains(&Algorithm::Direct) {
             algs.insert(0, Algorithm::Direct);
+        }
+        for base in [Algorithm::Pxn, Algorithm::Deepep] {
+            if !algs.contains(&base) {
+                algs.push(base);
+            }
         }
     }
     for p in a.json.iter().chain(&a.svg) {
@@ -138,9 +143,9 @@ fn print_table(rows: &[Row]) {
         "workload",
         "algorithm",
         "ideal/LB",
-        "cong/LB",
+        "calib/LB",
         "x direct",
-        "x dir(c)",
+        "x pxn(c)",
         "compile_us",
         "steps"
     );
@@ -151,9 +156,9 @@ fn print_table(rows: &[Row]) {
             r.workload,
             r.algorithm,
             r.ratio_ideal,
-            r.ratio_congested,
+            r.ratio_calibrated,
             r.speedup_ideal,
-            r.speedup_congested,
+            r.speedup_pxn,
             r.compile_us,
             r.steps
         );
@@ -162,10 +167,17 @@ fn print_table(rows: &[Row]) {
 
 fn print_summary(rows: &[Row], algs: &[Algorithm]) {
     println!();
-    println!("summary over skewed workloads on full-bisection clusters (uniform and oversubscribed fabrics excluded):");
+    println!("summary over skewed workloads on full-bisection clusters (uniform and oversubscribed fabrics excluded); calib: the calibrated model, against its goodput bound; x pxn / x deepep: speedup over them in the calibrated model:");
     println!(
-        "{:<13} {:>12} {:>11} {:>12} {:>14} {:>14}",
-        "algorithm", "median ideal", "worst ideal", "median cong", "median x dir", "min x dir"
+        "{:<13} {:>12} {:>11} {:>12} {:>11} {:>11} {:>11} {:>13}",
+        "algorithm",
+        "median ideal",
+        "worst ideal",
+        "median calib",
+        "worst calib",
+        "med x pxn",
+        "min x pxn",
+        "med x deepep"
     );
     for alg in algs {
         let sel: Vec<&Row> = rows
@@ -181,17 +193,21 @@ fn print_summary(rows: &[Row], algs: &[Algorithm]) {
         }
         let ideal: Vec<f64> = sel.iter().map(|r| r.ratio_ideal).collect();
         let worst = ideal.iter().copied().fold(f64::MIN, f64::max);
-        let cong: Vec<f64> = sel.iter().map(|r| r.ratio_congested).collect();
-        let sp: Vec<f64> = sel.iter().map(|r| r.speedup_ideal).collect();
+        let cal: Vec<f64> = sel.iter().map(|r| r.ratio_calibrated).collect();
+        let worst_cal = cal.iter().copied().fold(f64::MIN, f64::max);
+        let sp: Vec<f64> = sel.iter().map(|r| r.speedup_pxn).collect();
         let min_sp = sp.iter().copied().fold(f64::MAX, f64::min);
+        let dp: Vec<f64> = sel.iter().map(|r| r.speedup_deepep).collect();
         println!(
-            "{:<13} {:>12.3} {:>11.3} {:>12.3} {:>14.2} {:>14.2}",
+            "{:<13} {:>12.3} {:>11.3} {:>12.3} {:>11.3} {:>11.2} {:>11.2} {:>13.2}",
             alg.name(),
             median(ideal),
             worst,
-            median(cong),
+            median(cal),
+            worst_cal,
             median(sp),
-            min_sp
+            min_sp,
+            median(dp)
         );
     }
 }

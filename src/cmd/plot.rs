@@ -1,5 +1,5 @@
 //! The bench's SVG: completion over the lower bound against MoE skew, one
-//! line per algorithm, ideal and congested side by side.
+//! line per algorithm, ideal and calibrated side by side.
 
 use std::path::Path;
 
@@ -39,7 +39,7 @@ pub fn ratio_vs_skew(
     let sel: Vec<&Row> = moe.into_iter().filter(|r| r.cluster == cluster).collect();
     let ymax = sel
         .iter()
-        .map(|r| r.ratio_ideal.max(r.ratio_congested))
+        .map(|r| r.ratio_ideal.max(r.ratio_calibrated))
         .fold(1.0, f64::max)
         .min(20.0)
         * 1.05;
@@ -49,7 +49,7 @@ pub fn ratio_vs_skew(
     for (panel, congested) in panels.iter().zip([false, true]) {
         let title = format!(
             "{cluster}: completion / lower bound ({})",
-            if congested { "congested" } else { "ideal" }
+            if congested { "calibrated" } else { "ideal" }
         );
         let mut chart = ChartBuilder::on(panel)
             .caption(title, ("sans-serif", 16))
@@ -68,7 +68,7 @@ pub fn ratio_vs_skew(
                 .filter(|r| r.algorithm == alg.name())
                 .map(|r| {
                     let y = if congested {
-                        r.ratio_congested
+                        r.ratio_calibrated
                     } else {
                         r.ratio_ideal
                     };
