@@ -1,8 +1,8 @@
 //! The acceptance sweep of `auto` (docs/benchmarks.md, "auto"): near-uniform
 //! to heavily skewed matrices (MoE Zipf 0, 0.5, 1.0, 1.5, log-normal 1.0,
 //! hotspot 0.3, intra-skew 1.2), 2 to 16 nodes, switch (dgx-h100) and mesh
-//! (mi300x) nodes, full-bisection and fat-tree 2:1 fabrics (and
-//! rail-optimized 2:1 where the topology knows it). Every case simulates
+//! (mi300x) nodes, full-bisection, fat-tree 2:1 and rail-optimized 2:1
+//! fabrics. Every case simulates
 //! every candidate of `auto` in both network modes, then `auto`'s own pick
 //! for that mode, and prints `auto`'s completion over the best candidate's.
 //! The summary gives the worst case and the median per mode, and `fast`
@@ -22,7 +22,7 @@ use switchyard::compiler::generate::{generate, Pattern, TrafficSpec};
 use switchyard::compiler::sched::auto::{choose, CANDIDATES};
 use switchyard::compiler::sched::{schedule, Options};
 use switchyard::compiler::sim::{simulate, Network, SimOptions};
-use switchyard::compiler::topology::{FabricKind, FabricSpec, TopologySpec};
+use switchyard::compiler::topology::{FabricSpec, TopologySpec};
 use switchyard::compiler::Topology;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -36,35 +36,18 @@ fn list(args: &[String], flag: &str, default: &str) -> Vec<String> {
     v.split(',').map(str::to_string).collect()
 }
 
-/// The cluster, or `None` when this build has no such fabric.
+/// The cluster: full bisection, fat-tree 2:1 (two leaves), rail-optimized 2:1 (one group).
 fn cluster(preset: &str, nodes: usize, fabric: &str) -> Res<Option<Topology>> {
     let mut spec = TopologySpec::preset(preset, nodes, None)?;
     let name = format!("{preset} {nodes}x8 {fabric}");
     spec.fabric = match fabric {
         "full" => None,
-        "fat-tree" => Some(FabricSpec {
-            kind: FabricKind::FatTree,
-            nodes_per_leaf: (nodes / 2).max(1),
-            oversubscription: 2.0,
-            latency_us: 1.0,
-        }),
-        "rail" => match rail_fabric() {
-            Some(f) => Some(f),
-            None => return Ok(None),
-        },
+        "fat-tree" => Some(FabricSpec::fat_tree((nodes / 2).max(1), 2.0, 1.0)),
+        "rail" => Some(FabricSpec::rail_optimized(None, 2.0, 1.0)),
         other => return Err(format!("unknown fabric {other}").into()),
     };
     spec.name = name.clone();
     Ok(Some(Topology::from_spec(spec, &name)?))
-}
-
-/// Rail-optimized 2:1 with one group, read the way a topology file says it
-/// (`None` before the fabric exists).
-fn rail_fabric() -> Option<FabricSpec> {
-    serde_json::from_str(
-        r#"{ "kind": "rail-optimized", "oversubscription": 2.0, "latency_us": 1.0 }"#,
-    )
-    .ok()
 }
 
 fn main() -> Res<()> {
@@ -103,7 +86,7 @@ fn main() -> Res<()> {
                     continue;
                 };
                 for (i, pattern) in patterns.iter().enumerate() {
-                    let mut spec = TrafficSpec::new(topo.ranks(), pattern.clone());
+                    let mut spec = TrafficSpec::new(topo.ranks(), *pattern);
                     spec.seed = 7 + i as u64;
                     spec.gpus_per_node = topo.gpus_per_node();
                     spec.bytes = 1 << 20;

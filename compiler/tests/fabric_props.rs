@@ -78,6 +78,9 @@ proptest! {
             Algorithm::Fast,
             Algorithm::Spray,
             Algorithm::Lp,
+            Algorithm::Pxn,
+            Algorithm::Deepep,
+            Algorithm::Auto,
         ];
         for alg in algs.into_iter().filter(|&a| tiny || a != Algorithm::Lp) {
             let plan = schedule(alg, &topo, &m, &Options::default())

@@ -297,12 +297,12 @@ impl<'a> Estimator<'a> {
                     }
                     relayed = relayed.max(out);
                 }
-                for x in 0..np {
-                    let (a, _) = (x / p, x % p);
+                // One flow per (source node, receiving NIC): the sum over
+                // the node's sending rails (one path each, not one per rail).
+                for a in 0..nodes {
                     for y in 0..np {
-                        let b = self.rail_bytes[x * np + y];
-                        let to = a * p + y % p;
-                        self.route_net(to, y, b);
+                        let b: f64 = (0..p).map(|k| self.rail_bytes[(a * p + k) * np + y]).sum();
+                        self.route_net(a * p + y % p, y, b);
                     }
                 }
                 let c = self.price();
@@ -317,12 +317,13 @@ impl<'a> Estimator<'a> {
                 (c.net.max(c.intra) + lag + inter + hop, self.limit_of(&c))
             }
             Algorithm::Deepep => {
+                // One flow per (sending NIC, destination node).
                 for x in 0..np {
                     let k = x % p;
-                    for y in 0..np {
-                        let b = self.rail_bytes[x * np + y];
-                        let to = (y / p) * p + k;
-                        self.route_net(x, to, b);
+                    for bn in 0..nodes {
+                        let row = x * np + bn * p;
+                        let b: f64 = self.rail_bytes[row..row + p].iter().sum();
+                        self.route_net(x, bn * p + k, b);
                     }
                 }
                 let mut forwarded = 0.0f64;
@@ -382,13 +383,19 @@ impl<'a> Estimator<'a> {
                     // matrix is near-uniform on 8 nodes or more (many
                     // stages of equal size); node permutations do not
                     // balance leaf pairs, so ~+20% when leaf uplinks bind.
-                    let near_uniform = self.direct_ideal.is_some_and(|d| d <= 1.06 * base);
+                    // Near-uniform: `direct` nearly balanced already, or
+                    // (where the fabric penalises `direct`, e.g. a
+                    // rail-optimized spine) receivers within 20% of even.
+                    let near_uniform =
+                        self.direct_ideal.is_some_and(|d| d <= 1.06 * base) || self.rx_skew <= 1.2;
                     let mut o = if near_uniform && nodes >= 8 {
                         0.12
                     } else {
                         0.03
                     };
-                    if uplink {
+                    // With one node per leaf, node permutations are leaf
+                    // permutations: the stages balance the uplinks too.
+                    if uplink && self.topo.leaves() < nodes {
                         o += 0.15;
                     }
                     o
