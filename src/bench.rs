@@ -143,12 +143,7 @@ pub fn run_case(case: &Case, algs: &[Algorithm]) -> Result<Vec<Row>> {
             Algorithm::Auto => auto(&case.topo, &case.traffic, Network::Calibrated)?.0,
             _ => plan.clone(),
         };
-        let calibrated = simulate(
-            &case.topo,
-            &cal_plan,
-            &cal_opts,
-        )?
-        .completion_us;
+        let calibrated = simulate(&case.topo, &cal_plan, &cal_opts)?.completion_us;
         rows.push(Row {
             cluster: case.cluster.clone(),
             workload: case.workload.clone(),

@@ -106,10 +106,7 @@ pub fn run(a: DemoArgs) -> CliResult {
             calibrated,
         ));
     }
-    let pxn_us = rows
-        .iter()
-        .find(|r| r.0 == "pxn")
-        .map_or(f64::NAN, |r| r.5);
+    let pxn_us = rows.iter().find(|r| r.0 == "pxn").map_or(f64::NAN, |r| r.5);
     for (name, transfers, steps, us, ideal, calibrated) in rows {
         println!(
             "{:<13} {:>9} {:>6} {:>11.0} {:>11.1} {:>8.3} {:>13.1} {:>8.3} {:>9.2} {:>8}",
