@@ -1,12 +1,14 @@
 //! The benchmark suite behind `switchyard bench`: which clusters, which
 //! workloads, and how every algorithm is judged (simulated completion over
-//! the lower bound in both network modes, speedup over `direct`, compile time).
+//! the lower bound at line rate (`ideal`) and in the `calibrated` model,
+//! speedup over `direct`, and in the calibrated model over `pxn` and
+//! `deepep`, compile time).
 //! docs/benchmarks.md describes the suite and records its results.
 
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
-use switchyard_compiler::bound::cut_bound;
+use switchyard_compiler::bound::{cut_bound, cut_bound_goodput};
 use switchyard_compiler::generate::{generate, Pattern, TrafficSpec};
 use switchyard_compiler::sched::{auto, schedule, Options};
 use switchyard_compiler::sim::{simulate, Network, SimOptions};
@@ -35,12 +37,18 @@ pub struct Row {
     pub total_bytes: u64,
     pub lower_bound_us: f64,
     pub ideal_us: f64,
-    pub congested_us: f64,
+    pub calibrated_us: f64,
     pub ratio_ideal: f64,
-    pub ratio_congested: f64,
+    pub ratio_calibrated: f64,
     /// `direct`'s completion over this algorithm's (above 1 = faster than direct).
     pub speedup_ideal: f64,
-    pub speedup_congested: f64,
+    pub speedup_calibrated: f64,
+    /// The cut bound at the calibrated NIC goodput (`ratio_calibrated`'s).
+    pub lower_bound_calibrated_us: f64,
+    /// In the calibrated model: `pxn`'s (NCCL's default) and `deepep`'s
+    /// completion over this algorithm's (0 when that baseline was not run).
+    pub speedup_pxn: f64,
+    pub speedup_deepep: f64,
     pub compile_us: f64,
     pub steps: usize,
     pub transfers: usize,
@@ -117,6 +125,8 @@ pub fn suite(quick: bool) -> Result<Vec<Case>> {
 /// Runs every algorithm on one case; the rows come back in `algs` order.
 pub fn run_case(case: &Case, algs: &[Algorithm]) -> Result<Vec<Row>> {
     let bound = cut_bound(&case.topo, &case.traffic).best_us();
+    let cal_opts = SimOptions::new(Network::Calibrated);
+    let cal_bound = cut_bound_goodput(&case.topo, &case.traffic, cal_opts.nic_goodput()).best_us();
     let mut rows = Vec::with_capacity(algs.len());
     for &alg in algs {
         let t0 = Instant::now();
@@ -130,19 +140,11 @@ pub fn run_case(case: &Case, algs: &[Algorithm]) -> Result<Vec<Row>> {
         verify_on(&plan, &case.traffic, &case.topo)?;
         let ideal = simulate(&case.topo, &plan, &SimOptions::default())?.completion_us;
         // `auto` chooses for the network mode it is judged in.
-        let congested_plan = match alg {
-            Algorithm::Auto => auto(&case.topo, &case.traffic, Network::Congested)?.0,
+        let cal_plan = match alg {
+            Algorithm::Auto => auto(&case.topo, &case.traffic, Network::Calibrated)?.0,
             _ => plan.clone(),
         };
-        let congested = simulate(
-            &case.topo,
-            &congested_plan,
-            &SimOptions {
-                network: Network::Congested,
-                ..SimOptions::default()
-            },
-        )?
-        .completion_us;
+        let calibrated = simulate(&case.topo, &cal_plan, &cal_opts)?.completion_us;
         rows.push(Row {
             cluster: case.cluster.clone(),
             workload: case.workload.clone(),
@@ -152,11 +154,14 @@ pub fn run_case(case: &Case, algs: &[Algorithm]) -> Result<Vec<Row>> {
             total_bytes: case.traffic.total(),
             lower_bound_us: bound,
             ideal_us: ideal,
-            congested_us: congested,
+            calibrated_us: calibrated,
             ratio_ideal: ideal / bound,
-            ratio_congested: congested / bound,
+            ratio_calibrated: calibrated / cal_bound,
             speedup_ideal: 0.0,
-            speedup_congested: 0.0,
+            speedup_calibrated: 0.0,
+            lower_bound_calibrated_us: cal_bound,
+            speedup_pxn: 0.0,
+            speedup_deepep: 0.0,
             compile_us,
             steps: plan.steps(),
             transfers: plan.transfers.len(),
@@ -165,7 +170,24 @@ pub fn run_case(case: &Case, algs: &[Algorithm]) -> Result<Vec<Row>> {
     if let Some(d) = rows.iter().find(|r| r.algorithm == "direct").cloned() {
         for r in &mut rows {
             r.speedup_ideal = d.ideal_us / r.ideal_us;
-            r.speedup_congested = d.congested_us / r.congested_us;
+            r.speedup_calibrated = d.calibrated_us / r.calibrated_us;
+        }
+    }
+    for base in ["pxn", "deepep"] {
+        let Some(b) = rows
+            .iter()
+            .find(|r| r.algorithm == base)
+            .map(|r| r.calibrated_us)
+        else {
+            continue;
+        };
+        for r in &mut rows {
+            let x = b / r.calibrated_us;
+            if base == "pxn" {
+                r.speedup_pxn = x;
+            } else {
+                r.speedup_deepep = x;
+            }
         }
     }
     Ok(rows)

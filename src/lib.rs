@@ -1,7 +1,9 @@
 //! Switchyard's facade: the compiler and runtime crates under one name, and
-//! the benchmark suite the CLI's `bench` runs.
+//! the benchmark suite the CLI's `bench` runs, and `bench --measure-against`'s
+//! comparison with nccl-tests output.
 
 pub mod bench;
+pub mod measure;
 
 pub use switchyard_compiler as compiler;
 pub use switchyard_runtime as runtime;

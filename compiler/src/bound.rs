@@ -62,6 +62,20 @@ struct Cut {
 /// topology's ranks (callers check with `TrafficMatrix::check_ranks`); extra
 /// ranks on either side are ignored.
 pub fn cut_bound(topo: &Topology, traffic: &TrafficMatrix) -> LowerBound {
+    cut_bound_goodput(topo, traffic, 1.0)
+}
+
+/// The cut bound with every NIC link at `nic_goodput` of its line rate: the
+/// bound of the calibrated network modes (their simulator uses the same NIC
+/// capacities and only adds per-message costs, so it stays a lower bound).
+pub fn cut_bound_goodput(topo: &Topology, traffic: &TrafficMatrix, nic_goodput: f64) -> LowerBound {
+    let cap = |l: LinkId| {
+        let link = topo.link(l);
+        match link.class {
+            LinkClass::NicTx | LinkClass::NicRx => link.bandwidth * nic_goodput,
+            _ => link.bandwidth,
+        }
+    };
     let ranks = topo.ranks().min(traffic.ranks());
     let minlat = min_latency_per_link(topo, ranks);
     let mut best = LowerBound {
@@ -81,7 +95,7 @@ pub fn cut_bound(topo: &Topology, traffic: &TrafficMatrix) -> LowerBound {
         if cut.bytes == 0 || links.is_empty() {
             continue;
         }
-        let bw: f64 = links.iter().map(|&l| topo.link(l).bandwidth).sum();
+        let bw: f64 = links.iter().map(|&l| cap(l)).sum();
         let lat = links
             .iter()
             .map(|&l| minlat[l as usize])

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::bound::{cut_bound, LowerBound};
+use crate::bound::{cut_bound_goodput, LowerBound};
 use crate::error::Result;
 use crate::plan::Plan;
 use crate::sched::AutoChoice;
@@ -146,10 +146,16 @@ impl Report {
         opts: &SimOptions,
     ) -> Report {
         let own;
+        // Outside `ideal` the cut bound uses the simulated NIC goodput; a
+        // caller's LP figure (line rate) stays a valid, looser bound.
+        let goodput = opts.nic_goodput();
         let bound = match bound {
-            Some(b) => b,
-            None => {
-                own = cut_bound(topo, traffic);
+            Some(b) if goodput == 1.0 => b,
+            b => {
+                own = LowerBound {
+                    lp_us: b.and_then(|b| b.lp_us),
+                    ..cut_bound_goodput(topo, traffic, goodput)
+                };
                 &own
             }
         };

@@ -565,7 +565,8 @@ impl PyPlan {
     }
 
     /// Simulates the plan: the report `compile --report` writes, as a dict.
-    #[pyo3(signature = (network="ideal"))]
+    /// `network`: calibrated (the default, as the CLI's), ideal, congested or stress.
+    #[pyo3(signature = (network="calibrated"))]
     fn simulate<'py>(&self, py: Python<'py>, network: &str) -> PyResult<Bound<'py, PyAny>> {
         let network: Network = network.parse().map_err(|e| arg_err(e, "network"))?;
         let text = py

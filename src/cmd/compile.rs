@@ -62,8 +62,8 @@ pub struct CompileArgs {
     /// Write a JSON report here.
     #[arg(long)]
     report: Option<PathBuf>,
-    /// Network mode of the simulation on the summary line and in the report: ideal or congested.
-    #[arg(long, default_value = "ideal")]
+    /// Network mode of the report's simulation: calibrated (fitted to measured clusters), ideal (line rate), congested, or stress (a harsh incast assumption).
+    #[arg(long, default_value = "calibrated")]
     network: String,
     /// LP time limit in seconds: `lp`'s solve, building the model included
     /// (the best plan found by then is kept), then the LP bound of a `links`

@@ -17,6 +17,8 @@ use super::{write_out, CliError, CliResult};
 use switchyard::compiler::msccl::assign_paths;
 
 #[derive(Args)]
+// A negative number is a value to reject with its reason, not an unknown flag.
+#[command(allow_negative_numbers = true)]
 pub struct SimulateArgs {
     /// Topology JSON, or one node's NCCL/RCCL topology XML or `nvidia-smi topo -m` text.
     #[arg(long)]
@@ -34,8 +36,8 @@ pub struct SimulateArgs {
     /// Print the JSON report instead of a summary.
     #[arg(long)]
     json: bool,
-    /// ideal or congested.
-    #[arg(long, default_value = "ideal")]
+    /// calibrated (fitted to measured clusters), ideal (line rate), congested, or stress (a harsh incast assumption).
+    #[arg(long, default_value = "calibrated")]
     network: String,
     /// Write the simulated timeline here in the Chrome trace event format
     /// (open it in https://ui.perfetto.dev or chrome://tracing).
@@ -45,10 +47,45 @@ pub struct SimulateArgs {
     /// the links' utilisation as a heatmap.
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
+    #[command(flatten)]
+    calibration: CalibrationArgs,
+}
+
+/// Your own cluster's calibration (`bench --measure-against` suggests both).
+#[derive(clap::Args)]
+pub struct CalibrationArgs {
+    /// NIC goodput, a fraction of line rate in (0, 1] (default 0.86); not with --network ideal.
+    #[arg(long, value_name = "F")]
+    nic_goodput: Option<f64>,
+    /// Per-message cost in us (default 3.0); not with --network ideal.
+    #[arg(long, value_name = "US")]
+    per_message_us: Option<f64>,
+}
+
+impl CalibrationArgs {
+    /// `network`'s options with the given calibration.
+    pub fn options(&self, network: Network) -> Result<SimOptions, CliError> {
+        let mut opts = SimOptions::new(network);
+        if network == Network::Ideal
+            && (self.nic_goodput.is_some() || self.per_message_us.is_some())
+        {
+            return Err(CliError::Input(
+                "--nic-goodput/--per-message-us: the ideal network runs at line rate; use --network calibrated".into(),
+            ));
+        }
+        if let Some(g) = self.nic_goodput {
+            opts.calibration.nic_goodput = g;
+        }
+        if let Some(c) = self.per_message_us {
+            opts.calibration.per_message_us = c;
+        }
+        Ok(opts)
+    }
 }
 
 pub fn simulate(a: SimulateArgs) -> CliResult {
     let network: Network = a.network.parse()?;
+    let opts = a.calibration.options(network)?;
     for p in a.trace.iter().chain(&a.svg) {
         super::check_out_dir(p)?;
     }
@@ -65,7 +102,6 @@ pub fn simulate(a: SimulateArgs) -> CliResult {
     };
     verify_on(&plan, &m, &topo)
         .map_err(|e| CliError::Failed(format!("{}: {e}", a.plan.display())))?;
-    let opts = SimOptions::new(network);
     let bound = lower_bound(&topo, &m, &LpOptions::default())?;
     let mut progress = SimProgress::new(format!("simulating {} transfers", plan.transfers.len()));
     let sim = Report::simulate(&topo, &m, &plan, &opts, &mut progress.callback());

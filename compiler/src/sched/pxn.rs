@@ -177,6 +177,7 @@ mod props {
                 per_node: nics,
                 bandwidth_gbps: 50.0,
                 latency_us: 3.0,
+                gpu_nic: None,
             }),
             fabric: None,
             links: None,

@@ -143,11 +143,8 @@ fn cross_rail_flows_share_the_rail_switch_uplink() {
     m.set(2, 1, b);
     let plan = direct(&topo, &m);
     let want = 5.0 + 2.0 * b as f64 / 50_000.0;
-    for network in [Network::Ideal, Network::Congested] {
-        let opts = SimOptions {
-            network,
-            ..SimOptions::default()
-        };
+    for network in [Network::Ideal, Network::Congested, Network::Stress] {
+        let opts = SimOptions::uncalibrated(network);
         let r = simulate(&topo, &plan, &opts).unwrap();
         assert!(
             close(r.completion_us, want),
@@ -196,14 +193,14 @@ fn incast_and_permutation(b: u64) -> (Topology, Plan, Plan) {
 }
 
 #[test]
-fn incast_is_free_in_ideal_mode_and_slow_in_congested_mode() {
+fn incast_is_free_in_ideal_mode_and_slow_in_stress_mode() {
     let b = 4_000_000;
     let (topo, incast, perm) = incast_and_permutation(b);
     let want = 3.0 + 8.0 * b as f64 / 50_000.0;
     let i = ideal(&topo, &incast).completion_us;
     let p = ideal(&topo, &perm).completion_us;
     assert!(close(i, want) && close(p, want), "{i} {p} {want}");
-    let cong = SimOptions::new(Network::Congested);
+    let cong = SimOptions::uncalibrated(Network::Stress);
     let ic = simulate(&topo, &incast, &cong).unwrap().completion_us;
     let pc = simulate(&topo, &perm, &cong).unwrap().completion_us;
     assert!(close(pc, want), "a single sender is no incast: {pc}");
@@ -221,10 +218,10 @@ fn head_of_line_blocking_slows_a_senders_other_flows() {
     plan.transfers.push(transfer(1, 2, 8 * b, &[]));
     let victim = plan.transfers.len() - 1;
     let i = ideal(&topo, &plan).transfers[victim].end_us;
-    let cong = simulate(&topo, &plan, &SimOptions::new(Network::Congested)).unwrap();
+    let cong = simulate(&topo, &plan, &SimOptions::uncalibrated(Network::Stress)).unwrap();
     let c = cong.transfers[victim].end_us;
     assert!(c > 1.5 * i, "victim flow should slow down: {c} vs {i}");
-    let mut no_hol = SimOptions::new(Network::Congested);
+    let mut no_hol = SimOptions::uncalibrated(Network::Stress);
     no_hol.congestion.head_of_line = false;
     let n = simulate(&topo, &plan, &no_hol).unwrap().transfers[victim].end_us;
     assert!(n < c, "{n} {c}");
@@ -247,6 +244,11 @@ fn bad_plans_are_errors() {
     assert!(e.to_string().contains("ranks"), "{e}");
     assert!("fast".parse::<Network>().is_err());
     assert_eq!("congested".parse::<Network>().unwrap(), Network::Congested);
+    assert_eq!(
+        "calibrated".parse::<Network>().unwrap(),
+        Network::Calibrated
+    );
+    assert_eq!("stress".parse::<Network>().unwrap(), Network::Stress);
 }
 
 #[test]
@@ -327,14 +329,21 @@ proptest! {
                 Err(Error::Unsupported { .. }) => continue,
                 Err(e) => return Err(TestCaseError::fail(format!("{alg}: {e}"))),
             };
+            let tolerance = Some(if grouped { 0.05 } else { 0.0 });
             let opts = SimOptions {
-                network: if congested { Network::Congested } else { Network::Ideal },
-                tolerance: Some(if grouped { 0.05 } else { 0.0 }),
-                ..SimOptions::default()
+                tolerance,
+                ..SimOptions::new(if congested { Network::Stress } else { Network::Ideal })
             };
             let r = simulate(&topo, &plan, &opts).unwrap();
             prop_assert!(r.completion_us >= lb.best_us() * (1.0 - 1e-9),
                 "{alg}: completion {} below bound {:?}", r.completion_us, lb);
+            // The calibrated mode against its own (goodput) bound.
+            let cal = SimOptions { tolerance, ..SimOptions::new(Network::Calibrated) };
+            let c = simulate(&topo, &plan, &cal).unwrap();
+            let clb = crate::bound::cut_bound_goodput(&topo, &m, cal.nic_goodput());
+            prop_assert!(c.completion_us >= clb.best_us() * (1.0 - 1e-9),
+                "{alg}: calibrated completion {} below bound {:?}", c.completion_us, clb);
+            prop_assert!(c.completion_us >= r.completion_us * (1.0 - 1e-9) || congested);
             let mut want = vec![0.0f64; topo.num_links()];
             for t in &plan.transfers {
                 for l in topo.path(t.src as usize, t.dst as usize) {

@@ -555,17 +555,17 @@ fn stages_beat_spray_under_congestion() {
             ..PlannerOptions::default()
         };
         let plan = Emitter::new(&t, opts).unwrap().plan(&m).unwrap();
-        simulate(&t, &plan, &SimOptions::new(net))
+        simulate(&t, &plan, &SimOptions::uncalibrated(net))
             .unwrap()
             .completion_us
             / bound
     };
-    let fast = run(true, Network::Congested);
-    let spray = run(false, Network::Congested);
+    let fast = run(true, Network::Stress);
+    let spray = run(false, Network::Stress);
     let direct = simulate(
         &t,
         &crate::sched::direct(&t, &m),
-        &SimOptions::new(Network::Congested),
+        &SimOptions::uncalibrated(Network::Stress),
     )
     .unwrap()
     .completion_us
@@ -688,7 +688,7 @@ proptest! {
         prop_assert!(stats.is_ok(), "{:?}", stats);
         let bound = cut_bound(&t, &m).cut_us;
         for net in [Network::Ideal, Network::Congested] {
-            let done = simulate(&t, &plan, &SimOptions::new(net)).unwrap().completion_us;
+            let done = simulate(&t, &plan, &SimOptions::uncalibrated(net)).unwrap().completion_us;
             prop_assert!(done >= bound * (1.0 - 1e-9), "{net}: {done} < bound {bound}");
         }
         if staged && !planner.merged() {
