@@ -70,7 +70,7 @@ fn compile_summary_line_has_the_simulated_time_bound_and_ratio() {
     assert_eq!(err.lines().count(), 1, "{err}");
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     let want = format!(
-        "simulated {:.1} us (ideal network), lower bound {:.1} us, ratio {:.3}",
+        "simulated {:.1} us (calibrated network), lower bound {:.1} us, ratio {:.3}",
         r["completion_us"].as_f64().unwrap(),
         r["lower_bound_us"].as_f64().unwrap(),
         r["ratio_to_bound"].as_f64().unwrap()

@@ -73,7 +73,9 @@ pub fn auto(
 ) -> Result<(Plan, AutoChoice)> {
     traffic.check_ranks(topo.ranks(), "traffic")?;
     let choice = choose(topo, traffic, network);
-    let plan = build(choice.algorithm(), topo, traffic)?;
+    let mut plan = build(choice.algorithm(), topo, traffic)?;
+    // As `sched::schedule` does: the plan names the matrix it was made for.
+    plan.traffic_fingerprint = Some(traffic.fingerprint());
     Ok((plan, choice))
 }
 
