@@ -330,8 +330,14 @@ impl PyPlanner {
             };
             (plan, t0.elapsed().as_secs_f64() * 1e6)
         });
+        // A plan names the matrix it was made for, as the CLI's do (the
+        // per-batch planner leaves that to its caller).
+        let mut plan = plan.map_err(py_err)?;
+        if plan.traffic_fingerprint.is_none() {
+            plan.traffic_fingerprint = Some(traffic.fingerprint());
+        }
         Ok(PyPlan {
-            plan: plan.map_err(py_err)?,
+            plan,
             topo,
             traffic: Arc::new(traffic),
             compile_us: Some(compile_us),

@@ -187,7 +187,12 @@ pub fn compile(a: CompileArgs) -> CliResult {
     if let Some(bar) = spinner {
         bar.finish_and_clear();
     }
-    let plan = plan?;
+    let mut plan = plan?;
+    // Every written plan names the matrix it was made for (`lp`'s solve
+    // with its report, like the per-batch planner, leaves that to us).
+    if plan.traffic_fingerprint.is_none() {
+        plan.traffic_fingerprint = Some(m.fingerprint());
+    }
     // The plan carries the chosen scheduler's name; the report says who chose.
     let alg = match &choice {
         Some(c) => c.algorithm(),
