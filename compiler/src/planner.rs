@@ -85,7 +85,7 @@ pub struct Planner {
 
 impl Planner {
     /// Precomputes what depends on the topology. Errors
-    /// ([`Error::Unsupported`](crate::Error::Unsupported)) for a `links`
+    /// ([`Error::Unsupported`]) for a `links`
     /// topology (the planner needs nodes, rails and an intra-node fabric:
     /// use `lp` there) and for a `stages_per_node` that is not a positive
     /// number.
@@ -178,7 +178,7 @@ impl Planner {
 
     /// Plans one all-to-all into `out`, reusing its allocations (and this
     /// planner's): in steady state a call allocates almost nothing. Whatever
-    /// `out` held is replaced. Errors ([`Error::Input`](crate::Error::Input))
+    /// `out` held is replaced. Errors ([`Error::Input`])
     /// when `traffic` does not have the topology's number of ranks.
     pub fn plan_into(&mut self, traffic: &TrafficMatrix, out: &mut Plan) -> Result<()> {
         if let Some(network) = self.auto {
