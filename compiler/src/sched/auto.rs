@@ -155,6 +155,13 @@ struct Estimator<'a> {
     col: Vec<f64>,
     /// Scratch for pricing: each link's incast efficiency (1 = none).
     eff: Vec<f64>,
+    /// Bytes from GPU `s` to node `b` and into GPU `d` from node `a`
+    /// (other nodes only): `to_node[s * nodes + b]`, `from_node[d * nodes + a]`.
+    to_node: Vec<f64>,
+    from_node: Vec<f64>,
+    /// The intra-node blocks' link loads, the same for every candidate
+    /// (routed once).
+    intra_blocks: Option<Vec<(LinkId, f64)>>,
 }
 
 /// Prices of one candidate's routing.
@@ -181,6 +188,8 @@ impl<'a> Estimator<'a> {
         let mut to_local = vec![0.0; n * g];
         let mut from_local = vec![0.0; n * g];
         let mut node_bytes = vec![0.0; nodes * nodes];
+        let mut to_node = vec![0.0; n * nodes];
+        let mut from_node = vec![0.0; n * nodes];
         let rail: Vec<usize> = (0..n).map(|r| topo.rail_of(r)).collect();
         for s in 0..n {
             let (a, i) = (s / g, s % g);
@@ -196,6 +205,8 @@ impl<'a> Estimator<'a> {
                 to_local[s * g + j] += b;
                 from_local[d * g + i] += b;
                 node_bytes[a * nodes + nb] += b;
+                to_node[s * nodes + nb] += b;
+                from_node[d * nodes + a] += b;
             }
         }
         let mut into = vec![0.0f64; n];
@@ -265,6 +276,9 @@ impl<'a> Estimator<'a> {
             fab_pair: Vec::new(),
             col: Vec::new(),
             eff: vec![1.0; topo.num_links()],
+            to_node,
+            from_node,
+            intra_blocks: None,
         }
     }
 
@@ -527,8 +541,22 @@ impl<'a> Estimator<'a> {
         self.col = col;
     }
 
-    /// Intra-node blocks, straight from source to destination.
+    /// Intra-node blocks, straight from source to destination: routed
+    /// once, their link loads replayed for every later candidate.
     fn route_intra_blocks(&mut self) {
+        if let Some(blocks) = self.intra_blocks.take() {
+            for &(l, b) in &blocks {
+                self.add(l, b);
+            }
+            self.intra_blocks = Some(blocks);
+            return;
+        }
+        // Routed on their own: the loads touched now are the blocks' alone.
+        let earlier = std::mem::take(&mut self.touched);
+        let saved: Vec<(LinkId, f64)> = earlier
+            .iter()
+            .map(|&l| (l, std::mem::take(&mut self.load[l as usize])))
+            .collect();
         let (g, n) = (self.g, self.g * self.nodes);
         for s in 0..n {
             let a = s / g;
@@ -539,6 +567,15 @@ impl<'a> Estimator<'a> {
                 }
             }
         }
+        let blocks: Vec<(LinkId, f64)> = self
+            .touched
+            .iter()
+            .map(|&l| (l, self.load[l as usize]))
+            .collect();
+        for (l, b) in saved {
+            self.add(l, b);
+        }
+        self.intra_blocks = Some(blocks);
     }
 
     /// `fast`'s balancing: what a GPU sends to a node beyond its share
@@ -552,8 +589,8 @@ impl<'a> Estimator<'a> {
                 for l in 0..g {
                     let s = a * g + l;
                     let d = b * g + l;
-                    let sent: f64 = (0..g).map(|j| self.traffic.get(s, b * g + j) as f64).sum();
-                    let recv: f64 = (0..g).map(|i| self.traffic.get(a * g + i, d) as f64).sum();
+                    let sent = self.to_node[s * nodes + b];
+                    let recv = self.from_node[d * nodes + a];
                     // Over a switch any one peer will do; a mesh spreads
                     // the excess over every link of the GPU.
                     let peers = if self.mesh { g - 1 } else { 1 };
