@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use super::{deepep, direct, fast, hierarchical, pxn, pxn_relay, spray, Algorithm};
 use crate::error::Result;
 use crate::plan::Plan;
-use crate::sim::{CongestionModel, Network};
+use crate::sim::{CongestionModel, Network, SimOptions};
 use crate::topology::{LinkClass, LinkId, Topology};
 use crate::traffic::TrafficMatrix;
 
@@ -153,6 +153,19 @@ struct Estimator<'a> {
     /// lp + fy]`, with one NIC pair that carries them and the pairs used).
     net_tx: Vec<f64>,
     net_rx: Vec<f64>,
+    /// Messages out of each NIC since the last pricing (the calibrated
+    /// modes charge each `per_message_us` of NIC egress time).
+    net_msgs: Vec<f64>,
+    /// The mode's NIC goodput (1 in `ideal`) and per-message cost, us.
+    goodput: f64,
+    per_message_us: f64,
+    /// Non-empty blocks from (node, rail) to (node, rail) on other nodes,
+    /// as `rail_bytes`; and from a (node, rail)'s GPUs to each other node
+    /// (`rail_node_msgs[x * nodes + b]`).
+    rail_msgs: Vec<f64>,
+    rail_node_msgs: Vec<f64>,
+    /// `fast`'s and `spray`'s chunk size (docs/algorithms.md, `fast`), bytes.
+    chunk: f64,
     fab: Vec<f64>,
     fab_pair: Vec<(usize, usize)>,
     fab_used: Vec<usize>,
@@ -191,6 +204,7 @@ impl<'a> Estimator<'a> {
         }
         let np = nodes * p;
         let mut rail_bytes = vec![0.0; np * np];
+        let mut rail_msgs = vec![0.0; np * np];
         let mut to_local = vec![0.0; n * g];
         let mut from_local = vec![0.0; n * g];
         let mut node_bytes = vec![0.0; nodes * nodes];
@@ -208,6 +222,7 @@ impl<'a> Estimator<'a> {
                 let b = bytes as f64;
                 let (nb, j) = (d / g, d % g);
                 rail_bytes[src + nb * p + rail[d]] += b;
+                rail_msgs[src + nb * p + rail[d]] += 1.0;
                 to_local[s * g + j] += b;
                 from_local[d * g + i] += b;
                 node_bytes[a * nodes + nb] += b;
@@ -230,6 +245,40 @@ impl<'a> Estimator<'a> {
         let inter_latency = if n > g { topo.path_latency(0, g) } else { 0.0 };
         let intra_latency = if g > 1 { topo.path_latency(0, 1) } else { 0.0 };
         let lp = topo.leaves() * p;
+        let mut rail_node_msgs = vec![0.0; np * nodes];
+        for s in 0..n {
+            for b in 0..nodes {
+                if to_node[s * nodes + b] > 0.0 {
+                    rail_node_msgs[((s / g) * p + rail[s]) * nodes + b] += 1.0;
+                }
+            }
+        }
+        // `fast`'s chunk: the larger of half a percent of the exchange's
+        // NVLink time and four inter-node latencies at a NIC's rate.
+        let nic_rate = topo.nic_bandwidth();
+        let line = (0..nodes)
+            .map(|a| {
+                let (r, c) = (0..nodes).fold((0.0, 0.0), |(r, c), b| {
+                    (r + node_bytes[a * nodes + b], c + node_bytes[b * nodes + a])
+                });
+                f64::max(r, c)
+            })
+            .fold(0.0, f64::max);
+        let rails = rail
+            .iter()
+            .take(g)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len();
+        let exchange_us = line / (nic_rate * rails as f64).max(f64::MIN_POSITIVE);
+        let chunk = (0.005 * exchange_us * topo.intra_bandwidth())
+            .max(4.0 * inter_latency * nic_rate)
+            .max(1.0);
+        let sim = SimOptions::new(network);
+        let (goodput, per_message_us) = if network == Network::Ideal {
+            (1.0, 0.0)
+        } else {
+            (sim.calibration.nic_goodput, sim.calibration.per_message_us)
+        };
         // Each NIC's links, from one path to (or from) another node.
         let (mut nic_tx, mut nic_rx) = (vec![None; nodes * p], vec![None; nodes * p]);
         let mut path = Vec::with_capacity(8);
@@ -281,6 +330,12 @@ impl<'a> Estimator<'a> {
             nic_rx,
             net_tx: vec![0.0; nodes * p],
             net_rx: vec![0.0; nodes * p],
+            net_msgs: vec![0.0; nodes * p],
+            goodput,
+            per_message_us,
+            rail_msgs,
+            rail_node_msgs,
+            chunk,
             fab: vec![0.0; lp * lp],
             fab_pair: vec![(usize::MAX, usize::MAX); lp * lp],
             fab_used: Vec::new(),
@@ -355,7 +410,14 @@ impl<'a> Estimator<'a> {
                 for a in 0..nodes {
                     for y in 0..np {
                         let b: f64 = (0..p).map(|k| self.rail_bytes[(a * p + k) * np + y]).sum();
-                        self.route_net(a * p + y % p, y, b);
+                        // `pxn` sends a message per block, `hierarchical` one
+                        // per (relay, destination GPU).
+                        let msgs = if alg == Algorithm::Pxn {
+                            (0..p).map(|k| self.rail_msgs[(a * p + k) * np + y]).sum()
+                        } else {
+                            1.0
+                        };
+                        self.route_net(a * p + y % p, y, b, msgs);
                     }
                 }
                 let c = self.price();
@@ -376,7 +438,8 @@ impl<'a> Estimator<'a> {
                     for bn in 0..nodes {
                         let row = x * np + bn * p;
                         let b: f64 = self.rail_bytes[row..row + p].iter().sum();
-                        self.route_net(x, bn * p + k, b);
+                        let msgs = self.rail_node_msgs[x * nodes + bn];
+                        self.route_net(x, bn * p + k, b, msgs);
                     }
                 }
                 let mut forwarded = 0.0f64;
@@ -416,7 +479,19 @@ impl<'a> Estimator<'a> {
                             let (s, d) = (a * g + l, b * g + l);
                             let (x, y) =
                                 (a * p + self.topo.rail_of(s), b * p + self.topo.rail_of(d));
-                            self.route_net(x, y, share);
+                            let msgs = (share / self.chunk).ceil();
+                            self.route_net(x, y, share, msgs);
+                        }
+                    }
+                }
+                // The taper: each of a lane's last sends in flight (`fast`'s
+                // pipeline depth, about 4; one for `spray`) cut in three.
+                let taper = if staged { 8.0 } else { 2.0 };
+                for a in 0..nodes {
+                    if (0..nodes).any(|b| b != a && self.node_bytes[a * nodes + b] > 0.0) {
+                        for l in 0..g {
+                            let x = a * p + self.topo.rail_of(a * g + l);
+                            self.net_msgs[x] += taper;
                         }
                     }
                 }
@@ -481,14 +556,35 @@ impl<'a> Estimator<'a> {
         }
     }
 
-    /// `direct`'s network traffic: every NIC pair's bytes.
+    /// `direct`'s network traffic: every NIC pair's bytes, as
+    /// [`Self::route_net`] routes them, a row of `rail_bytes` at a time.
     fn route_direct(&mut self) {
         let np = self.nodes * self.p;
+        let lp = self.lp;
         for x in 0..np {
-            for y in 0..np {
-                let b = self.rail_bytes[x * np + y];
-                self.route_net(x, y, b);
+            let Some(tx) = self.nic_tx[x] else { continue };
+            let row = &self.rail_bytes[x * np..(x + 1) * np];
+            let fx = self.fab_of[x] * lp;
+            let mut sum = 0.0;
+            for (y, &b) in row.iter().enumerate() {
+                if b == 0.0 {
+                    continue;
+                }
+                let Some(rx) = self.nic_rx[y] else { continue };
+                sum += b;
+                self.net_msgs[x] += self.rail_msgs[x * np + y];
+                self.net_rx[y] += b;
+                let f = fx + self.fab_of[y];
+                if self.fab_pair[f].0 == usize::MAX {
+                    self.fab_pair[f] = (x, y);
+                    self.fab_used.push(f);
+                }
+                self.fab[f] += b;
+                if self.congested {
+                    self.senders[rx as usize].push(tx);
+                }
             }
+            self.net_tx[x] += sum;
         }
     }
 
@@ -581,7 +677,7 @@ impl<'a> Estimator<'a> {
     /// ingress what it receives, and a fabric link (uplink, downlink)
     /// depends only on the (leaf or group, rail) of each end, so
     /// [`Self::flush_net`] prices the fabric with one path per such pair.
-    fn route_net(&mut self, x: usize, y: usize, bytes: f64) {
+    fn route_net(&mut self, x: usize, y: usize, bytes: f64, msgs: f64) {
         if bytes == 0.0 {
             return;
         }
@@ -589,6 +685,7 @@ impl<'a> Estimator<'a> {
             return;
         };
         self.net_tx[x] += bytes;
+        self.net_msgs[x] += msgs;
         self.net_rx[y] += bytes;
         let f = self.fab_of[x] * self.lp + self.fab_of[y];
         if self.fab_pair[f].0 == usize::MAX {
@@ -605,8 +702,11 @@ impl<'a> Estimator<'a> {
     fn flush_net(&mut self) {
         for x in 0..self.net_tx.len() {
             let t = std::mem::take(&mut self.net_tx[x]);
+            let m = std::mem::take(&mut self.net_msgs[x]);
             if let (true, Some(l)) = (t > 0.0, self.nic_tx[x]) {
-                self.add(l, t);
+                // Each message costs `per_message_us` of egress at goodput.
+                let extra = m * self.per_message_us * self.topo.link(l).bandwidth * self.goodput;
+                self.add(l, t + extra);
             }
             let r = std::mem::take(&mut self.net_rx[x]);
             if let (true, Some(l)) = (r > 0.0, self.nic_rx[x]) {
@@ -618,7 +718,8 @@ impl<'a> Estimator<'a> {
             let (x, y) = std::mem::replace(&mut self.fab_pair[f], (usize::MAX, usize::MAX));
             let b = std::mem::take(&mut self.fab[f]);
             self.path.clear();
-            self.topo.path_into(self.rep[x], self.rep[y], &mut self.path);
+            self.topo
+                .path_into(self.rep[x], self.rep[y], &mut self.path);
             for i in 0..self.path.len() {
                 let l = self.path[i];
                 if matches!(
@@ -680,7 +781,12 @@ impl<'a> Estimator<'a> {
                         } else {
                             1.0
                         };
-                    let t = bytes / (link.bandwidth * e);
+                    let g = if matches!(class, LinkClass::NicTx | LinkClass::NicRx) {
+                        self.goodput
+                    } else {
+                        1.0
+                    };
+                    let t = bytes / (link.bandwidth * g * e);
                     if t > c.net {
                         c.net = t;
                         c.net_link = Some(l);
@@ -771,10 +877,8 @@ mod tests {
             hot.set(s, 5, 8 << 20);
         }
         for m in [TrafficMatrix::uniform(8, 1 << 20), hot] {
-            // The estimates know incast but not the calibration's goodput
-            // and per-message cost: judged at line rate.
-            for net in [Network::Ideal, Network::Stress] {
-                let opts = SimOptions::uncalibrated(net);
+            for net in [Network::Ideal, Network::Calibrated, Network::Stress] {
+                let opts = SimOptions::new(net);
                 let time = |a: Algorithm| {
                     let p = schedule(a, &topo, &m, &Options::default()).unwrap();
                     simulate(&topo, &p, &opts).unwrap().completion_us
@@ -811,6 +915,8 @@ mod tests {
             let topo = Topology::from_spec(spec, "t").unwrap();
             let m = traffic(topo.ranks(), Pattern::Hotspot(0.4), 3);
             let mut e = Estimator::new(&topo, &m, Network::Stress);
+            // Bytes only: no per-message cost on the egress links.
+            e.per_message_us = 0.0;
             e.route_direct();
             e.flush_net();
             let np = e.nodes * e.p;
