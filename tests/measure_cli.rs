@@ -69,3 +69,93 @@ fn bad_measurement_files_are_input_errors() {
     assert_eq!(c, 2, "{e}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `simulate --nic-goodput --per-message-us` applies a fitted calibration:
+/// goodput 1 and no per-message cost is the line-rate model.
+#[test]
+fn simulate_takes_a_fitted_calibration() {
+    let dir = std::env::temp_dir().join(format!("switchyard-measure-sim-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = |n: &str| dir.join(n).display().to_string();
+    let (t, m, p) = (f("t.json"), f("m.json"), f("p.json"));
+    let steps: [&[&str]; 3] = [
+        &[
+            "topology",
+            "--preset",
+            "dgx-h100",
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "4",
+            "--out",
+            &t,
+        ],
+        &[
+            "traffic",
+            "--ranks",
+            "8",
+            "--pattern",
+            "zipf:1.0",
+            "--out",
+            &m,
+        ],
+        &[
+            "compile",
+            "--topology",
+            &t,
+            "--traffic",
+            &m,
+            "--algorithm",
+            "pxn",
+            "--out",
+            &p,
+        ],
+    ];
+    for args in steps {
+        let (c, _, e) = run(args);
+        assert_eq!(c, 0, "{args:?}: {e}");
+    }
+    let completion = |extra: &[&str]| -> f64 {
+        let mut args = vec![
+            "simulate",
+            "--topology",
+            &t,
+            "--traffic",
+            &m,
+            "--plan",
+            &p,
+            "--json",
+        ];
+        args.extend(extra);
+        let (c, out, e) = run(&args);
+        assert_eq!(c, 0, "{args:?}: {e}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v["completion_us"].as_f64().unwrap()
+    };
+    let ideal = completion(&["--network", "ideal"]);
+    let line = completion(&["--nic-goodput", "1", "--per-message-us", "0"]);
+    let calibrated = completion(&[]);
+    assert!((line - ideal).abs() <= 1e-9 * ideal, "{line} {ideal}");
+    assert!(calibrated > 1.1 * ideal, "{calibrated} {ideal}");
+    for (extra, want) in [
+        (
+            &["--nic-goodput", "0"][..],
+            "--nic-goodput: must be in (0, 1]",
+        ),
+        (
+            &["--per-message-us", "-1"][..],
+            "--per-message-us: must be zero or positive",
+        ),
+        (
+            &["--network", "ideal", "--nic-goodput", "0.9"][..],
+            "the ideal network runs at line rate",
+        ),
+    ] {
+        let mut args = vec!["simulate", "--topology", &t, "--traffic", &m, "--plan", &p];
+        args.extend(extra);
+        let (c, _, e) = run(&args);
+        assert_eq!(c, 2, "{args:?}: {e}");
+        assert!(e.contains(want), "{args:?}: {e}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

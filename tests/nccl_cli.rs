@@ -207,7 +207,11 @@ fn from_nvidia_smi_and_errors() {
         ),
         (
             vec!["--from-nccl", lonely.as_str(), "--gpus", "2"],
-            "--gpus: the GPUs per node come from",
+            "--gpus-per-node: the GPUs per node come from",
+        ),
+        (
+            vec!["--from-nccl", lonely.as_str(), "--nics-per-node", "2"],
+            "--nics-per-node: the NICs per node come from",
         ),
         (
             vec!["--preset", "dgx-h100", "--from-nccl", lonely.as_str()],

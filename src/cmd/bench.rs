@@ -123,13 +123,15 @@ fn measure_against(file: &Path, topology: &Path, nodes: Option<usize>) -> CliRes
     }
     match fit(&topo, &rows)? {
         Some(f) => println!(
-            "fitted to {} rows (time = {:.1} us + size / {:.2} GB/s): NIC goodput {:.3}, per-message cost {:.2} us (the busiest NIC sends {} messages) (library: SimOptions.calibration)",
+            "fitted to {} rows (time = {:.1} us + size / {:.2} GB/s): NIC goodput {:.3}, per-message cost {:.2} us (the busiest NIC sends {} messages): simulate --nic-goodput {:.3} --per-message-us {:.2}",
             rows.len(),
             f.intercept,
             1e-3 / f.slope,
             f.calibration.nic_goodput,
             f.calibration.per_message_us,
-            f.messages_per_nic
+            f.messages_per_nic,
+            f.calibration.nic_goodput,
+            f.calibration.per_message_us
         ),
         None => println!("no fit: it needs rows of at least two sizes whose time grows with size"),
     }

@@ -139,9 +139,14 @@ pub fn topology(a: TopologyArgs) -> CliResult {
 /// The spec of `--nodes` nodes as an NCCL XML or `nvidia-smi topo -m` file describes one.
 fn imported(a: &TopologyArgs, path: &std::path::Path) -> Result<TopologySpec, super::CliError> {
     let file = path.display().to_string();
-    if a.gpus_per_node.is_some() || a.nics_per_node.is_some() {
+    if a.gpus_per_node.is_some() {
         return Err(super::CliError::Input(format!(
-            "--gpus-per-node/--nics-per-node: the node's shape comes from {file}"
+            "--gpus-per-node: the GPUs per node come from {file}"
+        )));
+    }
+    if a.nics_per_node.is_some() {
+        return Err(super::CliError::Input(format!(
+            "--nics-per-node: the NICs per node come from {file}"
         )));
     }
     for (flag, v) in [("--nic-gbps", a.nic_gbps), ("--intra-gbps", a.intra_gbps)] {

@@ -12,6 +12,8 @@ use super::compile::{load_inputs, load_plan};
 use super::{CliError, CliResult};
 
 #[derive(Args)]
+// A negative number is a value to reject with its reason, not an unknown flag.
+#[command(allow_negative_numbers = true)]
 pub struct SimulateArgs {
     /// Topology JSON, or one node's NCCL/RCCL topology XML or `nvidia-smi topo -m` text.
     #[arg(long)]
@@ -30,10 +32,45 @@ pub struct SimulateArgs {
     /// calibrated (fitted to measured clusters), ideal (line rate), congested, or stress (a harsh incast assumption).
     #[arg(long, default_value = "calibrated")]
     network: String,
+    #[command(flatten)]
+    calibration: CalibrationArgs,
+}
+
+/// Your own cluster's calibration (`bench --measure-against` suggests both).
+#[derive(clap::Args)]
+pub struct CalibrationArgs {
+    /// NIC goodput, a fraction of line rate in (0, 1] (default 0.86); not with --network ideal.
+    #[arg(long, value_name = "F")]
+    nic_goodput: Option<f64>,
+    /// Per-message cost in us (default 3.0); not with --network ideal.
+    #[arg(long, value_name = "US")]
+    per_message_us: Option<f64>,
+}
+
+impl CalibrationArgs {
+    /// `network`'s options with the given calibration.
+    pub fn options(&self, network: Network) -> Result<SimOptions, CliError> {
+        let mut opts = SimOptions::new(network);
+        if network == Network::Ideal
+            && (self.nic_goodput.is_some() || self.per_message_us.is_some())
+        {
+            return Err(CliError::Input(
+                "--nic-goodput/--per-message-us: the ideal network runs at line rate; use --network calibrated".into(),
+            ));
+        }
+        if let Some(g) = self.nic_goodput {
+            opts.calibration.nic_goodput = g;
+        }
+        if let Some(c) = self.per_message_us {
+            opts.calibration.per_message_us = c;
+        }
+        Ok(opts)
+    }
 }
 
 pub fn simulate(a: SimulateArgs) -> CliResult {
     let network: Network = a.network.parse()?;
+    let opts = a.calibration.options(network)?;
     let (topo, m) = load_inputs(&a.topology, &a.traffic, a.nodes)?;
     let plan = load_plan(&a.plan, Some(&m), Some(&topo))?;
     verify_on(&plan, &m, &topo)
@@ -46,7 +83,7 @@ pub fn simulate(a: SimulateArgs) -> CliResult {
         &plan,
         Some(&lower_bound(&topo, &m, &LpOptions::default())?),
         None,
-        &SimOptions::new(network),
+        &opts,
     )?;
     if a.json {
         println!("{}", report.to_json());
