@@ -3,7 +3,7 @@
 //! hotspot 0.3, intra-skew 1.2), 2 to 16 nodes, switch (dgx-h100) and mesh
 //! (mi300x) nodes, full-bisection, fat-tree 2:1 and rail-optimized 2:1
 //! fabrics. Every case simulates
-//! every candidate of `auto` in both network modes, then `auto`'s own pick
+//! every candidate of `auto` in every network mode (`--modes`), then `auto`'s own pick
 //! for that mode, and prints `auto`'s completion over the best candidate's.
 //! The summary gives the worst case and the median per mode, and `fast`
 //! over `pxn` and `deepep` per fabric and node count.
