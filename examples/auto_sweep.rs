@@ -3,13 +3,14 @@
 //! hotspot 0.3, intra-skew 1.2), 2 to 16 nodes, switch (dgx-h100) and mesh
 //! (mi300x) nodes, full-bisection, fat-tree 2:1 and rail-optimized 2:1
 //! fabrics. Every case simulates
-//! every candidate of `auto` in both network modes, then `auto`'s own pick
+//! every candidate of `auto` in every network mode (`--modes`), then `auto`'s own pick
 //! for that mode, and prints `auto`'s completion over the best candidate's.
 //! The summary gives the worst case and the median per mode, and `fast`
 //! over `pxn` and `deepep` per fabric and node count.
 //!
 //! cargo run --release --example auto_sweep -- [--quick] [--nodes 2,4,8,16] [--presets dgx-h100,mi300x]
 //!     [--fabrics full,fat-tree,rail] [--patterns zipf:0,...]
+//!     [--modes ideal,calibrated,congested,stress] [--estimates]
 //!
 //! One line per case and mode: cluster, pattern, mode, each candidate's
 //! completion over the cut bound, auto's pick, auto / best.
@@ -70,6 +71,10 @@ fn main() -> Res<()> {
     .iter()
     .map(|s| s.parse())
     .collect::<Result<_, _>>()?;
+    let modes: Vec<Network> = list(&args, "--modes", "ideal,calibrated,congested,stress")
+        .iter()
+        .map(|s| s.parse())
+        .collect::<Result<_, _>>()?;
     let names: Vec<&str> = CANDIDATES.iter().map(|a| a.name()).collect();
     println!(
         "cluster\tpattern\tmode\t{}\tauto\tauto/best",
@@ -97,7 +102,7 @@ fn main() -> Res<()> {
                         .iter()
                         .map(|&a| schedule(a, &topo, &m, &Options::default()))
                         .collect::<Result<_, _>>()?;
-                    for net in [Network::Ideal, Network::Congested] {
+                    for &net in &modes {
                         let opts = SimOptions::new(net);
                         let times: Vec<f64> = plans
                             .iter()

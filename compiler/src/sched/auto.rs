@@ -10,7 +10,10 @@
 //! NIC ingress cut by the congested mode's incast efficiency for the number
 //! of NICs that send to it at once), plus what each candidate adds on top
 //! of its busiest link: the NVLink hop a relay waits for before its network
-//! hop, `fast`'s stage pipeline, path latencies. docs/algorithms.md
+//! hop, `fast`'s stage pipeline, path latencies; outside `ideal`, NIC
+//! links at the calibrated goodput and each message's cost on its NIC's
+//! egress. No path is walked per NIC pair: NIC links take row and column
+//! sums, fabric links one path per (leaf or group, rail) pair. docs/algorithms.md
 //! (`auto`) gives the equations and the measurements behind the constants.
 //!
 //! Candidates: `direct`, `pxn`, `deepep`, `hierarchical`, `fast`, `spray`.
@@ -22,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use super::{deepep, direct, fast, hierarchical, pxn, pxn_relay, spray, Algorithm};
 use crate::error::Result;
 use crate::plan::Plan;
-use crate::sim::{CongestionModel, Network};
+use crate::sim::{CongestionModel, Network, SimOptions};
 use crate::topology::{LinkClass, LinkId, Topology};
 use crate::traffic::TrafficMatrix;
 
@@ -147,6 +150,42 @@ struct Estimator<'a> {
     direct_ideal: Option<f64>,
     /// Largest inter-node bytes a GPU receives over the mean (1 = even).
     rx_skew: f64,
+    /// Each (node, rail)'s NIC egress and ingress links (`None`: no GPU on that rail).
+    nic_tx: Vec<Option<LinkId>>,
+    nic_rx: Vec<Option<LinkId>>,
+    /// Network bytes routed since the last pricing, aggregated: out of and
+    /// into each NIC, and between (leaf or group, rail) pairs (`fab[fx *
+    /// lp + fy]`, with one NIC pair that carries them and the pairs used).
+    net_tx: Vec<f64>,
+    net_rx: Vec<f64>,
+    /// Messages out of each NIC since the last pricing (the calibrated
+    /// modes charge each `per_message_us` of NIC egress time).
+    net_msgs: Vec<f64>,
+    /// The mode's NIC goodput (1 in `ideal`) and per-message cost, us.
+    goodput: f64,
+    per_message_us: f64,
+    /// Non-empty blocks from (node, rail) to (node, rail) on other nodes,
+    /// as `rail_bytes`; and from a (node, rail)'s GPUs to each other node
+    /// (`rail_node_msgs[x * nodes + b]`).
+    rail_msgs: Vec<f64>,
+    rail_node_msgs: Vec<f64>,
+    /// `fast`'s and `spray`'s chunk size (docs/algorithms.md, `fast`), bytes.
+    chunk: f64,
+    fab: Vec<f64>,
+    fab_pair: Vec<(usize, usize)>,
+    fab_used: Vec<usize>,
+    /// Each (node, rail)'s (leaf or group, rail), and their count.
+    fab_of: Vec<usize>,
+    lp: usize,
+    /// Scratch for pricing: each link's incast efficiency (1 = none).
+    eff: Vec<f64>,
+    /// Bytes from GPU `s` to node `b` and into GPU `d` from node `a`
+    /// (other nodes only): `to_node[s * nodes + b]`, `from_node[d * nodes + a]`.
+    to_node: Vec<f64>,
+    from_node: Vec<f64>,
+    /// The intra-node blocks' link loads, the same for every candidate
+    /// (routed once).
+    intra_blocks: Option<Vec<(LinkId, f64)>>,
 }
 
 /// Prices of one candidate's routing.
@@ -170,9 +209,12 @@ impl<'a> Estimator<'a> {
         }
         let np = nodes * p;
         let mut rail_bytes = vec![0.0; np * np];
+        let mut rail_msgs = vec![0.0; np * np];
         let mut to_local = vec![0.0; n * g];
         let mut from_local = vec![0.0; n * g];
         let mut node_bytes = vec![0.0; nodes * nodes];
+        let mut to_node = vec![0.0; n * nodes];
+        let mut from_node = vec![0.0; n * nodes];
         let rail: Vec<usize> = (0..n).map(|r| topo.rail_of(r)).collect();
         for s in 0..n {
             let (a, i) = (s / g, s % g);
@@ -185,9 +227,12 @@ impl<'a> Estimator<'a> {
                 let b = bytes as f64;
                 let (nb, j) = (d / g, d % g);
                 rail_bytes[src + nb * p + rail[d]] += b;
+                rail_msgs[src + nb * p + rail[d]] += 1.0;
                 to_local[s * g + j] += b;
                 from_local[d * g + i] += b;
                 node_bytes[a * nodes + nb] += b;
+                to_node[s * nodes + nb] += b;
+                from_node[d * nodes + a] += b;
             }
         }
         let mut into = vec![0.0f64; n];
@@ -204,6 +249,61 @@ impl<'a> Estimator<'a> {
         let gpu_rate = topo.intra_bandwidth() * if mesh { (g - 1).max(1) as f64 } else { 1.0 };
         let inter_latency = if n > g { topo.path_latency(0, g) } else { 0.0 };
         let intra_latency = if g > 1 { topo.path_latency(0, 1) } else { 0.0 };
+        let lp = topo.leaves() * p;
+        let mut rail_node_msgs = vec![0.0; np * nodes];
+        for s in 0..n {
+            for b in 0..nodes {
+                if to_node[s * nodes + b] > 0.0 {
+                    rail_node_msgs[((s / g) * p + rail[s]) * nodes + b] += 1.0;
+                }
+            }
+        }
+        // `fast`'s chunk: the larger of half a percent of the exchange's
+        // NVLink time and four inter-node latencies at a NIC's rate.
+        let nic_rate = topo.nic_bandwidth();
+        let line = (0..nodes)
+            .map(|a| {
+                let (r, c) = (0..nodes).fold((0.0, 0.0), |(r, c), b| {
+                    (r + node_bytes[a * nodes + b], c + node_bytes[b * nodes + a])
+                });
+                f64::max(r, c)
+            })
+            .fold(0.0, f64::max);
+        let rails = rail
+            .iter()
+            .take(g)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len();
+        let exchange_us = line / (nic_rate * rails as f64).max(f64::MIN_POSITIVE);
+        let chunk = (0.005 * exchange_us * topo.intra_bandwidth())
+            .max(4.0 * inter_latency * nic_rate)
+            .max(1.0);
+        let sim = SimOptions::new(network);
+        let (goodput, per_message_us) = if network == Network::Ideal {
+            (1.0, 0.0)
+        } else {
+            (sim.calibration.nic_goodput, sim.calibration.per_message_us)
+        };
+        // Each NIC's links, from one path to (or from) another node.
+        let (mut nic_tx, mut nic_rx) = (vec![None; nodes * p], vec![None; nodes * p]);
+        let mut path = Vec::with_capacity(8);
+        for (x, &r) in rep.iter().enumerate() {
+            if r == usize::MAX || nodes < 2 {
+                continue;
+            }
+            let other = ((x / p + 1) % nodes) * g;
+            for (s, d) in [(r, other), (other, r)] {
+                path.clear();
+                topo.path_into(s, d, &mut path);
+                for &l in &path {
+                    match topo.link(l).class {
+                        LinkClass::NicTx if s == r => nic_tx[x] = Some(l),
+                        LinkClass::NicRx if d == r => nic_rx[x] = Some(l),
+                        _ => {}
+                    }
+                }
+            }
+        }
         Estimator {
             topo,
             traffic,
@@ -231,6 +331,27 @@ impl<'a> Estimator<'a> {
             gpu_rate,
             direct_ideal: None,
             rx_skew,
+            nic_tx,
+            nic_rx,
+            net_tx: vec![0.0; nodes * p],
+            net_rx: vec![0.0; nodes * p],
+            net_msgs: vec![0.0; nodes * p],
+            goodput,
+            per_message_us,
+            rail_msgs,
+            rail_node_msgs,
+            chunk,
+            fab: vec![0.0; lp * lp],
+            fab_pair: vec![(usize::MAX, usize::MAX); lp * lp],
+            fab_used: Vec::new(),
+            fab_of: (0..nodes * p)
+                .map(|x| topo.leaf_of(x / p) * p + x % p)
+                .collect(),
+            lp,
+            eff: vec![1.0; topo.num_links()],
+            to_node,
+            from_node,
+            intra_blocks: None,
         }
     }
 
@@ -247,12 +368,7 @@ impl<'a> Estimator<'a> {
         self.route_intra_blocks();
         let (us, limit) = match alg {
             Algorithm::Direct => {
-                for x in 0..np {
-                    for y in 0..np {
-                        let b = self.rail_bytes[x * np + y];
-                        self.route_net(x, y, b);
-                    }
-                }
+                self.route_direct();
                 let congested = self.congested;
                 if congested {
                     // The ideal figure first: it tells `fast` whether the traffic is near-uniform.
@@ -261,12 +377,7 @@ impl<'a> Estimator<'a> {
                     self.direct_ideal = Some(ideal.net.max(ideal.intra));
                     self.congested = true;
                     self.route_intra_blocks();
-                    for x in 0..np {
-                        for y in 0..np {
-                            let b = self.rail_bytes[x * np + y];
-                            self.route_net(x, y, b);
-                        }
-                    }
+                    self.route_direct();
                 }
                 let c = self.price();
                 if !congested {
@@ -304,7 +415,14 @@ impl<'a> Estimator<'a> {
                 for a in 0..nodes {
                     for y in 0..np {
                         let b: f64 = (0..p).map(|k| self.rail_bytes[(a * p + k) * np + y]).sum();
-                        self.route_net(a * p + y % p, y, b);
+                        // `pxn` sends a message per block, `hierarchical` one
+                        // per (relay, destination GPU).
+                        let msgs = if alg == Algorithm::Pxn {
+                            (0..p).map(|k| self.rail_msgs[(a * p + k) * np + y]).sum()
+                        } else {
+                            1.0
+                        };
+                        self.route_net(a * p + y % p, y, b, msgs);
                     }
                 }
                 let c = self.price();
@@ -325,7 +443,8 @@ impl<'a> Estimator<'a> {
                     for bn in 0..nodes {
                         let row = x * np + bn * p;
                         let b: f64 = self.rail_bytes[row..row + p].iter().sum();
-                        self.route_net(x, bn * p + k, b);
+                        let msgs = self.rail_node_msgs[x * nodes + bn];
+                        self.route_net(x, bn * p + k, b, msgs);
                     }
                 }
                 let mut forwarded = 0.0f64;
@@ -365,7 +484,19 @@ impl<'a> Estimator<'a> {
                             let (s, d) = (a * g + l, b * g + l);
                             let (x, y) =
                                 (a * p + self.topo.rail_of(s), b * p + self.topo.rail_of(d));
-                            self.route_net(x, y, share);
+                            let msgs = (share / self.chunk).ceil();
+                            self.route_net(x, y, share, msgs);
+                        }
+                    }
+                }
+                // The taper: each of a lane's last sends in flight (`fast`'s
+                // pipeline depth, about 4; one for `spray`) cut in three.
+                let taper = if staged { 8.0 } else { 2.0 };
+                for a in 0..nodes {
+                    if (0..nodes).any(|b| b != a && self.node_bytes[a * nodes + b] > 0.0) {
+                        for l in 0..g {
+                            let x = a * p + self.topo.rail_of(a * g + l);
+                            self.net_msgs[x] += taper;
                         }
                     }
                 }
@@ -430,8 +561,54 @@ impl<'a> Estimator<'a> {
         }
     }
 
-    /// Intra-node blocks, straight from source to destination.
+    /// `direct`'s network traffic: every NIC pair's bytes, as
+    /// [`Self::route_net`] routes them, a row of `rail_bytes` at a time.
+    fn route_direct(&mut self) {
+        let np = self.nodes * self.p;
+        let lp = self.lp;
+        for x in 0..np {
+            let Some(tx) = self.nic_tx[x] else { continue };
+            let row = &self.rail_bytes[x * np..(x + 1) * np];
+            let fx = self.fab_of[x] * lp;
+            let mut sum = 0.0;
+            for (y, &b) in row.iter().enumerate() {
+                if b == 0.0 {
+                    continue;
+                }
+                let Some(rx) = self.nic_rx[y] else { continue };
+                sum += b;
+                self.net_msgs[x] += self.rail_msgs[x * np + y];
+                self.net_rx[y] += b;
+                let f = fx + self.fab_of[y];
+                if self.fab_pair[f].0 == usize::MAX {
+                    self.fab_pair[f] = (x, y);
+                    self.fab_used.push(f);
+                }
+                self.fab[f] += b;
+                if self.congested {
+                    self.senders[rx as usize].push(tx);
+                }
+            }
+            self.net_tx[x] += sum;
+        }
+    }
+
+    /// Intra-node blocks, straight from source to destination: routed
+    /// once, their link loads replayed for every later candidate.
     fn route_intra_blocks(&mut self) {
+        if let Some(blocks) = self.intra_blocks.take() {
+            for &(l, b) in &blocks {
+                self.add(l, b);
+            }
+            self.intra_blocks = Some(blocks);
+            return;
+        }
+        // Routed on their own: the loads touched now are the blocks' alone.
+        let earlier = std::mem::take(&mut self.touched);
+        let saved: Vec<(LinkId, f64)> = earlier
+            .iter()
+            .map(|&l| (l, std::mem::take(&mut self.load[l as usize])))
+            .collect();
         let (g, n) = (self.g, self.g * self.nodes);
         for s in 0..n {
             let a = s / g;
@@ -442,6 +619,15 @@ impl<'a> Estimator<'a> {
                 }
             }
         }
+        let blocks: Vec<(LinkId, f64)> = self
+            .touched
+            .iter()
+            .map(|&l| (l, self.load[l as usize]))
+            .collect();
+        for (l, b) in saved {
+            self.add(l, b);
+        }
+        self.intra_blocks = Some(blocks);
     }
 
     /// `fast`'s balancing: what a GPU sends to a node beyond its share
@@ -455,8 +641,8 @@ impl<'a> Estimator<'a> {
                 for l in 0..g {
                     let s = a * g + l;
                     let d = b * g + l;
-                    let sent: f64 = (0..g).map(|j| self.traffic.get(s, b * g + j) as f64).sum();
-                    let recv: f64 = (0..g).map(|i| self.traffic.get(a * g + i, d) as f64).sum();
+                    let sent = self.to_node[s * nodes + b];
+                    let recv = self.from_node[d * nodes + a];
                     // Over a switch any one peer will do; a mesh spreads
                     // the excess over every link of the GPU.
                     let peers = if self.mesh { g - 1 } else { 1 };
@@ -491,47 +677,79 @@ impl<'a> Estimator<'a> {
         }
     }
 
-    /// Bytes from NIC `x` to NIC `y` (`node * p + rail`): the network links
-    /// of the path between their GPUs (the PCIe hops are the GPUs' own).
-    fn route_net(&mut self, x: usize, y: usize, bytes: f64) {
+    /// Bytes from NIC `x` to NIC `y` (`node * p + rail`) on different
+    /// nodes, without a path walk: a NIC's egress carries what it sends, an
+    /// ingress what it receives, and a fabric link (uplink, downlink)
+    /// depends only on the (leaf or group, rail) of each end, so
+    /// [`Self::flush_net`] prices the fabric with one path per such pair.
+    fn route_net(&mut self, x: usize, y: usize, bytes: f64, msgs: f64) {
         if bytes == 0.0 {
             return;
         }
-        let (s, d) = (self.rep[x], self.rep[y]);
-        if s == usize::MAX || d == usize::MAX {
+        let (Some(tx), Some(rx)) = (self.nic_tx[x], self.nic_rx[y]) else {
             return;
+        };
+        self.net_tx[x] += bytes;
+        self.net_msgs[x] += msgs;
+        self.net_rx[y] += bytes;
+        let f = self.fab_of[x] * self.lp + self.fab_of[y];
+        if self.fab_pair[f].0 == usize::MAX {
+            self.fab_pair[f] = (x, y);
+            self.fab_used.push(f);
         }
-        self.path.clear();
-        self.topo.path_into(s, d, &mut self.path);
-        let mut tx = None;
-        for i in 0..self.path.len() {
-            let l = self.path[i];
-            match self.topo.link(l).class {
-                LinkClass::PcieIn | LinkClass::PcieOut => {}
-                LinkClass::NicTx => {
-                    tx = Some(l);
-                    self.add(l, bytes);
-                }
-                LinkClass::NicRx => {
-                    if let (true, Some(t)) = (self.congested, tx) {
-                        self.senders[l as usize].push(t);
-                    }
-                    self.add(l, bytes);
-                }
-                _ => self.add(l, bytes),
+        self.fab[f] += bytes;
+        if self.congested {
+            self.senders[rx as usize].push(tx);
+        }
+    }
+
+    /// Moves the aggregated network bytes onto their links.
+    fn flush_net(&mut self) {
+        for x in 0..self.net_tx.len() {
+            let t = std::mem::take(&mut self.net_tx[x]);
+            let m = std::mem::take(&mut self.net_msgs[x]);
+            if let (true, Some(l)) = (t > 0.0, self.nic_tx[x]) {
+                // Each message costs `per_message_us` of egress at goodput.
+                let extra = m * self.per_message_us * self.topo.link(l).bandwidth * self.goodput;
+                self.add(l, t + extra);
+            }
+            let r = std::mem::take(&mut self.net_rx[x]);
+            if let (true, Some(l)) = (r > 0.0, self.nic_rx[x]) {
+                self.add(l, r);
             }
         }
+        let used = std::mem::take(&mut self.fab_used);
+        for &f in &used {
+            let (x, y) = std::mem::replace(&mut self.fab_pair[f], (usize::MAX, usize::MAX));
+            let b = std::mem::take(&mut self.fab[f]);
+            self.path.clear();
+            self.topo
+                .path_into(self.rep[x], self.rep[y], &mut self.path);
+            for i in 0..self.path.len() {
+                let l = self.path[i];
+                if matches!(
+                    self.topo.link(l).class,
+                    LinkClass::Uplink | LinkClass::Downlink | LinkClass::Generic
+                ) {
+                    self.add(l, b);
+                }
+            }
+        }
+        self.fab_used = used;
+        self.fab_used.clear();
     }
 
     /// The busiest network and intra-node links of the loads routed since
     /// the last call, which it clears.
     fn price(&mut self) -> Priced {
+        self.flush_net();
         let mut c = Priced::default();
         let touched = std::mem::take(&mut self.touched);
         // Congested: a NIC ingress heard by more NICs at once than the
         // incast threshold delivers less, and (head-of-line blocking) holds
         // back the NICs sending to it as much.
-        let mut slow = Vec::new();
+        // Each link's efficiency: the lowest of its own ingress and of
+        // the ingresses it sends to (one pass over the sender lists).
         if self.congested {
             for &l in &touched {
                 let s = &mut self.senders[l as usize];
@@ -540,21 +758,15 @@ impl<'a> Estimator<'a> {
                 }
                 s.sort_unstable();
                 s.dedup();
-                let eff = self.model.efficiency(s.len() as u32);
-                if eff < 1.0 {
-                    slow.push((l, eff));
+                let x = self.model.efficiency(s.len() as u32);
+                if x < 1.0 {
+                    self.eff[l as usize] = self.eff[l as usize].min(x);
+                    for &t in &self.senders[l as usize] {
+                        self.eff[t as usize] = self.eff[t as usize].min(x);
+                    }
                 }
             }
         }
-        let eff = |l: LinkId| -> f64 {
-            let mut e = 1.0f64;
-            for &(r, x) in &slow {
-                if r == l || self.senders[r as usize].binary_search(&l).is_ok() {
-                    e = e.min(x);
-                }
-            }
-            e
-        };
         for &l in &touched {
             let link = self.topo.link(l);
             let bytes = self.load[l as usize];
@@ -570,11 +782,16 @@ impl<'a> Estimator<'a> {
                 class => {
                     let e =
                         if self.congested && matches!(class, LinkClass::NicTx | LinkClass::NicRx) {
-                            eff(l)
+                            self.eff[l as usize]
                         } else {
                             1.0
                         };
-                    let t = bytes / (link.bandwidth * e);
+                    let g = if matches!(class, LinkClass::NicTx | LinkClass::NicRx) {
+                        self.goodput
+                    } else {
+                        1.0
+                    };
+                    let t = bytes / (link.bandwidth * g * e);
                     if t > c.net {
                         c.net = t;
                         c.net_link = Some(l);
@@ -585,6 +802,7 @@ impl<'a> Estimator<'a> {
         for &l in &touched {
             self.load[l as usize] = 0.0;
             self.senders[l as usize].clear();
+            self.eff[l as usize] = 1.0;
         }
         self.touched = touched;
         self.touched.clear();
@@ -664,10 +882,8 @@ mod tests {
             hot.set(s, 5, 8 << 20);
         }
         for m in [TrafficMatrix::uniform(8, 1 << 20), hot] {
-            // The estimates know incast but not the calibration's goodput
-            // and per-message cost: judged at line rate.
-            for net in [Network::Ideal, Network::Stress] {
-                let opts = SimOptions::uncalibrated(net);
+            for net in [Network::Ideal, Network::Calibrated, Network::Stress] {
+                let opts = SimOptions::new(net);
                 let time = |a: Algorithm| {
                     let p = schedule(a, &topo, &m, &Options::default()).unwrap();
                     simulate(&topo, &p, &opts).unwrap().completion_us
@@ -686,6 +902,82 @@ mod tests {
                 assert!(got >= cut_bound(&topo, &m).cut_us * (1.0 - 1e-9));
             }
         }
+    }
+
+    /// The aggregated network routing (NIC sums, one path per (leaf or
+    /// group, rail) pair) loads every link and hears every sender as one
+    /// path per NIC pair does.
+    #[test]
+    fn aggregated_routing_matches_a_path_per_nic_pair() {
+        use crate::topology::{FabricSpec, TopologySpec};
+        for (fabric, nodes) in [
+            (None, 3),
+            (Some(FabricSpec::fat_tree(2, 2.0, 1.0)), 4),
+            (Some(FabricSpec::rail_optimized(Some(2), 2.0, 1.0)), 4),
+        ] {
+            let mut spec = TopologySpec::preset("dgx-h100", nodes, Some(4)).unwrap();
+            spec.fabric = fabric;
+            let topo = Topology::from_spec(spec, "t").unwrap();
+            let m = traffic(topo.ranks(), Pattern::Hotspot(0.4), 3);
+            let mut e = Estimator::new(&topo, &m, Network::Stress);
+            // Bytes only: no per-message cost on the egress links.
+            e.per_message_us = 0.0;
+            e.route_direct();
+            e.flush_net();
+            let np = e.nodes * e.p;
+            let mut load = vec![0.0; topo.num_links()];
+            let mut senders = vec![Vec::new(); topo.num_links()];
+            for x in 0..np {
+                for y in 0..np {
+                    let b = e.rail_bytes[x * np + y];
+                    if b == 0.0 {
+                        continue;
+                    }
+                    let path = topo.path(e.rep[x], e.rep[y]);
+                    for &l in &path {
+                        match topo.link(l).class {
+                            LinkClass::PcieIn | LinkClass::PcieOut => {}
+                            LinkClass::NicRx => {
+                                senders[l as usize].push(path[1]);
+                                load[l as usize] += b;
+                            }
+                            _ => load[l as usize] += b,
+                        }
+                    }
+                }
+            }
+            assert!(load.iter().any(|&b| b > 0.0));
+            for (l, (&a, &w)) in e.load.iter().zip(&load).enumerate() {
+                assert!((a - w).abs() <= 1e-9 * w.max(1.0), "link {l}: {a} vs {w}");
+                assert_eq!(e.senders[l], senders[l], "link {l}");
+            }
+        }
+    }
+
+    /// Regression (the sweep's 2x8 DGX-H100, MoE Zipf 0): in the calibrated
+    /// mode `fast`'s many chunks pay 3 us each and `deepep` wins; estimates
+    /// without the per-message cost chose `fast`, 1.20x the best.
+    #[test]
+    fn calibrated_mode_prices_messages() {
+        let topo = Topology::preset("dgx-h100", 2, None).unwrap();
+        let mut spec = TrafficSpec::new(topo.ranks(), Pattern::Zipf(0.0));
+        spec.seed = 7;
+        spec.gpus_per_node = topo.gpus_per_node();
+        spec.bytes = 1 << 20;
+        spec.moe.tokens_per_rank = 1024;
+        let m = generate(&spec).unwrap();
+        let opts = SimOptions::new(Network::Calibrated);
+        let time = |a: Algorithm| {
+            let p = schedule(a, &topo, &m, &Options::default()).unwrap();
+            simulate(&topo, &p, &opts).unwrap().completion_us
+        };
+        let best = CANDIDATES
+            .iter()
+            .map(|&a| time(a))
+            .fold(f64::INFINITY, f64::min);
+        let choice = choose(&topo, &m, Network::Calibrated);
+        let got = time(choice.algorithm());
+        assert!(got <= best * 1.01, "{} {got} vs best {best}", choice.chosen);
     }
 
     #[test]
