@@ -11,6 +11,7 @@
 //! public face of this type.
 
 use super::balance::{Lane, LaneWeights, Piece};
+use super::leaves::LeafStages;
 use super::mesh::MeshRelief;
 use super::stages::{Decomposer, StagePair};
 use super::window::MIN_DEPTH;
@@ -93,6 +94,8 @@ pub(crate) struct Emitter {
     pub(super) targets: Vec<u64>,
     pub(super) scratch_gather: Vec<u64>,
     pub(super) decomposer: Decomposer,
+    /// The fabric's leaves, where their uplinks can be the cut (leaves.rs).
+    pub(super) leaf_stages: Option<LeafStages>,
     pub(super) stages: Vec<StagePair>,
     pub(super) stage_count: u32,
     pub(super) depth: u32,
@@ -211,6 +214,7 @@ impl Emitter {
             targets: Vec::with_capacity(gpus),
             scratch_gather: Vec::with_capacity(ranks),
             decomposer: Decomposer::default(),
+            leaf_stages: LeafStages::from_topology(topo, nic_rate * rails),
             stages: Vec::new(),
             stage_count: 0,
             depth: 1,
@@ -437,6 +441,18 @@ impl Emitter {
             self.stage_count = u32::from(!self.stages.is_empty());
             self.depth = u32::MAX;
             return;
+        }
+        // About one send per lane and part (see leaves.rs).
+        let part = self
+            .chunk_size(self.chunk_bounds())
+            .saturating_mul(self.gpus as u64);
+        if let Some(leaves) = self.leaf_stages.as_mut() {
+            let s = self.opts.stages_per_node;
+            let (dec, t) = (&mut self.decomposer, &self.node_bytes);
+            if let Some(count) = leaves.decompose(dec, nn, t, s, part, &mut self.stages) {
+                self.stage_count = count;
+                return;
+            }
         }
         let per = self.opts.stages_per_node * (nn.saturating_sub(1)).max(1) as f64;
         self.stage_count = self.decomposer.decompose(
