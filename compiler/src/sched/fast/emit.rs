@@ -17,7 +17,7 @@ use super::stages::{Decomposer, StagePair};
 use super::window::MIN_DEPTH;
 use crate::error::{num, Error, Result};
 use crate::plan::{Buffer, Deps, Path, Plan, Transfer};
-use crate::topology::{IntraKind, Topology};
+use crate::topology::{FabricKind, IntraKind, Topology};
 use crate::traffic::TrafficMatrix;
 
 /// Knobs of the planner. The defaults are what `fast` uses;
@@ -129,6 +129,10 @@ pub(crate) struct Emitter {
     pub(super) one_nic_few_peers: bool,
     /// Every node pair of the last plan was sent directly (no balancing).
     pub(super) all_direct: bool,
+    /// A send from one rail to another crosses an oversubscribed spine
+    /// (rail-optimized fabric): direct lanes, which are not rail-aligned,
+    /// would load it where balanced lanes never touch it.
+    pub(super) cross_rail_spine: bool,
     /// Last balancing move into each GPU's scratch.
     pub(super) last_move: Vec<u32>,
     /// Mesh only: the last balancing move over each intra-node link `s → d`
@@ -232,6 +236,10 @@ impl Emitter {
             merged: false,
             one_nic_few_peers: rails == 1.0 && nodes.saturating_sub(1) <= MIN_DEPTH as usize,
             all_direct: false,
+            cross_rail_spine: rails > 1.0
+                && topo.spec().fabric.as_ref().is_some_and(|f| {
+                    f.kind == FabricKind::RailOptimized && f.oversubscription > 1.0
+                }),
             last_move: Vec::with_capacity(ranks),
             early_move: Vec::new(),
             early_out: Vec::new(),
