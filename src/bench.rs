@@ -54,12 +54,27 @@ pub struct Row {
     pub transfers: usize,
 }
 
-fn cluster(preset: &str, nodes: usize, leaf: Option<(usize, f64)>) -> Result<(String, Topology)> {
+/// An oversubscribed fabric of the suite: leaves (or rail groups) of
+/// `nodes` nodes, `over`:1.
+#[derive(Clone, Copy)]
+enum Fabric {
+    FatTree { nodes: usize, over: f64 },
+    Rail { nodes: usize, over: f64 },
+}
+
+fn cluster(preset: &str, nodes: usize, fabric: Option<Fabric>) -> Result<(String, Topology)> {
     let mut spec = TopologySpec::preset(preset, nodes, None)?;
     let mut name = format!("{preset} {nodes}x8");
-    if let Some((k, over)) = leaf {
-        spec.fabric = Some(FabricSpec::fat_tree(k, over, 1.0));
-        name = format!("{name} fat-tree {over}:1");
+    match fabric {
+        Some(Fabric::FatTree { nodes: k, over }) => {
+            spec.fabric = Some(FabricSpec::fat_tree(k, over, 1.0));
+            name = format!("{name} fat-tree {over}:1");
+        }
+        Some(Fabric::Rail { nodes: k, over }) => {
+            spec.fabric = Some(FabricSpec::rail_optimized(Some(k), over, 1.0));
+            name = format!("{name} rail {over}:1");
+        }
+        None => {}
     }
     let topo = Topology::from_spec(spec, &name)?;
     Ok((name, topo))
@@ -92,12 +107,20 @@ pub fn suite(quick: bool) -> Result<Vec<Case>> {
     for &n in sizes {
         clusters.push(cluster("dgx-h100", n, None)?);
     }
+    let fat_tree = |over| Some(Fabric::FatTree { nodes: 4, over });
     if quick {
-        clusters.push(cluster("dgx-h100", 8, Some((4, 4.0)))?);
+        clusters.push(cluster("dgx-h100", 8, fat_tree(4.0))?);
         clusters.push(cluster("mi300x", 2, None)?);
     } else {
-        clusters.push(cluster("dgx-h100", 8, Some((4, 2.0)))?);
-        clusters.push(cluster("dgx-h100", 8, Some((4, 4.0)))?);
+        clusters.push(cluster("dgx-h100", 8, fat_tree(2.0))?);
+        clusters.push(cluster("dgx-h100", 8, fat_tree(4.0))?);
+        // Rail groups of 4 nodes whose spine links carry half their NICs'
+        // bandwidth: the group's spine cut binds as a 2:1 leaf's uplinks do.
+        let rail = Some(Fabric::Rail {
+            nodes: 4,
+            over: 2.0,
+        });
+        clusters.push(cluster("dgx-h100", 8, rail)?);
         clusters.push(cluster("mi300x", 4, None)?);
     }
     let mut cases = Vec::new();

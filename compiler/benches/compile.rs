@@ -13,6 +13,11 @@
 //! per rank; `fast` still slices its whole plan (128x8 only: that is the
 //! cost a per-rank `fast` would remove).
 //!
+//! `fast-intraskew` and `fast-intraskew-fat-tree-2to1` (8x8, 16x8): one
+//! intra-node-skewed matrix on full bisection (the plain decomposition) and
+//! on a 2:1 fat-tree of 4 nodes per leaf (the layered stages of
+//! sched/fast/leaves.rs).
+//!
 //! `auto_choose` and `auto` (8x8 only): `auto`'s estimates alone, and
 //! estimates plus the chosen plan through `Planner::auto`.
 //!
@@ -26,6 +31,7 @@ use switchyard_compiler::planner::{Planner, PlannerOptions};
 use switchyard_compiler::rank::LocalProgram;
 use switchyard_compiler::sched::auto::choose;
 use switchyard_compiler::sim::Network;
+use switchyard_compiler::topology::{FabricSpec, TopologySpec};
 use switchyard_compiler::{Algorithm, Plan, Topology, TrafficMatrix};
 
 fn plan_time(c: &mut Criterion) {
@@ -102,6 +108,34 @@ fn plan_time(c: &mut Criterion) {
                 &traffic,
                 |b, m| b.iter(|| planner.plan_into(m, &mut plan).expect("plan")),
             );
+        }
+        // Where a fat-tree's leaf uplinks bind (4 nodes per leaf, 2:1, even
+        // node lines), `fast` decomposes two layers and cuts them into parts
+        // (sched/fast/leaves.rs); the same matrix on full bisection takes the
+        // plain decomposition.
+        if nodes <= 16 {
+            let mut spec = TrafficSpec::new(topo.ranks(), Pattern::IntraSkew(1.2));
+            spec.seed = 1;
+            let traffic = generate(&spec).expect("traffic");
+            let mut fat = TopologySpec::preset("dgx-h100", nodes, None).expect("preset");
+            fat.fabric = Some(FabricSpec::fat_tree(4, 2.0, 1.0));
+            let fat = Topology::from_spec(fat, "fat-tree 2:1").expect("topology");
+            for (name, t) in [
+                ("fast-intraskew", &topo),
+                ("fast-intraskew-fat-tree-2to1", &fat),
+            ] {
+                let (mut planner, mut plan) = first_plan(
+                    t,
+                    PlannerOptions::default(),
+                    &traffic,
+                    &format!("{name} {nodes}x8"),
+                );
+                group.bench_with_input(
+                    BenchmarkId::new(name, format!("{nodes}x8")),
+                    &traffic,
+                    |b, m| b.iter(|| planner.plan_into(m, &mut plan).expect("plan")),
+                );
+            }
         }
     }
     group.finish();

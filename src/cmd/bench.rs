@@ -188,6 +188,7 @@ fn print_summary(rows: &[Row], algs: &[Algorithm]) {
                 r.algorithm == alg.name()
                     && r.workload != "uniform"
                     && !r.cluster.contains("fat-tree")
+                    && !r.cluster.contains(" rail ")
             })
             .collect();
         if sel.is_empty() {

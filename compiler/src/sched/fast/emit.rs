@@ -11,12 +11,13 @@
 //! public face of this type.
 
 use super::balance::{Lane, LaneWeights, Piece};
+use super::leaves::LeafStages;
 use super::mesh::MeshRelief;
 use super::stages::{Decomposer, StagePair};
 use super::window::MIN_DEPTH;
 use crate::error::{num, Error, Result};
 use crate::plan::{Buffer, Deps, Path, Plan, Transfer};
-use crate::topology::{IntraKind, Topology};
+use crate::topology::{FabricKind, IntraKind, Topology};
 use crate::traffic::TrafficMatrix;
 
 /// Knobs of the planner. The defaults are what `fast` uses;
@@ -93,6 +94,8 @@ pub(crate) struct Emitter {
     pub(super) targets: Vec<u64>,
     pub(super) scratch_gather: Vec<u64>,
     pub(super) decomposer: Decomposer,
+    /// The fabric's leaves, where their uplinks can be the cut (leaves.rs).
+    pub(super) leaf_stages: Option<LeafStages>,
     pub(super) stages: Vec<StagePair>,
     pub(super) stage_count: u32,
     pub(super) depth: u32,
@@ -126,6 +129,10 @@ pub(crate) struct Emitter {
     pub(super) one_nic_few_peers: bool,
     /// Every node pair of the last plan was sent directly (no balancing).
     pub(super) all_direct: bool,
+    /// A send from one rail to another crosses an oversubscribed spine
+    /// (rail-optimized fabric): direct lanes, which are not rail-aligned,
+    /// would load it where balanced lanes never touch it.
+    pub(super) cross_rail_spine: bool,
     /// Last balancing move into each GPU's scratch.
     pub(super) last_move: Vec<u32>,
     /// Mesh only: the last balancing move over each intra-node link `s → d`
@@ -211,6 +218,7 @@ impl Emitter {
             targets: Vec::with_capacity(gpus),
             scratch_gather: Vec::with_capacity(ranks),
             decomposer: Decomposer::default(),
+            leaf_stages: LeafStages::from_topology(topo, nic_rate * rails),
             stages: Vec::new(),
             stage_count: 0,
             depth: 1,
@@ -228,6 +236,10 @@ impl Emitter {
             merged: false,
             one_nic_few_peers: rails == 1.0 && nodes.saturating_sub(1) <= MIN_DEPTH as usize,
             all_direct: false,
+            cross_rail_spine: rails > 1.0
+                && topo.spec().fabric.as_ref().is_some_and(|f| {
+                    f.kind == FabricKind::RailOptimized && f.oversubscription > 1.0
+                }),
             last_move: Vec::with_capacity(ranks),
             early_move: Vec::new(),
             early_out: Vec::new(),
@@ -437,6 +449,18 @@ impl Emitter {
             self.stage_count = u32::from(!self.stages.is_empty());
             self.depth = u32::MAX;
             return;
+        }
+        // About one send per lane and part (see leaves.rs).
+        let part = self
+            .chunk_size(self.chunk_bounds())
+            .saturating_mul(self.gpus as u64);
+        if let Some(leaves) = self.leaf_stages.as_mut() {
+            let s = self.opts.stages_per_node;
+            let (dec, t) = (&mut self.decomposer, &self.node_bytes);
+            if let Some(count) = leaves.decompose(dec, nn, t, s, part, &mut self.stages) {
+                self.stage_count = count;
+                return;
+            }
         }
         let per = self.opts.stages_per_node * (nn.saturating_sub(1)).max(1) as f64;
         self.stage_count = self.decomposer.decompose(

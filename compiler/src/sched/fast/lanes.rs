@@ -48,7 +48,14 @@ impl Emitter {
         // the same NICs) they made incast (congested 4x8 hotspot: 1.03x ->
         // 1.11x the bound). Only with stages: `spray` sent directly is
         // `direct` (congested uniform 4x8: 2.49x instead of 1.10x).
-        let mut all_direct = self.opts.balance && self.opts.staged && self.blocks_are_long();
+        // Nor where crossing rails costs spine bandwidth (rail-optimized,
+        // oversubscribed): there 7/8 of a direct lane's bytes would climb
+        // the spine (near-uniform 8x8 at 2:1: `direct` 1.75x the bound,
+        // docs/benchmarks.md).
+        let mut all_direct = self.opts.balance
+            && self.opts.staged
+            && !self.cross_rail_spine
+            && self.blocks_are_long();
         'pairs: for a in 0..nn {
             for b in (0..nn).filter(|&b| b != a) {
                 if !all_direct {

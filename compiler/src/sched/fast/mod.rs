@@ -21,6 +21,7 @@ mod forwards;
 mod intra;
 mod lanes;
 mod layout;
+mod leaves;
 pub(crate) mod mesh;
 mod sends;
 mod slots;
