@@ -346,9 +346,9 @@ fn compile_rank(a: &CompileArgs, alg: Algorithm, rank: usize) -> CliResult {
         super::check_out_dir(p)?;
     }
     let mut planner = if alg == Algorithm::Auto {
-        Planner::auto(&topo, PlannerOptions::default(), network)?
+        Planner::auto(&topo, PlannerOptions::for_network(network), network)?
     } else {
-        Planner::for_algorithm(&topo, alg, PlannerOptions::default())?
+        Planner::for_algorithm(&topo, alg, PlannerOptions::for_network(network))?
     };
     let t0 = Instant::now();
     let prog = planner.program(rank, &m)?;

@@ -22,7 +22,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{deepep, direct, fast, hierarchical, pxn, pxn_relay, spray, Algorithm};
+use super::{deepep, direct, hierarchical, pxn, pxn_relay, spray, Algorithm};
 use crate::error::Result;
 use crate::plan::Plan;
 use crate::sim::{CongestionModel, Network, SimOptions};
@@ -76,18 +76,27 @@ pub fn auto(
 ) -> Result<(Plan, AutoChoice)> {
     traffic.check_ranks(topo.ranks(), "traffic")?;
     let choice = choose(topo, traffic, network);
-    let mut plan = build(choice.algorithm(), topo, traffic)?;
+    let mut plan = build(choice.algorithm(), topo, traffic, network)?;
     // As `sched::schedule` does: the plan names the matrix it was made for.
     plan.traffic_fingerprint = Some(traffic.fingerprint());
     Ok((plan, choice))
 }
 
-fn build(alg: Algorithm, topo: &Topology, traffic: &TrafficMatrix) -> Result<Plan> {
+fn build(
+    alg: Algorithm,
+    topo: &Topology,
+    traffic: &TrafficMatrix,
+    network: Network,
+) -> Result<Plan> {
     Ok(match alg {
         Algorithm::Pxn => pxn(topo, traffic),
         Algorithm::Deepep => deepep(topo, traffic),
         Algorithm::Hierarchical => hierarchical(topo, traffic),
-        Algorithm::Fast => fast(topo, traffic)?,
+        Algorithm::Fast => super::fast::fast_with(
+            topo,
+            traffic,
+            crate::planner::PlannerOptions::for_network(network),
+        )?,
         Algorithm::Spray => spray(topo, traffic)?,
         _ => direct(topo, traffic),
     })
@@ -857,7 +866,13 @@ mod tests {
             let m = traffic(12, pattern, i as u64);
             for net in [Network::Ideal, Network::Congested] {
                 let (plan, choice) = auto(&topo, &m, net).unwrap();
-                let named = schedule(choice.algorithm(), &topo, &m, &Options::default()).unwrap();
+                // For the same network: `fast` sizes its chunks by its
+                // per-message cost.
+                let opts = Options {
+                    network: net,
+                    ..Options::default()
+                };
+                let named = schedule(choice.algorithm(), &topo, &m, &opts).unwrap();
                 assert_eq!(plan, named, "{}", choice.chosen);
                 assert_eq!(plan.algorithm, choice.chosen);
                 assert_eq!(choice.estimates.len(), CANDIDATES.len());
