@@ -10,12 +10,9 @@ use super::mul_div;
 const TAPER_SPLITS: u32 = 2;
 /// No tapered send is cut below this many bytes.
 const MIN_TAPER_BYTES: u64 = 4096;
-/// With a per-message cost `p`, no tapered send is shorter than this many
-/// `p` on its NIC. Measured on the calibrated sweeps (docs/benchmarks.md):
-/// no taper at all cost DGX-H100 2x8 hotspot 1.216 -> 1.301 of the bound
-/// (its few large last sends all land together and are forwarded after
-/// the NICs finish); a threshold of about 4.5 `p` (DGX-H100) and 2.5 `p`
-/// (MI300X) did best on each.
+/// With a per-message cost `p`, a tapered send is cut only while its halves
+/// take at least this many `p` on the NIC, or at least what the NVLink hop
+/// forwards in `p` (see [`Emitter::min_taper_bytes`]).
 const TAPER_MESSAGES: f64 = 4.0;
 
 impl Emitter {
@@ -69,13 +66,24 @@ impl Emitter {
     }
 
     /// No tapered send is cut below this many bytes: [`MIN_TAPER_BYTES`],
-    /// and with a per-message cost `p`, what a lane sends in [`TAPER_MESSAGES`]
-    /// `· p`: each cut adds a message, so a piece pays at most a quarter of
-    /// its time for it.
+    /// and with a per-message cost `p` the smaller of two sizes. Each cut
+    /// adds a message (`p` on the NIC) and halves the forward of the
+    /// piece that lands last, which pays when the piece's half takes longer
+    /// than `p` on the NVLink hop: `2 p b_nv`, short on a mesh (64 GB/s per
+    /// pair link, 384 KB at 3 us), long on NVSwitch (2.7 MB). On NVSwitch
+    /// the last sends in flight still land together, so a piece taking
+    /// [`TAPER_MESSAGES`] `p` on its NIC is cut too (600 KB on a 50 GB/s NIC).
+    /// Measured on the calibrated sweeps (docs/benchmarks.md): no taper cost
+    /// DGX-H100 2x8 hotspot 1.146 -> 1.301 of the bound (its four large last
+    /// sends land together and are forwarded after the NICs finish); on
+    /// MI300X 2x8 log-normal 1.0 the 600 KB threshold gave 1.356-1.406
+    /// against 1.290 with 384 KB.
     fn min_taper_bytes(&self) -> u64 {
+        let p = self.opts.per_message_us;
         let lane_rate = self.nic_rate / self.weights.max_sharing() as f64;
-        let by_message = TAPER_MESSAGES * self.opts.per_message_us * lane_rate;
-        MIN_TAPER_BYTES.max(by_message as u64)
+        let by_nic = TAPER_MESSAGES * p * lane_rate;
+        let by_hop = 2.0 * p * self.intra_rate;
+        MIN_TAPER_BYTES.max(by_nic.min(by_hop) as u64)
     }
 
     /// The two lower bounds on the chunk size (bytes): by the NVLink hop
