@@ -62,7 +62,7 @@ pub struct CompileArgs {
     /// Write a JSON report here.
     #[arg(long)]
     report: Option<PathBuf>,
-    /// Network mode of the report's simulation: calibrated (fitted to measured clusters), ideal (line rate), congested, or stress (a harsh incast assumption).
+    /// Network mode the plan is made for and the report's simulation runs in: calibrated (fitted to measured clusters), ideal (line rate), congested, or stress (a harsh incast assumption).
     #[arg(long, default_value = "calibrated")]
     network: String,
     /// LP time limit in seconds: `lp`'s solve, building the model included

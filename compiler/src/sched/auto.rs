@@ -284,15 +284,18 @@ impl<'a> Estimator<'a> {
             .collect::<std::collections::BTreeSet<_>>()
             .len();
         let exchange_us = line / (nic_rate * rails as f64).max(f64::MIN_POSITIVE);
-        let chunk = (0.005 * exchange_us * topo.intra_bandwidth())
-            .max(4.0 * inter_latency * nic_rate)
-            .max(1.0);
         let sim = SimOptions::new(network);
         let (goodput, per_message_us) = if network == Network::Ideal {
             (1.0, 0.0)
         } else {
             (sim.calibration.nic_goodput, sim.calibration.per_message_us)
         };
+        // With a per-message cost, `fast` plans larger chunks (eq. 4').
+        let by_message = (exchange_us * nic_rate * per_message_us * topo.intra_bandwidth()).sqrt();
+        let chunk = (0.005 * exchange_us * topo.intra_bandwidth())
+            .max(4.0 * inter_latency * nic_rate)
+            .max(by_message)
+            .max(1.0);
         // Each NIC's links, from one path to (or from) another node.
         let (mut nic_tx, mut nic_rx) = (vec![None; nodes * p], vec![None; nodes * p]);
         let mut path = Vec::with_capacity(8);
@@ -982,8 +985,12 @@ mod tests {
         spec.moe.tokens_per_rank = 1024;
         let m = generate(&spec).unwrap();
         let opts = SimOptions::new(Network::Calibrated);
+        let plan_opts = Options {
+            network: Network::Calibrated,
+            ..Options::default()
+        };
         let time = |a: Algorithm| {
-            let p = schedule(a, &topo, &m, &Options::default()).unwrap();
+            let p = schedule(a, &topo, &m, &plan_opts).unwrap();
             simulate(&topo, &p, &opts).unwrap().completion_us
         };
         let best = CANDIDATES
