@@ -276,7 +276,12 @@ impl PyPlanner {
                 chunk_bytes: chunk_bytes
                     .map(|c| count(c, "chunk_bytes", 1).map(|c| c as u64))
                     .transpose()?,
-                per_message_us: defaults.per_message_us,
+                // `spray`, the ablation, keeps line-rate chunks (as the CLI's).
+                per_message_us: if is_fast {
+                    defaults.per_message_us
+                } else {
+                    0.0
+                },
             };
             Engine::Reusable(Box::new(
                 FastPlanner::new(&topology.inner, opts).map_err(py_err)?,

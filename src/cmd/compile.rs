@@ -348,7 +348,13 @@ fn compile_rank(a: &CompileArgs, alg: Algorithm, rank: usize) -> CliResult {
     let mut planner = if alg == Algorithm::Auto {
         Planner::auto(&topo, PlannerOptions::for_network(network), network)?
     } else {
-        Planner::for_algorithm(&topo, alg, PlannerOptions::for_network(network))?
+        // `spray`, the ablation, keeps line-rate chunks (as `schedule` plans it).
+        let opts = if alg == Algorithm::Spray {
+            PlannerOptions::default()
+        } else {
+            PlannerOptions::for_network(network)
+        };
+        Planner::for_algorithm(&topo, alg, opts)?
     };
     let t0 = Instant::now();
     let prog = planner.program(rank, &m)?;
