@@ -9,9 +9,15 @@
 //! bound, `CutBound::best_us`), then the median, the worst and the
 //! geometric mean. Compare two builds line by line.
 //!
-//! cargo run --release --example fast_sweep -- [PRESET | shapes] [NODES,..] [--congested]
+//! `--calibrated` (or `--congested`) simulates in that network mode, against
+//! the bound at its NIC goodput, and plans for it (the planner is told the
+//! mode's per-message cost); the default is `ideal`. Each line ends with the
+//! simulated completion in us, so that runs against different bounds can be
+//! compared.
+//!
+//! cargo run --release --example fast_sweep -- [PRESET | shapes] [NODES,..] [--calibrated | --congested]
 
-use switchyard::compiler::bound::cut_bound;
+use switchyard::compiler::bound::cut_bound_goodput;
 use switchyard::compiler::generate::{generate, Pattern, TrafficSpec};
 use switchyard::compiler::planner::{Planner, PlannerOptions};
 use switchyard::compiler::sim::{simulate, Network, SimOptions};
@@ -47,6 +53,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     switchyard::restore_sigpipe();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let congested = args.iter().any(|a| a == "--congested");
+    let calibrated = args.iter().any(|a| a == "--calibrated");
     let mut plain = args.iter().filter(|a| !a.starts_with("--"));
     let preset = plain.next().map_or("mi300x", String::as_str);
     let nodes: Vec<usize> = match plain.next() {
@@ -55,9 +62,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let net = if congested {
         Network::Congested
+    } else if calibrated {
+        Network::Calibrated
     } else {
         Network::Ideal
     };
+    let sim = SimOptions::new(net);
     // Each topology with the (label, traffic spec) of its cases.
     let mut groups: Vec<(Topology, Vec<(String, TrafficSpec)>)> = Vec::new();
     if preset == "shapes" {
@@ -121,13 +131,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (topo, cases) in &groups {
         // One planner per topology, re-planning each case as a training loop
         // would.
-        let mut planner = Planner::new(topo, PlannerOptions::default())?;
+        let mut planner = Planner::new(topo, PlannerOptions::for_sim(&sim))?;
         for (label, spec) in cases {
             let m = generate(spec)?;
-            let bound = cut_bound(topo, &m).best_us();
+            let bound = cut_bound_goodput(topo, &m, sim.nic_goodput()).best_us();
             let plan = planner.plan(&m)?;
-            let t = simulate(topo, &plan, &SimOptions::new(net))?.completion_us;
-            println!("{label} {:.3}", t / bound);
+            let t = simulate(topo, &plan, &sim)?.completion_us;
+            println!("{label} {:.3} {t:.1}", t / bound);
             ratios.push(t / bound);
         }
     }

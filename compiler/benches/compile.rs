@@ -88,6 +88,21 @@ fn plan_time(c: &mut Criterion) {
                 );
             }
         }
+        // Planned for the calibrated network (3 us per message): larger
+        // chunks, fewer sends (docs/algorithms.md, eq. 4').
+        if nodes == 8 || nodes == 32 {
+            let (mut planner, mut plan) = first_plan(
+                &topo,
+                PlannerOptions::for_network(Network::Calibrated),
+                &traffic,
+                &format!("fast-calibrated {nodes}x8"),
+            );
+            group.bench_with_input(
+                BenchmarkId::new("fast-calibrated", format!("{nodes}x8")),
+                &traffic,
+                |b, m| b.iter(|| planner.plan_into(m, &mut plan).expect("plan")),
+            );
+        }
         // Decode-size exchanges (64 KB per pair on average): the chunks are
         // set by the latency bound and the pipeline windows are counted in
         // bytes (docs/algorithms.md, section 3), which costs the planner more

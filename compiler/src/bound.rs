@@ -7,7 +7,9 @@
 //! crosses the set. The bound is the largest such figure over the cuts the
 //! topology has (docs/cost-model.md, "Lower bound"):
 //! - each GPU's egress and ingress (all its links: NVLink and PCIe to its NIC),
-//!   crossed by all it sends or receives;
+//!   crossed by all it sends or receives; and, for a GPU with a NIC of its
+//!   own, its intra-node links together with that NIC's egress (ingress):
+//!   the NIC at its goodput, a mesh GPU's pair links plus its NIC;
 //! - each node's NIC egress and ingress, and its GPUs' PCIe links to the NICs,
 //!   crossed by all that leaves or enters the node;
 //! - each leaf's uplink and downlink, crossed by all that leaves or enters
@@ -188,6 +190,7 @@ fn cuts(topo: &Topology, m: &TrafficMatrix, ranks: usize) -> Vec<Cut> {
             _ => {}
         }
     }
+    out.extend(gpu_nic_cuts(topo, m, ranks));
     // Bytes between groups of ranks: node-level and leaf-level matrices.
     let mut node_m = vec![0u64; nodes * nodes];
     for s in 0..ranks {
@@ -250,6 +253,59 @@ fn cuts(topo: &Topology, m: &TrafficMatrix, ranks: usize) -> Vec<Cut> {
             name: down_name,
             links: down[l].clone(),
             bytes: leaf_in[l],
+        });
+    }
+    out
+}
+
+/// Cuts around a GPU and a NIC of its own (no other GPU's PCIe reaches
+/// it): everything the GPU sends leaves over its intra-node links (NVLink,
+/// or every xGMI pair link of a mesh) and that NIC's egress, and likewise
+/// in. Against the GPU's own cut (its intra-node links and its PCIe) this
+/// counts the NIC at its goodput outside `ideal`, and at its own rate where
+/// PCIe is faster than the NIC: on a mesh, a GPU's total egress over its
+/// pair links plus its NIC.
+fn gpu_nic_cuts(topo: &Topology, m: &TrafficMatrix, ranks: usize) -> Vec<Cut> {
+    let graph = topo.graph();
+    // The GPUs whose PCIe reaches each NIC vertex.
+    let mut gpus_of: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+    for e in graph.edge_references() {
+        if let (LinkClass::PcieOut, Vertex::Gpu(r)) = (e.weight().class, &graph[e.source()]) {
+            gpus_of.entry(e.target().index()).or_default().push(*r);
+        }
+    }
+    let mut out = Vec::new();
+    for (nic, gpus) in gpus_of {
+        let &[r] = gpus.as_slice() else {
+            continue;
+        };
+        if r >= ranks {
+            continue;
+        }
+        let nic = petgraph::graph::NodeIndex::new(nic);
+        let gpu = topo.gpu_vertex(r);
+        let links = |dir: Direction, pcie: LinkClass, nic_class: LinkClass| -> Vec<LinkId> {
+            graph
+                .edges_directed(gpu, dir)
+                .filter(|e| e.weight().class != pcie)
+                .chain(
+                    graph
+                        .edges_directed(nic, dir)
+                        .filter(|e| e.weight().class == nic_class),
+                )
+                .map(|e| e.id().index() as LinkId)
+                .collect()
+        };
+        let diag = m.get(r, r);
+        out.push(Cut {
+            name: format!("egress of GPU {r} and its NIC"),
+            links: links(Direction::Outgoing, LinkClass::PcieOut, LinkClass::NicTx),
+            bytes: (0..ranks).map(|d| m.get(r, d)).sum::<u64>() - diag,
+        });
+        out.push(Cut {
+            name: format!("ingress of GPU {r} and its NIC"),
+            links: links(Direction::Incoming, LinkClass::PcieIn, LinkClass::NicRx),
+            bytes: (0..ranks).map(|s| m.get(s, r)).sum::<u64>() - diag,
         });
     }
     out
@@ -464,6 +520,33 @@ mod tests {
             "{}",
             r.completion_us
         );
+    }
+
+    #[test]
+    fn mesh_gpu_and_its_nic_bind_at_goodput() {
+        // 2 x 4 MI300X: GPU 0 sends 10 MB to each of its 3 mesh peers and to
+        // each of the 4 GPUs of node 1.
+        let t = Topology::preset("mi300x", 2, Some(4)).unwrap();
+        let mut m = TrafficMatrix::zeros(8);
+        for d in 1..8 {
+            m.set(0, d, 10_000_000);
+        }
+        let lat = t.path_latency(0, 1);
+        // Line rate: the PCIe to its NIC is at the NIC's rate, so the GPU's
+        // own cut and the GPU-and-NIC cut agree.
+        let ideal = cut_bound(&t, &m);
+        let want = 70e6 / (3.0 * 64_000.0 + 50_000.0) + lat;
+        assert!((ideal.cut_us - want).abs() < 1e-6, "{ideal:?}");
+        // At goodput 0.86 only the NIC slows: the GPU with its NIC binds.
+        let lb = cut_bound_goodput(&t, &m, 0.86);
+        let want = 70e6 / (3.0 * 64_000.0 + 0.86 * 50_000.0) + lat;
+        assert!((lb.cut_us - want).abs() < 1e-6, "{lb:?}");
+        assert_eq!(lb.cut, "egress of GPU 0 and its NIC");
+        // A NIC shared by two GPUs is no GPU's own: no such cut.
+        let spec = TopologySpec::preset_shape("mi300x", 2, Some(4), Some(2)).unwrap();
+        let shared = Topology::from_spec(spec, "t").unwrap();
+        let lb = cut_bound_goodput(&shared, &m, 0.86);
+        assert!(!lb.cut.contains("its NIC"), "{lb:?}");
     }
 
     #[test]

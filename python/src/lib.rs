@@ -227,7 +227,8 @@ impl PyPlanner {
     #[new]
     #[pyo3(signature = (
         topology, algorithm="auto", *, pipeline_depth=None, stages_per_node=None,
-        balance=None, chunk_bytes=None, time_limit_s=None, max_lanes_per_gpu=None
+        balance=None, chunk_bytes=None, time_limit_s=None, max_lanes_per_gpu=None,
+        network="calibrated"
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -239,8 +240,12 @@ impl PyPlanner {
         chunk_bytes: Option<i64>,
         time_limit_s: Option<f64>,
         max_lanes_per_gpu: Option<i64>,
+        network: &str,
     ) -> PyResult<Self> {
         let alg: Algorithm = algorithm.parse().map_err(|e| arg_err(e, "algorithm"))?;
+        // The mode the plans are for (as `Plan.simulate`'s): `fast` sizes its
+        // chunks by its per-message cost, `auto` picks for it.
+        let network: Network = network.parse().map_err(|e| arg_err(e, "network"))?;
         let fast_like = matches!(alg, Algorithm::Fast | Algorithm::Spray);
         let is_lp = alg == Algorithm::Lp;
         let is_fast = alg == Algorithm::Fast;
@@ -260,7 +265,7 @@ impl PyPlanner {
             ));
         }
         let engine = if fast_like {
-            let defaults = PlannerOptions::default();
+            let defaults = PlannerOptions::for_network(network);
             let opts = PlannerOptions {
                 pipeline_depth: pipeline_depth
                     .map(|d| count(d, "pipeline_depth", 1).map(|d| d.min(u32::MAX as usize) as u32))
@@ -271,12 +276,21 @@ impl PyPlanner {
                 chunk_bytes: chunk_bytes
                     .map(|c| count(c, "chunk_bytes", 1).map(|c| c as u64))
                     .transpose()?,
+                // `spray`, the ablation, keeps line-rate chunks (as the CLI's).
+                per_message_us: if is_fast {
+                    defaults.per_message_us
+                } else {
+                    0.0
+                },
             };
             Engine::Reusable(Box::new(
                 FastPlanner::new(&topology.inner, opts).map_err(py_err)?,
             ))
         } else {
-            let mut opts = Options::default();
+            let mut opts = Options {
+                network,
+                ..Options::default()
+            };
             if let Some(t) = time_limit_s {
                 if !(t.is_finite() && t > 0.0) {
                     return Err(bad_arg(

@@ -43,8 +43,11 @@ class Planner(_native.Planner):
     ``Planner(topology, algorithm="auto", **options)``. ``auto`` (the
     default) picks, per matrix, the plan of ``direct``, ``pxn``, ``deepep``,
     ``hierarchical``, ``spray`` or ``fast`` that the cost model expects to
-    finish first (for the ideal network); the plan's ``algorithm`` names the
-    one it chose. Options by algorithm:
+    finish first; the plan's ``algorithm`` names the one it chose.
+    ``network`` (``calibrated``, the default as for ``Plan.simulate``,
+    ``ideal``, ``congested`` or ``stress``) is the mode the plans are for:
+    ``auto`` picks for it and ``fast`` sizes its chunks by its per-message
+    cost. Options by algorithm:
     ``fast``: ``pipeline_depth``, ``stages_per_node``, ``balance``,
     ``chunk_bytes``; ``spray``: ``balance``, ``chunk_bytes``; ``lp``:
     ``time_limit_s``, ``max_lanes_per_gpu``. An option the algorithm does not

@@ -83,6 +83,7 @@ class Planner:
         chunk_bytes: Optional[int] = None,
         time_limit_s: Optional[float] = None,
         max_lanes_per_gpu: Optional[int] = None,
+        network: str = "calibrated",
     ) -> None: ...
     @property
     def algorithm(self) -> str: ...

@@ -62,7 +62,7 @@ pub struct CompileArgs {
     /// Write a JSON report here.
     #[arg(long)]
     report: Option<PathBuf>,
-    /// Network mode of the report's simulation: calibrated (fitted to measured clusters), ideal (line rate), congested, or stress (a harsh incast assumption).
+    /// Network mode the plan is made for and the report's simulation runs in: calibrated (fitted to measured clusters), ideal (line rate), congested, or stress (a harsh incast assumption).
     #[arg(long, default_value = "calibrated")]
     network: String,
     /// LP time limit in seconds: `lp`'s solve, building the model included
@@ -346,9 +346,15 @@ fn compile_rank(a: &CompileArgs, alg: Algorithm, rank: usize) -> CliResult {
         super::check_out_dir(p)?;
     }
     let mut planner = if alg == Algorithm::Auto {
-        Planner::auto(&topo, PlannerOptions::default(), network)?
+        Planner::auto(&topo, PlannerOptions::for_network(network), network)?
     } else {
-        Planner::for_algorithm(&topo, alg, PlannerOptions::default())?
+        // `spray`, the ablation, keeps line-rate chunks (as `schedule` plans it).
+        let opts = if alg == Algorithm::Spray {
+            PlannerOptions::default()
+        } else {
+            PlannerOptions::for_network(network)
+        };
+        Planner::for_algorithm(&topo, alg, opts)?
     };
     let t0 = Instant::now();
     let prog = planner.program(rank, &m)?;

@@ -22,7 +22,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{deepep, direct, fast, hierarchical, pxn, pxn_relay, spray, Algorithm};
+use super::{deepep, direct, hierarchical, pxn, pxn_relay, spray, Algorithm};
 use crate::error::Result;
 use crate::plan::Plan;
 use crate::sim::{CongestionModel, Network, SimOptions};
@@ -76,18 +76,27 @@ pub fn auto(
 ) -> Result<(Plan, AutoChoice)> {
     traffic.check_ranks(topo.ranks(), "traffic")?;
     let choice = choose(topo, traffic, network);
-    let mut plan = build(choice.algorithm(), topo, traffic)?;
+    let mut plan = build(choice.algorithm(), topo, traffic, network)?;
     // As `sched::schedule` does: the plan names the matrix it was made for.
     plan.traffic_fingerprint = Some(traffic.fingerprint());
     Ok((plan, choice))
 }
 
-fn build(alg: Algorithm, topo: &Topology, traffic: &TrafficMatrix) -> Result<Plan> {
+fn build(
+    alg: Algorithm,
+    topo: &Topology,
+    traffic: &TrafficMatrix,
+    network: Network,
+) -> Result<Plan> {
     Ok(match alg {
         Algorithm::Pxn => pxn(topo, traffic),
         Algorithm::Deepep => deepep(topo, traffic),
         Algorithm::Hierarchical => hierarchical(topo, traffic),
-        Algorithm::Fast => fast(topo, traffic)?,
+        Algorithm::Fast => super::fast::fast_with(
+            topo,
+            traffic,
+            crate::planner::PlannerOptions::for_network(network),
+        )?,
         Algorithm::Spray => spray(topo, traffic)?,
         _ => direct(topo, traffic),
     })
@@ -275,15 +284,18 @@ impl<'a> Estimator<'a> {
             .collect::<std::collections::BTreeSet<_>>()
             .len();
         let exchange_us = line / (nic_rate * rails as f64).max(f64::MIN_POSITIVE);
-        let chunk = (0.005 * exchange_us * topo.intra_bandwidth())
-            .max(4.0 * inter_latency * nic_rate)
-            .max(1.0);
         let sim = SimOptions::new(network);
         let (goodput, per_message_us) = if network == Network::Ideal {
             (1.0, 0.0)
         } else {
             (sim.calibration.nic_goodput, sim.calibration.per_message_us)
         };
+        // With a per-message cost, `fast` plans larger chunks (eq. 4').
+        let by_message = (exchange_us * nic_rate * per_message_us * topo.intra_bandwidth()).sqrt();
+        let chunk = (0.005 * exchange_us * topo.intra_bandwidth())
+            .max(4.0 * inter_latency * nic_rate)
+            .max(by_message)
+            .max(1.0);
         // Each NIC's links, from one path to (or from) another node.
         let (mut nic_tx, mut nic_rx) = (vec![None; nodes * p], vec![None; nodes * p]);
         let mut path = Vec::with_capacity(8);
@@ -857,7 +869,13 @@ mod tests {
             let m = traffic(12, pattern, i as u64);
             for net in [Network::Ideal, Network::Congested] {
                 let (plan, choice) = auto(&topo, &m, net).unwrap();
-                let named = schedule(choice.algorithm(), &topo, &m, &Options::default()).unwrap();
+                // For the same network: `fast` sizes its chunks by its
+                // per-message cost.
+                let opts = Options {
+                    network: net,
+                    ..Options::default()
+                };
+                let named = schedule(choice.algorithm(), &topo, &m, &opts).unwrap();
                 assert_eq!(plan, named, "{}", choice.chosen);
                 assert_eq!(plan.algorithm, choice.chosen);
                 assert_eq!(choice.estimates.len(), CANDIDATES.len());
@@ -967,8 +985,12 @@ mod tests {
         spec.moe.tokens_per_rank = 1024;
         let m = generate(&spec).unwrap();
         let opts = SimOptions::new(Network::Calibrated);
+        let plan_opts = Options {
+            network: Network::Calibrated,
+            ..Options::default()
+        };
         let time = |a: Algorithm| {
-            let p = schedule(a, &topo, &m, &Options::default()).unwrap();
+            let p = schedule(a, &topo, &m, &plan_opts).unwrap();
             simulate(&topo, &p, &opts).unwrap().completion_us
         };
         let best = CANDIDATES

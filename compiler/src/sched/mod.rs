@@ -164,7 +164,12 @@ pub fn schedule(
         Algorithm::Direct => Ok(direct(topo, traffic)),
         Algorithm::Pairwise => Ok(pairwise(topo, traffic)),
         Algorithm::Hierarchical => Ok(hierarchical(topo, traffic)),
-        Algorithm::Fast => fast(topo, traffic),
+        // Chunked for the network the plan is for (its per-message cost).
+        Algorithm::Fast => fast::fast_with(
+            topo,
+            traffic,
+            crate::planner::PlannerOptions::for_network(opts.network),
+        ),
         Algorithm::Spray => spray(topo, traffic),
         Algorithm::Pxn => Ok(pxn(topo, traffic)),
         Algorithm::Deepep => Ok(deepep(topo, traffic)),

@@ -344,6 +344,15 @@ proptest! {
             prop_assert!(c.completion_us >= clb.best_us() * (1.0 - 1e-9),
                 "{alg}: calibrated completion {} below bound {:?}", c.completion_us, clb);
             prop_assert!(c.completion_us >= r.completion_us * (1.0 - 1e-9) || congested);
+            if alg == crate::sched::Algorithm::Fast {
+                // `fast` planned for the calibrated network (its per-message
+                // cost) stays above that network's bound too.
+                let opts = crate::sched::Options { network: Network::Calibrated, ..Default::default() };
+                let p = crate::sched::schedule(alg, &topo, &m, &opts).unwrap();
+                let c = simulate(&topo, &p, &cal).unwrap();
+                prop_assert!(c.completion_us >= clb.best_us() * (1.0 - 1e-9),
+                    "fast for calibrated: completion {} below bound {:?}", c.completion_us, clb);
+            }
             let mut want = vec![0.0f64; topo.num_links()];
             for t in &plan.transfers {
                 for l in topo.path(t.src as usize, t.dst as usize) {

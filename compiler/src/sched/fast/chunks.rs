@@ -10,6 +10,10 @@ use super::mul_div;
 const TAPER_SPLITS: u32 = 2;
 /// No tapered send is cut below this many bytes.
 const MIN_TAPER_BYTES: u64 = 4096;
+/// With a per-message cost `p`, a tapered send is cut only while its halves
+/// take at least this many `p` on the NIC, or at least what the NVLink hop
+/// forwards in `p` (see [`Emitter::min_taper_bytes`]).
+const TAPER_MESSAGES: f64 = 4.0;
 
 impl Emitter {
     /// The NIC-cut time of the exchange: the busiest node's inter-node bytes
@@ -40,7 +44,46 @@ impl Emitter {
         if let Some(c) = self.opts.chunk_bytes {
             return c.max(1);
         }
-        by_hop.max(by_latency).max(1.0) as u64
+        by_hop.max(by_latency).max(self.chunk_by_message()).max(1.0) as u64
+    }
+
+    /// The chunk size that minimises what a lane pays for its messages and
+    /// for the NVLink hop at the end of its pipeline: `n = B / chunk`
+    /// messages cost `n · p` on the NIC, the last chunk's forward about
+    /// `chunk / b_nv`, least at `chunk = sqrt(B · p · b_nv)` (`B` the bytes a
+    /// lane sends in the exchange, `p` the per-message cost, `b_nv` a GPU's
+    /// NVLink or one mesh link). 0 without a per-message cost. Measured
+    /// (docs/benchmarks.md): a divisor of 2 or 4 under the root (smaller
+    /// chunks) moved the calibrated DGX-H100 sweep's median up by 1%.
+    fn chunk_by_message(&self) -> f64 {
+        let p = self.opts.per_message_us;
+        if p <= 0.0 {
+            return 0.0;
+        }
+        let lane_rate = self.nic_rate / self.weights.max_sharing() as f64;
+        let lane_bytes = self.exchange_us() * lane_rate;
+        (lane_bytes * p * self.intra_rate).sqrt()
+    }
+
+    /// No tapered send is cut below this many bytes: [`MIN_TAPER_BYTES`],
+    /// and with a per-message cost `p` the smaller of two sizes. Each cut
+    /// adds a message (`p` on the NIC) and halves the forward of the
+    /// piece that lands last, which pays when the piece's half takes longer
+    /// than `p` on the NVLink hop: `2 p b_nv`, short on a mesh (64 GB/s per
+    /// pair link, 384 KB at 3 us), long on NVSwitch (2.7 MB). On NVSwitch
+    /// the last sends in flight still land together, so a piece taking
+    /// [`TAPER_MESSAGES`] `p` on its NIC is cut too (600 KB on a 50 GB/s NIC).
+    /// Measured on the calibrated sweeps (docs/benchmarks.md): no taper cost
+    /// DGX-H100 2x8 hotspot 1.146 -> 1.301 of the bound (its four large last
+    /// sends land together and are forwarded after the NICs finish); on
+    /// MI300X 2x8 log-normal 1.0 the 600 KB threshold gave 1.356-1.406
+    /// against 1.290 with 384 KB.
+    fn min_taper_bytes(&self) -> u64 {
+        let p = self.opts.per_message_us;
+        let lane_rate = self.nic_rate / self.weights.max_sharing() as f64;
+        let by_nic = TAPER_MESSAGES * p * lane_rate;
+        let by_hop = 2.0 * p * self.intra_rate;
+        MIN_TAPER_BYTES.max(by_nic.min(by_hop) as u64)
     }
 
     /// The two lower bounds on the chunk size (bytes): by the NVLink hop
@@ -84,11 +127,12 @@ impl Emitter {
         self.tail.clear();
         let at = self.chunks.len() - k;
         self.tail.extend(self.chunks.drain(at..));
+        let min_bytes = self.min_taper_bytes();
         for &(lo, hi) in &self.tail {
             let mut at = lo;
             for _ in 0..TAPER_SPLITS {
                 let half = (hi - at) / 2;
-                if half < MIN_TAPER_BYTES {
+                if half < min_bytes {
                     break;
                 }
                 self.chunks.push((at, at + half));

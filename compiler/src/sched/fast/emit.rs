@@ -20,6 +20,10 @@ use crate::plan::{Buffer, Deps, Path, Plan, Transfer};
 use crate::topology::{FabricKind, IntraKind, Topology};
 use crate::traffic::TrafficMatrix;
 
+/// With a per-message cost `p`, the stage floor `θ` is at least what a
+/// node's lanes send in this many `p` (see [`Emitter::decompose`]).
+const STAGE_MESSAGES: f64 = 4.0;
+
 /// Knobs of the planner. The defaults are what `fast` uses;
 /// `PlannerOptions { staged: false, ..Default::default() }` is `spray`.
 #[derive(Clone, Debug, PartialEq)]
@@ -43,6 +47,32 @@ pub struct PlannerOptions {
     /// of at most this many bytes, so the NVLink hops before the first chunk
     /// and after the last are short. `None` derives it from the cost model.
     pub chunk_bytes: Option<u64>,
+    /// Serial cost of each inter-node message, us: the `per_message_us` of
+    /// the network mode the plan is for (0 in `ideal`, 3 in the calibrated
+    /// modes: [`PlannerOptions::for_network`]). With a cost per message the
+    /// derived chunks are larger and the last sends are cut only where that
+    /// pays (docs/algorithms.md, eq. 4).
+    pub per_message_us: f64,
+}
+
+impl PlannerOptions {
+    /// The defaults, for a plan simulated in `network` with its default
+    /// calibration (its per-message cost).
+    pub fn for_network(network: crate::sim::Network) -> Self {
+        Self::for_sim(&crate::sim::SimOptions::new(network))
+    }
+
+    /// The defaults, for a plan simulated with `sim` (its per-message cost,
+    /// none in `ideal`).
+    pub fn for_sim(sim: &crate::sim::SimOptions) -> Self {
+        PlannerOptions {
+            per_message_us: match sim.network {
+                crate::sim::Network::Ideal => 0.0,
+                _ => sim.calibration.per_message_us,
+            },
+            ..Self::default()
+        }
+    }
 }
 
 impl Default for PlannerOptions {
@@ -53,6 +83,7 @@ impl Default for PlannerOptions {
             balance: true,
             staged: true,
             chunk_bytes: None,
+            per_message_us: 0.0,
         }
     }
 }
@@ -168,6 +199,15 @@ impl Emitter {
             return Err(Error::Unsupported {
                 algorithm: name.into(),
                 reason: "needs a hierarchical topology (intra, nic, fabric), not a `links` graph; use `lp`".into(),
+            });
+        }
+        if !(opts.per_message_us.is_finite() && opts.per_message_us >= 0.0) {
+            return Err(Error::Unsupported {
+                algorithm: name.into(),
+                reason: format!(
+                    "per_message_us must be zero or positive, got {}",
+                    num(opts.per_message_us)
+                ),
             });
         }
         if !(opts.stages_per_node.is_finite() && opts.stages_per_node > 0.0) {
@@ -463,10 +503,14 @@ impl Emitter {
             }
         }
         let per = self.opts.stages_per_node * (nn.saturating_sub(1)).max(1) as f64;
+        // With a per-message cost `p`, no stage is lighter than a node pair
+        // whose lanes each send for STAGE_MESSAGES `p`: every stage costs each
+        // lane at least one message (docs/algorithms.md, eq. 3').
+        let by_message = STAGE_MESSAGES * self.opts.per_message_us * self.node_rate;
         self.stage_count = self.decomposer.decompose(
             nn,
             &self.node_bytes,
-            |m| (m as f64 / per).ceil() as u64,
+            |m| (m as f64 / per).max(by_message).ceil() as u64,
             &mut self.stages,
         );
         self.decomposer

@@ -52,10 +52,19 @@ impl Emitter {
         // oversubscribed): there 7/8 of a direct lane's bytes would climb
         // the spine (near-uniform 8x8 at 2:1: `direct` 1.75x the bound,
         // docs/benchmarks.md).
+        //
+        // With a per-message cost a direct lane sends one message per
+        // destination GPU where a balanced lane sends one per chunk: on a
+        // switch, whose NVLink hides the balancing moves, that decides
+        // (calibrated DGX-H100 uniform 4x8 and 8x8: 1.127 and 1.125 -> 1.049
+        // and 1.044 of the bound, with the chunks of eq. 4'). On a mesh the moves
+        // cross 64 GB/s links, and direct pairs stay (MI300X calibrated
+        // sweep median 1.142 with them, 1.174 without).
         let mut all_direct = self.opts.balance
             && self.opts.staged
             && !self.cross_rail_spine
-            && self.blocks_are_long();
+            && self.blocks_are_long()
+            && (self.mesh || self.opts.per_message_us * (g - 1) as f64 <= self.intra_latency);
         'pairs: for a in 0..nn {
             for b in (0..nn).filter(|&b| b != a) {
                 if !all_direct {

@@ -45,7 +45,14 @@ pub(crate) fn mul_div(x: u64, y: u64, d: u64) -> u64 {
     }
 }
 
-/// Plans one all-to-all with `fast`'s default options.
+/// Plans one all-to-all with `fast`'s default options (for the `ideal`
+/// network: no per-message cost).
 pub fn fast(topo: &Topology, traffic: &TrafficMatrix) -> Result<Plan> {
-    Emitter::new(topo, PlannerOptions::default())?.plan(traffic)
+    fast_with(topo, traffic, PlannerOptions::default())
+}
+
+/// Plans one all-to-all with `fast` and `opts` (for example
+/// [`PlannerOptions::for_network`]).
+pub fn fast_with(topo: &Topology, traffic: &TrafficMatrix, opts: PlannerOptions) -> Result<Plan> {
+    Emitter::new(topo, opts)?.plan(traffic)
 }
