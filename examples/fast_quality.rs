@@ -43,7 +43,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     staged,
                     ..PlannerOptions::default()
                 };
-                let mut planner = Planner::new(&topo, opts)?;
+                let mut planner = Planner::fast(&topo, opts)?;
                 let plan = planner.plan(&m)?;
                 Ok((plan, planner.stage_count()))
             };

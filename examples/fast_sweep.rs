@@ -121,7 +121,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (topo, cases) in &groups {
         // One planner per topology, re-planning each case as a training loop
         // would.
-        let mut planner = Planner::new(topo, PlannerOptions::default())?;
+        let mut planner = Planner::fast(topo, PlannerOptions::default())?;
         for (label, spec) in cases {
             let m = generate(spec)?;
             let bound = cut_bound(topo, &m).best_us();

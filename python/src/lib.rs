@@ -273,7 +273,7 @@ impl PyPlanner {
                     .transpose()?,
             };
             Engine::Reusable(Box::new(
-                FastPlanner::new(&topology.inner, opts).map_err(py_err)?,
+                FastPlanner::fast(&topology.inner, opts).map_err(py_err)?,
             ))
         } else {
             let mut opts = Options::default();
