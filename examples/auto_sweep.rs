@@ -144,8 +144,14 @@ fn main() -> Res<()> {
                         }
                         let ratio = times[idx(&pick.chosen)] / best;
                         let key = format!("{} {fabric}", net.name());
-                        slow.entry(net.name().to_string()).or_default().push((before, ratio, contenders.len()));
-                        slow.entry(key).or_default().push((before, ratio, contenders.len()));
+                        slow.entry(net.name().to_string()).or_default().push((
+                            before,
+                            ratio,
+                            contenders.len(),
+                        ));
+                        slow.entry(key)
+                            .or_default()
+                            .push((before, ratio, contenders.len()));
                         let mut cells: Vec<String> =
                             times.iter().map(|t| format!("{:.3}", t / bound)).collect();
                         if verbose {

@@ -203,9 +203,11 @@ impl Planner {
                     (_, alg) => *out = schedule(alg, topo, traffic, &Options::default())?,
                 }
             } else {
-                *out = settle_and_build(topo, network, &mut choice, |alg| match (&mut *emitter, alg) {
-                    (Some(emitter), Algorithm::Fast) => emitter.plan(traffic),
-                    _ => schedule(alg, topo, traffic, &Options::default()),
+                *out = settle_and_build(topo, network, &mut choice, |alg| {
+                    match (&mut *emitter, alg) {
+                        (Some(emitter), Algorithm::Fast) => emitter.plan(traffic),
+                        _ => schedule(alg, topo, traffic, &Options::default()),
+                    }
                 })?;
             }
             self.last_choice = Some(choice);

@@ -1104,9 +1104,24 @@ mod tests {
         };
         let cases = [
             (cluster(2, Some(1)), Pattern::Zipf(0.5), 8, Network::Ideal),
-            (cluster(2, Some(1)), Pattern::Lognormal(1.0), 11, Network::Ideal),
-            (cluster(4, Some(2)), Pattern::IntraSkew(1.2), 13, Network::Calibrated),
-            (cluster(2, None), Pattern::Hotspot(0.3), 12, Network::Calibrated),
+            (
+                cluster(2, Some(1)),
+                Pattern::Lognormal(1.0),
+                11,
+                Network::Ideal,
+            ),
+            (
+                cluster(4, Some(2)),
+                Pattern::IntraSkew(1.2),
+                13,
+                Network::Calibrated,
+            ),
+            (
+                cluster(2, None),
+                Pattern::Hotspot(0.3),
+                12,
+                Network::Calibrated,
+            ),
         ];
         let mut settled = 0;
         for (topo, pattern, seed, net) in cases {
