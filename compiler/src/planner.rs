@@ -81,12 +81,16 @@ pub struct Planner {
     whole: Plan,
     /// Set by [`Planner::auto`]: the network mode `auto` picks for.
     auto: Option<Network>,
+    /// `auto` only: settle close calls by simulating the contenders' plans
+    /// ([`Planner::settling`]); off by default (it costs the simulations).
+    settle: bool,
     last_choice: Option<AutoChoice>,
 }
 
 impl Planner {
     /// The default planner: `auto` for the ideal network
-    /// ([`Planner::auto`]), `fast` with `opts` when `auto` picks it.
+    /// ([`Planner::auto`]; its estimates alone unless
+    /// [`Planner::settling`]), `fast` with `opts` when `auto` picks it.
     /// Precomputes what depends on the topology. Errors
     /// ([`Error::Unsupported`]) for a `links`
     /// topology (the planner needs nodes, rails and an intra-node fabric:
@@ -111,6 +115,7 @@ impl Planner {
             topo: topo.clone(),
             whole: Plan::new("", 0, 0),
             auto: None,
+            settle: false,
             last_choice: None,
         })
     }
@@ -137,6 +142,7 @@ impl Planner {
                 topo: topo.clone(),
                 whole: Plan::new("", 0, 0),
                 auto: None,
+                settle: false,
                 last_choice: None,
             }),
             _ => Err(Error::Unsupported {
@@ -150,7 +156,9 @@ impl Planner {
     /// CLI and of the Python `Planner`): the candidate the cost model's
     /// estimates pick for `network`, `fast` with `opts` (through this
     /// planner's reused buffers) when it is the one. The others build a
-    /// fresh plan. [`Planner::last_choice`] says what it chose and why.
+    /// fresh plan. [`Planner::last_choice`] says what it chose and why. It
+    /// goes by the estimates alone unless [`Planner::settling`] asks it to
+    /// settle close calls by simulation, as [`crate::sched::auto()`] does.
     pub fn auto(topo: &Topology, opts: PlannerOptions, network: Network) -> Result<Planner> {
         let opts = PlannerOptions {
             staged: true,
@@ -160,6 +168,17 @@ impl Planner {
         p.algorithm = Algorithm::Auto;
         p.auto = Some(network);
         Ok(p)
+    }
+
+    /// An `auto` planner that also settles close calls as `compile` does
+    /// (`on`): the contenders' plans built and simulated every batch where
+    /// the estimates cannot separate them. That is the accurate choice, but
+    /// it costs the simulations (tens to hundreds of milliseconds at 64
+    /// GPUs, docs/benchmarks.md), so the per-batch default is the estimates
+    /// alone. No effect on other planners.
+    pub fn settling(mut self, on: bool) -> Planner {
+        self.settle = on;
+        self
     }
 
     /// What `auto` chose for the last plan (`None` for any other planner).
@@ -196,7 +215,7 @@ impl Planner {
             traffic.check_ranks(self.topo.ranks(), "traffic")?;
             let mut choice = choose(&self.topo, traffic, network);
             let (topo, emitter) = (&self.topo, &mut self.emitter);
-            if choice.contenders().len() < 2 {
+            if !self.settle || choice.contenders().len() < 2 {
                 // The estimates decide: plan the winner into `out`'s buffers.
                 match (emitter, choice.algorithm()) {
                     (Some(emitter), Algorithm::Fast) => emitter.plan_into(traffic, out)?,

@@ -1152,9 +1152,11 @@ mod tests {
         assert!(settled >= 2, "only {settled} cases needed the tie-break");
     }
 
-    /// `Planner::new` is `auto` (issue 20): per batch it chooses, settles
-    /// a tie and plans exactly as [`auto`] does, and `for_algorithm(Auto)`
-    /// gives rank programs (what `switchyard.torch.AllToAll` runs).
+    /// `Planner::new` is `auto` (issue 20): per batch it chooses and plans
+    /// as [`choose`]'s estimates say (no simulation: the per-batch time
+    /// budget), and, `settling(true)`, exactly as [`auto`] does, tie-break
+    /// included; `for_algorithm(Auto)` gives rank programs (what
+    /// `switchyard.torch.AllToAll` runs).
     #[test]
     fn the_default_planner_is_auto() {
         use crate::planner::{Planner, PlannerOptions};
@@ -1163,13 +1165,22 @@ mod tests {
         spec.fabric = Some(FabricSpec::fat_tree(1, 2.0, 1.0));
         let topo = Topology::from_spec(spec, "t").unwrap();
         let m = sweep_traffic(&topo, Pattern::Lognormal(1.0), 11);
+        let mut plan = Plan::new("", 0, 0);
         let mut planner = Planner::new(&topo, PlannerOptions::default()).unwrap();
         assert_eq!(planner.algorithm(), Algorithm::Auto);
-        let mut plan = Plan::new("", 0, 0);
         planner.plan_into(&m, &mut plan).unwrap();
+        let alone = choose(&topo, &m, Network::Ideal);
+        assert_eq!(planner.last_choice(), Some(&alone));
+        let want = schedule(alone.algorithm(), &topo, &m, &Options::default()).unwrap();
+        assert_eq!(plan.transfers, want.transfers);
+        let mut settling = Planner::new(&topo, PlannerOptions::default())
+            .unwrap()
+            .settling(true);
+        settling.plan_into(&m, &mut plan).unwrap();
         let (want, choice) = auto(&topo, &m, Network::Ideal).unwrap();
         assert!(!choice.simulated.is_empty(), "{choice:?}");
-        assert_eq!(planner.last_choice(), Some(&choice));
+        assert_ne!(choice.chosen, alone.chosen, "the case needs the tie-break");
+        assert_eq!(settling.last_choice(), Some(&choice));
         assert_eq!(plan.transfers, want.transfers);
         assert_eq!(plan.algorithm, choice.chosen);
         let mut by_name =
