@@ -80,7 +80,9 @@ fn main() -> Res<()> {
         "cluster\tpattern\tmode\t{}\tauto\tauto/best",
         names.join("\t")
     );
-    let mut slow: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    // (estimates alone, settled, contenders) per mode and per (mode, fabric).
+    let mut slow: BTreeMap<String, Vec<(f64, f64, usize)>> = BTreeMap::new();
+    let mut ties: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let mut vs: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
     let mut choose_us = Vec::new();
     for preset in &presets {
@@ -98,23 +100,58 @@ fn main() -> Res<()> {
                     spec.moe.tokens_per_rank = 1024;
                     let m = generate(&spec)?;
                     let bound = cut_bound(&topo, &m).best_us();
+                    let mut build_us = Vec::new();
                     let plans: Vec<_> = CANDIDATES
                         .iter()
-                        .map(|&a| schedule(a, &topo, &m, &Options::default()))
+                        .map(|&a| {
+                            let t0 = Instant::now();
+                            let p = schedule(a, &topo, &m, &Options::default());
+                            build_us.push(t0.elapsed().as_secs_f64() * 1e6);
+                            p
+                        })
                         .collect::<Result<_, _>>()?;
                     for &net in &modes {
                         let opts = SimOptions::new(net);
+                        let mut sim_us = Vec::new();
                         let times: Vec<f64> = plans
                             .iter()
-                            .map(|p| simulate(&topo, p, &opts).map(|r| r.completion_us))
+                            .map(|p| {
+                                let t0 = Instant::now();
+                                let r = simulate(&topo, p, &opts).map(|r| r.completion_us);
+                                sim_us.push(t0.elapsed().as_secs_f64() * 1e6);
+                                r
+                            })
                             .collect::<Result<_, _>>()?;
                         let t0 = Instant::now();
-                        let pick = choose(&topo, &m, net);
+                        let mut pick = choose(&topo, &m, net);
                         choose_us.push(t0.elapsed().as_secs_f64() * 1e6);
-                        let at = names.iter().position(|&x| x == pick.chosen).unwrap_or(0);
+                        let idx = |name: &str| names.iter().position(|&x| x == name).unwrap_or(0);
                         let best = times.iter().copied().fold(f64::INFINITY, f64::min);
-                        let ratio = times[at] / best;
-                        slow.entry(net.name()).or_default().push(ratio);
+                        // Estimates alone (before the tie-break) ...
+                        let before = times[idx(&pick.chosen)] / best;
+                        // ... and settled as `auto` settles a tie: the
+                        // contenders' simulated times (the same simulator
+                        // and options, so the times above), and what
+                        // building and simulating them cost here.
+                        let contenders = pick.contenders();
+                        pick.settle(|a| Ok(times[idx(a.name())]))?;
+                        if contenders.len() > 1 {
+                            let cost: f64 = contenders
+                                .iter()
+                                .map(|a| build_us[idx(a.name())] + sim_us[idx(a.name())])
+                                .sum();
+                            ties.entry(format!("{n} nodes")).or_default().push(cost);
+                        }
+                        let ratio = times[idx(&pick.chosen)] / best;
+                        let key = format!("{} {fabric}", net.name());
+                        slow.entry(net.name().to_string()).or_default().push((
+                            before,
+                            ratio,
+                            contenders.len(),
+                        ));
+                        slow.entry(key)
+                            .or_default()
+                            .push((before, ratio, contenders.len()));
                         let mut cells: Vec<String> =
                             times.iter().map(|t| format!("{:.3}", t / bound)).collect();
                         if verbose {
@@ -129,11 +166,12 @@ fn main() -> Res<()> {
                             }
                         }
                         println!(
-                            "{}\t{pattern:?}\t{}\t{}\t{}\t{ratio:.4}",
+                            "{}\t{pattern:?}\t{}\t{}\t{}\t{ratio:.4}\t(estimates alone {before:.4}, {} contenders)",
                             topo.name(),
                             net.name(),
                             cells.join("\t"),
-                            pick.chosen
+                            pick.chosen,
+                            contenders.len()
                         );
                         let fast = times[names.iter().position(|&x| x == "fast").unwrap_or(0)];
                         let pxn = times[names.iter().position(|&x| x == "pxn").unwrap_or(0)];
@@ -147,15 +185,31 @@ fn main() -> Res<()> {
         }
     }
     println!();
-    for (mode, mut v) in slow {
+    let stats = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
-        let worst = v.last().copied().unwrap_or(f64::NAN);
         let over = v.iter().filter(|&&r| r > 1.01).count();
+        format!(
+            "median {:.4}, worst {:.4}, {over} above 1.01",
+            v[v.len() / 2],
+            v.last().copied().unwrap_or(f64::NAN)
+        )
+    };
+    for (set, v) in slow {
+        let tied = v.iter().filter(|x| x.2 > 1).count();
         println!(
-            "{mode}: {} cases, auto / best: median {:.4}, worst {:.4}, {over} above 1.01",
+            "{set}: {} cases, auto / best: estimates alone {}; with the tie-break {}; {tied} ties",
+            v.len(),
+            stats(v.iter().map(|x| x.0).collect()),
+            stats(v.iter().map(|x| x.1).collect()),
+        );
+    }
+    for (k, mut v) in ties {
+        v.sort_by(f64::total_cmp);
+        println!(
+            "tie-break cost (contenders' plans built and simulated), {k}: {} ties, median {:.0} us, max {:.0} us",
             v.len(),
             v[v.len() / 2],
-            worst
+            v.last().copied().unwrap_or(0.0)
         );
     }
     choose_us.sort_by(f64::total_cmp);

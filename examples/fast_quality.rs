@@ -70,7 +70,7 @@ fn main() -> Res<()> {
                     staged,
                     ..PlannerOptions::default()
                 };
-                let mut planner = Planner::new(&topo, opts)?;
+                let mut planner = Planner::fast(&topo, opts)?;
                 let plan = planner.plan(&m)?;
                 Ok((plan, planner.stage_count()))
             };
@@ -126,7 +126,7 @@ fn fabric_sweep(list: &str, nodes: &[usize]) -> Res<()> {
         let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
         for &n in nodes {
             let topo = fabric_topology(fabric, n)?;
-            let mut planner = Planner::new(&topo, PlannerOptions::default())?;
+            let mut planner = Planner::fast(&topo, PlannerOptions::default())?;
             for p in patterns {
                 for seed in [1u64, 2] {
                     let mut spec = TrafficSpec::new(topo.ranks(), p);

@@ -54,7 +54,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 spec.moe.tokens_per_rank = 1024;
                 let m = generate(&spec)?;
                 let bound = cut_bound(&topo, &m).best_us();
-                let fast = Planner::new(&topo, PlannerOptions::default())?.plan(&m)?;
+                let fast = Planner::fast(&topo, PlannerOptions::default())?.plan(&m)?;
                 let base = direct(&topo, &m);
                 let mut cells = Vec::new();
                 for plan in [&fast, &base] {

@@ -131,7 +131,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (topo, cases) in &groups {
         // One planner per topology, re-planning each case as a training loop
         // would.
-        let mut planner = Planner::new(topo, PlannerOptions::for_sim(&sim))?;
+        let mut planner = Planner::fast(topo, PlannerOptions::for_sim(&sim))?;
         for (label, spec) in cases {
             let m = generate(spec)?;
             let bound = cut_bound_goodput(topo, &m, sim.nic_goodput()).best_us();

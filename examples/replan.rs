@@ -18,7 +18,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let nodes: usize = args.next().map_or(Ok(4), |a| a.parse())?;
     let batches: u64 = args.next().map_or(Ok(10), |a| a.parse())?;
     let topo = Topology::preset("dgx-h100", nodes, None)?;
-    let mut planner = Planner::new(&topo, PlannerOptions::default())?;
+    let mut planner = Planner::fast(&topo, PlannerOptions::default())?;
     let mut plan = Plan::new("", 0, 0);
     println!(
         "{}: {} GPUs, re-planning {batches} batches",

@@ -164,7 +164,7 @@ fn first_plan(
     traffic: &TrafficMatrix,
     label: &str,
 ) -> (Planner, Plan) {
-    let mut planner = Planner::new(topo, opts).expect("planner");
+    let mut planner = Planner::fast(topo, opts).expect("planner");
     let mut plan = Plan::new("", 0, 0);
     planner.plan_into(traffic, &mut plan).expect("plan");
     eprintln!(

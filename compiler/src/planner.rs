@@ -31,7 +31,7 @@
 use crate::error::{Error, Result};
 use crate::plan::Plan;
 use crate::rank::{self, LocalProgram};
-use crate::sched::auto::{choose, AutoChoice};
+use crate::sched::auto::{choose, settle_and_build, AutoChoice};
 use crate::sched::fast::emit::Emitter;
 pub use crate::sched::fast::emit::PlannerOptions;
 pub use crate::sched::fast::stages::{check_partial_permutation, StagePair};
@@ -53,7 +53,7 @@ use crate::traffic::TrafficMatrix;
 /// use switchyard_compiler::{verify_on, Plan, Topology};
 ///
 /// let topo = Topology::preset("dgx-h100", 2, None)?; // 2 nodes x 8 GPUs
-/// let mut planner = Planner::new(&topo, PlannerOptions::default())?; // once per cluster
+/// let mut planner = Planner::new(&topo, PlannerOptions::default())?; // once per cluster: `auto`
 /// let mut plan = Plan::new("", 0, 0);
 /// for seed in 0..3 {
 ///     // One batch's expert routing: MoE traffic with Zipf(1.0) popularity.
@@ -62,7 +62,8 @@ use crate::traffic::TrafficMatrix;
 ///     spec.moe.tokens_per_rank = 256;
 ///     let traffic = generate(&spec)?;
 ///     planner.plan_into(&traffic, &mut plan)?; // once per batch, reusing `plan`
-///     assert_eq!(plan.algorithm, "fast");
+///     // `auto` planned with the scheduler it chose, and says which.
+///     assert_eq!(Some(plan.algorithm.as_str()), planner.last_choice().map(|c| c.chosen.as_str()));
 ///     verify_on(&plan, &traffic, &topo)?;
 /// }
 /// # Ok::<(), switchyard_compiler::Error>(())
@@ -80,16 +81,28 @@ pub struct Planner {
     whole: Plan,
     /// Set by [`Planner::auto`]: the network mode `auto` picks for.
     auto: Option<Network>,
+    /// `auto` only: settle close calls by simulating the contenders' plans
+    /// ([`Planner::settling`]); off by default (it costs the simulations).
+    settle: bool,
     last_choice: Option<AutoChoice>,
 }
 
 impl Planner {
+    /// The default planner: `auto` for the ideal network
+    /// ([`Planner::auto`]; its estimates alone unless
+    /// [`Planner::settling`]), `fast` with `opts` when `auto` picks it.
     /// Precomputes what depends on the topology. Errors
     /// ([`Error::Unsupported`]) for a `links`
     /// topology (the planner needs nodes, rails and an intra-node fabric:
     /// use `lp` there) and for a `stages_per_node` that is not a positive
     /// number.
     pub fn new(topo: &Topology, opts: PlannerOptions) -> Result<Planner> {
+        Planner::auto(topo, opts, Network::Ideal)
+    }
+
+    /// A `fast` planner with `opts` (`spray`, its unstaged ablation, when
+    /// `opts.staged` is false). Errors as [`Planner::new`] does.
+    pub fn fast(topo: &Topology, opts: PlannerOptions) -> Result<Planner> {
         let algorithm = if opts.staged {
             Algorithm::Fast
         } else {
@@ -102,17 +115,20 @@ impl Planner {
             topo: topo.clone(),
             whole: Plan::new("", 0, 0),
             auto: None,
+            settle: false,
             last_choice: None,
         })
     }
 
     /// A planner for `alg`: `fast` and `spray` with `opts` (its `staged` is
-    /// set by the algorithm), `direct` and `hierarchical` (on any
+    /// set by the algorithm), `auto` for the ideal network
+    /// ([`Planner::auto`]), `direct` and `hierarchical` (on any
     /// topology; they ignore `opts`). Errors ([`Error::Unsupported`]) for the other algorithms,
     /// and as [`Planner::new`] does.
     pub fn for_algorithm(topo: &Topology, alg: Algorithm, opts: PlannerOptions) -> Result<Planner> {
         match alg {
-            Algorithm::Fast | Algorithm::Spray => Planner::new(
+            Algorithm::Auto => Planner::auto(topo, opts, Network::Ideal),
+            Algorithm::Fast | Algorithm::Spray => Planner::fast(
                 topo,
                 PlannerOptions {
                     staged: alg == Algorithm::Fast,
@@ -126,6 +142,7 @@ impl Planner {
                 topo: topo.clone(),
                 whole: Plan::new("", 0, 0),
                 auto: None,
+                settle: false,
                 last_choice: None,
             }),
             _ => Err(Error::Unsupported {
@@ -139,16 +156,29 @@ impl Planner {
     /// CLI and of the Python `Planner`): the candidate the cost model's
     /// estimates pick for `network`, `fast` with `opts` (through this
     /// planner's reused buffers) when it is the one. The others build a
-    /// fresh plan. [`Planner::last_choice`] says what it chose and why.
+    /// fresh plan. [`Planner::last_choice`] says what it chose and why. It
+    /// goes by the estimates alone unless [`Planner::settling`] asks it to
+    /// settle close calls by simulation, as [`crate::sched::auto()`] does.
     pub fn auto(topo: &Topology, opts: PlannerOptions, network: Network) -> Result<Planner> {
         let opts = PlannerOptions {
             staged: true,
             ..opts
         };
-        let mut p = Planner::new(topo, opts)?;
+        let mut p = Planner::fast(topo, opts)?;
         p.algorithm = Algorithm::Auto;
         p.auto = Some(network);
         Ok(p)
+    }
+
+    /// An `auto` planner that also settles close calls as `compile` does
+    /// (`on`): the contenders' plans built and simulated every batch where
+    /// the estimates cannot separate them. That is the accurate choice, but
+    /// it costs the simulations (tens to hundreds of milliseconds at 64
+    /// GPUs, docs/benchmarks.md), so the per-batch default is the estimates
+    /// alone. No effect on other planners.
+    pub fn settling(mut self, on: bool) -> Planner {
+        self.settle = on;
+        self
     }
 
     /// What `auto` chose for the last plan (`None` for any other planner).
@@ -183,11 +213,21 @@ impl Planner {
     pub fn plan_into(&mut self, traffic: &TrafficMatrix, out: &mut Plan) -> Result<()> {
         if let Some(network) = self.auto {
             traffic.check_ranks(self.topo.ranks(), "traffic")?;
-            let choice = choose(&self.topo, traffic, network);
-            let alg = choice.algorithm();
-            match (&mut self.emitter, alg) {
-                (Some(emitter), Algorithm::Fast) => emitter.plan_into(traffic, out)?,
-                _ => *out = schedule(alg, &self.topo, traffic, &Options::default())?,
+            let mut choice = choose(&self.topo, traffic, network);
+            let (topo, emitter) = (&self.topo, &mut self.emitter);
+            if !self.settle || choice.contenders().len() < 2 {
+                // The estimates decide: plan the winner into `out`'s buffers.
+                match (emitter, choice.algorithm()) {
+                    (Some(emitter), Algorithm::Fast) => emitter.plan_into(traffic, out)?,
+                    (_, alg) => *out = schedule(alg, topo, traffic, &Options::default())?,
+                }
+            } else {
+                *out = settle_and_build(topo, network, &mut choice, |alg| {
+                    match (&mut *emitter, alg) {
+                        (Some(emitter), Algorithm::Fast) => emitter.plan(traffic),
+                        _ => schedule(alg, topo, traffic, &Options::default()),
+                    }
+                })?;
             }
             self.last_choice = Some(choice);
             return Ok(());

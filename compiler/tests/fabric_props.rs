@@ -194,7 +194,7 @@ proptest! {
         spec.bytes = 1 << 20;
         spec.moe.tokens_per_rank = 256;
         let m = generate(&spec).unwrap();
-        let mut planner = Planner::new(&topo, PlannerOptions::default()).unwrap();
+        let mut planner = Planner::fast(&topo, PlannerOptions::default()).unwrap();
         let plan = planner.plan(&m).unwrap();
         prop_assert!(verify_on(&plan, &m, &topo).is_ok(), "{:?}", verify_on(&plan, &m, &topo));
         if !planner.merged() {

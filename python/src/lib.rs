@@ -284,7 +284,7 @@ impl PyPlanner {
                 },
             };
             Engine::Reusable(Box::new(
-                FastPlanner::new(&topology.inner, opts).map_err(py_err)?,
+                FastPlanner::fast(&topology.inner, opts).map_err(py_err)?,
             ))
         } else {
             let mut opts = Options {

@@ -140,7 +140,7 @@ def _splits(sizes: Optional[Sequence[int]], rows: int, world: int) -> Optional[L
 
 
 class AllToAll:
-    """``a2a = AllToAll(topology=None, group=None, algorithm="fast", cache_size=64)``;
+    """``a2a = AllToAll(topology=None, group=None, algorithm="auto", cache_size=64)``;
     then ``a2a(output, input, output_split_sizes=None, input_split_sizes=None)``
     with the semantics of ``torch.distributed.all_to_all_single``: ``input``
     is split along dim 0 into ``input_split_sizes`` rows for each rank in
@@ -164,7 +164,7 @@ class AllToAll:
         self,
         topology: Optional[Topology] = None,
         group: Optional[Any] = None,
-        algorithm: str = "fast",
+        algorithm: str = "auto",
         cache_size: int = 64,
         *,
         verify: bool = False,

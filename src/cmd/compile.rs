@@ -36,7 +36,8 @@ pub struct CompileArgs {
     traffic: PathBuf,
     /// direct, pairwise, hierarchical, fast, spray, lp, pxn, deepep, or auto
     /// (the default: the best of direct, pxn, deepep, hierarchical, spray and
-    /// fast for this matrix by the cost model's estimates, for `--network`).
+    /// fast for this matrix by the cost model's estimates, for `--network`;
+    /// candidates the estimates cannot separate are simulated).
     #[arg(long, default_value = "auto")]
     algorithm: String,
     /// Output plan: `.json` writes the plan IR, `.xml` MSCCL XML (then `lp`
@@ -314,7 +315,21 @@ pub fn compile(a: CompileArgs) -> CliResult {
             .iter()
             .map(|e| format!("{} {:.1} us", e.algorithm, e.estimate_us))
             .collect();
-        eprintln!("auto chose {} (estimates: {})", c.chosen, why.join(", "));
+        let tie: Vec<String> = c
+            .simulated
+            .iter()
+            .map(|s| format!("{} {:.1} us", s.algorithm, s.completion_us))
+            .collect();
+        let settled = if tie.is_empty() {
+            String::new()
+        } else {
+            format!("; too close to call, simulated: {}", tie.join(", "))
+        };
+        eprintln!(
+            "auto chose {} (estimates: {}{settled})",
+            c.chosen,
+            why.join(", ")
+        );
     }
     eprintln!("{}", parts.join("; "));
     Ok(())
