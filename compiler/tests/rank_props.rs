@@ -5,8 +5,8 @@
 use proptest::prelude::*;
 use switchyard_compiler::planner::{Planner, PlannerOptions};
 use switchyard_compiler::program::OpKind;
-use switchyard_compiler::rank::{canonical, stitch, LocalProgram};
-use switchyard_compiler::{verify_on, Algorithm, Plan, Topology, TrafficMatrix};
+use switchyard_compiler::rank::{canonical, stitch, LocalProgram, LocalTraffic};
+use switchyard_compiler::{verify_on, Algorithm, Error, Plan, Topology, TrafficMatrix};
 
 const ALGORITHMS: [Algorithm; 4] = [
     Algorithm::Direct,
@@ -50,8 +50,25 @@ fn check(topo: &Topology, m: &TrafficMatrix, alg: Algorithm) -> Result<(), TestC
     verify_on(&whole, m, topo).unwrap();
     let mut progs = Vec::with_capacity(topo.ranks());
     let mut prog = LocalProgram::default();
+    let mut local_prog = LocalProgram::default();
     for r in 0..topo.ranks() {
         planner.plan_rank_into(r, m, &mut prog).unwrap();
+        // From what the rank knows alone: the same program, or (only where
+        // the algorithm has no per-rank planner for this plan) a refusal.
+        let local = LocalTraffic::from_matrix(m, r, topo).unwrap();
+        match planner.program_local_into(&local, &mut local_prog) {
+            Ok(()) => prop_assert_eq!(&local_prog, &prog, "{} rank {}", alg, r),
+            Err(Error::NeedsWholeMatrix { algorithm, .. }) => {
+                prop_assert!(
+                    !matches!(alg, Algorithm::Direct | Algorithm::Hierarchical),
+                    "{} refused rank {}",
+                    alg,
+                    r
+                );
+                prop_assert_eq!(algorithm.as_str(), alg.name());
+            }
+            Err(e) => panic!("{alg} rank {r}: {e}"),
+        }
         progs.push(prog.clone());
     }
     let stitched = stitch(&progs).unwrap();

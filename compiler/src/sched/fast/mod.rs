@@ -22,6 +22,7 @@ mod intra;
 mod lanes;
 mod layout;
 pub(crate) mod mesh;
+mod rank;
 mod sends;
 mod slots;
 pub(crate) mod stages;
