@@ -19,9 +19,10 @@
 //! compute alike (own programs are sorted by the place each transfer
 //! writes). Its levels are the plan's steps, which both ends also know,
 //! for the algorithms whose steps order every dependency
-//! ([`steps_are_levels`]); the others' own programs carry no levels (the
-//! longest dependency chain through a transfer is a whole-plan quantity)
-//! and run as a dataflow on their `after` alone.
+//! ([`steps_are_levels`]); for the others no order that both ends agree on
+//! and that follows the dependencies is known without the whole plan (the
+//! longest dependency chain through a transfer is a whole-plan quantity),
+//! so they run their whole plan's programs.
 //!
 //! Owns: [`RankProgram`], [`Op`], [`program`], [`programs`], [`from_local`].
 //! Knows nothing of time, topologies or how the plan was made.
@@ -157,21 +158,21 @@ pub fn steps_are_levels(algorithm: &str) -> bool {
 /// The executor form of a rank's own program: every op with its `after`
 /// (the ops of this rank whose writes it reads), `transfer` the op's place
 /// among the transfers between the same two ranks in the same direction
-/// (the tag both ends agree on), and, with `by_level`, each op's step as
-/// its level.
+/// (the tag both ends agree on), and its step as its level. Ops are in
+/// level order, which is a topological order of the plan on every rank:
+/// an executor that posts them in order (levels, or a dataflow that waits
+/// for `after` before each send) never waits for a peer that waits for it.
 ///
-/// Without `by_level` every op is on level 0: the program is for an
-/// executor that follows `after` (the dataflow one), not for one that runs
-/// levels. Errors ([`Error::Unsupported`]) for `by_level` when the
-/// algorithm's steps are not levels ([`steps_are_levels`]), and
-/// ([`Error::Input`]) when a dependency inside the program is not on a
-/// lower step.
-pub fn from_local(local: &LocalProgram, by_level: bool) -> Result<RankProgram> {
-    if by_level && !steps_are_levels(&local.algorithm) {
+/// Errors ([`Error::Unsupported`]) when the algorithm's steps are not
+/// levels ([`steps_are_levels`]): no order both ends agree on is known
+/// without the whole plan; ([`Error::Input`]) when a dependency inside the
+/// program is not on a lower step.
+pub fn from_local(local: &LocalProgram) -> Result<RankProgram> {
+    if !steps_are_levels(&local.algorithm) {
         return Err(Error::Unsupported {
             algorithm: local.algorithm.clone(),
-            reason: "its own programs have no levels (its steps do not order its \
-                     dependencies): run them by their data dependencies"
+            reason: "its own programs have no order both ends know (its steps do not \
+                     order its dependencies): run its whole plan's programs"
                 .into(),
         });
     }
@@ -182,29 +183,27 @@ pub fn from_local(local: &LocalProgram, by_level: bool) -> Result<RankProgram> {
     let mut next_tag: std::collections::HashMap<(u32, bool), u32> = Default::default();
     let mut ops = Vec::with_capacity(local.ops.len());
     for o in &local.ops {
-        if by_level {
-            for d in &o.deps {
-                if let Ok(i) = keys.binary_search(d) {
-                    if local.ops[i].step >= o.step {
-                        return Err(InputError::new(
-                            "program",
-                            format!(
-                                "rank {me}: the transfer into {:?} (step {}) depends on one of \
-                                 step {}: its steps are not levels",
-                                o.key(me),
-                                o.step,
-                                local.ops[i].step
-                            ),
-                        )
-                        .into());
-                    }
+        for d in &o.deps {
+            if let Ok(i) = keys.binary_search(d) {
+                if local.ops[i].step >= o.step {
+                    return Err(InputError::new(
+                        "program",
+                        format!(
+                            "rank {me}: the transfer into {:?} (step {}) depends on one of \
+                             step {}: its steps are not levels",
+                            o.key(me),
+                            o.step,
+                            local.ops[i].step
+                        ),
+                    )
+                    .into());
                 }
             }
         }
         let tag = next_tag.entry((o.peer, o.op == OpKind::Send)).or_insert(0);
         ops.push(Op {
             op: o.op,
-            level: if by_level { o.step } else { 0 },
+            level: o.step,
             transfer: *tag,
             peer: o.peer,
             bytes: o.bytes,
@@ -412,14 +411,17 @@ mod tests {
             let plan = schedule(alg, &topo, &m, &Options::default()).unwrap();
             let layered = steps_are_levels(&plan.algorithm);
             assert_eq!(layered, alg != Algorithm::Fast, "{alg}");
+            if !layered {
+                let mut local = LocalProgram::default();
+                slice_into(&plan, 0, &mut local).unwrap();
+                assert!(from_local(&local).is_err());
+                continue;
+            }
             let mut tags = std::collections::HashMap::new();
             for r in 0..12 {
                 let mut local = LocalProgram::default();
                 slice_into(&plan, r, &mut local).unwrap();
-                if !layered {
-                    assert!(from_local(&local, true).is_err());
-                }
-                let ours = from_local(&local, layered).unwrap();
+                let ours = from_local(&local).unwrap();
                 let whole = program(&plan, r).unwrap();
                 assert_eq!(ours.ops.len(), whole.ops.len(), "{alg} rank {r}");
                 assert_eq!(ours.scratch_bytes, whole.scratch_bytes);
@@ -445,7 +447,7 @@ mod tests {
                 };
                 assert_eq!(norm(&ours), norm(&whole), "{alg} rank {r}");
                 for o in &ours.ops {
-                    if layered {
+                    {
                         let step = local
                             .ops
                             .iter()
