@@ -192,7 +192,7 @@ fn rank_time(c: &mut Criterion) {
 /// `Planner::program_local`: one rank's program from what the rank knows
 /// (its `LocalTraffic`, built outside the measurement: from an R x R matrix
 /// that is O(R^2) and the gather's job in a job, not planning's).
-/// `fast-*-64B` is a latency-bound exchange (64 B per pair on average),
+/// `fast-*-16B` is a latency-bound exchange (16 B per pair on average),
 /// whose merged plan `fast` plans per rank; at the default sizes `fast`
 /// is staged and needs the whole matrix (measured by `rank_program`).
 fn rank_local_time(c: &mut Criterion) {
@@ -204,7 +204,7 @@ fn rank_local_time(c: &mut Criterion) {
         for (pattern, name, pair_bytes) in [
             (Pattern::Zipf(1.0), "zipf1.0", None),
             (Pattern::Lognormal(1.0), "lognormal1.0", None),
-            (Pattern::Zipf(1.0), "zipf1.0-64B", Some(64)),
+            (Pattern::Lognormal(1.0), "lognormal1.0-16B", Some(16)),
         ] {
             let mut spec = TrafficSpec::new(topo.ranks(), pattern);
             spec.seed = 1;

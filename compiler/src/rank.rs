@@ -268,31 +268,45 @@ impl LocalTraffic {
             inter_out: vec![0; n],
             inter_in: vec![0; n],
         };
+        // Column sums of the rows read so far: `above` is their value at
+        // row `first`, `inter_in` their total less each node's own part.
+        let mut col_sum = vec![0u64; n];
         for s in 0..n {
+            if s == first {
+                t.above.copy_from_slice(&col_sum);
+            }
             let row = m.row(s);
             let b = s / g;
             t.cols[s * g..(s + 1) * g].copy_from_slice(&row[first..first + g]);
             t.before[s] = row[..first].iter().sum();
-            if s < first {
-                for (acc, &x) in t.above.iter_mut().zip(row) {
-                    *acc += x;
-                }
+            for (acc, &x) in col_sum.iter_mut().zip(row) {
+                *acc += x;
             }
-            for (d_node, part) in row.chunks_exact(g).enumerate() {
-                let sum: u64 = part.iter().sum();
-                t.node_bytes[b * nodes + d_node] += sum;
+            for (acc, &x) in t.inter_in[b * g..(b + 1) * g]
+                .iter_mut()
+                .zip(&row[b * g..(b + 1) * g])
+            {
+                *acc += x;
+            }
+            let node_row = &mut t.node_bytes[b * nodes..(b + 1) * nodes];
+            for (acc, part) in node_row.iter_mut().zip(row.chunks_exact(g)) {
+                *acc += part.iter().sum::<u64>();
+            }
+            t.inter_out[s] = row.iter().sum::<u64>() - row[b * g..(b + 1) * g].iter().sum::<u64>();
+            // What node `b` sends rail `l` of the nodes before this one, its
+            // own left out.
+            let rails = &mut t.rail_before[b * g..(b + 1) * g];
+            for (d_node, part) in row[..first].chunks_exact(g).enumerate() {
                 if d_node != b {
-                    t.inter_out[s] += sum;
-                    for (acc, &x) in t.inter_in[d_node * g..].iter_mut().zip(part) {
+                    for (acc, &x) in rails.iter_mut().zip(part) {
                         *acc += x;
                     }
-                    if d_node < a {
-                        for (acc, &x) in t.rail_before[b * g..(b + 1) * g].iter_mut().zip(part) {
-                            *acc += x;
-                        }
-                    }
                 }
             }
+        }
+        // So far `inter_in` holds what each rank receives from its own node.
+        for (x, &col) in t.inter_in.iter_mut().zip(&col_sum) {
+            *x = col - *x;
         }
         Ok(t)
     }

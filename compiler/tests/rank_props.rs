@@ -141,6 +141,54 @@ fn mesh_and_errors() {
     assert!(Planner::for_algorithm(&topo, Algorithm::Lp, PlannerOptions::default()).is_err());
 }
 
+/// `fast`'s merged plan (a latency-bound exchange) is planned per rank;
+/// staged `fast`, `spray` and `auto` refuse, naming the algorithm, and
+/// `program` slices their whole plan instead.
+#[test]
+fn which_plans_are_planned_per_rank() {
+    let topo = Topology::preset("dgx-h100", 4, Some(2)).unwrap();
+    let tiny = TrafficMatrix::uniform(8, 64);
+    let big = TrafficMatrix::uniform(8, 1 << 20);
+    let mut fast =
+        Planner::for_algorithm(&topo, Algorithm::Fast, PlannerOptions::default()).unwrap();
+    fast.plan(&tiny).unwrap();
+    assert!(fast.merged());
+    for r in 0..8 {
+        let local = LocalTraffic::from_matrix(&tiny, r, &topo).unwrap();
+        let prog = fast.program_local(&local).unwrap();
+        assert_eq!(prog, fast.program(r, &tiny).unwrap());
+        assert_eq!(prog.algorithm, "fast");
+    }
+    let local = LocalTraffic::from_matrix(&big, 3, &topo).unwrap();
+    let e = fast.program_local(&local).unwrap_err();
+    assert!(
+        matches!(&e, Error::NeedsWholeMatrix { algorithm, .. } if algorithm == "fast"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("needs the whole matrix"), "{e}");
+    let mut spray =
+        Planner::for_algorithm(&topo, Algorithm::Spray, PlannerOptions::default()).unwrap();
+    let local = LocalTraffic::from_matrix(&tiny, 3, &topo).unwrap();
+    assert!(matches!(
+        spray.program_local(&local),
+        Err(Error::NeedsWholeMatrix { .. })
+    ));
+    let mut auto = Planner::auto(
+        &topo,
+        PlannerOptions::default(),
+        switchyard_compiler::sim::Network::Ideal,
+    )
+    .unwrap();
+    let e = auto.program_local(&local).unwrap_err().to_string();
+    assert!(e.starts_with("auto: needs the whole matrix"), "{e}");
+    assert_eq!(auto.program(3, &tiny).unwrap().rank, 3);
+    // A rank's traffic for another shape is bad input.
+    let other = Topology::preset("dgx-h100", 2, Some(4)).unwrap();
+    let mut direct =
+        Planner::for_algorithm(&other, Algorithm::Direct, PlannerOptions::default()).unwrap();
+    assert!(matches!(direct.program_local(&local), Err(Error::Input(_))));
+}
+
 /// A broken stitch is caught: a program that lost an op, or whose op
 /// disagrees with its peer's.
 #[test]
