@@ -138,6 +138,13 @@ fn rank_programs_are_the_plans_slices() {
             assert_eq!(report["rank"], rank);
             assert_eq!(report["ops"], got.len());
             assert!(report["compile_us"].as_f64().unwrap() > 0.0);
+            // direct and hierarchical plan from what the rank knows alone;
+            // spray slices its whole plan.
+            match alg {
+                "direct" | "hierarchical" => assert_eq!(report["planned_from"], "rank"),
+                "spray" => assert_eq!(report["planned_from"], "whole plan"),
+                _ => {}
+            }
         }
     }
 }

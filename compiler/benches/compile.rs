@@ -17,6 +17,10 @@
 //! intra-node-skewed matrix on full bisection (the plain decomposition) and
 //! on a 2:1 fat-tree of 4 nodes per leaf (the layered stages of
 //! sched/fast/leaves.rs).
+
+//! `rank_local`: the same from the rank's `LocalTraffic` alone
+//! (`Planner::program_local`), the per-rank planning a job runs after its
+//! gather.
 //!
 //! `auto_choose` and `auto` (8x8 only): `auto`'s estimates alone, and
 //! estimates plus the chosen plan through `Planner::auto`.
@@ -28,7 +32,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use switchyard_compiler::generate::{generate, Pattern, TrafficSpec};
 use switchyard_compiler::plan::{Buffer, Deps, Path, Transfer};
 use switchyard_compiler::planner::{Planner, PlannerOptions};
-use switchyard_compiler::rank::LocalProgram;
+use switchyard_compiler::rank::{LocalProgram, LocalTraffic};
 use switchyard_compiler::sched::auto::choose;
 use switchyard_compiler::sim::Network;
 use switchyard_compiler::topology::{FabricSpec, TopologySpec};
@@ -234,5 +238,54 @@ fn rank_time(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, plan_time, rank_time);
+/// `Planner::program_local`: one rank's program from what the rank knows
+/// (its `LocalTraffic`, built outside the measurement: from an R x R matrix
+/// that is O(R^2) and the gather's job in a job, not planning's).
+/// `fast-*-16B` is a latency-bound exchange (16 B per pair on average),
+/// whose merged plan `fast` plans per rank; at the default sizes `fast`
+/// is staged and needs the whole matrix (measured by `rank_program`).
+fn rank_local_time(c: &mut Criterion) {
+    let mut group = c.benchmark_group("rank_local");
+    group.sample_size(20);
+    for nodes in [128usize, 512] {
+        let topo = Topology::preset("dgx-h100", nodes, None).expect("preset");
+        let rank = topo.ranks() / 2;
+        for (pattern, name, pair_bytes) in [
+            (Pattern::Zipf(1.0), "zipf1.0", None),
+            (Pattern::Lognormal(1.0), "lognormal1.0", None),
+            (Pattern::Lognormal(1.0), "lognormal1.0-16B", Some(16)),
+        ] {
+            let mut spec = TrafficSpec::new(topo.ranks(), pattern);
+            spec.seed = 1;
+            if let Some(bytes) = pair_bytes {
+                spec.set_mean_pair_bytes(bytes);
+            }
+            let traffic = generate(&spec).expect("traffic");
+            let local = LocalTraffic::from_matrix(&traffic, rank, &topo).expect("local traffic");
+            let algs: &[Algorithm] = if pair_bytes.is_some() {
+                &[Algorithm::Fast]
+            } else {
+                &[Algorithm::Direct, Algorithm::Hierarchical]
+            };
+            for &alg in algs {
+                let mut planner =
+                    Planner::for_algorithm(&topo, alg, PlannerOptions::default()).expect("planner");
+                let mut prog = LocalProgram::default();
+                if let Err(e) = planner.program_local_into(&local, &mut prog) {
+                    eprintln!("{alg} {nodes}x8 {name}: {e}");
+                    continue;
+                }
+                eprintln!("{alg} {nodes}x8 {name} rank {rank}: {} ops", prog.ops.len());
+                group.bench_with_input(
+                    BenchmarkId::new(format!("{alg}-{name}"), format!("{nodes}x8")),
+                    &local,
+                    |b, t| b.iter(|| planner.program_local_into(t, &mut prog).expect("program")),
+                );
+            }
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, plan_time, rank_time, rank_local_time);
 criterion_main!(benches);

@@ -68,6 +68,11 @@ pub enum Error {
     /// topology given as a raw link list).
     #[error("{algorithm}: {reason}")]
     Unsupported { algorithm: String, reason: String },
+    /// An algorithm cannot plan one rank's program from that rank's
+    /// [`crate::rank::LocalTraffic`]: plan it from the whole matrix
+    /// (`Planner::program`) instead.
+    #[error("{algorithm}: needs the whole matrix to plan one rank ({reason})")]
+    NeedsWholeMatrix { algorithm: String, reason: String },
     /// The LP solver failed or gave up.
     #[error("solver: {0}")]
     Solver(String),

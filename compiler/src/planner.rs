@@ -30,12 +30,12 @@
 
 use crate::error::{Error, Result};
 use crate::plan::Plan;
-use crate::rank::{self, LocalProgram};
+use crate::rank::{self, LocalProgram, LocalTraffic};
 use crate::sched::auto::{choose, settle_and_build, AutoChoice};
 use crate::sched::fast::emit::Emitter;
 pub use crate::sched::fast::emit::PlannerOptions;
 pub use crate::sched::fast::stages::{check_partial_permutation, StagePair};
-use crate::sched::{direct, hierarchical, schedule, Algorithm, Options};
+use crate::sched::{direct, hierarchical, path_between, schedule, Algorithm, Options};
 use crate::sim::Network;
 use crate::topology::Topology;
 use crate::traffic::TrafficMatrix;
@@ -250,11 +250,12 @@ impl Planner {
     /// [`Planner::plan_into`]'s plan (module [`crate::rank`] says what
     /// "exactly" means and how the parts stitch back together).
     ///
-    /// `direct` and `hierarchical` plan it from the matrix entries it
-    /// depends on, without the whole plan (memory proportional to the
-    /// ranks). `fast` and `spray` do not have a per-rank planner yet: they
-    /// plan the whole plan (into a buffer this planner keeps) and slice it,
-    /// which gives the same program at the cost of the whole plan.
+    /// It is [`LocalTraffic::from_matrix`] then [`Planner::program_local`]
+    /// wherever the algorithm plans one rank alone (`direct`,
+    /// `hierarchical`, `fast`'s merged plans), which shows the program
+    /// depends on nothing else; otherwise (`fast` and `spray` staged,
+    /// `auto`) it plans the whole plan (into a buffer this planner keeps)
+    /// and slices it: the same program at the cost of the whole plan.
     /// Errors ([`Error::Input`]) when `rank` is not a rank of the topology
     /// or `traffic` does not fit it.
     pub fn program(&mut self, rank: usize, traffic: &TrafficMatrix) -> Result<LocalProgram> {
@@ -270,24 +271,66 @@ impl Planner {
         traffic: &TrafficMatrix,
         out: &mut LocalProgram,
     ) -> Result<()> {
-        let Some(emitter) = &mut self.emitter else {
-            return if self.algorithm == Algorithm::Direct {
-                rank::direct_into(&self.topo, traffic, rank, out)
-            } else {
-                rank::hierarchical_into(&self.topo, traffic, rank, out)
-            };
-        };
-        // A bad rank is told before the whole plan is made.
+        // A bad rank or matrix is told before any planning.
+        traffic.check_ranks(self.topo.ranks(), "traffic")?;
         rank::check_rank(rank, self.topo.ranks())?;
+        if self.auto.is_none() {
+            let local = LocalTraffic::from_matrix(traffic, rank, &self.topo)?;
+            match self.program_local_into(&local, out) {
+                Err(Error::NeedsWholeMatrix { .. }) => {}
+                done => return done,
+            }
+        }
         if self.auto.is_some() {
             let mut whole = std::mem::replace(&mut self.whole, Plan::new("", 0, 0));
             let planned = self.plan_into(traffic, &mut whole);
             self.whole = whole;
             planned?;
-        } else {
+        } else if let Some(emitter) = &mut self.emitter {
             emitter.plan_into(traffic, &mut self.whole)?;
         }
         rank::slice_into(&self.whole, rank, out)
+    }
+
+    /// The program of rank `local.rank` planned from what that rank knows
+    /// ([`LocalTraffic`]) alone: identical to its part of
+    /// [`Planner::plan_into`]'s plan for the whole matrix. Memory and time
+    /// proportional to the ranks (docs/algorithms.md, "Own programs per
+    /// rank"). Errors ([`Error::NeedsWholeMatrix`]) for `auto` (its choice
+    /// compares whole-plan estimates), for `spray` and for `fast` when its
+    /// plan is staged (not latency-bound): use [`Planner::program`] with
+    /// the matrix there; ([`Error::Input`]) when `local` does not fit the
+    /// topology.
+    pub fn program_local(&mut self, local: &LocalTraffic) -> Result<LocalProgram> {
+        let mut out = LocalProgram::default();
+        self.program_local_into(local, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Planner::program_local`] into `out`, reusing its allocations.
+    pub fn program_local_into(
+        &mut self,
+        local: &LocalTraffic,
+        out: &mut LocalProgram,
+    ) -> Result<()> {
+        local.check(&self.topo)?;
+        if self.auto.is_some() {
+            return Err(Error::NeedsWholeMatrix {
+                algorithm: "auto".into(),
+                reason: "its choice compares estimates of whole plans".into(),
+            });
+        }
+        match (&self.emitter, self.algorithm) {
+            (Some(emitter), _) => emitter.program_local_into(local, out),
+            (None, Algorithm::Direct) => {
+                rank::direct_local(local, "direct", |s, d| path_between(&self.topo, s, d), out);
+                Ok(())
+            }
+            (None, _) => {
+                rank::hierarchical_local(&self.topo, local, out);
+                Ok(())
+            }
+        }
     }
 
     /// True when the last plan was latency-bound, and so sent as one merged

@@ -12,13 +12,26 @@
 //! Inside a level, operations are in plan order, the same on every rank, so
 //! several transfers between one pair of ranks match in order.
 //!
-//! Owns: [`RankProgram`], [`Op`], [`program`], [`programs`]. Knows nothing of
-//! time, topologies or how the plan was made.
+//! A rank's own program (module [`crate::rank`], planned without the whole
+//! plan) becomes the same form through [`from_local`]. Its transfers have no
+//! plan index, so `transfer` is then the transfer's place among those
+//! between the same two ranks in the same direction, which both ends
+//! compute alike (own programs are sorted by the place each transfer
+//! writes). Its levels are the plan's steps, which both ends also know,
+//! for the algorithms whose steps order every dependency
+//! ([`steps_are_levels`]); for the others no order that both ends agree on
+//! and that follows the dependencies is known without the whole plan (the
+//! longest dependency chain through a transfer is a whole-plan quantity),
+//! so they run their whole plan's programs.
+//!
+//! Owns: [`RankProgram`], [`Op`], [`program`], [`programs`], [`from_local`].
+//! Knows nothing of time, topologies or how the plan was made.
 
 use serde::Serialize;
 
-use crate::error::{InputError, Result};
+use crate::error::{Error, InputError, Result};
 use crate::plan::{Buffer, DepGraph, Path, Plan};
+use crate::rank::LocalProgram;
 
 /// What a rank does in one operation.
 #[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -129,6 +142,91 @@ pub fn programs(plan: &Plan) -> Result<Vec<RankProgram>> {
         sort(p);
     }
     Ok(progs)
+}
+
+/// True when every plan of `algorithm` (its name, as a plan records it)
+/// puts each transfer's dependencies on lower steps: its steps are then
+/// levels an executor may run in order, and both ends of a transfer know
+/// its step. `direct` (one step, no dependencies), `hierarchical`, `pxn`
+/// and `deepep` (a relay step after the gathering step). Not `fast` and
+/// `spray`: their pipelining and balancing moves depend on transfers of
+/// the same stage. The test `steps_order_dependencies` checks this list.
+pub fn steps_are_levels(algorithm: &str) -> bool {
+    matches!(algorithm, "direct" | "hierarchical" | "pxn" | "deepep")
+}
+
+/// The executor form of a rank's own program: every op with its `after`
+/// (the ops of this rank whose writes it reads), `transfer` the op's place
+/// among the transfers between the same two ranks in the same direction
+/// (the tag both ends agree on), and its step as its level. Ops are in
+/// level order, which is a topological order of the plan on every rank:
+/// an executor that posts them in order (levels, or a dataflow that waits
+/// for `after` before each send) never waits for a peer that waits for it.
+///
+/// Errors ([`Error::Unsupported`]) when the algorithm's steps are not
+/// levels ([`steps_are_levels`]): no order both ends agree on is known
+/// without the whole plan; ([`Error::Input`]) when a dependency inside the
+/// program is not on a lower step.
+pub fn from_local(local: &LocalProgram) -> Result<RankProgram> {
+    if !steps_are_levels(&local.algorithm) {
+        return Err(Error::Unsupported {
+            algorithm: local.algorithm.clone(),
+            reason: "its own programs have no order both ends know (its steps do not \
+                     order its dependencies): run its whole plan's programs"
+                .into(),
+        });
+    }
+    let me = local.rank;
+    // Own programs are sorted by key: a dependency on an op of this program
+    // is found by binary search.
+    let keys: Vec<_> = local.ops.iter().map(|o| o.key(me)).collect();
+    let mut next_tag: std::collections::HashMap<(u32, bool), u32> = Default::default();
+    let mut ops = Vec::with_capacity(local.ops.len());
+    for o in &local.ops {
+        for d in &o.deps {
+            if let Ok(i) = keys.binary_search(d) {
+                if local.ops[i].step >= o.step {
+                    return Err(InputError::new(
+                        "program",
+                        format!(
+                            "rank {me}: the transfer into {:?} (step {}) depends on one of \
+                             step {}: its steps are not levels",
+                            o.key(me),
+                            o.step,
+                            local.ops[i].step
+                        ),
+                    )
+                    .into());
+                }
+            }
+        }
+        let tag = next_tag.entry((o.peer, o.op == OpKind::Send)).or_insert(0);
+        ops.push(Op {
+            op: o.op,
+            level: o.step,
+            transfer: *tag,
+            peer: o.peer,
+            bytes: o.bytes,
+            src_buf: o.src_buf,
+            src_off: o.src_off,
+            dst_buf: o.dst_buf,
+            dst_off: o.dst_off,
+            path: o.path,
+            after: Vec::new(),
+        });
+        *tag += 1;
+    }
+    // Stable: inside a level the ops stay in key order, the same on both ends.
+    ops.sort_by_key(|o| o.level);
+    let mut prog = RankProgram {
+        rank: me,
+        ranks: local.ranks,
+        levels: ops.iter().map(|o| o.level + 1).max().unwrap_or(0),
+        scratch_bytes: local.scratch_bytes,
+        ops,
+    };
+    link_writers(&mut prog);
+    Ok(prog)
 }
 
 fn bad_plan(reason: String) -> crate::Error {
@@ -290,6 +388,122 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("not a rank"));
+    }
+
+    /// A program from a rank's own program has the ops of the whole plan's
+    /// program for that rank, each reading after the same writes; its tags
+    /// match between the two ends of every transfer; its levels are the
+    /// steps where [`steps_are_levels`] says so.
+    #[test]
+    fn from_local_matches_the_whole_plans_programs() {
+        use crate::rank::slice_into;
+        let topo = Topology::preset("dgx-h100", 3, Some(4)).unwrap();
+        let mut m = TrafficMatrix::uniform(12, 3000);
+        m.set(0, 5, 300_000);
+        m.set(7, 2, 90_000);
+        m.set(4, 4, 0);
+        for alg in [
+            Algorithm::Direct,
+            Algorithm::Hierarchical,
+            Algorithm::Pxn,
+            Algorithm::Fast,
+        ] {
+            let plan = schedule(alg, &topo, &m, &Options::default()).unwrap();
+            let layered = steps_are_levels(&plan.algorithm);
+            assert_eq!(layered, alg != Algorithm::Fast, "{alg}");
+            if !layered {
+                let mut local = LocalProgram::default();
+                slice_into(&plan, 0, &mut local).unwrap();
+                assert!(from_local(&local).is_err());
+                continue;
+            }
+            let mut tags = std::collections::HashMap::new();
+            for r in 0..12 {
+                let mut local = LocalProgram::default();
+                slice_into(&plan, r, &mut local).unwrap();
+                let ours = from_local(&local).unwrap();
+                let whole = program(&plan, r).unwrap();
+                assert_eq!(ours.ops.len(), whole.ops.len(), "{alg} rank {r}");
+                assert_eq!(ours.scratch_bytes, whole.scratch_bytes);
+                // The same ops (by where they write), the same writers read.
+                let place = |p: &RankProgram, i: usize| {
+                    let o = &p.ops[i];
+                    (o.op as u8, o.peer, o.dst_buf, o.dst_off, o.src_off, o.bytes)
+                };
+                let norm = |p: &RankProgram| {
+                    let mut v: Vec<_> = (0..p.ops.len())
+                        .map(|i| {
+                            let mut after: Vec<_> = p.ops[i]
+                                .after
+                                .iter()
+                                .map(|&w| place(p, w as usize))
+                                .collect();
+                            after.sort_unstable();
+                            (place(p, i), after)
+                        })
+                        .collect();
+                    v.sort_unstable();
+                    v
+                };
+                assert_eq!(norm(&ours), norm(&whole), "{alg} rank {r}");
+                for o in &ours.ops {
+                    {
+                        let step = local
+                            .ops
+                            .iter()
+                            .find(|l| {
+                                l.op == o.op
+                                    && l.peer == o.peer
+                                    && l.dst_buf == o.dst_buf
+                                    && l.dst_off == o.dst_off
+                            })
+                            .unwrap()
+                            .step;
+                        assert_eq!(o.level, step);
+                    }
+                    if o.op == OpKind::Copy {
+                        continue;
+                    }
+                    let (src, dst) = if o.op == OpKind::Send {
+                        (r as u32, o.peer)
+                    } else {
+                        (o.peer, r as u32)
+                    };
+                    let seen = tags
+                        .entry((src, dst, o.dst_buf, o.dst_off))
+                        .or_insert(o.transfer);
+                    assert_eq!(*seen, o.transfer, "{alg}: ends disagree on a tag");
+                }
+            }
+        }
+    }
+
+    /// What [`steps_are_levels`] claims, on plans with relays and skew: no
+    /// dependency on a transfer of the same or a later step.
+    #[test]
+    fn steps_order_dependencies() {
+        let topo = Topology::preset("dgx-h100", 4, Some(4)).unwrap();
+        let mut m = TrafficMatrix::uniform(16, 5000);
+        for (s, d) in [(0, 9), (3, 14), (12, 1), (6, 6)] {
+            m.set(s, d, 400_000);
+        }
+        let mut checked = 0;
+        for alg in Algorithm::ALL {
+            if matches!(alg, Algorithm::Lp | Algorithm::Auto) {
+                continue;
+            }
+            let plan = schedule(*alg, &topo, &m, &Options::default()).unwrap();
+            if !steps_are_levels(&plan.algorithm) {
+                continue;
+            }
+            checked += 1;
+            for t in &plan.transfers {
+                for &d in &t.deps {
+                    assert!(plan.transfers[d as usize].step < t.step, "{alg}");
+                }
+            }
+        }
+        assert_eq!(checked, 4);
     }
 
     /// Every transfer with bytes appears once on each side (once for a

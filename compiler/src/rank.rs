@@ -18,11 +18,16 @@
 //! same plan up to the order of its transfers, so the verifier, the
 //! simulator and every quality figure hold for it unchanged.
 //!
-//! Owns: [`TransferKey`], [`LocalOp`], [`LocalProgram`], [`slice_into`] (a
-//! rank's part of a whole plan, the reference), [`stitch`], [`canonical`],
-//! and the per-rank planners of `direct` and `hierarchical`, which read
-//! only the matrix entries their rank's transfers depend on. Knows nothing
-//! of time; the `Planner` facade (planner.rs) chooses among them.
+//! What a rank knows is a [`LocalTraffic`]: its node's rows and columns of
+//! the matrix, the N x N node matrix and a few prefix sums, O(R) numbers
+//! where the matrix has R^2. A per-rank planner reads nothing else, so a
+//! job gathers that instead of the whole matrix.
+//!
+//! Owns: [`TransferKey`], [`LocalOp`], [`LocalProgram`], [`LocalTraffic`],
+//! [`slice_into`] (a rank's part of a whole plan, the reference),
+//! [`stitch`], [`canonical`], and the per-rank planners of `direct` and
+//! `hierarchical` (from a [`LocalTraffic`] alone). Knows nothing of time;
+//! the `Planner` facade (planner.rs) chooses among them.
 
 use std::collections::HashMap;
 
@@ -187,6 +192,181 @@ pub(crate) fn check_rank(rank: usize, ranks: usize) -> Result<()> {
     Ok(())
 }
 
+/// What one rank knows of one all-to-all's traffic: every number its own
+/// program depends on for the algorithms that plan one rank alone, and
+/// nothing that grows with R x R. A rank gathers it instead of the whole
+/// R x R matrix (docs/algorithms.md, "Own programs per rank"):
+///
+/// | field | size | what | how a job gathers it |
+/// |---|---|---|---|
+/// | `node_bytes` | N x N | bytes node `a` sends node `b` (row-major) | all-reduce of each node's row sums |
+/// | `rows` | G x R | what each GPU of this rank's node sends every rank | all-gather inside the node |
+/// | `cols` | R x G | what every rank sends each GPU of this rank's node | the split-size exchange (all-to-all), then all-gather inside the node |
+/// | `above` | R | bytes the ranks before this node's first rank send each rank | exclusive prefix sum (scan) over nodes of the node row sums |
+/// | `before` | R | bytes each rank sends the ranks before this node's first rank | from each rank's row, one number per (rank, node): an all-to-all of N numbers per rank |
+/// | `rail_before` | N x G | bytes node `b`'s GPUs send GPU `l` of the nodes other than `b` before this node | as `before`, summed per node |
+/// | `inter_out`, `inter_in` | R each | bytes each rank sends to / receives from other nodes | all-gather of two numbers per rank |
+///
+/// The first six (`rank` to `cols`) are the fields every per-rank planner
+/// reads; their names are stable. The others exist because a rank's
+/// program names places in other ranks' buffers: `above` is where this
+/// node's blocks land in every rank's output (the all-to-all(v) layout puts
+/// block (s, d) after everything ranks below `s` send `d`), `before` is
+/// where the blocks for this node sit in every rank's input (its row's
+/// prefix), `rail_before` is where `hierarchical`'s relays on other nodes
+/// keep what they send this node (their scratch regions are laid out node
+/// by node), and `inter_out`/`inter_in` decide whether `fast` is
+/// latency-bound (its busiest NIC, which may be anywhere). Memory: N^2 + 2GR
+/// + 3R + NG numbers, O(R) for a fixed node size and N <= sqrt(R).
+#[derive(Serialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct LocalTraffic {
+    pub rank: usize,
+    pub nodes: usize,
+    pub gpus_per_node: usize,
+    /// N x N, row-major: bytes node `a` sends node `b` (`a == b`: inside `a`).
+    pub node_bytes: Vec<u64>,
+    /// G x R: `rows[i * R + d]`, bytes GPU `i` of this rank's node sends rank `d`.
+    pub rows: Vec<u64>,
+    /// R x G: `cols[s * G + i]`, bytes rank `s` sends GPU `i` of this rank's node.
+    pub cols: Vec<u64>,
+    /// R: `above[d]`, bytes ranks `0..first` send rank `d`, where `first`
+    /// is this node's first rank.
+    pub above: Vec<u64>,
+    /// R: `before[s]`, bytes rank `s` sends ranks `0..first`.
+    pub before: Vec<u64>,
+    /// N x G: `rail_before[b * G + l]`, bytes the GPUs of node `b` send GPU
+    /// `l` of nodes `0..this node`, node `b` itself left out.
+    pub rail_before: Vec<u64>,
+    /// R: bytes each rank sends to ranks of other nodes.
+    pub inter_out: Vec<u64>,
+    /// R: bytes each rank receives from ranks of other nodes.
+    pub inter_in: Vec<u64>,
+}
+
+impl LocalTraffic {
+    /// Rank `rank`'s part of `m` on `topo`. The node matrix and the prefix
+    /// sums read the whole matrix once (what the gather computes in a job);
+    /// the rest is O(R G). Errors ([`crate::Error::Input`]) when the matrix
+    /// does not fit the topology or `rank` is not one of its ranks.
+    pub fn from_matrix(m: &TrafficMatrix, rank: usize, topo: &Topology) -> Result<LocalTraffic> {
+        let n = m.ranks();
+        m.check_ranks(topo.ranks(), "traffic")?;
+        check_rank(rank, n)?;
+        let (nodes, g) = (topo.nodes(), topo.gpus_per_node());
+        let a = rank / g;
+        let first = a * g;
+        let mut t = LocalTraffic {
+            rank,
+            nodes,
+            gpus_per_node: g,
+            node_bytes: vec![0; nodes * nodes],
+            rows: m.as_slice()[first * n..(first + g) * n].to_vec(),
+            cols: vec![0; n * g],
+            above: vec![0; n],
+            before: vec![0; n],
+            rail_before: vec![0; nodes * g],
+            inter_out: vec![0; n],
+            inter_in: vec![0; n],
+        };
+        // Column sums of the rows read so far: `above` is their value at
+        // row `first`, `inter_in` their total less each node's own part.
+        let mut col_sum = vec![0u64; n];
+        for s in 0..n {
+            if s == first {
+                t.above.copy_from_slice(&col_sum);
+            }
+            let row = m.row(s);
+            let b = s / g;
+            t.cols[s * g..(s + 1) * g].copy_from_slice(&row[first..first + g]);
+            t.before[s] = row[..first].iter().sum();
+            for (acc, &x) in col_sum.iter_mut().zip(row) {
+                *acc += x;
+            }
+            for (acc, &x) in t.inter_in[b * g..(b + 1) * g]
+                .iter_mut()
+                .zip(&row[b * g..(b + 1) * g])
+            {
+                *acc += x;
+            }
+            let node_row = &mut t.node_bytes[b * nodes..(b + 1) * nodes];
+            for (acc, part) in node_row.iter_mut().zip(row.chunks_exact(g)) {
+                *acc += part.iter().sum::<u64>();
+            }
+            t.inter_out[s] = row.iter().sum::<u64>() - row[b * g..(b + 1) * g].iter().sum::<u64>();
+            // What node `b` sends rail `l` of the nodes before this one, its
+            // own left out.
+            let rails = &mut t.rail_before[b * g..(b + 1) * g];
+            for (d_node, part) in row[..first].chunks_exact(g).enumerate() {
+                if d_node != b {
+                    for (acc, &x) in rails.iter_mut().zip(part) {
+                        *acc += x;
+                    }
+                }
+            }
+        }
+        // So far `inter_in` holds what each rank receives from its own node.
+        for (x, &col) in t.inter_in.iter_mut().zip(&col_sum) {
+            *x = col - *x;
+        }
+        Ok(t)
+    }
+
+    /// Number of ranks.
+    pub fn ranks(&self) -> usize {
+        self.nodes * self.gpus_per_node
+    }
+
+    /// This rank's node.
+    pub fn node(&self) -> usize {
+        self.rank / self.gpus_per_node.max(1)
+    }
+
+    /// Row of GPU `i` of this rank's node (what it sends every rank).
+    pub fn row(&self, i: usize) -> &[u64] {
+        let n = self.ranks();
+        &self.rows[i * n..(i + 1) * n]
+    }
+
+    /// Bytes rank `s` sends GPU `i` of this rank's node.
+    pub fn col(&self, s: usize, i: usize) -> u64 {
+        self.cols[s * self.gpus_per_node + i]
+    }
+
+    /// Checks that this is one rank's traffic of a cluster shaped as
+    /// `topo`: its shape, its rank, and every field's length. Errors
+    /// ([`crate::Error::Input`]) name the field.
+    pub fn check(&self, topo: &Topology) -> Result<()> {
+        let bad =
+            |reason: String| -> crate::Error { InputError::new("local traffic", reason).into() };
+        if self.nodes != topo.nodes() || self.gpus_per_node != topo.gpus_per_node() {
+            return Err(bad(format!(
+                "is for {} nodes of {} GPUs but the topology has {} of {}",
+                self.nodes,
+                self.gpus_per_node,
+                topo.nodes(),
+                topo.gpus_per_node()
+            )));
+        }
+        let (n, nn, g) = (self.ranks(), self.nodes, self.gpus_per_node);
+        check_rank(self.rank, n)?;
+        for (name, len, want) in [
+            ("node_bytes", self.node_bytes.len(), nn * nn),
+            ("rows", self.rows.len(), g * n),
+            ("cols", self.cols.len(), n * g),
+            ("above", self.above.len(), n),
+            ("before", self.before.len(), n),
+            ("rail_before", self.rail_before.len(), nn * g),
+            ("inter_out", self.inter_out.len(), n),
+            ("inter_in", self.inter_in.len(), n),
+        ] {
+            if len != want {
+                return Err(bad(format!("`{name}` has {len} numbers, not {want}")));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Rank `rank`'s part of a whole plan, into `out`: the reference every
 /// per-rank planner must equal. Errors when the rank is not in the plan or
 /// a dependency names no transfer.
@@ -328,53 +508,63 @@ pub fn stitch(progs: &[LocalProgram]) -> Result<Plan> {
     Ok(plan)
 }
 
-/// `direct` (sched/direct.rs) for one rank: its row and its column. The
-/// offsets in the other ends' buffers need the column prefix of every
-/// destination and the row prefix of every source: one pass over the rows
-/// above the rank and one over each source's row up to the rank.
-pub(crate) fn direct_into(
-    topo: &Topology,
-    m: &TrafficMatrix,
-    rank: usize,
-    out: &mut LocalProgram,
-) -> Result<()> {
-    let n = m.ranks();
-    m.check_ranks(topo.ranks(), "traffic")?;
-    check_rank(rank, n)?;
-    out.reset("direct", rank, n, topo.gpus_per_node());
-    let x = rank;
-    // Where the rank's blocks land: the column sums above it.
-    let mut above = vec![0u64; n];
-    for s in 0..x {
-        for (acc, &b) in above.iter_mut().zip(m.row(s)) {
+/// Where each block rank `x` sends lands: `land[d]` is the offset of block
+/// (x, d) in `d`'s output, the column sums of the ranks above `x`.
+fn landing(t: &LocalTraffic, land: &mut Vec<u64>) {
+    let j = t.rank % t.gpus_per_node;
+    land.clear();
+    land.extend_from_slice(&t.above);
+    for i in 0..j {
+        for (acc, &b) in land.iter_mut().zip(t.row(i)) {
             *acc += b;
         }
     }
+}
+
+/// `direct` (sched/direct.rs) for one rank: its row and its column, the
+/// offsets in the other ends' buffers from `above` (plus the rows of its
+/// node's GPUs before it) and `before` (plus the columns before its own).
+/// `name` and `path` are those of the plan it is a slice of (`fast`'s
+/// merged plan is `direct` under another name).
+pub(crate) fn direct_local(
+    t: &LocalTraffic,
+    name: &str,
+    path: impl Fn(usize, usize) -> Path,
+    out: &mut LocalProgram,
+) {
+    let (n, g) = (t.ranks(), t.gpus_per_node);
+    out.reset(name, t.rank, n, g);
+    let x = t.rank;
+    let j = x % g;
+    let mut land = Vec::new();
+    landing(t, &mut land);
     let mut src_off = 0u64;
-    for (d, &bytes) in m.row(x).iter().enumerate() {
+    for (d, &bytes) in t.row(j).iter().enumerate() {
         if bytes > 0 {
-            let t = block(topo, x, d, bytes, src_off, above[d]);
-            out.push(&t, Vec::new());
+            out.push(
+                &block(path(x, d), x, d, bytes, src_off, land[d]),
+                Vec::new(),
+            );
         }
         src_off += bytes;
     }
     // What lands in the rank: each source's row up to the rank.
     let mut dst_off = 0u64;
     for s in 0..n {
-        let row = m.row(s);
-        let bytes = row[x];
+        let bytes = t.col(s, j);
         if bytes > 0 && s != x {
-            let src_off = row[..x].iter().sum();
-            let t = block(topo, s, x, bytes, src_off, dst_off);
-            out.push(&t, Vec::new());
+            let src_off = t.before[s] + (0..j).map(|i| t.col(s, i)).sum::<u64>();
+            out.push(
+                &block(path(s, x), s, x, bytes, src_off, dst_off),
+                Vec::new(),
+            );
         }
         dst_off += bytes;
     }
     out.sort();
-    Ok(())
 }
 
-fn block(topo: &Topology, s: usize, d: usize, bytes: u64, src_off: u64, dst_off: u64) -> Transfer {
+fn block(path: Path, s: usize, d: usize, bytes: u64, src_off: u64, dst_off: u64) -> Transfer {
     Transfer {
         src: s as u32,
         src_buf: Buffer::Input,
@@ -383,7 +573,7 @@ fn block(topo: &Topology, s: usize, d: usize, bytes: u64, src_off: u64, dst_off:
         dst_buf: Buffer::Output,
         dst_off,
         bytes,
-        path: crate::sched::path_between(topo, s, d),
+        path,
         step: 0,
         deps: Deps::new(),
     }
@@ -391,40 +581,20 @@ fn block(topo: &Topology, s: usize, d: usize, bytes: u64, src_off: u64, dst_off:
 
 /// `hierarchical` (sched/hierarchical.rs) for rank `x` = GPU `j` of node
 /// `a`: the rows of its node (what it gathers and relays), its own column
-/// (what lands in it) and the rail-`j` entries of the other nodes' rows
-/// (where their relays keep what they send it).
-pub(crate) fn hierarchical_into(
-    topo: &Topology,
-    m: &TrafficMatrix,
-    rank: usize,
-    out: &mut LocalProgram,
-) -> Result<()> {
-    let n = m.ranks();
-    m.check_ranks(topo.ranks(), "traffic")?;
-    check_rank(rank, n)?;
-    let (g, nodes) = (topo.gpus_per_node(), topo.nodes());
-    out.reset("hierarchical", rank, n, g);
-    let x = rank;
+/// (what lands in it), `above` (where its relayed blocks land) and
+/// `rail_before` (where the relays of rail `j` on other nodes keep what
+/// they send it).
+pub(crate) fn hierarchical_local(topo: &Topology, t: &LocalTraffic, out: &mut LocalProgram) {
+    let (n, g, nodes) = (t.ranks(), t.gpus_per_node, t.nodes);
+    out.reset("hierarchical", t.rank, n, g);
+    let x = t.rank;
     let (a, j) = (x / g, x % g);
-    // Offset of node `b`'s region in the scratch of relay (src, rail): what
-    // node `src` sends to GPU `rail` of the nodes before `b`. Read row by
-    // row (a column walk misses the cache at every entry).
-    let region_off = |src: usize, rail: usize, b: usize| -> u64 {
-        (src * g..(src + 1) * g)
-            .map(|s| {
-                let row = m.row(s);
-                (0..b)
-                    .filter(|&b2| b2 != src)
-                    .map(|b2| row[b2 * g + rail])
-                    .sum::<u64>()
-            })
-            .sum()
-    };
-    // The same for the relays of the rank's own node, from its rows:
-    // `regions[rail * nodes + b]`, and the rank's scratch.
+    let path = |s: usize, d: usize| crate::sched::path_between(topo, s, d);
+    // Offset of node `b`'s region in the scratch of the relays of the
+    // rank's own node: `regions[rail * nodes + b]`, and the rank's scratch.
     let mut regions = vec![0u64; g * nodes];
-    for s in a * g..(a + 1) * g {
-        for (d, &bytes) in m.row(s).iter().enumerate() {
+    for i in 0..g {
+        for (d, &bytes) in t.row(i).iter().enumerate() {
             regions[(d % g) * nodes + d / g] += bytes;
         }
     }
@@ -440,42 +610,35 @@ pub(crate) fn hierarchical_into(
             out.scratch_bytes = acc;
         }
     }
-    // Column sums of column `d` over rows `0..upto`: where block (upto, d) lands.
-    let col_prefix = |d: usize, upto: usize| -> u64 { (0..upto).map(|s| m.get(s, d)).sum() };
-    // Where the rank's phase-2 sends land: in GPU j of node b, after the
-    // blocks from the nodes before `a` (`rail_above[b]`), row by row.
-    let mut rail_above = vec![0u64; nodes];
-    for s in 0..a * g {
-        let row = m.row(s);
-        for (b, acc) in rail_above.iter_mut().enumerate() {
-            *acc += row[b * g + j];
-        }
-    }
+    // Where the blocks of the rank (and of its node's GPUs before it) land.
+    let mut land = Vec::new();
+    landing(t, &mut land);
     // The rank's own column, summed: `own_col[s]` is where block (s, x) lands.
     let mut own_col = Vec::with_capacity(n + 1);
     let mut acc = 0u64;
     for s in 0..n {
         own_col.push(acc);
-        acc += m.get(s, x);
+        acc += t.col(s, j);
     }
     let key = |rank: usize, off: u64| TransferKey {
         rank: rank as u32,
         buf: Buffer::Scratch,
         off,
     };
+    // What GPUs `0..i` of the rank's node send rank `d`.
+    let node_before = |i: usize, d: usize| -> u64 { (0..i).map(|i2| t.row(i2)[d]).sum() };
     // Phase 1 from the rank: its row.
-    let row = m.row(x);
     let mut src_off = 0u64;
-    for (d, &bytes) in row.iter().enumerate() {
+    for (d, &bytes) in t.row(j).iter().enumerate() {
         let (b, jd) = (d / g, d % g);
         if bytes > 0 {
-            let t = if b == a {
-                block(topo, x, d, bytes, src_off, col_prefix(d, x))
+            let tr = if b == a {
+                block(path(x, d), x, d, bytes, src_off, land[d])
             } else {
                 let relay = a * g + jd;
-                let before: u64 = (0..j).map(|i| m.get(a * g + i, d)).sum();
+                let before = node_before(j, d);
                 phase1(
-                    topo,
+                    path(x, relay),
                     x,
                     relay,
                     bytes,
@@ -483,25 +646,31 @@ pub(crate) fn hierarchical_into(
                     regions[jd * nodes + b] + before,
                 )
             };
-            out.push(&t, Vec::new());
+            out.push(&tr, Vec::new());
         }
         src_off += bytes;
     }
     // Phase 1 into the rank: intra-node blocks, and what it relays.
     for i in (0..g).filter(|&i| i != j) {
         let s = a * g + i;
-        let row = m.row(s);
         let mut src_off = 0u64;
-        for (d, &bytes) in row.iter().enumerate() {
+        for (d, &bytes) in t.row(i).iter().enumerate() {
             let (b, jd) = (d / g, d % g);
             if bytes > 0 && (d == x || (b != a && jd == j)) {
-                let t = if d == x {
-                    block(topo, s, d, bytes, src_off, own_col[s])
+                let tr = if d == x {
+                    block(path(s, d), s, d, bytes, src_off, own_col[s])
                 } else {
-                    let before: u64 = (0..i).map(|i2| m.get(a * g + i2, d)).sum();
-                    phase1(topo, s, x, bytes, src_off, regions[j * nodes + b] + before)
+                    let before = node_before(i, d);
+                    phase1(
+                        path(s, x),
+                        s,
+                        x,
+                        bytes,
+                        src_off,
+                        regions[j * nodes + b] + before,
+                    )
                 };
-                out.push(&t, Vec::new());
+                out.push(&tr, Vec::new());
             }
             src_off += bytes;
         }
@@ -515,12 +684,16 @@ pub(crate) fn hierarchical_into(
             let region = if src_node == a {
                 regions[j * nodes + dst_node]
             } else {
-                region_off(src_node, j, dst_node)
+                t.rail_before[src_node * g + j]
             };
             let mut deps = Vec::new();
             let mut bytes = 0u64;
             for i in 0..g {
-                let part = m.get(src_node * g + i, d);
+                let part = if src_node == a {
+                    t.row(i)[d]
+                } else {
+                    t.col(src_node * g + i, j)
+                };
                 if part > 0 {
                     deps.push(key(relay, region + bytes));
                 }
@@ -529,7 +702,7 @@ pub(crate) fn hierarchical_into(
             if bytes == 0 {
                 continue;
             }
-            let t = Transfer {
+            let tr = Transfer {
                 src: relay as u32,
                 src_buf: Buffer::Scratch,
                 src_off: region,
@@ -538,7 +711,7 @@ pub(crate) fn hierarchical_into(
                 dst_off: if d == x {
                     own_col[src_node * g]
                 } else {
-                    rail_above[dst_node]
+                    t.above[d]
                 },
                 bytes,
                 path: Path::Rdma {
@@ -547,21 +720,13 @@ pub(crate) fn hierarchical_into(
                 step: 1,
                 deps: Deps::new(),
             };
-            out.push(&t, deps);
+            out.push(&tr, deps);
         }
     }
     out.sort();
-    Ok(())
 }
 
-fn phase1(
-    topo: &Topology,
-    s: usize,
-    relay: usize,
-    bytes: u64,
-    src_off: u64,
-    dst_off: u64,
-) -> Transfer {
+fn phase1(path: Path, s: usize, relay: usize, bytes: u64, src_off: u64, dst_off: u64) -> Transfer {
     Transfer {
         src: s as u32,
         src_buf: Buffer::Input,
@@ -570,7 +735,7 @@ fn phase1(
         dst_buf: Buffer::Scratch,
         dst_off,
         bytes,
-        path: crate::sched::path_between(topo, s, relay),
+        path,
         step: 0,
         deps: Deps::new(),
     }
@@ -641,5 +806,45 @@ mod tests {
             })
             .collect();
         assert!(stitch(&progs).is_err());
+    }
+    /// Every field of a rank's traffic on 3 nodes of 2 GPUs, from a matrix
+    /// whose entries say where they are (`10 s + d`), against sums written
+    /// out by hand; and the shape checks.
+    #[test]
+    fn local_traffic_fields() {
+        let topo = Topology::preset("dgx-h100", 3, Some(2)).unwrap();
+        let mut m = TrafficMatrix::zeros(6);
+        for s in 0..6 {
+            for d in 0..6 {
+                m.set(s, d, (10 * s + d) as u64);
+            }
+        }
+        // Rank 3: GPU 1 of node 1, whose first rank is 2.
+        let t = LocalTraffic::from_matrix(&m, 3, &topo).unwrap();
+        let e = |s: usize, d: usize| (10 * s + d) as u64;
+        assert_eq!(t.row(0), m.row(2));
+        assert_eq!(t.row(1), m.row(3));
+        assert_eq!(t.col(5, 0), e(5, 2));
+        assert_eq!(t.col(0, 1), e(0, 3));
+        // Node 2 to node 0: ranks 4, 5 to ranks 0, 1.
+        assert_eq!(t.node_bytes[2 * 3], e(4, 0) + e(4, 1) + e(5, 0) + e(5, 1));
+        assert_eq!(t.above[4], e(0, 4) + e(1, 4));
+        assert_eq!(t.before[5], e(5, 0) + e(5, 1));
+        // Node 2's GPUs to GPU 1 of node 0 (the only node before node 1).
+        assert_eq!(t.rail_before[2 * 2 + 1], e(4, 1) + e(5, 1));
+        // Node 0 is left out of its own regions.
+        assert_eq!(t.rail_before[1], 0);
+        assert_eq!(t.inter_out[0], (2..6).map(|d| e(0, d)).sum::<u64>());
+        assert_eq!(t.inter_in[5], (0..4).map(|s| e(s, 5)).sum::<u64>());
+        t.check(&topo).unwrap();
+        // Shapes that do not fit.
+        let mut short = t.clone();
+        short.above.pop();
+        let err = short.check(&topo).unwrap_err().to_string();
+        assert!(err.contains("`above`"), "{err}");
+        let other = Topology::preset("dgx-h100", 2, Some(3)).unwrap();
+        assert!(t.check(&other).is_err());
+        assert!(LocalTraffic::from_matrix(&m, 6, &topo).is_err());
+        assert!(LocalTraffic::from_matrix(&TrafficMatrix::zeros(4), 0, &topo).is_err());
     }
 }

@@ -5,8 +5,8 @@
 use proptest::prelude::*;
 use switchyard_compiler::planner::{Planner, PlannerOptions};
 use switchyard_compiler::program::OpKind;
-use switchyard_compiler::rank::{canonical, stitch, LocalProgram};
-use switchyard_compiler::{verify_on, Algorithm, Plan, Topology, TrafficMatrix};
+use switchyard_compiler::rank::{canonical, stitch, LocalProgram, LocalTraffic};
+use switchyard_compiler::{verify_on, Algorithm, Error, Plan, Topology, TrafficMatrix};
 
 const ALGORITHMS: [Algorithm; 4] = [
     Algorithm::Direct,
@@ -50,8 +50,25 @@ fn check(topo: &Topology, m: &TrafficMatrix, alg: Algorithm) -> Result<(), TestC
     verify_on(&whole, m, topo).unwrap();
     let mut progs = Vec::with_capacity(topo.ranks());
     let mut prog = LocalProgram::default();
+    let mut local_prog = LocalProgram::default();
     for r in 0..topo.ranks() {
         planner.plan_rank_into(r, m, &mut prog).unwrap();
+        // From what the rank knows alone: the same program, or (only where
+        // the algorithm has no per-rank planner for this plan) a refusal.
+        let local = LocalTraffic::from_matrix(m, r, topo).unwrap();
+        match planner.program_local_into(&local, &mut local_prog) {
+            Ok(()) => prop_assert_eq!(&local_prog, &prog, "{} rank {}", alg, r),
+            Err(Error::NeedsWholeMatrix { algorithm, .. }) => {
+                prop_assert!(
+                    !matches!(alg, Algorithm::Direct | Algorithm::Hierarchical),
+                    "{} refused rank {}",
+                    alg,
+                    r
+                );
+                prop_assert_eq!(algorithm.as_str(), alg.name());
+            }
+            Err(e) => panic!("{alg} rank {r}: {e}"),
+        }
         progs.push(prog.clone());
     }
     let stitched = stitch(&progs).unwrap();
@@ -122,6 +139,54 @@ fn mesh_and_errors() {
         assert!(e.contains("rank"), "{alg}: {e}");
     }
     assert!(Planner::for_algorithm(&topo, Algorithm::Lp, PlannerOptions::default()).is_err());
+}
+
+/// `fast`'s merged plan (a latency-bound exchange) is planned per rank;
+/// staged `fast`, `spray` and `auto` refuse, naming the algorithm, and
+/// `program` slices their whole plan instead.
+#[test]
+fn which_plans_are_planned_per_rank() {
+    let topo = Topology::preset("dgx-h100", 4, Some(2)).unwrap();
+    let tiny = TrafficMatrix::uniform(8, 64);
+    let big = TrafficMatrix::uniform(8, 1 << 20);
+    let mut fast =
+        Planner::for_algorithm(&topo, Algorithm::Fast, PlannerOptions::default()).unwrap();
+    fast.plan(&tiny).unwrap();
+    assert!(fast.merged());
+    for r in 0..8 {
+        let local = LocalTraffic::from_matrix(&tiny, r, &topo).unwrap();
+        let prog = fast.program_local(&local).unwrap();
+        assert_eq!(prog, fast.program(r, &tiny).unwrap());
+        assert_eq!(prog.algorithm, "fast");
+    }
+    let local = LocalTraffic::from_matrix(&big, 3, &topo).unwrap();
+    let e = fast.program_local(&local).unwrap_err();
+    assert!(
+        matches!(&e, Error::NeedsWholeMatrix { algorithm, .. } if algorithm == "fast"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("needs the whole matrix"), "{e}");
+    let mut spray =
+        Planner::for_algorithm(&topo, Algorithm::Spray, PlannerOptions::default()).unwrap();
+    let local = LocalTraffic::from_matrix(&tiny, 3, &topo).unwrap();
+    assert!(matches!(
+        spray.program_local(&local),
+        Err(Error::NeedsWholeMatrix { .. })
+    ));
+    let mut auto = Planner::auto(
+        &topo,
+        PlannerOptions::default(),
+        switchyard_compiler::sim::Network::Ideal,
+    )
+    .unwrap();
+    let e = auto.program_local(&local).unwrap_err().to_string();
+    assert!(e.starts_with("auto: needs the whole matrix"), "{e}");
+    assert_eq!(auto.program(3, &tiny).unwrap().rank, 3);
+    // A rank's traffic for another shape is bad input.
+    let other = Topology::preset("dgx-h100", 2, Some(4)).unwrap();
+    let mut direct =
+        Planner::for_algorithm(&other, Algorithm::Direct, PlannerOptions::default()).unwrap();
+    assert!(matches!(direct.program_local(&local), Err(Error::Input(_))));
 }
 
 /// A broken stitch is caught: a program that lost an op, or whose op

@@ -19,6 +19,14 @@ against what a `direct` own program needs (docs/python.md, "Own programs"):
 an all-reduce of the header and one all_to_all_single of two offsets per
 peer. Rank 0 prints the bytes each rank receives and the median times.
 
+With --split-exchange (torchrun): AllToAll's split-size exchange and
+planning per call, the whole-matrix gather (gather="whole": an all-gather of
+every rank's split sizes, the whole plan on every rank) against the local
+one (gather="local": each rank gathers and plans only its own program), on
+small tensors with a new skewed matrix every call; rank 0 prints the bytes
+the exchange delivered into it and the median seconds of the exchange and of
+planning (AllToAll.stats()).
+
 With --plan-only (no torchrun): the planning part of a cache miss at any
 rank count in one process: Planner.plan on the bytes matrix plus this rank's
 program, as AllToAll does it.
@@ -100,6 +108,43 @@ def exchange_only(args):
     dist.destroy_process_group()
 
 
+def split_exchange(args):
+    import torch
+    import torch.distributed as dist
+
+    import switchyard
+    from switchyard.torch import AllToAll
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    topo = switchyard.Topology.preset("dgx-h100", args.nodes, gpus_per_node=world // args.nodes)
+    rows = {}
+    for gather in args.gather:
+        a2a = AllToAll(topo, algorithm=args.algorithm, gather=gather)
+        rng = np.random.default_rng(7)  # the same matrices on every rank, for both
+        ex, plan, nbytes = [], [], []
+        for it in range(args.iters + 1):
+            m = skewed_rows(rng, world, 64, args.zipf)
+            ins, outs = m[rank].tolist(), m[:, rank].tolist()
+            x = torch.zeros(sum(ins), dtype=torch.int8)
+            y = torch.empty(sum(outs), dtype=torch.int8)
+            s0 = a2a.stats()
+            dist.barrier()
+            a2a(y, x, outs, ins)
+            s1 = a2a.stats()
+            if it == 0:
+                continue  # warm-up
+            ex.append(s1["gather_seconds"] - s0["gather_seconds"])
+            plan.append(s1["plan_seconds"] - s0["plan_seconds"])
+            nbytes.append(s1["gather_bytes"] - s0["gather_bytes"])
+        rows[gather] = (statistics.median(nbytes), statistics.median(ex), statistics.median(plan))
+    if rank == 0:
+        print(f"{world} ranks ({args.nodes} x {world // args.nodes}), {args.algorithm}, gloo, medians of {args.iters}")
+        for gather, (b, e, p) in rows.items():
+            print(f"  {gather:5s}: {b:9.0f} B received per call, exchange {1e3 * e:8.3f} ms, plan {1e3 * p:7.3f} ms")
+    dist.destroy_process_group()
+
+
 def distributed(args):
     import torch
     import torch.distributed as dist
@@ -163,7 +208,7 @@ def distributed(args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=2)
-    ap.add_argument("--algorithm", default="fast")
+    ap.add_argument("--algorithm", default="fast", help="with --split-exchange: use one with a per-rank planner (hierarchical)")
     ap.add_argument("--executor", default="auto", choices=["auto", "levels", "dataflow"])
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 4, 16, 64], help="MiB sent per rank")
@@ -171,6 +216,9 @@ def main():
     ap.add_argument("--zipf", type=float, default=1.0)
     ap.add_argument("--plan-only", action="store_true")
     ap.add_argument("--exchange-only", action="store_true")
+    ap.add_argument("--split-exchange", action="store_true")
+    ap.add_argument("--gather", nargs="+", default=["whole", "local"], choices=["whole", "local"],
+                    help="with --split-exchange: the exchanges to measure")
     ap.add_argument("--ranks", type=int, default=64, help="with --plan-only")
     ap.add_argument("--mib", type=int, default=16, help="with --plan-only: MiB per rank")
     args = ap.parse_args()
@@ -178,6 +226,8 @@ def main():
         plan_only(args)
     elif args.exchange_only:
         exchange_only(args)
+    elif args.split_exchange:
+        split_exchange(args)
     else:
         distributed(args)
 

@@ -20,7 +20,8 @@ use switchyard_compiler::import::ImportOptions;
 use switchyard_compiler::lp::{lower_bound, LpOptions};
 use switchyard_compiler::msccl::{to_xml, Layout, Protocol, XmlOptions, MAX_CHUNK_BYTES};
 use switchyard_compiler::planner::{Planner as FastPlanner, PlannerOptions};
-use switchyard_compiler::program::{program, OpKind};
+use switchyard_compiler::program::{from_local, program, steps_are_levels, OpKind, RankProgram};
+use switchyard_compiler::rank::LocalTraffic;
 use switchyard_compiler::report::Report;
 use switchyard_compiler::sched::{schedule, Options};
 use switchyard_compiler::sim::{Network, SimOptions};
@@ -38,7 +39,9 @@ create_exception!(
 /// The compiler's error as the Python exception of its kind, same message.
 fn py_err(e: Error) -> PyErr {
     match e {
-        Error::Input(_) | Error::Unsupported { .. } => PyValueError::new_err(e.to_string()),
+        Error::Input(_) | Error::Unsupported { .. } | Error::NeedsWholeMatrix { .. } => {
+            PyValueError::new_err(e.to_string())
+        }
         Error::Verify(_) => VerificationError::new_err(e.to_string()),
         Error::Io { .. } => PyOSError::new_err(e.to_string()),
         _ => PyRuntimeError::new_err(e.to_string()),
@@ -220,6 +223,68 @@ struct PyPlanner {
     topo: Arc<Topology>,
     algorithm: Algorithm,
     engine: Engine,
+    /// The per-rank planner of a one-shot algorithm (`direct`,
+    /// `hierarchical`), made on the first own program.
+    local: Option<Box<FastPlanner>>,
+}
+
+/// The fields of [`LocalTraffic`] after `rank`, `nodes` and
+/// `gpus_per_node`, in order: their names in errors.
+const LOCAL_FIELDS: [&str; 8] = [
+    "node_bytes",
+    "rows",
+    "cols",
+    "above",
+    "before",
+    "rail_before",
+    "inter_out",
+    "inter_in",
+];
+
+/// A rank's [`LocalTraffic`] from its fields as little-endian u64 bytes
+/// (the Python side converts arrays); each field's length is checked by
+/// the planner against the topology.
+fn local_from_bytes(topo: &Topology, rank: i64, parts: &[Vec<u8>]) -> PyResult<LocalTraffic> {
+    if parts.len() != LOCAL_FIELDS.len() {
+        return Err(bad_arg(
+            "local",
+            format!(
+                "{} parts given, {} expected ({})",
+                parts.len(),
+                LOCAL_FIELDS.len(),
+                LOCAL_FIELDS.join(", ")
+            ),
+        ));
+    }
+    let mut fields = Vec::with_capacity(parts.len());
+    for (raw, name) in parts.iter().zip(LOCAL_FIELDS) {
+        if raw.len() % 8 != 0 {
+            return Err(bad_arg(
+                name,
+                format!("{} bytes do not hold u64 values", raw.len()),
+            ));
+        }
+        let v: Vec<u64> = raw
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+            .collect();
+        fields.push(v);
+    }
+    let mut it = fields.into_iter();
+    let mut next = || it.next().unwrap_or_default();
+    Ok(LocalTraffic {
+        rank: count(rank, "rank", 0)?,
+        nodes: topo.nodes(),
+        gpus_per_node: topo.gpus_per_node(),
+        node_bytes: next(),
+        rows: next(),
+        cols: next(),
+        above: next(),
+        before: next(),
+        rail_before: next(),
+        inter_out: next(),
+        inter_in: next(),
+    })
 }
 
 #[pymethods]
@@ -309,6 +374,7 @@ impl PyPlanner {
             topo: topology.inner.clone(),
             algorithm: alg,
             engine,
+            local: None,
         })
     }
 
@@ -389,6 +455,49 @@ impl PyPlanner {
         json_to_py(py, &text)
     }
 
+    /// Rank `rank`'s own program from what that rank gathered (the fields
+    /// of the compiler's `LocalTraffic` after `rank`, as little-endian u64
+    /// bytes; the Python `Planner.program_local` converts arrays), as plain
+    /// data (docs/formats.md, "Rank program").
+    fn _program_local_bytes<'py>(
+        &mut self,
+        py: Python<'py>,
+        rank: i64,
+        parts: Vec<Vec<u8>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let local = local_from_bytes(&self.topo, rank, &parts)?;
+        let planner = self.local_planner()?;
+        let text = py
+            .detach(|| planner.program_local(&local).map(|p| p.to_json()))
+            .map_err(py_err)?;
+        json_to_py(py, &text)
+    }
+
+    /// The executor's form (as `Plan._program_tuples`) of rank `rank`'s own
+    /// program from what it gathered (as `_program_local_bytes` takes it):
+    /// levels are the plan's steps (`program::from_local`).
+    fn _program_local_tuples(
+        &mut self,
+        py: Python<'_>,
+        rank: i64,
+        parts: Vec<Vec<u8>>,
+    ) -> PyResult<(u32, u64, Vec<OpTuple>)> {
+        let local = local_from_bytes(&self.topo, rank, &parts)?;
+        let planner = self.local_planner()?;
+        let prog = py
+            .detach(|| planner.program_local(&local).and_then(|p| from_local(&p)))
+            .map_err(py_err)?;
+        Ok(program_tuples(prog))
+    }
+
+    /// True when every rank's program of this planner is planned from its
+    /// own gathered traffic alone, whatever the matrix (not only for some
+    /// matrices), and runs by its steps (`program::steps_are_levels`).
+    fn _plans_locally(&self) -> bool {
+        matches!(self.algorithm, Algorithm::Direct | Algorithm::Hierarchical)
+            && steps_are_levels(self.algorithm.name())
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "Planner({:?}, algorithm={:?})",
@@ -396,6 +505,43 @@ impl PyPlanner {
             self.algorithm.name()
         )
     }
+}
+
+impl PyPlanner {
+    /// The planner of this rank's own programs: the reusable one, or one
+    /// made once for a one-shot algorithm.
+    fn local_planner(&mut self) -> PyResult<&mut FastPlanner> {
+        if let Engine::Reusable(p) = &mut self.engine {
+            return Ok(p);
+        }
+        if self.local.is_none() {
+            let p =
+                FastPlanner::for_algorithm(&self.topo, self.algorithm, PlannerOptions::default())
+                    .map_err(py_err)?;
+            self.local = Some(Box::new(p));
+        }
+        match &mut self.local {
+            Some(p) => Ok(p),
+            None => Err(PyRuntimeError::new_err("no per-rank planner")),
+        }
+    }
+}
+
+/// Rank `rank`'s part of a matrix (as `_plan_bytes` takes it) on
+/// `topology`: the compiler's `LocalTraffic`, as plain data (what the
+/// gather of `switchyard.torch.AllToAll` must arrive at).
+#[pyfunction]
+fn _local_traffic_bytes<'py>(
+    py: Python<'py>,
+    matrix: &Bound<'_, PyBytes>,
+    ranks: i64,
+    rank: i64,
+    topology: PyRef<'_, PyTopology>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let traffic = traffic_from_bytes(matrix, ranks, &topology.inner)?;
+    let rank = count(rank, "rank", 0)?;
+    let local = LocalTraffic::from_matrix(&traffic, rank, &topology.inner).map_err(py_err)?;
+    json_to_py(py, &serde_json::to_string(&local).unwrap_or_default())
 }
 
 /// The matrix `Planner.plan` passes: `ranks * ranks` little-endian u64
@@ -493,6 +639,35 @@ fn buffer_code(b: Buffer) -> u8 {
 
 /// One op as the executor's tuple.
 type OpTuple = (u8, u32, u32, u64, u8, u64, u8, u64, u32, Vec<u32>);
+
+/// A rank program in the executor's compact form: `(levels,
+/// scratch_bytes, ops)`.
+fn program_tuples(prog: RankProgram) -> (u32, u64, Vec<OpTuple>) {
+    let ops = prog
+        .ops
+        .into_iter()
+        .map(|o| {
+            let kind = match o.op {
+                OpKind::Send => 0,
+                OpKind::Recv => 1,
+                OpKind::Copy => 2,
+            };
+            (
+                kind,
+                o.level,
+                o.peer,
+                o.bytes,
+                buffer_code(o.src_buf),
+                o.src_off,
+                buffer_code(o.dst_buf),
+                o.dst_off,
+                o.transfer,
+                o.after,
+            )
+        })
+        .collect();
+    (prog.levels, prog.scratch_bytes, ops)
+}
 
 #[pymethods]
 impl PyPlan {
@@ -620,30 +795,7 @@ impl PyPlan {
     /// ops whose writes this op reads.
     fn _program_tuples(&self, rank: i64) -> PyResult<(u32, u64, Vec<OpTuple>)> {
         let prog = program(&self.plan, self.rank(rank)?).map_err(py_err)?;
-        let ops = prog
-            .ops
-            .into_iter()
-            .map(|o| {
-                let kind = match o.op {
-                    OpKind::Send => 0,
-                    OpKind::Recv => 1,
-                    OpKind::Copy => 2,
-                };
-                (
-                    kind,
-                    o.level,
-                    o.peer,
-                    o.bytes,
-                    buffer_code(o.src_buf),
-                    o.src_off,
-                    buffer_code(o.dst_buf),
-                    o.dst_off,
-                    o.transfer,
-                    o.after,
-                )
-            })
-            .collect();
-        Ok((prog.levels, prog.scratch_bytes, ops))
+        Ok(program_tuples(prog))
     }
 
     fn __repr__(&self) -> String {
@@ -671,6 +823,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyPlan>()?;
     m.add_function(wrap_pyfunction!(algorithms, m)?)?;
     m.add_function(wrap_pyfunction!(_plan_from_json, m)?)?;
+    m.add_function(wrap_pyfunction!(_local_traffic_bytes, m)?)?;
     m.add("VerificationError", m.py().get_type::<VerificationError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

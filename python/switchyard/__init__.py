@@ -26,12 +26,14 @@ from . import _native
 from ._native import Plan, Topology, VerificationError, __version__, algorithms
 
 __all__ = [
+    "LOCAL_FIELDS",
     "Plan",
     "Planner",
     "Topology",
     "VerificationError",
     "__version__",
     "algorithms",
+    "local_traffic",
     "plan_from_json",
     "topology_from_env",
 ]
@@ -70,6 +72,60 @@ class Planner(_native.Planner):
         algorithms raise ``ValueError``."""
         data, ranks = matrix_bytes(matrix)
         return self._program_bytes(data, ranks, rank)
+
+    def program_local(
+        self,
+        rank: int,
+        node_bytes: Any,
+        rows: Any,
+        cols: Any,
+        above: Any,
+        before: Any,
+        rail_before: Any,
+        inter_out: Any,
+        inter_in: Any,
+    ) -> dict:
+        """Rank ``rank``'s own program from what that rank gathered alone
+        (``LOCAL_FIELDS``; ``local_traffic`` computes them from a whole
+        matrix, docs/python.md "What a rank gathers"): the same program as
+        ``program(rank, matrix)``, planned without the matrix. Array-likes of
+        non-negative integers, any shape of the right size. Raises
+        ``ValueError`` for an algorithm that needs the whole matrix
+        (``fast`` and ``spray`` when staged, ``auto``, the one-shot ones)."""
+        parts = [_u64_bytes(x, name) for x, name in zip(
+            (node_bytes, rows, cols, above, before, rail_before, inter_out, inter_in), LOCAL_FIELDS
+        )]
+        return self._program_local_bytes(rank, parts)
+
+
+# What a rank's own program depends on (the compiler's LocalTraffic), in
+# the order of Planner.program_local's arguments.
+LOCAL_FIELDS = (
+    "node_bytes", "rows", "cols", "above", "before", "rail_before", "inter_out", "inter_in",
+)
+
+
+def local_traffic(matrix: Any, rank: int, topology: Topology) -> dict:
+    """Rank ``rank``'s part of ``matrix`` on ``topology``: what its own
+    program depends on, as numpy arrays of bytes (uint64) by name
+    (``LOCAL_FIELDS``), computed from the whole matrix; what the gather of
+    ``switchyard.torch.AllToAll`` arrives at without it."""
+    data, ranks = matrix_bytes(matrix)
+    t = _native._local_traffic_bytes(data, ranks, rank, topology)
+    n, g = t["nodes"], t["gpus_per_node"]
+    shapes = {"node_bytes": (n, n), "rows": (g, n * g), "cols": (n * g, g), "rail_before": (n, g)}
+    return {k: np.asarray(t[k], dtype=np.uint64).reshape(shapes.get(k, (-1,))) for k in LOCAL_FIELDS}
+
+
+def _u64_bytes(x: Any, name: str) -> bytes:
+    if hasattr(x, "detach") and hasattr(x, "cpu"):  # a torch tensor
+        x = x.detach().cpu().numpy()
+    a = np.asarray(x)
+    if a.dtype.kind not in "iu":
+        raise ValueError(f"{name}: must hold byte counts (integers), got dtype {a.dtype}")
+    if a.dtype.kind == "i" and (a < 0).any():
+        raise ValueError(f"{name}: negative byte count {a[a < 0].flat[0]}")
+    return np.ascontiguousarray(a, dtype="<u8").tobytes()
 
 
 def plan_from_json(text: str, topology: Topology, matrix: Any) -> Plan:

@@ -3,13 +3,20 @@ runs a Switchyard plan, re-planned for every batch's split sizes.
 
 Each call:
 
-1. one all-gather of a small vector per rank (its split sizes, the bytes of a
-   row, its dtype and topology, and whether its arguments are valid) gives
-   every rank the same R x R bytes matrix and the same verdict: bad arguments
-   on any rank raise ``ValueError`` on every rank before any data moves;
-2. the plan for that matrix is made on every rank (plans are deterministic,
-   so no broadcast is needed), or taken from an LRU cache keyed by the
-   matrix; only this rank's program is kept;
+1. the split sizes are exchanged. With a per-rank planner (``gather="local"``,
+   the default where the algorithm has one) a rank gathers only what its own
+   program depends on: one ``all_to_all_single`` gives it, from every rank, a
+   3-value header (whether that rank's arguments are valid, its dtype, its
+   row size) and that rank's split sizes towards this rank's node (its whole
+   row from the node's own GPUs), and one ``all_reduce`` sums the N x N node
+   matrix. Every rank sees every header, so bad arguments on any rank raise
+   ``ValueError`` on every rank before any data moves; split sizes that
+   disagree are found by their receiver and counted in the ``all_reduce``.
+   Otherwise (``gather="whole"``) one all-gather of every rank's split sizes
+   gives every rank the whole R x R matrix;
+2. the rank's program is planned (from what it gathered: the node matrix,
+   its node's rows and the columns into its node; or from the whole
+   matrix), or taken from an LRU cache keyed by exactly those inputs;
 3. the rank runs its program: on NCCL level by level, the sends and
    receives of a level posted as one ``batch_isend_irecv`` group (both sides
    of every transfer are on the same level, so the groups always match); on
@@ -41,9 +48,12 @@ __all__ = ["AllToAll"]
 # 2 scratch, index the executors' buffer tuple directly).
 _SEND, _RECV, _COPY = 0, 1, 2
 
-# Layout of the gathered vector: a header, then the input splits, then the
-# output splits (world entries each).
+# Layout of the whole-matrix gather's vector: a header, then the input
+# splits, then the output splits (world entries each).
 _H_STATUS, _H_TOPO, _H_RANKS, _H_ROW_BYTES, _H_DTYPE, _HEADER = 0, 1, 2, 3, 4, 5
+
+# The header every rank sends every peer in the local gather.
+_L_STATUS, _L_DTYPE, _L_ROW_BYTES, _LHEADER = 0, 1, 2, 3
 
 # Status codes a rank reports for its own arguments.
 _STATUS_TEXT = {
@@ -139,6 +149,23 @@ def _splits(sizes: Optional[Sequence[int]], rows: int, world: int) -> Optional[L
     return out
 
 
+def _raise_status(rank: int, status: int, me: int) -> None:
+    mine = " (this rank)" if rank == me else ""
+    why = _STATUS_TEXT.get(status, "bad arguments")
+    raise ValueError(
+        f"rank {rank}{mine}: {why} (all_to_all_single semantics: split sizes are rows "
+        f"of dim 0, one per rank, summing to the tensor's dim 0; None means equal splits)"
+    )
+
+
+def _check_same(dtypes: np.ndarray, row_bytes: np.ndarray) -> None:
+    """Every rank's dtype and row size against rank 0's."""
+    for col, what in ((dtypes, "dtype"), (row_bytes, "row size (trailing shape)")):
+        if (col != col[0]).any():
+            r = int(np.nonzero(col != col[0])[0][0])
+            raise ValueError(f"rank {r} and rank 0 call with tensors of different {what}")
+
+
 class AllToAll:
     """``a2a = AllToAll(topology=None, group=None, algorithm="auto", cache_size=64)``;
     then ``a2a(output, input, output_split_sizes=None, input_split_sizes=None)``
@@ -158,6 +185,15 @@ class AllToAll:
     posted at once, each send after the receives it reads), or ``auto``
     (``levels`` on NCCL, ``dataflow`` otherwise). Other keyword arguments go
     to ``switchyard.Planner``.
+
+    ``gather``: how the split sizes are exchanged. ``local``: each rank
+    gathers and plans only what its own program depends on (the node
+    matrix, its node's rows, the columns into its node); ``whole``: every
+    rank gathers the whole R x R matrix and plans the whole plan; ``auto``
+    (the default): ``local`` where the algorithm has a per-rank planner,
+    else ``whole``. Decided here, once: the construction is
+    a collective call (it also checks that every rank has the same
+    topology).
     """
 
     def __init__(
@@ -170,6 +206,7 @@ class AllToAll:
         verify: bool = False,
         timeout: Optional[float] = None,
         executor: str = "auto",
+        gather: str = "auto",
         **planner_options: Any,
     ) -> None:
         if not dist.is_available() or not dist.is_initialized():
@@ -204,6 +241,18 @@ class AllToAll:
             # so only the waits a byte needs.
             executor = "levels" if self._backend == "nccl" else "dataflow"
         self._executor = executor
+        if gather not in ("auto", "local", "whole"):
+            raise ValueError(f"gather: unknown gather {gather!r} (known: auto, local, whole)")
+        self._check_topology(topology)
+        local = gather != "whole" and self._planner._plans_locally()
+        if gather == "local" and not local:
+            raise ValueError(
+                f"gather: `{self._planner.algorithm}` has no per-rank planner "
+                f"(use gather='whole' or 'auto')"
+            )
+        self._gather = "local" if local and gather != "whole" else "whole"
+        if self._gather == "local":
+            self._local_layout()
         self._stats = {
             "calls": 0,
             "cache_hits": 0,
@@ -211,14 +260,10 @@ class AllToAll:
             "gather_seconds": 0.0,
             "plan_seconds": 0.0,
             "comm_seconds": 0.0,
+            "gather_bytes": 0,
             "levels": 0,
             "ops": 0,
         }
-        if topology.ranks != self.world:
-            raise ValueError(
-                f"topology: {topology.name!r} has {topology.ranks} GPUs but the process "
-                f"group has {self.world} ranks"
-            )
 
     @property
     def algorithm(self) -> str:
@@ -229,12 +274,42 @@ class AllToAll:
         """``levels`` or ``dataflow``: how this rank runs its programs."""
         return self._executor
 
+    @property
+    def gather(self) -> str:
+        """``local`` or ``whole``: what each call's split-size exchange gathers."""
+        return self._gather
+
     def stats(self) -> Dict[str, float]:
         """Counts and seconds since construction: ``calls``, ``cache_hits``,
         ``cache_misses``, ``gather_seconds`` (the split-size exchange),
-        ``plan_seconds`` (planning on cache misses), ``comm_seconds`` (running
-        the program), ``levels`` and ``ops`` (of the last call's program)."""
+        ``gather_bytes`` (what the exchange delivered into this rank: the
+        received parts of its collectives), ``plan_seconds`` (planning on
+        cache misses), ``comm_seconds`` (running the program), ``levels`` and
+        ``ops`` (of the last call's program)."""
         return dict(self._stats)
+
+    def _check_topology(self, topology: Topology) -> None:
+        """Raises on every rank unless every rank has a topology of the
+        group's size, and the same one (one all-gather of two values)."""
+        fits = topology.ranks == self.world
+        local = torch.tensor([int(fits), self._topo_code], dtype=torch.int64)
+        if self._backend == "nccl":
+            local = local.to(torch.device("cuda", torch.cuda.current_device()))
+        gathered = [torch.empty_like(local) for _ in range(self.world)]
+        work = dist.all_gather(gathered, local, group=self.group, async_op=True)
+        _wait_all([work], self._timeout)
+        seen = torch.stack(gathered).cpu().numpy()
+        if not fits:
+            raise ValueError(
+                f"topology: {topology.name!r} has {topology.ranks} GPUs but the process "
+                f"group has {self.world} ranks"
+            )
+        bad = np.nonzero((seen[:, 0] == 0) | (seen[:, 1] != seen[0, 1]))[0]
+        if len(bad):
+            raise ValueError(
+                f"topology: rank {int(bad[0])} uses a different topology than rank 0 "
+                f"(this rank: {topology.name!r}, {topology.ranks} GPUs, in a group of {self.world} ranks)"
+            )
 
     def __call__(
         self,
@@ -250,10 +325,13 @@ class AllToAll:
         st = self._stats
         st["calls"] += 1
         t0 = time.perf_counter()
-        matrix = self._exchange(output, input, output_split_sizes, input_split_sizes)
+        if self._gather == "local":
+            traffic = self._exchange_local(output, input, output_split_sizes, input_split_sizes)
+        else:
+            traffic = self._exchange(output, input, output_split_sizes, input_split_sizes)
         t1 = time.perf_counter()
         st["gather_seconds"] += t1 - t0
-        prog = self._program(matrix)
+        prog = self._program(traffic)
         t2 = time.perf_counter()
         st["plan_seconds"] += t2 - t1
         st["levels"], st["ops"] = prog.levels, prog.ops
@@ -263,13 +341,10 @@ class AllToAll:
 
     # -- 1. the exchange of split sizes --------------------------------------
 
-    def _exchange(self, output, input, output_split_sizes, input_split_sizes) -> np.ndarray:
-        """The bytes matrix every rank agrees on; ValueError on every rank if
-        any rank's arguments are bad or the ranks disagree."""
+    def _arguments(self, output, input, output_split_sizes, input_split_sizes):
+        """This rank's verdict on its own arguments: (status, input splits,
+        output splits, bytes of a row); the splits are None unless status is 0."""
         w = self.world
-        status = 0
-        ins = outs = None
-        row_bytes = 0
         if not isinstance(input, torch.Tensor) or not isinstance(output, torch.Tensor):
             raise TypeError("output and input must be torch.Tensor")
         if (
@@ -278,12 +353,23 @@ class AllToAll:
             or input.device != output.device
             or input.dim() == 0
         ):
-            status = 3
-        else:
-            ins = _splits(input_split_sizes, input.shape[0], w)
-            outs = _splits(output_split_sizes, output.shape[0], w)
-            status = 1 if ins is None else 2 if outs is None else 0
-            row_bytes = math.prod(input.shape[1:]) * input.element_size()
+            return 3, None, None, 0
+        ins = _splits(input_split_sizes, input.shape[0], w)
+        outs = _splits(output_split_sizes, output.shape[0], w)
+        status = 1 if ins is None else 2 if outs is None else 0
+        row_bytes = math.prod(input.shape[1:]) * input.element_size()
+        return status, ins, outs, row_bytes
+
+    def _device(self, input: torch.Tensor) -> torch.device:
+        return input.device if self._backend == "nccl" else torch.device("cpu")
+
+    def _exchange(self, output, input, output_split_sizes, input_split_sizes) -> np.ndarray:
+        """The bytes matrix every rank agrees on; ValueError on every rank if
+        any rank's arguments are bad or the ranks disagree."""
+        w = self.world
+        status, ins, outs, row_bytes = self._arguments(
+            output, input, output_split_sizes, input_split_sizes
+        )
         local = torch.zeros(_HEADER + 2 * w, dtype=torch.int64)
         local[_H_STATUS] = status
         local[_H_TOPO] = self._topo_code
@@ -293,11 +379,11 @@ class AllToAll:
         if status == 0:
             local[_HEADER : _HEADER + w] = torch.tensor(ins, dtype=torch.int64)
             local[_HEADER + w :] = torch.tensor(outs, dtype=torch.int64)
-        device = input.device if self._backend == "nccl" else torch.device("cpu")
-        local = local.to(device)
+        local = local.to(self._device(input))
         gathered = [torch.empty_like(local) for _ in range(w)]
         work = dist.all_gather(gathered, local, group=self.group, async_op=True)
         _wait_all([work], self._timeout)
+        self._stats["gather_bytes"] += w * local.numel() * 8
         meta = torch.stack(gathered).cpu().numpy()
         self._check(meta)
         ins_all = meta[:, _HEADER : _HEADER + w]
@@ -313,40 +399,190 @@ class AllToAll:
     def _check(self, meta: np.ndarray) -> None:
         bad = np.nonzero(meta[:, _H_STATUS])[0]
         if len(bad):
-            r = int(bad[0])
-            mine = " (this rank)" if r == self.rank else ""
-            why = _STATUS_TEXT.get(int(meta[r, _H_STATUS]), "bad arguments")
-            raise ValueError(
-                f"rank {r}{mine}: {why} (all_to_all_single semantics: split sizes are rows "
-                f"of dim 0, one per rank, summing to the tensor's dim 0; None means equal splits)"
-            )
+            _raise_status(int(bad[0]), int(meta[bad[0], _H_STATUS]), self.rank)
         if (meta[:, _H_RANKS] != self.world).any() or (meta[:, _H_TOPO] != meta[0, _H_TOPO]).any():
             r = int(np.nonzero((meta[:, _H_RANKS] != self.world) | (meta[:, _H_TOPO] != meta[0, _H_TOPO]))[0][0])
             raise ValueError(
                 f"topology: rank {r} uses a different topology ({int(meta[r, _H_RANKS])} GPUs) "
                 f"than rank 0 ({int(meta[0, _H_RANKS])} GPUs) in a group of {self.world} ranks"
             )
-        for col, what in ((_H_DTYPE, "dtype"), (_H_ROW_BYTES, "row size (trailing shape)")):
-            if (meta[:, col] != meta[0, col]).any():
-                r = int(np.nonzero(meta[:, col] != meta[0, col])[0][0])
-                raise ValueError(f"rank {r} and rank 0 call with tensors of different {what}")
+        _check_same(meta[:, _H_DTYPE], meta[:, _H_ROW_BYTES])
+
+    # -- 1'. the local exchange: only what this rank's program depends on ---
+
+    def _local_layout(self) -> None:
+        """Index arrays of the local exchange, made once.
+
+        Every rank sends every peer: a header (``_LHEADER`` values: its
+        status, dtype and row size); what the peer's node needs from it as a
+        node-level summary (``g + 4`` values: its column summed over the
+        ranks before that node, its row summed over them, its row per rail
+        over the nodes before that node but its own, its row and its column
+        summed over the other nodes); and its split sizes towards the peer's
+        node: its whole row to the GPUs of its own node, the ``g`` values
+        of the peer's node to the others. The exchange is symmetric, so
+        what a rank receives from peer ``p`` has the size of what it sends
+        ``p``."""
+        w, g = self.world, self.topology.gpus_per_node
+        n = w // g
+        a = self.rank // g
+        extra = g + 4
+        sizes = [_LHEADER + extra + (w if p // g == a else g) for p in range(w)]
+        starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+        self._l_sizes = sizes
+        self._l_total = int(sum(sizes))
+        self._l_nodes, self._l_gpus = n, g
+        self._l_node_of = np.arange(w) // g
+        self._l_head = starts[:, None] + np.arange(_LHEADER)[None, :]
+        self._l_extra = starts[:, None] + _LHEADER + np.arange(extra)[None, :]
+        # Payload: for every slot, the index of the split size (in this
+        # rank's row) it carries.
+        pay_pos, pay_src = [], []
+        for p in range(w):
+            first = starts[p] + _LHEADER + extra
+            cols = np.arange(w) if p // g == a else np.arange((p // g) * g, (p // g + 1) * g)
+            pay_pos.append(first + np.arange(len(cols)))
+            pay_src.append(cols)
+        self._l_pay_pos = np.concatenate(pay_pos)
+        self._l_pay_src = np.concatenate(pay_src)
+        # Receiving: the rows of this node's GPUs (g x w), every rank's split
+        # sizes into this node (w x g).
+        pay = starts + _LHEADER + extra
+        self._l_rows = np.stack([pay[a * g + i] + np.arange(w) for i in range(g)])
+        self._l_cols = np.stack(
+            [pay[s] + (np.arange(a * g, (a + 1) * g) if s // g == a else np.arange(g)) for s in range(w)]
+        )
+
+    def _summaries(self, row: np.ndarray, col: np.ndarray) -> np.ndarray:
+        """What each node needs from this rank beyond split sizes (N x (g +
+        4), in rows): its column over the ranks before the node, its row
+        over them, its row per rail over the nodes before the node (its own
+        node left out), its row and its column over the other nodes."""
+        n, g = self._l_nodes, self._l_gpus
+        a = self.rank // g
+        row_nodes = row.reshape(n, g)
+        col_nodes = col.reshape(n, g).sum(axis=1)
+        out = np.zeros((n, g + 4), dtype=np.int64)
+        out[1:, 0] = np.cumsum(col_nodes)[:-1]
+        out[1:, 1] = np.cumsum(row_nodes.sum(axis=1))[:-1]
+        rails = row_nodes.copy()
+        rails[a] = 0
+        out[1:, 2 : 2 + g] = np.cumsum(rails, axis=0)[:-1]
+        out[:, 2 + g] = row.sum() - row_nodes[a].sum()
+        out[:, 3 + g] = col.sum() - col_nodes[a]
+        return out
+
+    def _exchange_local(self, output, input, output_split_sizes, input_split_sizes):
+        """What this rank's program depends on, in bytes, in the order of
+        the native ``program_local``'s arguments: the node matrix (N x N),
+        its node's rows (g x R), every rank's sends into its node (R x g),
+        then the summaries (``above``, ``before``, ``rail_before``,
+        ``inter_out``, ``inter_in``; docs/python.md). ValueError on every
+        rank if any rank's arguments are bad or the ranks disagree."""
+        w, g, n = self.world, self._l_gpus, self._l_nodes
+        a, j = divmod(self.rank, g)
+        status, ins, outs, row_bytes = self._arguments(
+            output, input, output_split_sizes, input_split_sizes
+        )
+        if status == 0:
+            row, col = np.asarray(ins, dtype=np.int64), np.asarray(outs, dtype=np.int64)
+        else:
+            row = col = np.zeros(w, dtype=np.int64)
+        send = np.zeros(self._l_total, dtype=np.int64)
+        send[self._l_head] = [status, _dtype_code(input.dtype), row_bytes]
+        send[self._l_extra] = self._summaries(row, col)[self._l_node_of]
+        send[self._l_pay_pos] = row[self._l_pay_src]
+        device = self._device(input)
+        recv_t = torch.empty(self._l_total, dtype=torch.int64, device=device)
+        work = dist.all_to_all_single(
+            recv_t,
+            torch.from_numpy(send).to(device),
+            self._l_sizes,
+            self._l_sizes,
+            group=self.group,
+            async_op=True,
+        )
+        _wait_all([work], self._timeout)
+        recv = recv_t.cpu().numpy()
+        # Every rank holds every header: the same verdict everywhere.
+        head = recv[self._l_head]
+        bad = np.nonzero(head[:, _L_STATUS])[0]
+        if len(bad):
+            _raise_status(int(bad[0]), int(head[bad[0], _L_STATUS]), self.rank)
+        _check_same(head[:, _L_DTYPE], head[:, _L_ROW_BYTES])
+        rows = recv[self._l_rows]
+        cols = recv[self._l_cols]
+        extra = recv[self._l_extra]
+        # What each rank sends this rank, against what this rank expects.
+        sent = cols[:, j]
+        wrong = np.nonzero(sent != col)[0]
+        # The node matrix (this rank's row summed by destination node), and
+        # the number of ranks whose split sizes disagree with a peer's.
+        part = np.zeros(n * n + 1, dtype=np.int64)
+        part[a * n : (a + 1) * n] = row.reshape(n, g).sum(axis=1) * row_bytes
+        part[n * n] = 1 if len(wrong) else 0
+        summed = torch.from_numpy(part).to(device)
+        work = dist.all_reduce(summed, group=self.group, async_op=True)
+        _wait_all([work], self._timeout)
+        summed = summed.cpu().numpy()
+        self._stats["gather_bytes"] += (self._l_total + n * n + 1) * 8
+        if summed[n * n]:
+            self._raise_disagreement(wrong, sent, col, device)
+        rb = row_bytes
+        return (
+            summed[: n * n].reshape(n, n),
+            rows * rb,
+            cols * rb,
+            extra[:, 0] * rb,
+            extra[:, 1] * rb,
+            extra[:, 2 : 2 + g].reshape(n, g, g).sum(axis=1) * rb,
+            extra[:, 2 + g] * rb,
+            extra[:, 3 + g] * rb,
+        )
+
+    def _raise_disagreement(self, wrong, sent, outs, device) -> None:
+        """Some rank's split sizes disagree with a peer's: every rank tells
+        the first disagreement of the lowest rank that saw one (one more,
+        small all-gather, on this error path only)."""
+        mine = torch.tensor(
+            [1, int(wrong[0]), int(sent[wrong[0]]), int(outs[wrong[0]])] if len(wrong) else [0, 0, 0, 0],
+            dtype=torch.int64,
+        ).to(device)
+        gathered = [torch.empty_like(mine) for _ in range(self.world)]
+        work = dist.all_gather(gathered, mine, group=self.group, async_op=True)
+        _wait_all([work], self._timeout)
+        seen = torch.stack(gathered).cpu().numpy()
+        d = int(np.nonzero(seen[:, 0])[0][0])
+        _, s, rows, expect = (int(v) for v in seen[d])
+        raise ValueError(
+            f"split sizes disagree: rank {s} sends {rows} rows to rank {d}, "
+            f"whose output_split_sizes expect {expect}"
+        )
 
     # -- 2. the plan ---------------------------------------------------------
 
-    def _program(self, matrix: np.ndarray) -> _Program:
-        key = matrix.tobytes()
+    def _program(self, traffic) -> _Program:
+        """This rank's program for what the exchange gathered (the whole
+        matrix, or the local parts), from the cache if it was planned for
+        the same inputs."""
+        local = self._gather == "local"
+        parts = [np.ascontiguousarray(x, dtype="<u8") for x in (traffic if local else (traffic,))]
+        key = b"".join(x.tobytes() for x in parts)
         prog = self._cache.get(key)
         if prog is not None:
             self._cache.move_to_end(key)
             self._stats["cache_hits"] += 1
             return prog
         self._stats["cache_misses"] += 1
-        plan = self._planner._plan_bytes(
-            np.ascontiguousarray(matrix, dtype="<u8").tobytes(), self.world
-        )
-        if self._verify:
-            plan.verify()
-        levels, scratch, ops = plan._program_tuples(self.rank)
+        if local:
+            levels, scratch, ops = self._planner._program_local_tuples(
+                self.rank, [x.tobytes() for x in parts]
+            )
+        else:
+            plan = self._planner._plan_bytes(parts[0].tobytes(), self.world)
+            if self._verify:
+                plan.verify()
+            levels, scratch, ops = plan._program_tuples(self.rank)
         prog = _Program(levels, scratch, ops, self._peers, self._executor)
         if self._cache_size:
             self._cache[key] = prog

@@ -6,8 +6,14 @@ Modes:
 - ``match``: every algorithm but ``lp`` (and ``lp`` once), 30 iterations each
   with changing skewed splits, float32/bfloat16/int8, 1-D and 2-D inputs, zero
   splits; every output must equal ``dist.all_to_all_single``'s byte for byte.
+- ``local``: the gather of what each rank's own program depends on:
+  ``direct`` and ``hierarchical`` (both executors) gather locally, ``fast``
+  and ``pairwise`` fall back to the whole matrix; every output must equal
+  ``dist.all_to_all_single``'s, every gathered part the compiler's own
+  ``local_traffic`` of the whole matrix, and ``stats()`` counts the bytes.
 - ``errors``: each bad call must raise on every rank, and the group must stay
-  usable after each.
+  usable after each, for the whole-matrix gather (``fast``) and the local one
+  (``direct``).
 - ``timeout``: rank 0 never calls; every other rank must raise within the
   timeout instead of hanging.
 
@@ -22,6 +28,7 @@ import sys
 import time
 import traceback
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -115,6 +122,53 @@ def run_match(args, rank, world, topo):
     return result
 
 
+def run_local(args, rank, world, topo):
+    result = {"algorithms": {}}
+    rng = torch.Generator().manual_seed(99)  # the same on every rank
+    cases = [("direct", "auto"), ("hierarchical", "auto"), ("hierarchical", "levels"),
+             ("fast", "auto"), ("pairwise", "auto")]
+    for alg, executor in cases:
+        a2a = AllToAll(topo, algorithm=alg, executor=executor)
+        name = alg if executor == "auto" else f"{alg}/{executor}"
+        gathered = []
+        if a2a.gather == "local":
+            # Keep what the exchange gathered, to compare with the compiler's.
+            inner = a2a._exchange_local
+
+            def keep(*a, _inner=inner):
+                parts = _inner(*a)
+                gathered.append(parts)
+                return parts
+
+            a2a._exchange_local = keep
+        bytes_per_call = []
+        for it in range(args.iters):
+            dtype = DTYPES[it % 3]
+            trailing = 0 if it % 2 == 0 else 3
+            m = splits_for(rng, world, it % world, (it * 5 + 2) % world)
+            in_splits, out_splits = m[rank].tolist(), m[:, rank].tolist()
+            inp = fill(sum(in_splits), trailing, dtype, rank, it)
+            shape = (sum(out_splits), trailing) if trailing else (sum(out_splits),)
+            out = torch.full(shape, 99, dtype=dtype)
+            ref = torch.empty(shape, dtype=dtype)
+            before = a2a.stats()["gather_bytes"]
+            a2a(out, inp, out_splits, in_splits)
+            bytes_per_call.append(a2a.stats()["gather_bytes"] - before)
+            dist.all_to_all_single(ref, inp, out_splits, in_splits)
+            check_equal(out, ref, f"{name} iteration {it} ({dtype}, trailing {trailing})")
+            if gathered:
+                row_bytes = inp.element_size() * (trailing or 1)
+                want = switchyard.local_traffic(m.numpy() * row_bytes, rank, topo)
+                for field, got in zip(switchyard.LOCAL_FIELDS, gathered[-1]):
+                    if not np.array_equal(np.asarray(got, dtype=np.uint64), want[field]):
+                        raise AssertionError(f"{name} iteration {it}: gathered {field} differs")
+        st = a2a.stats()
+        st["gather"] = a2a.gather
+        st["bytes_per_call"] = sorted(set(bytes_per_call))
+        result["algorithms"][name] = st
+    return result
+
+
 def expect_error(a2a_call, contains, result, name):
     t0 = time.perf_counter()
     try:
@@ -129,7 +183,17 @@ def expect_error(a2a_call, contains, result, name):
 
 def run_errors(args, rank, world, topo):
     result = {}
-    a2a = AllToAll(topo, algorithm="fast")
+    for alg in ("fast", "direct"):
+        a2a = AllToAll(topo, algorithm=alg)
+        result[f"{alg}:gather"] = a2a.gather
+        bad_calls(a2a, rank, world, topo, result, f"{alg}:")
+    # One rank with another topology of the same size: raised at construction.
+    other = switchyard.Topology.preset("dgx-a100", 1, gpus_per_node=world) if rank == 0 else topo
+    expect_error(lambda: AllToAll(other), "uses a different topology", result, "topology")
+    return result
+
+
+def bad_calls(a2a, rank, world, topo, result, prefix):
     ones = [1] * world
     # Split sizes that disagree between ranks: rank 1 expects 2 rows from rank 0.
     out_splits = list(ones)
@@ -137,30 +201,29 @@ def run_errors(args, rank, world, topo):
         out_splits[0] = 2
     expect_error(
         lambda: a2a(torch.empty(sum(out_splits)), torch.zeros(world), out_splits, ones),
-        "split sizes disagree", result, "disagree")
+        "split sizes disagree", result, prefix + "disagree")
     # An output too small on one rank only.
     out_rows = world - 1 if rank == 2 else world
     expect_error(
         lambda: a2a(torch.empty(out_rows), torch.zeros(world), None, None),
-        "rank 2", result, "output_too_small")
+        "rank 2", result, prefix + "output_too_small")
     # Input splits that do not sum to the input on one rank.
     bad_in = [2] * world if rank == 3 else ones
     expect_error(
         lambda: a2a(torch.empty(world), torch.zeros(world), ones, bad_in),
-        "input_split_sizes", result, "input_splits")
+        "input_split_sizes", result, prefix + "input_splits")
     # dtype differing between ranks.
     dt = torch.float64 if rank == 0 else torch.float32
     expect_error(
         lambda: a2a(torch.empty(world, dtype=dt), torch.zeros(world, dtype=dt)),
-        "dtype", result, "dtype")
+        "dtype", result, prefix + "dtype")
     # A topology of the wrong size: raised at construction on every rank.
     wrong = switchyard.Topology.preset("dgx-h100", 1, gpus_per_node=world * 2)
-    expect_error(lambda: AllToAll(wrong), "process group has", result, "world_size")
+    expect_error(lambda: AllToAll(wrong), "process group has", result, prefix + "world_size")
     # The group still works after all of that.
     out = torch.empty(world)
     a2a(out, torch.full((world,), float(rank)))
-    result["after"] = out.tolist() == [float(r) for r in range(world)]
-    return result
+    result[prefix + "after"] = out.tolist() == [float(r) for r in range(world)]
 
 
 def run_timeout(args, rank, world, topo):
@@ -176,10 +239,11 @@ def run_timeout(args, rank, world, topo):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["match", "errors", "timeout"])
+    p.add_argument("mode", choices=["match", "local", "errors", "timeout"])
     p.add_argument("out")
     p.add_argument("--nodes", type=int, default=None)
     p.add_argument("--timeout", type=float, default=3.0)
+    p.add_argument("--iters", type=int, default=8)
     args = p.parse_args()
     if args.mode == "timeout":
         # gloo's own deadline too, so whatever waits in gloo gives up in time.
@@ -198,7 +262,8 @@ def main():
         if topo is None:
             topo = switchyard.topology_from_env(world_size=world)
             result["topology_from_env"] = topo.to_json()
-        mode = {"match": run_match, "errors": run_errors, "timeout": run_timeout}[args.mode]
+        mode = {"match": run_match, "local": run_local, "errors": run_errors,
+                "timeout": run_timeout}[args.mode]
         result.update(mode(args, rank, world, topo))
         result["ok"] = True
     except Exception as e:  # reported to pytest, which fails the test

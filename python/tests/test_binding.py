@@ -151,6 +151,36 @@ def test_own_programs_are_the_plans_slices(algorithm):
         Planner(t, "pairwise").program(0, m)
 
 
+@pytest.mark.parametrize("algorithm", ["direct", "hierarchical"])
+def test_program_local_is_the_own_program(algorithm):
+    """Planner.program_local from a rank's gathered parts alone (what
+    local_traffic cuts out of the matrix) is Planner.program's program."""
+    t = Topology.preset("dgx-h100", 3, gpus_per_node=2)
+    m = skewed(6, seed=9)
+    planner = Planner(t, algorithm)
+    assert planner._plans_locally()
+    for r in range(6):
+        parts = switchyard.local_traffic(m, r, t)
+        assert parts["node_bytes"].shape == (3, 3) and parts["rows"].shape == (2, 6)
+        assert parts["node_bytes"].sum() == m.sum()
+        assert planner.program_local(r, *(parts[f] for f in switchyard.LOCAL_FIELDS)) == planner.program(r, m)
+    # A part of the wrong size is a ValueError naming it, not a crash.
+    parts = switchyard.local_traffic(m, 0, t)
+    parts["cols"] = parts["cols"][:-1]
+    with pytest.raises(ValueError, match="cols"):
+        planner.program_local(0, *(parts[f] for f in switchyard.LOCAL_FIELDS))
+
+
+def test_program_local_needs_the_whole_matrix_for_staged_fast():
+    t = Topology.preset("dgx-h100", 3, gpus_per_node=2)
+    m = skewed(6, seed=9) * 1000  # large: a staged plan
+    parts = switchyard.local_traffic(m, 0, t)
+    planner = Planner(t, "fast")
+    assert not planner._plans_locally()
+    with pytest.raises(ValueError, match="whole matrix"):
+        planner.program_local(0, *(parts[f] for f in switchyard.LOCAL_FIELDS))
+
+
 def test_verification_error_is_raised():
     t = Topology.preset("dgx-h100", 2, gpus_per_node=4)
     m = skewed(8, seed=2)

@@ -37,6 +37,38 @@ def test_matches_all_to_all_single(tmp_path, nproc, nodes):
     assert max(r["levels_max"] for r in results) > 1
 
 
+def _local_bytes(world, nodes):
+    """What the local exchange delivers into a rank per call, in bytes: from
+    every peer a 3-value header, g + 4 node summaries and its split sizes
+    towards this node (its whole row from this node's GPUs), then the node
+    matrix and one flag from the all-reduce."""
+    g = world // nodes
+    values = world * (3 + g + 4) + g * world + (world - g) * g + nodes * nodes + 1
+    return 8 * values
+
+
+@pytest.mark.parametrize("nproc,nodes", [(8, 2), (16, 4)], ids=["2x4", "4x4"])
+def test_local_gather(tmp_path, nproc, nodes):
+    """direct and hierarchical gather only their programs' inputs (equal to
+    the compiler's own cut of the whole matrix) and match
+    all_to_all_single; fast and pairwise fall back to the whole matrix."""
+    proc, results = torchrun(nproc, ["local", f"--nodes={nodes}", "--iters=8"], tmp_path)
+    _assert_all_ok(results)
+    whole = 8 * nproc * (5 + 2 * nproc)  # an all-gather of 5 + 2R values per rank
+    local = _local_bytes(nproc, nodes)
+    assert local < whole
+    for r in results:
+        algs = r["algorithms"]
+        for name in ("direct", "hierarchical", "hierarchical/levels"):
+            assert algs[name]["gather"] == "local", (name, algs[name])
+            assert algs[name]["bytes_per_call"] == [local], (name, algs[name])
+        for name in ("fast", "pairwise"):
+            assert algs[name]["gather"] == "whole", (name, algs[name])
+            assert algs[name]["bytes_per_call"] == [whole], (name, algs[name])
+        for st in algs.values():
+            assert st["calls"] == 8 and st["cache_misses"] >= 1
+
+
 def test_topology_from_environment(tmp_path):
     """SWITCHYARD_TOPOLOGY names the cluster; the 8 processes run as 4 x 2."""
     topo = tmp_path / "cluster.json"
@@ -52,13 +84,17 @@ def test_topology_from_environment(tmp_path):
 
 
 def _check_errors(results):
+    cases = ("disagree", "output_too_small", "input_splits", "dtype", "world_size")
     for r in results:
-        for case in ("disagree", "output_too_small", "input_splits", "dtype", "world_size"):
+        # fast gathers the whole matrix, direct only what its programs need
+        assert r["fast:gather"] == "whole" and r["direct:gather"] == "local", r
+        for case in [f"{alg}:{c}" for alg in ("fast", "direct") for c in cases] + ["topology"]:
             c = r[case]
             assert c["raised"] == "ValueError", (r["rank"], case, c)
             assert c["ok"], (r["rank"], case, c["message"])
             assert c["seconds"] < 10, (r["rank"], case, c)
-        assert r["after"], f"rank {r['rank']}: the group did not work after the errors"
+        for alg in ("fast", "direct"):
+            assert r[f"{alg}:after"], f"rank {r['rank']}: the group did not work after the errors"
 
 
 def test_errors_raise_on_every_rank(tmp_path):
@@ -66,8 +102,9 @@ def test_errors_raise_on_every_rank(tmp_path):
     _assert_all_ok(results)
     _check_errors(results)
     # the rank whose arguments were bad is named the same way everywhere
-    msgs = {r["output_too_small"]["message"].replace(" (this rank)", "") for r in results}
-    assert len(msgs) == 1, msgs
+    for case in ("fast:output_too_small", "direct:output_too_small", "direct:disagree"):
+        msgs = {r[case]["message"].replace(" (this rank)", "") for r in results}
+        assert len(msgs) == 1, msgs
 
 
 def test_missing_rank_times_out(tmp_path):

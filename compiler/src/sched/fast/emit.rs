@@ -363,8 +363,7 @@ impl Emitter {
         let (n, g) = (self.ranks(), self.gpus);
         // Per GPU: bytes it sends to and receives from other nodes; a NIC
         // carries the sum over the GPUs of its rail.
-        let (mut busiest_out, mut busiest_in) = (0u64, 0u64);
-        for s in 0..n {
+        self.busiest_within_latency((0..n).map(|s| {
             let row = &self.send_off[s * (n + 1)..(s + 1) * (n + 1)];
             let first = s / g * g;
             let out = row[n] - (row[first + g] - row[first]);
@@ -372,12 +371,8 @@ impl Emitter {
                 - (first..first + g)
                     .map(|x| self.send_off[x * (n + 1) + s + 1] - self.send_off[x * (n + 1) + s])
                     .sum::<u64>();
-            let share = self.weights.sharing[s % g];
-            busiest_out = busiest_out.max(out * share);
-            busiest_in = busiest_in.max(inn * share);
-        }
-        // GPUs sharing a rail are taken as equally loaded (an estimate).
-        busiest_out.max(busiest_in) as f64 / self.nic_rate <= self.inter_latency
+            (out, inn)
+        }))
     }
 
     pub(super) fn inter_node_bytes(&self) -> u64 {

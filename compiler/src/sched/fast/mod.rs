@@ -23,6 +23,7 @@ mod lanes;
 mod layout;
 mod leaves;
 pub(crate) mod mesh;
+mod rank;
 mod sends;
 mod slots;
 pub(crate) mod stages;
