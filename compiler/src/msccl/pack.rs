@@ -240,7 +240,13 @@ mod tests {
         ];
         let ops = vec![(0..40).collect(), (40..80).collect(), vec![80], vec![81]];
         let (out, _) = pack_gpu(tbs, ops, 1);
-        // 40 + 40 > 64 and the small pair is on two channels: nothing fits.
-        assert_eq!(out.len(), 4);
+        // Channel 0 pairs its smallest send (1 step) with its receive (40);
+        // 40 + 40 would pass 64, and channel 1's receive has no send.
+        assert_eq!(out.len(), 3);
+        assert!(out.iter().all(|t| t.steps.len() <= MAX_STEPS_PER_TB));
+        let merged: Vec<&Tb> = out.iter().filter(|t| t.send >= 0 && t.recv >= 0).collect();
+        assert_eq!(merged.len(), 1);
+        assert_eq!((merged[0].send, merged[0].recv, merged[0].chan), (2, 1, 0));
+        assert_eq!(merged[0].steps.len(), 41);
     }
 }
