@@ -140,7 +140,8 @@ fn a_skewed_file_is_picked_for_its_own_size_only() {
 
 #[test]
 fn a_cluster_too_large_for_the_profile_is_refused_at_once() {
-    // 512 ranks: `direct` connects every pair, 1023 threadblocks per gpu.
+    // 512 ranks: `direct` connects every pair: 511 peers each way, so 511
+    // threadblocks per gpu even with a send and a receive list in each.
     let topo = Topology::preset("dgx-h100", 64, None).unwrap();
     let m = TrafficMatrix::uniform(topo.ranks(), 4096);
     let plan = schedule(Algorithm::Direct, &topo, &m, &Options::default()).unwrap();
@@ -157,7 +158,7 @@ fn a_cluster_too_large_for_the_profile_is_refused_at_once() {
         )
         .unwrap_err()
         .to_string();
-        assert!(e.contains("1023 threadblocks"), "{e}");
+        assert!(e.contains("needs at least 511 threadblocks"), "{e}");
         assert!(
             e.contains(&format!(
                 "{executor} loads at most {}",

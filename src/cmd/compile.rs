@@ -8,13 +8,14 @@ use switchyard::compiler::import::ImportOptions;
 use switchyard::compiler::lp::{lower_bound, LpOptions, SolveStatus};
 use switchyard::compiler::msccl::lower::buffer_bytes as msccl_buffer_bytes;
 use switchyard::compiler::msccl::{
-    assign_paths, parse_xml, parse_xml_implied, to_xml, Executor, Layout, Protocol, XmlOptions,
-    XmlPlan, MAX_CHUNK_BYTES,
+    assign_paths, fit, parse_xml, parse_xml_implied, to_xml, Executor, Layout, Protocol,
+    XmlOptions, XmlPlan, MAX_CHUNK_BYTES,
 };
 use switchyard::compiler::planner::{Planner, PlannerOptions};
 use switchyard::compiler::program::OpKind;
 use switchyard::compiler::rank::{LocalProgram, LocalTraffic};
 use switchyard::compiler::report::Report;
+use switchyard::compiler::sched::auto::choose;
 use switchyard::compiler::sched::{auto, lp_with_report, schedule, Options};
 use switchyard::compiler::sim::{Network, SimOptions};
 use switchyard::compiler::topology::is_import;
@@ -148,6 +149,14 @@ pub fn compile(a: CompileArgs) -> CliResult {
     for p in std::iter::once(&a.out).chain(&a.report) {
         super::check_out_dir(p)?;
     }
+    // A cluster too large for the executor's threadblocks is refused
+    // before any planning, saying what fits (docs/msccl.md, "Cluster size").
+    let xml_out = is_xml(&a.out) && !to_stdout;
+    if xml_out {
+        // What the user asked for cannot exist: bad input (exit 2).
+        fit::check_before_planning(alg, &topo, &m, executor)
+            .map_err(|e| CliError::Input(e.to_string()))?;
+    }
     let t0 = Instant::now();
     // An MSCCL file runs at most the executor's threadblocks per GPU (108,
     // RCCL 64): a plan for one must not run more lanes at once than that
@@ -176,6 +185,31 @@ pub fn compile(a: CompileArgs) -> CliResult {
         };
         match lp_with_report(&topo, &m, &lp_opts) {
             Ok((plan, r)) => (Ok(plan), Some(r.status), None),
+            Err(e) => (Err(e), None, None),
+        }
+    } else if alg == Algorithm::Auto && xml_out {
+        // For a file, the best estimate among the candidates whose file
+        // fits the executor's threadblocks on this cluster.
+        let mut choice = choose(&topo, &m, network);
+        let fits = fit::fitting(&topo, &m, executor);
+        let ok = |name: &str| name.parse::<Algorithm>().is_ok_and(|a| fits.contains(&a));
+        if !ok(&choice.chosen) {
+            let Some(e) = choice.estimates.iter().find(|e| ok(&e.algorithm)) else {
+                return Err(CliError::Input(format!(
+                    "auto: no candidate's MSCCL file fits {executor} on {} ranks (too many peers per GPU for its threadblocks); try --executor msccl or a JSON plan",
+                    m.ranks()
+                )));
+            };
+            eprintln!(
+                "auto: {} does not fit {executor} on {} ranks; taking {}, the best that does",
+                choice.chosen,
+                m.ranks(),
+                e.algorithm
+            );
+            choice.chosen = e.algorithm.clone();
+        }
+        match schedule(choice.algorithm(), &topo, &m, &opts) {
+            Ok(plan) => (Ok(plan), None, Some(choice)),
             Err(e) => (Err(e), None, None),
         }
     } else if alg == Algorithm::Auto {

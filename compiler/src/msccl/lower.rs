@@ -33,8 +33,9 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use super::exec;
 use super::read::{parse_algo, trace_to_plan};
 use super::write::write_algo;
+use super::{fit, pack};
 use super::{Algo, BufRef, ChunkMap, Gpu, Layout, NameFacts, Protocol, Step, StepKind, Tb};
-use super::{Executor, MAX_CNT, MAX_NODES, MAX_OFFSET, MAX_PEER_TBS_PER_CHANNEL};
+use super::{Executor, MAX_CNT, MAX_NODES, MAX_OFFSET};
 use super::{MAX_CHUNK_BYTES, MAX_STEPS_PER_TB};
 use crate::error::{Error, Result};
 use crate::plan::{Buffer, Plan};
@@ -184,7 +185,7 @@ pub fn to_xml(
             traffic.max_entry()
         )));
     }
-    check_peers(plan, opts.executor)?;
+    fit::check_plan(plan, topo, traffic, opts.executor)?;
     let timeline = simulate(topo, plan, &SimOptions::default())?.transfers;
     let mut u = base;
     loop {
@@ -204,47 +205,6 @@ pub fn to_xml(
             Ok(x) => return Ok(x),
         }
     }
-}
-
-/// Refuses at once, before the plan is simulated and lowered, a plan no
-/// file of `executor` can hold: every peer a gpu sends to needs a send
-/// threadblock and every peer it receives from a receive threadblock (one
-/// owner per connection, sends and receives apart), plus one for its local
-/// copies.
-fn check_peers(plan: &Plan, executor: Executor) -> Result<()> {
-    let n = plan.ranks as usize;
-    let mut seen: std::collections::HashSet<(u32, u32)> = std::collections::HashSet::new();
-    let mut tbs = vec![0usize; n];
-    let mut local = vec![false; n];
-    for t in &plan.transfers {
-        if t.src == t.dst {
-            local[t.src as usize] = true;
-        } else if seen.insert((t.src, t.dst)) {
-            tbs[t.src as usize] += 1;
-            tbs[t.dst as usize] += 1;
-        }
-    }
-    let (g, need) = tbs
-        .iter()
-        .zip(&local)
-        .map(|(&t, &l)| t + usize::from(l))
-        .enumerate()
-        .max_by_key(|&(_, t)| t)
-        .unwrap_or((0, 0));
-    let max = executor.max_tbs_per_gpu();
-    if need > max {
-        let peers = (max - 1) / 2;
-        let g_per_node = (plan.gpus_per_node as usize).max(1);
-        let nodes = (peers + 1).saturating_sub(g_per_node - 1);
-        return Err(unsupported(format!(
-            "rank {g} exchanges data with so many peers that its file needs {need} threadblocks \
-             (one per peer and direction, one for local copies); {executor} loads at most {max} per GPU, \
-             so a GPU may talk to at most {peers} peers: `direct` and `pairwise` fit up to {} ranks, \
-             `hierarchical` and `fast` (the GPUs of a node and the rail peers) up to {nodes} nodes of {g_per_node} GPUs",
-            peers + 1
-        )));
-    }
-    Ok(())
 }
 
 /// The same schedule for every protocol, each with its size window
@@ -375,7 +335,24 @@ fn lower_with(
         )));
     }
     let (ops, scratch) = trace_chunks(plan, traffic, &map, u, timeline)?;
-    let built = build_tbs(&ops, n, timeline, opts.executor)?;
+    let mut built = build_tbs(&ops, n, timeline, opts.executor)?;
+    // A gpu with more tbs than the profile loads runs a send and a
+    // receive list per tb (`super::pack`).
+    let limit = opts.executor.max_tbs_per_gpu();
+    let op_of = std::mem::take(&mut built.op_of);
+    built.tbs = built
+        .tbs
+        .into_iter()
+        .zip(op_of)
+        .map(|(tbs, op_of)| pack::pack_gpu(tbs, op_of, limit).0)
+        .collect();
+    if let Some((g, tbs)) = built.tbs.iter().enumerate().find(|(_, t)| t.len() > limit) {
+        return Err(LowerError::Limit(format!(
+            "rank {g} needs {} threadblocks even with a send and a receive list per tb; {} loads at most {limit}",
+            tbs.len(),
+            opts.executor
+        )));
+    }
     let nchunks = map.nchunksperloop;
     let nbytes = nchunks as u64 * u;
     let proto = opts
@@ -774,6 +751,9 @@ enum TbKey {
 
 struct Built {
     tbs: Vec<Vec<Tb>>,
+    /// Per gpu, tb and step: the operation the step belongs to (a nop
+    /// belongs to the operation it waits before), in the order of `tbs`.
+    op_of: Vec<Vec<Vec<u32>>>,
     channels: u32,
     dropped: usize,
     unheld: usize,
@@ -785,6 +765,8 @@ struct Built {
 struct TbDraft {
     key: TbKey,
     steps: Vec<Step>,
+    /// The operation of each step.
+    ops: Vec<u32>,
     /// Latest position of each other tb this tb has waited for.
     waited: HashMap<u32, u32>,
 }
@@ -796,15 +778,18 @@ fn build_tbs(
     executor: Executor,
 ) -> std::result::Result<Built, LowerError> {
     let max_channels = executor.max_channels();
-    let max_tbs = executor.max_tbs_per_gpu();
-    // Channel groups keep at most 32 peer tbs per channel per direction.
-    let groups = (n.saturating_sub(1))
-        .div_ceil(MAX_PEER_TBS_PER_CHANNEL)
-        .max(1) as u32;
-    let base_chan = |src: u32, dst: u32| -> u32 {
-        let dist = (dst as usize + n - src as usize) % n;
-        ((dist - 1) / MAX_PEER_TBS_PER_CHANNEL) as u32
-    };
+    // Threadblocks built before packing (`super::pack`) brings a gpu down
+    // to the profile's limit: the loader's own array bound.
+    let max_tbs = MAX_TBS_BUILT;
+    // Channel groups keep at most 32 peer tbs per channel per direction
+    // (`super::fit::ChannelGroups`).
+    let cg = fit::ChannelGroups::new(
+        n,
+        ops.iter()
+            .filter(|o| o.src != o.dst)
+            .map(|o| (o.src as usize, o.dst as usize)),
+    );
+    let groups = cg.groups;
     let mut tbs: Vec<Vec<TbDraft>> = (0..n).map(|_| Vec::new()).collect();
     let mut tb_index: Vec<HashMap<TbKey, u32>> = vec![HashMap::new(); n];
     let lanes = assign_lanes(ops, n, timeline, executor.tb_budget());
@@ -813,7 +798,11 @@ fn build_tbs(
     let mut local_k = vec![0u32; n];
     // Where each operation's step sits on each gpu it touches: (tb, pos).
     let mut at: HashMap<(u32, u32), (u32, u32)> = HashMap::new();
-    let mut anc: HashMap<(u32, u32), Vec<u32>> = HashMap::new();
+    let mut anc: HashMap<u64, Vec<u32>, FastHash> = HashMap::default();
+    // The walks through other gpus' operations are memoised per (operation,
+    // gpu); past this many the rest are not followed (their waits dropped
+    // and counted), so memory stays proportional to the plan.
+    let walk_cap = WALKS_PER_OP * ops.len() + (1 << 16);
     let mut dropped = 0usize;
     let mut unheld: std::collections::HashSet<(u32, u32)> = std::collections::HashSet::new();
     let mut channels = 1u32;
@@ -828,10 +817,15 @@ fn build_tbs(
         let mut need: Vec<Vec<u32>> = vec![Vec::new(); gpus.len()];
         for &x in &op.deps {
             let mut found = false;
+            // What `x` adds on the sending gpu (`gpus[0]` is `op.src`).
+            let mut on_src = 0..0;
             for (side, &g) in gpus.iter().enumerate() {
                 let before = need[side].len();
-                ancestors_on(ops, x, g, &mut anc, &mut need[side]);
+                ancestors_on(ops, x, g, &mut anc, walk_cap, &mut need[side]);
                 found |= need[side].len() > before;
+                if side == 0 {
+                    on_src = before..need[0].len();
+                }
             }
             if !found {
                 dropped += 1;
@@ -843,9 +837,10 @@ fn build_tbs(
             // when staged) or only on the receiving side does not hold it.
             let xo = &ops[x as usize];
             if op.src != op.dst && xo.from != op.from {
-                let mut on_src = Vec::new();
-                ancestors_on(ops, x, op.src, &mut anc, &mut on_src);
-                if !on_src.iter().any(|&y| ops[y as usize].dst == op.src) {
+                if !need[0][on_src]
+                    .iter()
+                    .any(|&y| ops[y as usize].dst == op.src)
+                {
                     unheld.insert((xo.from, op.from));
                 }
             }
@@ -863,7 +858,7 @@ fn build_tbs(
             } else {
                 let c = *chan_of
                     .entry((op.src, op.dst, lane))
-                    .or_insert_with(|| base_chan(op.src, op.dst) + groups * lane);
+                    .or_insert_with(|| cg.of(op.src as usize, op.dst as usize) + groups * lane);
                 if c >= max_channels {
                     return Err(LowerError::Limit(format!(
                         "operations from rank {} to rank {} need more than {max_channels} channels of {MAX_STEPS_PER_TB} steps",
@@ -930,6 +925,7 @@ fn build_tbs(
                         tbs[gi].push(TbDraft {
                             key,
                             steps: Vec::new(),
+                            ops: Vec::new(),
                             waited: HashMap::new(),
                         });
                         tb_index[gi].insert(key, t);
@@ -980,6 +976,7 @@ fn build_tbs(
                         line: 0,
                     });
                 }
+                draft.ops.resize(draft.steps.len(), o);
                 let pos = draft.steps.len() as u32 - 1;
                 at.insert((o, gi as u32), (t, pos));
                 for (tb, p) in waits {
@@ -991,6 +988,7 @@ fn build_tbs(
     }
     // Number tbs as msccl-tools does, by (send, recv, chan), local ones first.
     let mut out = Vec::with_capacity(n);
+    let mut op_of = Vec::with_capacity(n);
     for (g, drafts) in tbs.into_iter().enumerate() {
         let mut order: Vec<usize> = (0..drafts.len()).collect();
         let sort_key = |k: &TbKey| -> (i64, i64, u32) {
@@ -1006,6 +1004,7 @@ fn build_tbs(
             new_id[old] = new as i64;
         }
         let mut tbv: Vec<Tb> = Vec::with_capacity(drafts.len());
+        let mut opv: Vec<Vec<u32>> = Vec::with_capacity(drafts.len());
         let mut drafts: Vec<Option<TbDraft>> = drafts.into_iter().map(Some).collect();
         for &old in &order {
             let d = drafts[old].take().expect("each tb once");
@@ -1024,6 +1023,7 @@ fn build_tbs(
                     s
                 })
                 .collect();
+            opv.push(d.ops);
             tbv.push(Tb {
                 id: new_id[old],
                 send,
@@ -1035,9 +1035,11 @@ fn build_tbs(
         }
         let _ = g;
         out.push(tbv);
+        op_of.push(opv);
     }
     Ok(Built {
         tbs: out,
+        op_of,
         channels,
         dropped,
         unheld: unheld.len(),
@@ -1045,6 +1047,11 @@ fn build_tbs(
         tbs_wanted: lanes.tbs_wanted,
     })
 }
+
+/// Threadblocks per gpu the lowering may build before packing: the
+/// loader's array of them (`MSCCL_MAX_NUM_THREAD_BLOCKS`, 32 per channel
+/// times NCCL-MSCCL's 32 channels, `msccl_struct.h`).
+const MAX_TBS_BUILT: usize = 1024;
 
 /// Lanes (channels) one connection's operations are spread over at most.
 const MAX_LANES: u32 = 32;
@@ -1231,13 +1238,41 @@ fn assign_lanes(ops: &[ChunkOp], n: usize, timeline: &[TransferTime], budget: us
     lanes
 }
 
+/// Memoised walks per operation of the plan (see `build_tbs`).
+const WALKS_PER_OP: usize = 32;
+
+/// A cheap hash for the walk memo's `(operation, gpu)` keys (a splitmix64
+/// finish): the standard SipHash took a fifth of a large lowering.
+#[derive(Default, Clone, Copy)]
+struct FastHasher(u64);
+
+impl std::hash::Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        // A multiply only moves low bits up; the table indexes by low bits.
+        let z = (self.0 ^ (self.0 >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z ^ (z >> 31)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
+type FastHash = std::hash::BuildHasherDefault<FastHasher>;
+
 /// The operations on gpu `g` among `x` and its ancestors, stopping at the
 /// first that touches `g` on every path (its own waits cover the rest).
+/// Once `memo` holds `cap` walks, new ones are not started.
 fn ancestors_on(
     ops: &[ChunkOp],
     x: u32,
     g: u32,
-    memo: &mut HashMap<(u32, u32), Vec<u32>>,
+    memo: &mut HashMap<u64, Vec<u32>, FastHash>,
+    cap: usize,
     out: &mut Vec<u32>,
 ) {
     let op = &ops[x as usize];
@@ -1245,18 +1280,22 @@ fn ancestors_on(
         out.push(x);
         return;
     }
-    if let Some(v) = memo.get(&(x, g)) {
+    let key = u64::from(x) << 32 | u64::from(g);
+    if let Some(v) = memo.get(&key) {
         out.extend_from_slice(v);
+        return;
+    }
+    if memo.len() >= cap {
         return;
     }
     let mut v = Vec::new();
     for &y in &op.deps {
-        ancestors_on(ops, y, g, memo, &mut v);
+        ancestors_on(ops, y, g, memo, cap, &mut v);
     }
     v.sort_unstable();
     v.dedup();
     out.extend_from_slice(&v);
-    memo.insert((x, g), v);
+    memo.insert(key, v);
 }
 
 #[cfg(test)]

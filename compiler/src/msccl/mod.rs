@@ -7,15 +7,21 @@
 //! was scheduled or what it costs. The format and every limit used here are
 //! described in docs/msccl.md and in the shared MSCCL XML spec.
 //!
+//! - [`fit`]: whether a plan (or, before planning, an algorithm on a
+//!   cluster) fits an executor's threadblocks, from the peers of each gpu.
 //! - [`lower`]: Plan → [`Algo`] (threadblocks, channels, steps, dependencies).
 //! - [`write`](mod@write): [`Algo`] → text, in the executor's lexical rules.
 //! - [`read`]: text → [`Algo`] → [`crate::Plan`].
 //! - [`exec`]: lexical rules, loader rules and a symbolic run of the text.
+//! - `pack`: a send and a receive list per threadblock where a gpu has
+//!   more threadblocks than its executor loads.
 //! - [`xsim`]: the executor's run rules (calls, FIFO window, staged sends)
 //!   as a plan the simulator prices.
 
 pub mod exec;
+pub mod fit;
 pub mod lower;
+mod pack;
 pub mod read;
 pub mod schedules;
 pub mod write;

@@ -1,0 +1,147 @@
+//! Cluster size and MSCCL files: a cluster whose GPUs talk to more peers
+//! than the executor has threadblocks for is refused before any planning,
+//! the peer model the refusal rests on covers every plan, and a 16 x 8
+//! cluster lowers by packing a send and a receive list per threadblock
+//! (docs/msccl.md, "Cluster size"). Bigger clusters: `--ignored` tests and
+//! the commands in docs/benchmarks.md.
+
+use std::time::Instant;
+
+use switchyard::compiler::generate::{generate, Pattern, TrafficSpec};
+use switchyard::compiler::msccl::fit::{check_before_planning, fitting, Peers};
+use switchyard::compiler::msccl::{check_executable, to_xml, Executor, XmlOptions};
+use switchyard::compiler::sched::{schedule, Options};
+use switchyard::compiler::{verify_on, Algorithm, Topology, TrafficMatrix};
+
+fn skewed(topo: &Topology, seed: u64, pattern: Pattern) -> TrafficMatrix {
+    let mut spec = TrafficSpec::new(topo.ranks(), pattern);
+    spec.seed = seed;
+    spec.bytes = 64 << 10;
+    spec.moe.tokens_per_rank = 256;
+    generate(&spec).unwrap()
+}
+
+#[test]
+fn a_cluster_too_large_is_refused_before_planning() {
+    // 64 x 8: no plan is made, only the peer model is counted.
+    let topo = Topology::preset("dgx-h100", 64, None).unwrap();
+    let m = TrafficMatrix::uniform(topo.ranks(), 4096);
+    let t0 = Instant::now();
+    for (alg, executor, need) in [
+        (Algorithm::Direct, Executor::Msccl, 511),
+        (Algorithm::Pairwise, Executor::Rccl, 511),
+        (Algorithm::Hierarchical, Executor::Rccl, 77),
+        (Algorithm::Fast, Executor::Rccl, 77),
+    ] {
+        let e = check_before_planning(alg, &topo, &m, executor)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!("needs at least {need} threadblocks")),
+            "{alg} {executor}: {e}"
+        );
+        assert!(
+            e.contains(&format!(
+                "{executor} loads at most {}",
+                executor.max_tbs_per_gpu()
+            )),
+            "{e}"
+        );
+        // What fits instead: the rail-aligned schedulers with NCCL-MSCCL.
+        if executor == Executor::Msccl {
+            assert!(
+                e.contains("Fits this cluster with msccl: hierarchical, fast"),
+                "{e}"
+            );
+        } else {
+            assert!(e.contains("Fits this cluster with rccl: none"), "{e}");
+        }
+    }
+    // The rail-aligned ones fit NCCL-MSCCL's 128 at this size.
+    for alg in [Algorithm::Hierarchical, Algorithm::Fast, Algorithm::Deepep] {
+        check_before_planning(alg, &topo, &m, Executor::Msccl).unwrap();
+    }
+    assert!(fitting(&topo, &m, Executor::Rccl).is_empty());
+    let took = t0.elapsed().as_secs_f64();
+    assert!(took < 3.0, "the refusals took {took:.2} s");
+}
+
+#[test]
+fn the_peer_model_covers_every_plan() {
+    // The refusal above rests on the model: no plan may talk to a peer the
+    // model leaves out, or a cluster could be refused that would fit.
+    for nodes in [2, 4] {
+        let topo = Topology::preset("dgx-h100", nodes, None).unwrap();
+        for (seed, pattern) in [(1, Pattern::Moe), (2, Pattern::Zipf(1.2))] {
+            let m = skewed(&topo, seed, pattern);
+            for &alg in Algorithm::ALL {
+                let Some(model) = Peers::model(alg, &topo, &m) else {
+                    continue;
+                };
+                let plan = schedule(alg, &topo, &m, &Options::default()).unwrap();
+                let have = Peers::of_plan(&plan);
+                for c in &have.conns {
+                    assert!(
+                        model.conns.contains(c),
+                        "{nodes}x8 {alg}: {} -> {} is not in the model",
+                        c.0,
+                        c.1
+                    );
+                }
+                let (need, model_need) = (have.tbs_needed(), model.tbs_needed());
+                assert!(need.iter().zip(&model_need).all(|(a, b)| a <= b));
+            }
+        }
+    }
+}
+
+/// Lowers `alg` on `nodes` x 8 for `executor`, checks the file and the
+/// plan it encodes; returns (tbs on the busiest gpu, seconds).
+fn lowers(alg: Algorithm, nodes: usize, executor: Executor) -> (usize, f64) {
+    let topo = Topology::preset("dgx-h100", nodes, None).unwrap();
+    let m = skewed(&topo, 5, Pattern::Moe);
+    let sched = Options {
+        max_lanes_per_gpu: Some(executor.plan_lanes_per_gpu()),
+        time_limit_s: 30.0,
+        ..Options::default()
+    };
+    let plan = schedule(alg, &topo, &m, &sched).unwrap();
+    let t0 = Instant::now();
+    let opts = XmlOptions {
+        executor,
+        ..XmlOptions::default()
+    };
+    let x = to_xml(&plan, &topo, &m, &opts).unwrap_or_else(|e| panic!("{alg}: {e}"));
+    let took = t0.elapsed().as_secs_f64();
+    assert!(executor.check(&x.report).is_ok());
+    assert!(x.max_tbs_per_gpu <= executor.max_tbs_per_gpu());
+    check_executable(&x.text).unwrap();
+    verify_on(&x.plan, &m, &topo).unwrap();
+    (x.max_tbs_per_gpu, took)
+}
+
+#[test]
+fn direct_at_16x8_packs_into_nccl_msccls_threadblocks() {
+    // 127 peers each way: 254 single-direction tbs, 127 packed ones.
+    let (tbs, took) = lowers(Algorithm::Direct, 16, Executor::Msccl);
+    assert!(tbs <= 128, "{tbs}");
+    assert!(tbs >= 127, "{tbs}: one per peer at least");
+    eprintln!("16x8 direct: {tbs} tbs, lowered in {took:.1} s");
+}
+
+#[test]
+#[ignore = "minutes in the dev profile; docs/benchmarks.md has release figures"]
+fn every_algorithm_that_fits_lowers_at_16x8() {
+    for executor in Executor::ALL {
+        let topo = Topology::preset("dgx-h100", 16, None).unwrap();
+        let m = skewed(&topo, 5, Pattern::Moe);
+        let fits = fitting(&topo, &m, executor);
+        for &alg in Algorithm::ALL {
+            if !fits.contains(&alg) {
+                continue;
+            }
+            let (tbs, took) = lowers(alg, 16, executor);
+            eprintln!("16x8 {alg} {executor}: {tbs} tbs, lowered in {took:.1} s");
+        }
+    }
+}
