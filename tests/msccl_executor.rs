@@ -206,7 +206,7 @@ fn waits_the_executor_does_not_hold_are_counted() {
 fn executor_rule_sweep() {
     use switchyard::compiler::generate::{generate, Pattern, TrafficSpec};
     use switchyard::compiler::msccl::xsim::simulate_executor;
-    use switchyard::compiler::msccl::{to_xml, Layout, XmlOptions, PLAN_LANES_PER_GPU};
+    use switchyard::compiler::msccl::{to_xml, Layout, Pacing, XmlOptions, PLAN_LANES_PER_GPU};
     use switchyard::compiler::sched::{schedule, Options};
     use switchyard::compiler::Algorithm;
     let sim = SimOptions::default();
@@ -215,7 +215,10 @@ fn executor_rule_sweep() {
         time_limit_s: 20.0,
         ..Options::default()
     };
-    for nodes in [2, 4, 8] {
+    let nodes: Vec<usize> = std::env::var("XSIM_NODES").ok().map_or(vec![2, 4, 8], |v| {
+        v.split(',').map(|x| x.parse().unwrap()).collect()
+    });
+    for nodes in nodes {
         let topo = Topology::preset("dgx-h100", nodes, None).unwrap();
         for (seed, pattern) in [
             (1, Pattern::Moe),
@@ -230,14 +233,23 @@ fn executor_rule_sweep() {
             spec.moe.tokens_per_rank = 512;
             let m = generate(&spec).unwrap();
             for &alg in Algorithm::ALL {
-                if nodes == 8 && alg == Algorithm::Lp {
+                if nodes == 8 && alg == Algorithm::Lp
+                    || std::env::var("XSIM_ALGS")
+                        .is_ok_and(|v| !v.split(',').any(|a| a == alg.name()))
+                {
                     continue;
                 }
                 let plan = schedule(alg, &topo, &m, &sched).unwrap();
                 let want = simulate(&topo, &plan, &sim).unwrap().completion_us;
-                for layout in [Layout::Padded, Layout::Packed] {
+                for (pacing, layout) in [
+                    (Pacing::Off, Layout::Padded),
+                    (Pacing::Cut, Layout::Padded),
+                    (Pacing::Off, Layout::Packed),
+                    (Pacing::Cut, Layout::Packed),
+                ] {
                     let opts = XmlOptions {
                         layout,
+                        pacing,
                         ..XmlOptions::default()
                     };
                     match to_xml(&plan, &topo, &m, &opts) {
@@ -245,7 +257,7 @@ fn executor_rule_sweep() {
                             let (us, _) =
                                 simulate_executor(&x.text, "sweep", &m, &topo, &sim).unwrap();
                             println!(
-                                "{nodes}x8 {pattern:?} {alg} {layout}: executor/plan {:+.2}% unheld {}",
+                                "{nodes}x8 {pattern:?} {alg} {layout} {pacing:?}: executor/plan {:+.2}% unheld {}",
                                 100.0 * (us / want - 1.0),
                                 x.unheld_deps
                             );
@@ -267,7 +279,7 @@ fn executor_rule_sweep() {
 fn executor_rule_breakdown() {
     use switchyard::compiler::generate::{generate, Pattern, TrafficSpec};
     use switchyard::compiler::msccl::xsim::{executor_plan_with, Rules};
-    use switchyard::compiler::msccl::{to_xml, Layout, XmlOptions};
+    use switchyard::compiler::msccl::{to_xml, Layout, Pacing, XmlOptions};
     use switchyard::compiler::sched::{schedule, Options};
     use switchyard::compiler::Algorithm;
     let sim = SimOptions::default();
@@ -297,27 +309,29 @@ fn executor_rule_breakdown() {
                 }
                 let plan = schedule(alg, &topo, &m, &sched).unwrap();
                 let want = simulate(&topo, &plan, &sim).unwrap().completion_us;
-                let opts = XmlOptions {
-                    layout: Layout::Packed,
-                    ..XmlOptions::default()
-                };
-                let x = to_xml(&plan, &topo, &m, &opts).unwrap();
-                let enc = simulate(&topo, &x.plan, &sim).unwrap().completion_us;
-                let algo = parse_algo(&x.text, "b").unwrap();
-                let trace = run(&algo, "b").unwrap();
-                let price = |staged_sends: bool, fifo_window: bool, real: bool| {
-                    let rules = Rules {
-                        staged_sends,
-                        fifo_window,
-                        real_bytes: real.then_some(&m),
+                for pacing in [Pacing::Off, Pacing::Cut] {
+                    let opts = XmlOptions {
+                        layout: Layout::Packed,
+                        pacing,
+                        ..XmlOptions::default()
                     };
-                    let mut p = executor_plan_with(&algo, &trace, x.chunk_bytes, &rules);
-                    assign_paths(&mut p.plan, &topo);
-                    let us = simulate(&topo, &p.plan, &sim).unwrap().completion_us;
-                    format!("{:+.1}%", 100.0 * (us / want - 1.0))
-                };
-                println!(
-                    "{nodes}x8 {pattern:?} {alg} unheld {}: encoded {:+.1}% | plan rules {} | +whole chunks {} | +window {} | +staged sends {} | executor {}",
+                    let x = to_xml(&plan, &topo, &m, &opts).unwrap();
+                    let enc = simulate(&topo, &x.plan, &sim).unwrap().completion_us;
+                    let algo = parse_algo(&x.text, "b").unwrap();
+                    let trace = run(&algo, "b").unwrap();
+                    let price = |staged_sends: bool, fifo_window: bool, real: bool| {
+                        let rules = Rules {
+                            staged_sends,
+                            fifo_window,
+                            real_bytes: real.then_some(&m),
+                        };
+                        let mut p = executor_plan_with(&algo, &trace, x.chunk_bytes, &rules);
+                        assign_paths(&mut p.plan, &topo);
+                        let us = simulate(&topo, &p.plan, &sim).unwrap().completion_us;
+                        format!("{:+.1}%", 100.0 * (us / want - 1.0))
+                    };
+                    println!(
+                    "{nodes}x8 {pattern:?} {alg} {pacing:?} unheld {}: encoded {:+.1}% | plan rules {} | +whole chunks {} | +window {} | +staged sends {} | executor {}",
                     x.unheld_deps,
                     100.0 * (enc / want - 1.0),
                     price(false, false, true),
@@ -326,6 +340,7 @@ fn executor_rule_breakdown() {
                     price(true, false, false),
                     price(true, true, false),
                 );
+                }
             }
         }
     }
