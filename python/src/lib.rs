@@ -742,6 +742,7 @@ impl PyPlan {
             protocol,
             chunk_bytes,
             executor: switchyard_compiler::msccl::Executor::default_for(&self.topo),
+            ..XmlOptions::default()
         };
         let xml = py.detach(|| to_xml(&self.plan, &self.topo, &self.traffic, &opts));
         Ok(xml.map_err(py_err)?.text)

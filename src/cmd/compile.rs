@@ -261,6 +261,7 @@ pub fn compile(a: CompileArgs) -> CliResult {
                 },
                 chunk_bytes: a.chunk_bytes,
                 executor,
+                ..XmlOptions::default()
             };
             let xml = to_xml(&plan, &topo, &m, &opts)?;
             let mut facts = xml.report_json();

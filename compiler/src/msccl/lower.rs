@@ -69,6 +69,27 @@ pub struct XmlOptions {
     pub chunk_bytes: Option<u64>,
     /// Whose limits the file must meet (threadblocks, channels).
     pub executor: Executor,
+    /// Whether sends that other sends wait for are cut so that the
+    /// executor's FIFO window holds those waits (default) or written whole.
+    pub pacing: Pacing,
+}
+
+/// How the lowering writes a plan's waits that the executor would not
+/// hold: a send that waits for another send of its gpu (a send is done when
+/// staged in the FIFO, not when it has arrived), or whose wait can only be
+/// written on its receiver (docs/msccl.md, "Pacing").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Pacing {
+    /// Cut the operations involved so that the FIFO window's back-pressure
+    /// holds the wait: an awaited send ends with `window` one-chunk steps
+    /// (its last step is staged only once its body has been taken by the
+    /// receiver), a send whose wait sits on its receiver starts with
+    /// `window` one-chunk steps (its body waits until the receiver, held by
+    /// its wait, takes the first of them).
+    #[default]
+    Cut,
+    /// Write every operation whole; such waits do not hold (`unheld_deps`).
+    Off,
 }
 
 /// A written file and what it means for the application.
@@ -100,6 +121,9 @@ pub struct XmlPlan {
     /// waits for a send (done when staged in the FIFO), or only its
     /// receiver waits (docs/msccl.md, "The executor's rules").
     pub unheld_deps: usize,
+    /// Operations cut so the executor holds a wait ([`Pacing::Cut`]): the
+    /// steps added to the file.
+    pub pacing_steps: usize,
     /// Transfers the plan runs at once that the file runs one after another
     /// on a shared lane, because the threadblock budget has no lane left
     /// for them (0: the file runs at once all the plan runs at once).
@@ -131,6 +155,7 @@ impl XmlPlan {
             "max_steps_per_tb": self.max_steps_per_tb,
             "dropped_deps": self.dropped_deps,
             "unheld_deps": self.unheld_deps,
+            "pacing_steps": self.pacing_steps,
             "lanes_short": self.lanes_short,
             "tbs_wanted": self.tbs_wanted,
         })
@@ -289,6 +314,9 @@ struct ChunkOp {
     dst_off: u32,
     cnt: u32,
     deps: Vec<u32>,
+    /// Operations only the receiving side waits for (a pacing head, see
+    /// [`cut_for_pacing`]); the sending side does not.
+    recv_deps: Vec<u32>,
     /// The plan transfer this operation comes from.
     from: u32,
 }
@@ -335,7 +363,24 @@ fn lower_with(
         )));
     }
     let (ops, scratch) = trace_chunks(plan, traffic, &map, u, timeline)?;
+    let nchunks = map.nchunksperloop;
+    let nbytes = nchunks as u64 * u;
+    let proto = opts
+        .protocol
+        .unwrap_or_else(|| protocol_for(nbytes, n as u64));
+    let paced = match opts.pacing {
+        Pacing::Cut => cut_for_pacing(ops, proto.fifo_depth() as u32),
+        Pacing::Off => Paced {
+            ops,
+            steps: 0,
+            unheld: None,
+        },
+    };
+    let ops = paced.ops;
     let mut built = build_tbs(&ops, n, timeline, opts.executor)?;
+    if let Some(unheld) = paced.unheld {
+        built.unheld = unheld;
+    }
     // A gpu with more tbs than the profile loads runs a send and a
     // receive list per tb (`super::pack`).
     let limit = opts.executor.max_tbs_per_gpu();
@@ -353,11 +398,6 @@ fn lower_with(
             opts.executor
         )));
     }
-    let nchunks = map.nchunksperloop;
-    let nbytes = nchunks as u64 * u;
-    let proto = opts
-        .protocol
-        .unwrap_or_else(|| protocol_for(nbytes, n as u64));
     // Without chunk comments a reader assumes nchunksperloop / ngpus chunks
     // for every pair.
     let uniform_padded = opts.layout == Layout::Padded
@@ -458,6 +498,7 @@ fn lower_with(
         max_steps_per_tb: trace.report.max_steps_per_tb,
         dropped_deps: built.dropped,
         unheld_deps: built.unheld,
+        pacing_steps: paced.steps,
         lanes_short: built.lanes_short,
         tbs_wanted: built.tbs_wanted,
         plan: encoded,
@@ -727,6 +768,7 @@ fn trace_chunks(
                 dst_off: pairs[j].1,
                 cnt: len as u32,
                 deps: deps.clone(),
+                recv_deps: Vec::new(),
                 from: i as u32,
             });
             j += len;
@@ -736,6 +778,190 @@ fn trace_chunks(
         }
     }
     Ok((ops, scratch))
+}
+
+/// Operations cut for pacing ([`Pacing::Cut`]).
+struct Paced {
+    ops: Vec<ChunkOp>,
+    /// Steps the cuts add.
+    steps: usize,
+    /// Pairs of plan transfers whose wait still does not hold (operations
+    /// too short to cut), replacing the count of [`build_tbs`].
+    unheld: Option<usize>,
+}
+
+/// Makes the executor hold the waits it would not (docs/msccl.md,
+/// "Pacing"). A wait of send `y` (from gpu `g`) on transfer `x` holds when
+/// some operation `x` leads to arrives on `g` (a receive or copy there is
+/// done when its data is). Otherwise it lands on sends of `g` (done when
+/// staged) and on `y`'s receiver (which holds only its receive). Then:
+/// - each awaited send of `g` (the last operation of its transfer) ends in
+///   `window` one-chunk steps: its last step is staged only once the
+///   receiver has taken the call `window` places before it, the body's
+///   last call, so its gpu's wait now ends when the body has arrived;
+/// - `y` (the first operation of its transfer) starts with `window`
+///   one-chunk steps when its receiver has a wait: the body's first call
+///   waits until the receiver takes the first of them, which its wait holds.
+///
+/// The leak is `window` chunks each way. Operations keep their transfer
+/// (`from`), so lanes keep them together and a reader streams them as one.
+fn cut_for_pacing(ops: Vec<ChunkOp>, window: u32) -> Paced {
+    let n = ops.len();
+    let remote = |o: &ChunkOp| o.src != o.dst;
+    // Transfers: runs of operations with the same `from`.
+    let mut first = vec![0usize; n];
+    let mut last = vec![0usize; n];
+    for i in 0..n {
+        first[i] = if i > 0 && ops[i - 1].from == ops[i].from {
+            first[i - 1]
+        } else {
+            i
+        };
+    }
+    for i in (0..n).rev() {
+        last[i] = if i + 1 < n && ops[i + 1].from == ops[i].from {
+            last[i + 1]
+        } else {
+            i
+        };
+    }
+    // Per transfer (its first operation): head, tail, and which of its
+    // deps only its receiver can hold.
+    let mut head = vec![false; n];
+    let mut tail = vec![false; n];
+    let mut recv_only: Vec<Vec<u32>> = vec![Vec::new(); n];
+    let mut pairs: Vec<(u32, u32, usize, bool)> = Vec::new();
+    let mut memo: HashMap<(u32, u32), Vec<u32>> = HashMap::new();
+    for (yi, y) in ops.iter().enumerate() {
+        if !remote(y) || first[yi] != yi {
+            continue;
+        }
+        for &x in &y.deps {
+            let xo = &ops[x as usize];
+            if xo.from == y.from {
+                continue;
+            }
+            // Data (or a wait) that arrives on the sending gpu: held.
+            if xo.dst == y.src {
+                continue;
+            }
+            // A send of the same gpu, or a transfer into the same receiver:
+            // the wait is on that operation itself.
+            let mut on_src = Vec::new();
+            let mut on_dst = Vec::new();
+            if xo.src == y.src {
+                on_src.push(x);
+            } else if xo.dst == y.dst {
+                on_dst.push(x);
+            } else {
+                ancestors_on(&ops, x, y.src, &mut memo, &mut on_src);
+                if on_src.iter().any(|&z| ops[z as usize].dst == y.src) {
+                    continue;
+                }
+                ancestors_on(&ops, x, y.dst, &mut memo, &mut on_dst);
+            }
+            for &z in &on_src {
+                let zi = z as usize;
+                if remote(&ops[zi]) && ops[zi].src == y.src && last[zi] == zi {
+                    tail[first[zi]] = true;
+                    pairs.push((xo.from, y.from, first[zi], false));
+                }
+            }
+            if !on_dst.is_empty() {
+                head[yi] = true;
+                recv_only[yi].push(x);
+                pairs.push((xo.from, y.from, yi, true));
+            }
+        }
+    }
+    // One-chunk steps to split off each operation's start and end: the
+    // first `window` chunks of a transfer with a head, the last `window` of
+    // one with a tail (operations of one chunk count as they are).
+    let mut lead = vec![0u32; n];
+    let mut trail = vec![0u32; n];
+    let mut cut_ok = vec![true; n];
+    let mut i = 0;
+    while i < n {
+        let (f, l) = (i, last[i]);
+        let total: u64 = ops[f..=l].iter().map(|o| u64::from(o.cnt)).sum();
+        let w = u64::from(window);
+        // The tail first (it holds the sending gpu's own waits), then the
+        // head, each of up to `window` chunks, leaving a body of at least
+        // one chunk; a short transfer gets what fits.
+        let t = if tail[f] { w.min(total - 1) } else { 0 };
+        let h = if head[f] { w.min(total - 1 - t) } else { 0 };
+        cut_ok[f] = (!tail[f] || t == w) && (!head[f] || h == w);
+        let mut left = h as u32;
+        for j in f..=l {
+            if left == 0 {
+                break;
+            }
+            let k = left.min(ops[j].cnt);
+            lead[j] = k;
+            left -= k;
+        }
+        let mut left = t as u32;
+        for j in (f..=l).rev() {
+            if left == 0 {
+                break;
+            }
+            let k = left.min(ops[j].cnt - lead[j]);
+            trail[j] = k;
+            left -= k;
+        }
+        i = l + 1;
+    }
+    // Cut, and map each old operation to its new ones. A head's steps wait
+    // only for the transfer's deps its sending gpu holds (its data); the
+    // others go on its receiver, so the body waits for both.
+    let mut out: Vec<ChunkOp> = Vec::with_capacity(n);
+    let mut new_of: Vec<std::ops::Range<u32>> = Vec::with_capacity(n);
+    let mut steps = 0;
+    for (i, op) in ops.iter().enumerate() {
+        let map = |d: &[u32]| -> Vec<u32> {
+            d.iter().flat_map(|&d| new_of[d as usize].clone()).collect()
+        };
+        let deps = map(&op.deps);
+        let f = first[i];
+        let (held, recv): (Vec<u32>, Vec<u32>) = if lead[i] > 0 {
+            let r = &recv_only[f];
+            let held: Vec<u32> = op.deps.iter().copied().filter(|d| !r.contains(d)).collect();
+            (map(&held), map(r))
+        } else {
+            (deps.clone(), Vec::new())
+        };
+        let mid = op.cnt - lead[i] - trail[i];
+        let mut sizes: Vec<(u32, bool)> = vec![(1, true); lead[i] as usize];
+        if mid > 0 {
+            sizes.push((mid, false));
+        }
+        sizes.extend(std::iter::repeat_n((1, false), trail[i] as usize));
+        steps += sizes.len() - 1;
+        let start = out.len() as u32;
+        let mut at = 0;
+        for (c, is_head) in sizes {
+            out.push(ChunkOp {
+                src_off: op.src_off + at,
+                dst_off: op.dst_off + at,
+                cnt: c,
+                deps: if is_head { held.clone() } else { deps.clone() },
+                recv_deps: if is_head { recv.clone() } else { Vec::new() },
+                ..op.clone()
+            });
+            at += c;
+        }
+        new_of.push(start..out.len() as u32);
+    }
+    let unheld: std::collections::HashSet<(u32, u32)> = pairs
+        .iter()
+        .filter(|&&(_, _, z, _)| !cut_ok[z])
+        .map(|&(a, b, _, _)| (a, b))
+        .collect();
+    Paced {
+        ops: out,
+        steps,
+        unheld: Some(unheld.len()),
+    }
 }
 
 /// Which tb a step goes to.
@@ -843,6 +1069,11 @@ fn build_tbs(
                 {
                     unheld.insert((xo.from, op.from));
                 }
+            }
+        }
+        if let Some(v) = need.get_mut(1) {
+            for &x in &op.recv_deps {
+                ancestors_on(ops, x, op.dst, &mut anc, v);
             }
         }
         for v in &mut need {

@@ -31,7 +31,7 @@ use std::fmt;
 use std::str::FromStr;
 
 pub use exec::{check_executable, check_executable_with, ExecReport};
-pub use lower::{to_xml, to_xml_windows, XmlOptions, XmlPlan};
+pub use lower::{to_xml, to_xml_windows, Pacing, XmlOptions, XmlPlan};
 pub use read::{assign_paths, parse_algo, parse_xml, parse_xml_implied, xml_traffic};
 
 /// Steps per threadblock the executor accepts (`MSCCL_MAX_NUM_STEPS`).

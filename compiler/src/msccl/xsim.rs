@@ -12,13 +12,15 @@
 //! - a wait (`depid`/`deps`) holds only the step it is written on, on its
 //!   own gpu: a wait on a receive never holds the sender.
 //!
-//! Each operation becomes one transfer of its whole chunks; each step gets
-//! a zero-byte local transfer for "ready" (its tb's previous step and its
-//! waits are done) and for "done" where that differs from the operation's
-//! transfer. Approximations: an operation of more calls than the FIFO holds
-//! is taken as staged when it has arrived (late by at most the FIFO's last
-//! calls) and needs its receiver ready before it starts (its first calls
-//! could have gone ahead).
+//! Each primitive call of an operation becomes one transfer of its share
+//! of the whole chunks; each step gets a zero-byte local transfer for
+//! "ready" (its tb's previous step and its waits are done), each call one
+//! for "staged" (the call before it staged, and the call `window` places
+//! earlier on the connection taken by the receiver: arrived, and its
+//! receive step ready). A send step is done when its last call is staged,
+//! a receive step when all its calls have arrived. Approximation: chunks
+//! larger than a call are run as `passes` calls each, operation by
+//! operation (the kernel repeats the whole program per slice).
 
 use super::exec::Trace;
 use super::{Algo, Protocol};
@@ -73,11 +75,68 @@ pub struct ExecutorPlan {
     pub op_transfer: Vec<Option<u32>>,
 }
 
+/// Which of the executor's rules a pricing applies. [`Rules::EXECUTOR`]
+/// is the executor; the others switch one rule back to the plan's, to
+/// measure what each rule costs a file (docs/msccl.md, "Where a file's
+/// time goes"). Only [`Rules::EXECUTOR`] says what the executor does.
+#[derive(Clone, Copy, Debug)]
+pub struct Rules<'a> {
+    /// A send step is done once staged in the FIFO (the executor); `false`:
+    /// when its data has arrived (the plan's rule).
+    pub staged_sends: bool,
+    /// A connection holds `Protocol::fifo_depth` calls (the executor);
+    /// `false`: no limit.
+    pub fifo_window: bool,
+    /// `None`: operations move whole chunks (the executor); `Some(m)`:
+    /// only the bytes of `m` the chunks hold (a block's last chunk short).
+    pub real_bytes: Option<&'a crate::TrafficMatrix>,
+}
+
+impl Rules<'_> {
+    /// The executor's own rules.
+    pub const EXECUTOR: Rules<'static> = Rules {
+        staged_sends: true,
+        fifo_window: true,
+        real_bytes: None,
+    };
+}
+
 /// The plan the executor runs for `algo` (checked and traced by
 /// [`super::exec::run`]) with chunks of `chunk_bytes` bytes.
 pub fn executor_plan(algo: &Algo, trace: &Trace, chunk_bytes: u64) -> ExecutorPlan {
+    executor_plan_with(algo, trace, chunk_bytes, &Rules::EXECUTOR)
+}
+
+/// [`executor_plan`] under `rules`.
+pub fn executor_plan_with(
+    algo: &Algo,
+    trace: &Trace,
+    chunk_bytes: u64,
+    rules: &Rules,
+) -> ExecutorPlan {
     let proto = algo.proto;
-    let window = proto.fifo_depth() as u64;
+    let window = if rules.fifo_window {
+        proto.fifo_depth() as u64
+    } else {
+        u64::MAX
+    };
+    // Bytes an operation moves: whole chunks, or what they hold.
+    let op_bytes = |o: &super::exec::Op| -> u64 {
+        let Some(m) = rules.real_bytes else {
+            return u64::from(o.cnt) * chunk_bytes;
+        };
+        o.data
+            .iter()
+            .filter_map(|x| {
+                let (d, c) = trace.map.input_origin(x.rank as usize, x.idx)?;
+                let len = m.get(x.rank as usize, d);
+                Some(
+                    len.saturating_sub(u64::from(c) * chunk_bytes)
+                        .min(chunk_bytes),
+                )
+            })
+            .sum()
+    };
     let ops = &trace.ops;
     let mut plan = Plan::new("msccl-executor", algo.ngpus as usize, 8);
     let join = |plan: &mut Plan, gpu: u32, deps: Vec<u32>| -> u32 {
@@ -147,6 +206,8 @@ pub fn executor_plan(algo: &Algo, trace: &Trace, chunk_bytes: u64) -> ExecutorPl
     // Per operation: its transfer, "receiver ready" and "staged" joins.
     let mut t_of: Vec<Option<u32>> = vec![None; ops.len()];
     let mut rr_of: Vec<Option<u32>> = vec![None; ops.len()];
+    // Per operation: the transfer of each of its calls.
+    let mut call_t: Vec<Vec<u32>> = vec![Vec::new(); ops.len()];
     let mut recv_done: Vec<Option<u32>> = vec![None; ops.len()];
     let mut progress = true;
     while progress {
@@ -203,7 +264,7 @@ pub fn executor_plan(algo: &Algo, trace: &Trace, chunk_bytes: u64) -> ExecutorPl
                             dst: o.dst,
                             dst_buf: Buffer::Output,
                             dst_off: 0,
-                            bytes: u64::from(o.cnt) * chunk_bytes,
+                            bytes: op_bytes(o),
                             path: Path::Local,
                             step: 0,
                             deps: Deps::from_vec(vec![send_ready]),
@@ -213,44 +274,89 @@ pub fn executor_plan(algo: &Algo, trace: &Trace, chunk_bytes: u64) -> ExecutorPl
                     } else if let Some(x) = so.send {
                         let xi = x as usize;
                         let o = &ops[xi];
-                        let mut tdeps = vec![send_ready];
-                        let receiver = rr_of[xi];
-                        // FIFO window: call `first - window` taken by the receiver.
+                        let n = ncalls[xi];
+                        // FIFO window: call `p` waits until the receiver has
+                        // taken call `p - window` of the stream (its data there
+                        // and its receive step ready). Calls past the window
+                        // need this operation's receiver to exist.
                         let s = &streams[&stream_of(x)];
                         let first = first_call[xi];
-                        if first >= window {
-                            let y = holder(s, first - window) as usize;
-                            match (t_of[y], rr_of[y]) {
-                                (Some(t), Some(rr)) => tdeps.extend([t, rr]),
-                                _ => break,
+                        let needs_receiver =
+                            !rules.staged_sends || (window != u64::MAX && n > window);
+                        if needs_receiver && rr_of[xi].is_none() {
+                            break;
+                        }
+                        let mut holders = Vec::with_capacity(n as usize);
+                        let mut blocked = false;
+                        for j in 0..n {
+                            let p = first + j;
+                            if window == u64::MAX || p < window {
+                                holders.push(None);
+                                continue;
+                            }
+                            let y = holder(s, p - window) as usize;
+                            let jy = (p - window - first_call[y]) as usize;
+                            let taken = if y == xi {
+                                // An earlier call of this operation: made below.
+                                Some((None, rr_of[xi]))
+                            } else {
+                                match (call_t[y].get(jy), rr_of[y]) {
+                                    (Some(&t), Some(rr)) => Some((Some(t), Some(rr))),
+                                    _ => None,
+                                }
+                            };
+                            match taken {
+                                Some(h) => holders.push(Some((h, jy))),
+                                None => {
+                                    blocked = true;
+                                    break;
+                                }
                             }
                         }
-                        // More calls than the FIFO holds: the stream needs
-                        // its receiver (which may be on a tb not reached yet).
-                        if ncalls[xi] > window {
-                            match receiver {
-                                Some(rr) => tdeps.push(rr),
-                                None => break,
-                            }
+                        if blocked {
+                            break;
                         }
-                        let staged = join(&mut plan, gi as u32, tdeps.clone());
-                        let t = plan.push(Transfer {
-                            src: o.src,
-                            src_buf: Buffer::Input,
-                            src_off: 0,
-                            dst: o.dst,
-                            dst_buf: Buffer::Output,
-                            dst_off: 0,
-                            bytes: u64::from(o.cnt) * chunk_bytes,
-                            path: Path::Local,
-                            step: 0,
-                            deps: Deps::from_vec(vec![staged]),
-                        });
-                        t_of[xi] = Some(t);
-                        if ncalls[xi] > window {
-                            t
-                        } else {
+                        // Each call moves its share of the whole chunks (or
+                        // of the bytes they hold), staged one after another.
+                        let bytes = op_bytes(o);
+                        let mut staged = send_ready;
+                        let mut ts: Vec<u32> = Vec::with_capacity(n as usize);
+                        for (j, h) in holders.into_iter().enumerate() {
+                            let mut tdeps = vec![staged];
+                            if let Some(((t, rr), jy)) = h {
+                                tdeps.push(t.unwrap_or_else(|| ts[jy]));
+                                tdeps.extend(rr);
+                            }
+                            if !rules.staged_sends {
+                                tdeps.extend(rr_of[xi]);
+                            }
+                            staged = join(&mut plan, gi as u32, tdeps);
+                            let (a, b) = (bytes * j as u64 / n, bytes * (j as u64 + 1) / n);
+                            ts.push(plan.push(Transfer {
+                                src: o.src,
+                                src_buf: Buffer::Input,
+                                src_off: 0,
+                                dst: o.dst,
+                                dst_buf: Buffer::Output,
+                                dst_off: 0,
+                                bytes: b - a,
+                                path: Path::Local,
+                                step: 0,
+                                deps: Deps::from_vec(vec![staged]),
+                            }));
+                        }
+                        let arrived = match ts.as_slice() {
+                            [t] => *t,
+                            _ => join(&mut plan, o.dst, ts.clone()),
+                        };
+                        t_of[xi] = Some(arrived);
+                        call_t[xi] = ts;
+                        // Done once its last call is staged (the plan's rule:
+                        // once it has arrived).
+                        if rules.staged_sends {
                             staged
+                        } else {
+                            arrived
                         }
                     } else {
                         send_ready
