@@ -831,7 +831,10 @@ fn cut_for_pacing(ops: Vec<ChunkOp>, window: u32) -> Paced {
     let mut tail = vec![false; n];
     let mut recv_only: Vec<Vec<u32>> = vec![Vec::new(); n];
     let mut pairs: Vec<(u32, u32, usize, bool)> = Vec::new();
-    let mut memo: HashMap<(u32, u32), Vec<u32>> = HashMap::new();
+    let mut memo: HashMap<u64, Vec<u32>, FastHash> = HashMap::default();
+    // The same cap on memoised walks as `build_tbs` (memory proportional to
+    // the plan); a walk past it finds nothing, and that wait is not cut.
+    let walk_cap = WALKS_PER_OP * n + (1 << 16);
     for (yi, y) in ops.iter().enumerate() {
         if !remote(y) || first[yi] != yi {
             continue;
@@ -854,11 +857,11 @@ fn cut_for_pacing(ops: Vec<ChunkOp>, window: u32) -> Paced {
             } else if xo.dst == y.dst {
                 on_dst.push(x);
             } else {
-                ancestors_on(&ops, x, y.src, &mut memo, &mut on_src);
+                ancestors_on(&ops, x, y.src, &mut memo, walk_cap, &mut on_src);
                 if on_src.iter().any(|&z| ops[z as usize].dst == y.src) {
                     continue;
                 }
-                ancestors_on(&ops, x, y.dst, &mut memo, &mut on_dst);
+                ancestors_on(&ops, x, y.dst, &mut memo, walk_cap, &mut on_dst);
             }
             for &z in &on_src {
                 let zi = z as usize;
@@ -1073,7 +1076,7 @@ fn build_tbs(
         }
         if let Some(v) = need.get_mut(1) {
             for &x in &op.recv_deps {
-                ancestors_on(ops, x, op.dst, &mut anc, v);
+                ancestors_on(ops, x, op.dst, &mut anc, walk_cap, v);
             }
         }
         for v in &mut need {
