@@ -8,10 +8,10 @@
 //! with a receive peer per gpu (`MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL`,
 //! "too many sends per channel"); a gpu loads at most its profile's tbs
 //! ([`Executor::max_tbs_per_gpu`]). Connections go on channels by their
-//! ring distance ([`ChannelGroups`]), so a gpu needs, per channel group,
+//! ring distance (`ChannelGroups`), so a gpu needs, per channel group,
 //! as many tbs as it has send or receive peers there, whichever is more,
 //! plus one for its local copies: the least any file of the plan can use
-//! ([`super::pack`] packs down to it where the step limits allow).
+//! (`msccl::pack` packs down to it where the step limits allow).
 
 use super::Executor;
 use crate::error::{Error, Result};
@@ -112,8 +112,8 @@ impl Peers {
             Algorithm::Lp | Algorithm::Auto => return None,
             _ if rail_aligned => {
                 let g = topo.gpus_per_node();
+                local.fill(true);
                 for s in 0..n {
-                    local[s] = true;
                     let (node, j) = (s / g, s % g);
                     conns.extend((0..g).filter(|&k| k != j).map(|k| (s, node * g + k)));
                     conns.extend(
@@ -124,8 +124,8 @@ impl Peers {
                 }
             }
             _ => {
-                for s in 0..n {
-                    local[s] = traffic.get(s, s) > 0;
+                for (s, l) in local.iter_mut().enumerate() {
+                    *l = traffic.get(s, s) > 0;
                     conns.extend(
                         (0..n)
                             .filter(|&d| d != s && traffic.get(s, d) > 0)

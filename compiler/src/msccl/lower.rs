@@ -1065,13 +1065,13 @@ fn build_tbs(
             // copy there. A wait only on a send of its gpu (a send is done
             // when staged) or only on the receiving side does not hold it.
             let xo = &ops[x as usize];
-            if op.src != op.dst && xo.from != op.from {
-                if !need[0][on_src]
+            if op.src != op.dst
+                && xo.from != op.from
+                && !need[0][on_src]
                     .iter()
                     .any(|&y| ops[y as usize].dst == op.src)
-                {
-                    unheld.insert((xo.from, op.from));
-                }
+            {
+                unheld.insert((xo.from, op.from));
             }
         }
         if let Some(v) = need.get_mut(1) {

@@ -17,6 +17,10 @@
 
 use super::{Tb, MAX_STEPS_PER_TB};
 
+/// A merged threadblock: the tb, its steps' operations, and where each
+/// step came from (threadblock, step).
+type Merged = (Tb, Vec<u32>, Vec<(usize, usize)>);
+
 /// Packs one gpu's tbs (`op_of[t][p]`: the operation of step `p` of tb
 /// `t`, non-decreasing along a tb) down to `limit` tbs where pairs allow;
 /// returns the tbs, renumbered by `(send, recv, chan)` as the lowering
@@ -86,7 +90,7 @@ pub(super) fn pack_gpu(
     }
     let _ = group_of;
     // Each group's steps, in the order of their operations.
-    let mut merged: Vec<(Tb, Vec<u32>, Vec<(usize, usize)>)> = Vec::new();
+    let mut merged: Vec<Merged> = Vec::new();
     for g in groups.iter().filter(|g| !g.is_empty()) {
         let mut items: Vec<(u32, usize, usize)> = g
             .iter()
