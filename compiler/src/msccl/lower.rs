@@ -368,7 +368,17 @@ fn lower_with(
     let proto = opts
         .protocol
         .unwrap_or_else(|| protocol_for(nbytes, n as u64));
-    let paced = match opts.pacing {
+    // `pairwise`'s waits are stage barriers: cutting them adds a latency
+    // per stage on its critical path (its files ran 15-30% behind their
+    // plan with cuts, docs/benchmarks.md "Pacing cut into MSCCL XML"), and
+    // the walks behind the cuts grow with the square of its steps (18 GB
+    // at 4x8 packed). Its files are written whole.
+    let pacing = if plan.algorithm == "pairwise" {
+        Pacing::Off
+    } else {
+        opts.pacing
+    };
+    let paced = match pacing {
         Pacing::Cut => cut_for_pacing(ops, proto.fifo_depth() as u32),
         Pacing::Off => Paced {
             ops,
