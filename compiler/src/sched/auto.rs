@@ -986,6 +986,20 @@ mod tests {
 
     /// On tiny cases whose best candidate is clear in the simulator, `auto`
     /// picks it (or one within 1% of it).
+    /// Candidate `a`'s plan for `m`, simulated.
+    fn simulated_us(topo: &Topology, m: &TrafficMatrix, opts: &SimOptions, a: Algorithm) -> f64 {
+        let p = schedule(a, topo, m, &Options::default()).unwrap();
+        simulate(topo, &p, opts).unwrap().completion_us
+    }
+
+    /// The fastest of the candidates' plans for `m`, simulated.
+    fn best_candidate_us(topo: &Topology, m: &TrafficMatrix, opts: &SimOptions) -> f64 {
+        CANDIDATES
+            .iter()
+            .map(|&a| simulated_us(topo, m, opts, a))
+            .fold(f64::INFINITY, f64::min)
+    }
+
     #[test]
     fn picks_what_the_simulator_says_is_best() {
         let topo = Topology::preset("dgx-h100", 2, Some(4)).unwrap();
@@ -998,14 +1012,8 @@ mod tests {
         for m in [TrafficMatrix::uniform(8, 1 << 20), hot] {
             for net in [Network::Ideal, Network::Calibrated, Network::Stress] {
                 let opts = SimOptions::new(net);
-                let time = |a: Algorithm| {
-                    let p = schedule(a, &topo, &m, &Options::default()).unwrap();
-                    simulate(&topo, &p, &opts).unwrap().completion_us
-                };
-                let best = CANDIDATES
-                    .iter()
-                    .map(|&a| time(a))
-                    .fold(f64::INFINITY, f64::min);
+                let time = |a: Algorithm| simulated_us(&topo, &m, &opts, a);
+                let best = best_candidate_us(&topo, &m, &opts);
                 let choice = choose(&topo, &m, net);
                 let got = time(choice.algorithm());
                 assert!(
@@ -1151,14 +1159,7 @@ mod tests {
         for (topo, pattern, seed, net) in cases {
             let m = sweep_traffic(&topo, pattern, seed);
             let opts = SimOptions::new(net);
-            let time = |a: Algorithm| {
-                let p = schedule(a, &topo, &m, &Options::default()).unwrap();
-                simulate(&topo, &p, &opts).unwrap().completion_us
-            };
-            let best = CANDIDATES
-                .iter()
-                .map(|&a| time(a))
-                .fold(f64::INFINITY, f64::min);
+            let best = best_candidate_us(&topo, &m, &opts);
             let alone = choose(&topo, &m, net);
             let (plan, choice) = auto(&topo, &m, net).unwrap();
             let got = simulate(&topo, &plan, &opts).unwrap().completion_us;
@@ -1168,7 +1169,7 @@ mod tests {
                 choice.chosen
             );
             assert_eq!(plan.algorithm, choice.chosen);
-            if time(alone.algorithm()) > best * 1.01 {
+            if simulated_us(&topo, &m, &opts, alone.algorithm()) > best * 1.01 {
                 assert!(!choice.simulated.is_empty(), "{choice:?}");
                 settled += 1;
             }
