@@ -31,7 +31,7 @@
 use crate::error::{Error, Result};
 use crate::plan::Plan;
 use crate::rank::{self, LocalProgram, LocalTraffic};
-use crate::sched::auto::{choose, settle_and_build, AutoChoice};
+use crate::sched::auto::{choose, settle_and_build, AutoChoice, Sticky, StickyRule};
 use crate::sched::fast::emit::Emitter;
 pub use crate::sched::fast::emit::PlannerOptions;
 pub use crate::sched::fast::stages::{check_partial_permutation, StagePair};
@@ -81,16 +81,40 @@ pub struct Planner {
     whole: Plan,
     /// Set by [`Planner::auto`]: the network mode `auto` picks for.
     auto: Option<Network>,
-    /// `auto` only: settle close calls by simulating the contenders' plans
-    /// ([`Planner::settling`]); off by default (it costs the simulations).
-    settle: bool,
+    /// `auto` only: how close calls are settled ([`Settle`]).
+    settle: Settle,
+    /// `auto` with [`Settle::Sticky`]: the last settle, kept while it holds.
+    sticky: Sticky,
     last_choice: Option<AutoChoice>,
+}
+
+/// How a per-batch `auto` planner settles close calls, the candidates its
+/// estimates cannot separate (docs/algorithms.md, `auto`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Settle {
+    /// The estimates alone, never a simulation: the cheapest, but up to
+    /// ~1.3x the best candidate on the acceptance sweep.
+    Never,
+    /// Every close call: the contenders' plans built and simulated on every
+    /// call that has one, as `compile` does (tens to hundreds of
+    /// milliseconds at 64 GPUs).
+    Always,
+    /// The default: settle a close call once, then keep its winner, without
+    /// simulating, while the estimates of later matrices say it still holds
+    /// ([`StickyRule`]); settle again when they do not.
+    Sticky(StickyRule),
+}
+
+impl Default for Settle {
+    fn default() -> Self {
+        Settle::Sticky(StickyRule::default())
+    }
 }
 
 impl Planner {
     /// The default planner: `auto` for the ideal network
-    /// ([`Planner::auto`]; its estimates alone unless
-    /// [`Planner::settling`]), `fast` with `opts` when `auto` picks it.
+    /// ([`Planner::auto`], close calls settled once and kept while they
+    /// hold: [`Settle::Sticky`]), `fast` with `opts` when `auto` picks it.
     /// Precomputes what depends on the topology. Errors
     /// ([`Error::Unsupported`]) for a `links`
     /// topology (the planner needs nodes, rails and an intra-node fabric:
@@ -115,7 +139,8 @@ impl Planner {
             topo: topo.clone(),
             whole: Plan::new("", 0, 0),
             auto: None,
-            settle: false,
+            settle: Settle::default(),
+            sticky: Sticky::default(),
             last_choice: None,
         })
     }
@@ -142,7 +167,8 @@ impl Planner {
                 topo: topo.clone(),
                 whole: Plan::new("", 0, 0),
                 auto: None,
-                settle: false,
+                settle: Settle::default(),
+                sticky: Sticky::default(),
                 last_choice: None,
             }),
             _ => Err(Error::Unsupported {
@@ -156,9 +182,11 @@ impl Planner {
     /// CLI and of the Python `Planner`): the candidate the cost model's
     /// estimates pick for `network`, `fast` with `opts` (through this
     /// planner's reused buffers) when it is the one. The others build a
-    /// fresh plan. [`Planner::last_choice`] says what it chose and why. It
-    /// goes by the estimates alone unless [`Planner::settling`] asks it to
-    /// settle close calls by simulation, as [`crate::sched::auto()`] does.
+    /// fresh plan. [`Planner::last_choice`] says what it chose and why.
+    /// Close calls are settled by simulation as [`crate::sched::auto()`]
+    /// settles them, but once: the winner is kept while later matrices'
+    /// estimates say it holds ([`Settle::Sticky`], the default; see
+    /// [`Planner::with_settle`]).
     pub fn auto(topo: &Topology, opts: PlannerOptions, network: Network) -> Result<Planner> {
         let opts = PlannerOptions {
             staged: true,
@@ -170,15 +198,21 @@ impl Planner {
         Ok(p)
     }
 
-    /// An `auto` planner that also settles close calls as `compile` does
-    /// (`on`): the contenders' plans built and simulated every batch where
-    /// the estimates cannot separate them. That is the accurate choice, but
-    /// it costs the simulations (tens to hundreds of milliseconds at 64
-    /// GPUs, docs/benchmarks.md), so the per-batch default is the estimates
-    /// alone. No effect on other planners.
-    pub fn settling(mut self, on: bool) -> Planner {
-        self.settle = on;
+    /// How this `auto` planner settles close calls ([`Settle`]; the
+    /// default is [`Settle::Sticky`]); forgets any settle it remembered.
+    /// No effect on other planners.
+    pub fn with_settle(mut self, settle: Settle) -> Planner {
+        self.settle = settle;
+        self.sticky = match settle {
+            Settle::Sticky(rule) => Sticky::new(rule),
+            _ => Sticky::default(),
+        };
         self
+    }
+
+    /// [`Settle::Always`] (`on`) or [`Settle::Never`].
+    pub fn settling(self, on: bool) -> Planner {
+        self.with_settle(if on { Settle::Always } else { Settle::Never })
     }
 
     /// What `auto` chose for the last plan (`None` for any other planner).
@@ -214,8 +248,14 @@ impl Planner {
         if let Some(network) = self.auto {
             traffic.check_ranks(self.topo.ranks(), "traffic")?;
             let mut choice = choose(&self.topo, traffic, network);
+            let tie = choice.contenders().len() >= 2;
+            let settle = match self.settle {
+                Settle::Never => false,
+                Settle::Always => tie,
+                Settle::Sticky(_) => tie && self.sticky.keep(&mut choice).is_none(),
+            };
             let (topo, emitter) = (&self.topo, &mut self.emitter);
-            if !self.settle || choice.contenders().len() < 2 {
+            if !settle {
                 // The estimates decide: plan the winner into `out`'s buffers.
                 match (emitter, choice.algorithm()) {
                     (Some(emitter), Algorithm::Fast) => emitter.plan_into(traffic, out)?,
@@ -228,6 +268,9 @@ impl Planner {
                         _ => schedule(alg, topo, traffic, &Options::default()),
                     }
                 })?;
+                if matches!(self.settle, Settle::Sticky(_)) {
+                    self.sticky.remember(&choice);
+                }
             }
             self.last_choice = Some(choice);
             return Ok(());

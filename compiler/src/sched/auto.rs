@@ -79,12 +79,26 @@ pub struct AutoChoice {
     pub estimates: Vec<Estimate>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub simulated: Vec<Simulated>,
+    /// Per batch ([`Sticky`]): the winner of a tie settled this many calls
+    /// earlier, kept because this matrix's estimates cannot have flipped
+    /// it (no simulation this call). `None` when this call's estimates or
+    /// its own simulations decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_for: Option<u32>,
 }
 
 impl AutoChoice {
     /// The algorithm chosen.
     pub fn algorithm(&self) -> Algorithm {
         self.chosen.parse().unwrap_or(Algorithm::Direct)
+    }
+
+    /// This choice's estimate of `alg`, us (`None`: not estimated).
+    pub fn estimate_of(&self, alg: Algorithm) -> Option<f64> {
+        self.estimates
+            .iter()
+            .find(|e| e.algorithm == alg.name())
+            .map(|e| e.estimate_us)
     }
 
     /// The candidates the estimates cannot separate: those within
@@ -157,6 +171,130 @@ pub fn settle_and_build(
     }
 }
 
+/// When a per-batch planner ([`Sticky`]) settles again instead of keeping
+/// the winner of its last settle (docs/algorithms.md, `auto`, "Per
+/// batch"). Every figure is a ratio of estimates: the simulated times of
+/// the last settle, scaled by how much each contender's estimate moved
+/// since, predict this matrix's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StickyRule {
+    /// Settle again when a contender's predicted time is within this
+    /// factor of the kept winner's (predicted over the winner's, below `1
+    /// + lead`): it may have overtaken it. Negative tolerates a predicted
+    /// loss that small (the goal is 1%).
+    pub lead: f64,
+    /// Settle again when a contender's estimate moved by more than this
+    /// factor either way since the settle: the matrix changed too much for
+    /// the old simulations to say anything.
+    pub drift: f64,
+    /// Settle again after this many kept calls whatever the estimates say
+    /// (what they miss may have moved).
+    pub calls: u32,
+}
+
+impl Default for StickyRule {
+    /// The rule measured in docs/benchmarks.md ("`auto` per batch").
+    fn default() -> Self {
+        StickyRule {
+            lead: 0.0,
+            drift: 1.25,
+            calls: 1000,
+        }
+    }
+}
+
+/// A per-batch planner's memory of its last settle: the contenders'
+/// estimates and simulated times, and the winner. A training job's
+/// matrices drift slowly batch to batch, so a tie settled once usually
+/// holds for many batches: [`Sticky::keep`] keeps the winner, without a
+/// simulation, until the estimates have moved enough (by [`StickyRule`])
+/// that another contender could have overtaken it.
+#[derive(Clone, Debug, Default)]
+pub struct Sticky {
+    rule: StickyRule,
+    /// (contender, simulated us, estimate us) at the last settle.
+    settled: Vec<(Algorithm, f64, f64)>,
+    winner: Option<Algorithm>,
+    /// Calls kept since the last settle.
+    kept: u32,
+}
+
+impl Sticky {
+    pub fn new(rule: StickyRule) -> Sticky {
+        Sticky {
+            rule,
+            ..Sticky::default()
+        }
+    }
+
+    pub fn rule(&self) -> StickyRule {
+        self.rule
+    }
+
+    /// The winner of the last settle if it still holds for `choice` (a
+    /// tie: two contenders or more), noted in `choice` (`chosen`,
+    /// `kept_for`); `None` when the tie must be settled again: no settle
+    /// yet, a contender not simulated then, an estimate moved more than
+    /// `rule.drift`, a contender predicted within `rule.lead` of the
+    /// winner, or `rule.calls` calls kept already.
+    pub fn keep(&mut self, choice: &mut AutoChoice) -> Option<Algorithm> {
+        let w = self.winner?;
+        if self.kept >= self.rule.calls {
+            return None;
+        }
+        let contenders = choice.contenders();
+        if !contenders.contains(&w) {
+            return None;
+        }
+        // Each contender's time now, predicted: its simulated time scaled
+        // by how far its estimate moved.
+        let mut predicted = Vec::with_capacity(contenders.len());
+        for &a in &contenders {
+            let &(_, sim, was) = self.settled.iter().find(|x| x.0 == a)?;
+            let now = choice.estimate_of(a)?;
+            let moved = now / was;
+            if !(moved.is_finite() && moved > 0.0)
+                || moved > self.rule.drift
+                || moved < 1.0 / self.rule.drift
+            {
+                return None;
+            }
+            predicted.push((a, sim * moved));
+        }
+        let mine = predicted.iter().find(|x| x.0 == w)?.1;
+        if predicted
+            .iter()
+            .any(|&(a, t)| a != w && t < mine * (1.0 + self.rule.lead))
+        {
+            return None;
+        }
+        self.kept += 1;
+        choice.chosen = w.name().into();
+        choice.kept_for = Some(self.kept);
+        Some(w)
+    }
+
+    /// Remembers a settled `choice` (its `simulated` contenders and
+    /// their estimates); a choice without simulations leaves the memory
+    /// as it was.
+    pub fn remember(&mut self, choice: &AutoChoice) {
+        let settled: Vec<(Algorithm, f64, f64)> = choice
+            .simulated
+            .iter()
+            .filter_map(|s| {
+                let a: Algorithm = s.algorithm.parse().ok()?;
+                Some((a, s.completion_us, choice.estimate_of(a)?))
+            })
+            .collect();
+        if settled.is_empty() {
+            return;
+        }
+        self.settled = settled;
+        self.winner = Some(choice.algorithm());
+        self.kept = 0;
+    }
+}
+
 /// Plans with the candidate that finishes first: the estimates' pick, or,
 /// when they are too close to call, the fastest contender in the
 /// simulator ([`settle_and_build`]). The plan is the chosen
@@ -216,6 +354,7 @@ pub fn choose(topo: &Topology, traffic: &TrafficMatrix, network: Network) -> Aut
         network,
         estimates,
         simulated: Vec::new(),
+        kept_for: None,
     }
 }
 
