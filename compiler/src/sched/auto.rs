@@ -1316,11 +1316,12 @@ mod tests {
         assert!(settled >= 2, "only {settled} cases needed the tie-break");
     }
 
-    /// `Planner::new` is `auto` (issue 20): per batch it chooses and plans
-    /// as [`choose`]'s estimates say (no simulation: the per-batch time
-    /// budget), and, `settling(true)`, exactly as [`auto`] does, tie-break
-    /// included; `for_algorithm(Auto)` gives rank programs (what
-    /// `switchyard.torch.AllToAll` runs).
+    /// `Planner::new` is `auto` (issue 20): per batch it settles a close
+    /// call as [`auto`] does, tie-break included, then keeps that winner
+    /// (no simulation) for a matrix whose estimates say it holds, and
+    /// settles again for one that moved too far; `settling(false)` goes by
+    /// [`choose`]'s estimates alone; `for_algorithm(Auto)` gives rank
+    /// programs (what `switchyard.torch.AllToAll` runs).
     #[test]
     fn the_default_planner_is_auto() {
         use crate::planner::{Planner, PlannerOptions};
@@ -1330,27 +1331,129 @@ mod tests {
         let topo = Topology::from_spec(spec, "t").unwrap();
         let m = sweep_traffic(&topo, Pattern::Lognormal(1.0), 11);
         let mut plan = Plan::new("", 0, 0);
-        let mut planner = Planner::new(&topo, PlannerOptions::default()).unwrap();
-        assert_eq!(planner.algorithm(), Algorithm::Auto);
-        planner.plan_into(&m, &mut plan).unwrap();
+        let mut alone_planner = Planner::new(&topo, PlannerOptions::default())
+            .unwrap()
+            .settling(false);
+        assert_eq!(alone_planner.algorithm(), Algorithm::Auto);
+        alone_planner.plan_into(&m, &mut plan).unwrap();
         let alone = choose(&topo, &m, Network::Ideal);
-        assert_eq!(planner.last_choice(), Some(&alone));
+        assert_eq!(alone_planner.last_choice(), Some(&alone));
         let want = schedule(alone.algorithm(), &topo, &m, &Options::default()).unwrap();
         assert_eq!(plan.transfers, want.transfers);
-        let mut settling = Planner::new(&topo, PlannerOptions::default())
-            .unwrap()
-            .settling(true);
-        settling.plan_into(&m, &mut plan).unwrap();
+        // The default: the first call settles as `auto` does ...
+        let mut planner = Planner::new(&topo, PlannerOptions::default()).unwrap();
+        planner.plan_into(&m, &mut plan).unwrap();
         let (want, choice) = auto(&topo, &m, Network::Ideal).unwrap();
         assert!(!choice.simulated.is_empty(), "{choice:?}");
         assert_ne!(choice.chosen, alone.chosen, "the case needs the tie-break");
-        assert_eq!(settling.last_choice(), Some(&choice));
+        assert_eq!(planner.last_choice(), Some(&choice));
         assert_eq!(plan.transfers, want.transfers);
         assert_eq!(plan.algorithm, choice.chosen);
+        // ... the same estimates keep its winner without a simulation ...
+        planner.plan_into(&m, &mut plan).unwrap();
+        let kept = planner.last_choice().unwrap();
+        assert!(kept.simulated.is_empty(), "{kept:?}");
+        assert_eq!(
+            (kept.chosen.as_str(), kept.kept_for),
+            (choice.chosen.as_str(), Some(1))
+        );
+        assert_eq!(plan.transfers, want.transfers);
+        // ... and a matrix whose estimates moved past the drift limit
+        // (twice the bytes) is settled again.
+        let mut twice = m.clone();
+        for s in 0..m.ranks() {
+            for d in 0..m.ranks() {
+                twice.set(s, d, 2 * m.get(s, d));
+            }
+        }
+        planner.plan_into(&twice, &mut plan).unwrap();
+        let again = planner.last_choice().unwrap();
+        assert_eq!(again.kept_for, None);
+        assert_eq!(again, &auto(&topo, &twice, Network::Ideal).unwrap().1);
         let mut by_name =
             Planner::for_algorithm(&topo, Algorithm::Auto, PlannerOptions::default()).unwrap();
         let prog = by_name.program(3, &m).unwrap();
         assert!(!prog.ops.is_empty());
+    }
+
+    /// A choice whose estimates are `est` (us), best first, for the
+    /// [`Sticky`] tests.
+    fn estimated(est: &[(Algorithm, f64)]) -> AutoChoice {
+        let mut estimates: Vec<Estimate> = est
+            .iter()
+            .map(|&(a, us)| Estimate {
+                algorithm: a.name().into(),
+                estimate_us: us,
+                limit: String::new(),
+            })
+            .collect();
+        estimates.sort_by(|a, b| a.estimate_us.total_cmp(&b.estimate_us));
+        AutoChoice {
+            chosen: estimates[0].algorithm.clone(),
+            network: Network::Ideal,
+            estimates,
+            simulated: Vec::new(),
+            kept_for: None,
+        }
+    }
+
+    /// The sticky rule: the winner of a settle is kept while the
+    /// contenders' estimates, scaled to the settle's simulated times, say
+    /// it still finishes first; a predicted flip, an estimate moved past
+    /// the drift limit, a contender not simulated at the settle, or the
+    /// call limit settles again.
+    #[test]
+    fn sticky_keeps_the_winner_until_it_could_flip() {
+        use Algorithm::{Deepep, Direct, Fast};
+        let rule = StickyRule {
+            lead: 0.0,
+            drift: 1.25,
+            calls: 4,
+        };
+        let mut sticky = Sticky::new(rule);
+        // Estimates say `deepep`, the simulations `fast` by 5%.
+        let first = [(Deepep, 90.0), (Fast, 95.0), (Direct, 200.0)];
+        assert_eq!(
+            sticky.keep(&mut estimated(&first)),
+            None,
+            "nothing settled yet"
+        );
+        let mut settled = estimated(&first);
+        settled
+            .settle(|a| Ok(if a == Fast { 100.0 } else { 105.0 }))
+            .unwrap();
+        assert_eq!(settled.chosen, "fast");
+        sticky.remember(&settled);
+        // The same estimates, or all scaled alike: kept.
+        for scale in [1.0, 1.2] {
+            let mut c = estimated(&first.map(|(a, t)| (a, t * scale)));
+            assert_eq!(sticky.keep(&mut c), Some(Fast));
+            assert_eq!(c.chosen, "fast");
+            assert!(c.kept_for.is_some());
+        }
+        // `deepep`'s estimate 4% lower (predicted 100.8 against 100): kept;
+        // 6% lower (98.7): it may finish first now, so settle.
+        let mut c = estimated(&[(Deepep, 86.4), (Fast, 95.0), (Direct, 200.0)]);
+        assert_eq!(sticky.keep(&mut c), Some(Fast));
+        let mut c = estimated(&[(Deepep, 84.6), (Fast, 95.0), (Direct, 200.0)]);
+        assert_eq!(sticky.keep(&mut c), None);
+        assert_eq!(c.chosen, "deepep", "an unkept choice is left as estimated");
+        // Every estimate 30% up: past the drift limit.
+        let mut c = estimated(&first.map(|(a, t)| (a, t * 1.3)));
+        assert_eq!(sticky.keep(&mut c), None);
+        // `direct` now a contender, never simulated: settle.
+        let mut c = estimated(&[(Deepep, 90.0), (Fast, 95.0), (Direct, 100.0)]);
+        assert_eq!(sticky.keep(&mut c), None);
+        // Four calls kept (the limit): the fifth settles.
+        assert_eq!(sticky.keep(&mut estimated(&first)), Some(Fast));
+        assert_eq!(sticky.keep(&mut estimated(&first)), None);
+        // A settle starts the count again; a choice without simulations
+        // leaves the memory alone.
+        sticky.remember(&settled);
+        sticky.remember(&estimated(&first));
+        let mut c = estimated(&first);
+        assert_eq!(sticky.keep(&mut c), Some(Fast));
+        assert_eq!(c.kept_for, Some(1));
     }
 
     #[test]
