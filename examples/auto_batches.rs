@@ -17,8 +17,12 @@
 //!
 //! cargo run --release --example auto_batches -- [--nodes 2,4,8] [--presets dgx-h100]
 //!     [--fabrics full,fat-tree,rail] [--patterns zipf:0,...] [--modes ideal,calibrated]
-//!     [--drift seeds,mix] [--calls 40] [--lead 0.0] [--drift-limit 1.25] [--every 1000]
-//!     [--choose-calls 0]
+//!     [--drift seeds,mix] [--calls 40] [--lead 0.02] [--slack 0.01] [--drift-limit 1.5] [--every 1000]
+//!     [--check-every 1] [--choose-calls 0]
+//!
+//! `--check-every K`: simulate every candidate (to know the best) on every
+//! K-th call only (the other calls count in the settles and times, not in
+//! the columns against the best), for long sequences at 64 GPUs.
 //!
 //! `--choose-calls K`: only time `sched::auto::choose` K times per cluster
 //! (median, p90) and each mode's settle of one matrix, no sequences.
@@ -176,6 +180,8 @@ struct Seq {
     /// Per call: the sticky planner's time, us, and whether it settled.
     call_us: Vec<f64>,
     settled: Vec<bool>,
+    /// Why each settle settled (`Resettle`, by name).
+    why: std::collections::BTreeMap<String, usize>,
     /// Per call, pick over best: sticky, estimates alone, settle every tie.
     sticky: Vec<f64>,
     alone: Vec<f64>,
@@ -189,6 +195,7 @@ fn run_seq(
     net: Network,
     calls: usize,
     rule: StickyRule,
+    check_every: usize,
 ) -> Res<Seq> {
     let (sim, opts) = sim_opts(net);
     let mut planner = Planner::auto(topo, PlannerOptions::for_network(net), net)?
@@ -208,6 +215,11 @@ fn run_seq(
         out.settled.push(!choice.simulated.is_empty());
         if !choice.simulated.is_empty() {
             out.settles += 1;
+            let why = planner.sticky().last_resettle();
+            *out.why.entry(format!("{why:?}")).or_default() += 1;
+        }
+        if t % check_every.max(1) != 0 {
+            continue;
         }
         // Every candidate, simulated: the best, and the other policies' picks.
         let times: Vec<(Algorithm, f64)> = CANDIDATES
@@ -278,10 +290,12 @@ fn main() -> Res<()> {
     let defaults = StickyRule::default();
     let rule = StickyRule {
         lead: num(&args, "--lead", defaults.lead)?,
+        slack: num(&args, "--slack", defaults.slack)?,
         drift: num(&args, "--drift-limit", defaults.drift)?,
         calls: num(&args, "--every", defaults.calls)?,
     };
     let choose_calls: usize = num(&args, "--choose-calls", 0)?;
+    let check_every: usize = num(&args, "--check-every", 1)?;
     if choose_calls > 0 {
         for preset in &presets {
             for fabric in &fabrics {
@@ -308,7 +322,7 @@ fn main() -> Res<()> {
                 for &pattern in &patterns {
                     for drift in &drifts {
                         for (net, sum) in total.iter_mut() {
-                            let s = run_seq(&topo, pattern, drift, *net, calls, rule)?;
+                            let s = run_seq(&topo, pattern, drift, *net, calls, rule, check_every)?;
                             let (mean, kept, _) = call_times(&s);
                             let (a, b, c) = (over(&s.sticky), over(&s.alone), over(&s.always));
                             println!(
@@ -329,6 +343,9 @@ fn main() -> Res<()> {
                             sum.settles += s.settles;
                             sum.call_us.extend(s.call_us);
                             sum.settled.extend(s.settled);
+                            for (k, v) in s.why {
+                                *sum.why.entry(k).or_default() += v;
+                            }
                             sum.sticky.extend(s.sticky);
                             sum.alone.extend(s.alone);
                             sum.always.extend(s.always);
@@ -355,6 +372,7 @@ fn main() -> Res<()> {
             c.0,
             c.1
         );
+        println!("  why settled: {:?}", s.why);
     }
     Ok(())
 }

@@ -215,6 +215,13 @@ impl Planner {
         self.with_settle(if on { Settle::Always } else { Settle::Never })
     }
 
+    /// An `auto` planner's memory of its last settle ([`Settle::Sticky`]):
+    /// why the last call settled again, if it did
+    /// ([`Sticky::last_resettle`]).
+    pub fn sticky(&self) -> &Sticky {
+        &self.sticky
+    }
+
     /// What `auto` chose for the last plan (`None` for any other planner).
     pub fn last_choice(&self) -> Option<&AutoChoice> {
         self.last_choice.as_ref()

@@ -180,9 +180,15 @@ pub fn settle_and_build(
 pub struct StickyRule {
     /// Settle again when a contender's predicted time is within this
     /// factor of the kept winner's (predicted over the winner's, below `1
-    /// + lead`): it may have overtaken it. Negative tolerates a predicted
-    /// loss that small (the goal is 1%).
+    /// + lead`): it may have overtaken it, the estimates' error being
+    /// what it is. Negative tolerates a predicted loss that small (the
+    /// goal is 1%).
     pub lead: f64,
+    /// ... and only once that ratio has also fallen by more than this
+    /// fraction since the settle: a contender that simulated within
+    /// `lead` of the winner (a near tie: either will do) is settled again
+    /// only when the estimates move towards it, not on every call.
+    pub slack: f64,
     /// Settle again when a contender's estimate moved by more than this
     /// factor either way since the settle: the matrix changed too much for
     /// the old simulations to say anything.
@@ -196,8 +202,9 @@ impl Default for StickyRule {
     /// The rule measured in docs/benchmarks.md ("`auto` per batch").
     fn default() -> Self {
         StickyRule {
-            lead: 0.0,
-            drift: 1.25,
+            lead: 0.02,
+            slack: 0.01,
+            drift: 1.5,
             calls: 1000,
         }
     }
@@ -217,6 +224,26 @@ pub struct Sticky {
     winner: Option<Algorithm>,
     /// Calls kept since the last settle.
     kept: u32,
+    /// Why the last call was not kept.
+    last: Option<Resettle>,
+}
+
+/// Why a per-batch planner settled a close call again instead of keeping
+/// the last settle's winner ([`Sticky::keep`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Resettle {
+    /// Nothing settled yet.
+    First,
+    /// [`StickyRule::calls`] calls kept since the settle.
+    Calls,
+    /// The winner is no contender any more (its estimate fell behind).
+    Dropped,
+    /// A contender was not simulated at the settle.
+    Unsimulated,
+    /// A contender's estimate moved more than [`StickyRule::drift`].
+    Drift,
+    /// A contender is predicted within [`StickyRule::lead`] of the winner.
+    Flip,
 }
 
 impl Sticky {
@@ -238,40 +265,66 @@ impl Sticky {
     /// `rule.drift`, a contender predicted within `rule.lead` of the
     /// winner, or `rule.calls` calls kept already.
     pub fn keep(&mut self, choice: &mut AutoChoice) -> Option<Algorithm> {
-        let w = self.winner?;
+        match self.check(choice) {
+            Ok(w) => {
+                self.kept += 1;
+                self.last = None;
+                choice.chosen = w.name().into();
+                choice.kept_for = Some(self.kept);
+                Some(w)
+            }
+            Err(why) => {
+                self.last = Some(why);
+                None
+            }
+        }
+    }
+
+    /// Why the last [`Sticky::keep`] did not keep (`None` when it kept).
+    pub fn last_resettle(&self) -> Option<Resettle> {
+        self.last
+    }
+
+    fn check(&self, choice: &AutoChoice) -> std::result::Result<Algorithm, Resettle> {
+        let w = self.winner.ok_or(Resettle::First)?;
         if self.kept >= self.rule.calls {
-            return None;
+            return Err(Resettle::Calls);
         }
         let contenders = choice.contenders();
         if !contenders.contains(&w) {
-            return None;
+            return Err(Resettle::Dropped);
         }
         // Each contender's time now, predicted: its simulated time scaled
         // by how far its estimate moved.
         let mut predicted = Vec::with_capacity(contenders.len());
+        let mut mine = (f64::NAN, f64::NAN);
         for &a in &contenders {
-            let &(_, sim, was) = self.settled.iter().find(|x| x.0 == a)?;
-            let now = choice.estimate_of(a)?;
-            let moved = now / was;
+            let &(_, sim, was) = self
+                .settled
+                .iter()
+                .find(|x| x.0 == a)
+                .ok_or(Resettle::Unsimulated)?;
+            let moved = choice.estimate_of(a).unwrap_or(f64::NAN) / was;
             if !(moved.is_finite() && moved > 0.0)
                 || moved > self.rule.drift
                 || moved < 1.0 / self.rule.drift
             {
-                return None;
+                return Err(Resettle::Drift);
             }
-            predicted.push((a, sim * moved));
+            if a == w {
+                mine = (sim, sim * moved);
+            }
+            predicted.push((a, sim, sim * moved));
         }
-        let mine = predicted.iter().find(|x| x.0 == w)?.1;
-        if predicted
-            .iter()
-            .any(|&(a, t)| a != w && t < mine * (1.0 + self.rule.lead))
-        {
-            return None;
+        // Over the winner's: predicted now, and simulated at the settle.
+        let flips = predicted.iter().any(|&(a, was, now)| {
+            let ratio = now / mine.1;
+            a != w && ratio < (1.0 + self.rule.lead).min(was / mine.0 * (1.0 - self.rule.slack))
+        });
+        if flips {
+            return Err(Resettle::Flip);
         }
-        self.kept += 1;
-        choice.chosen = w.name().into();
-        choice.kept_for = Some(self.kept);
-        Some(w)
+        Ok(w)
     }
 
     /// Remembers a settled `choice` (its `simulated` contenders and
@@ -1407,6 +1460,7 @@ mod tests {
         use Algorithm::{Deepep, Direct, Fast};
         let rule = StickyRule {
             lead: 0.0,
+            slack: 0.0,
             drift: 1.25,
             calls: 4,
         };
@@ -1454,6 +1508,23 @@ mod tests {
         let mut c = estimated(&first);
         assert_eq!(sticky.keep(&mut c), Some(Fast));
         assert_eq!(c.kept_for, Some(1));
+        // A near tie (`deepep` simulated 0.5% behind) with a 2% lead and
+        // 1% slack: kept while `deepep`'s estimate is 0.5% lower, settled
+        // again once it is 2% lower.
+        let mut sticky = Sticky::new(StickyRule {
+            lead: 0.02,
+            slack: 0.01,
+            ..rule
+        });
+        let mut near = estimated(&first);
+        near.settle(|a| Ok(if a == Fast { 100.0 } else { 100.5 }))
+            .unwrap();
+        sticky.remember(&near);
+        let mut c = estimated(&[(Deepep, 89.55), (Fast, 95.0), (Direct, 200.0)]);
+        assert_eq!(sticky.keep(&mut c), Some(Fast));
+        let mut c = estimated(&[(Deepep, 88.2), (Fast, 95.0), (Direct, 200.0)]);
+        assert_eq!(sticky.keep(&mut c), None);
+        assert_eq!(sticky.last_resettle(), Some(Resettle::Flip));
     }
 
     #[test]
