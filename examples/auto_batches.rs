@@ -17,7 +17,7 @@
 //!
 //! cargo run --release --example auto_batches -- [--nodes 2,4,8] [--presets dgx-h100]
 //!     [--fabrics full,fat-tree,rail] [--patterns zipf:0,...] [--modes ideal,calibrated]
-//!     [--drift seeds,mix] [--calls 40] [--lead 0.02] [--slack 0.01] [--drift-limit 1.5] [--every 1000]
+//!     [--drift seeds,mix] [--calls 40] [--lead 0.02] [--slack 0] [--drift-limit 1.5] [--every 1000]
 //!     [--check-every 1] [--choose-calls 0]
 //!
 //! `--check-every K`: simulate every candidate (to know the best) on every

@@ -203,7 +203,7 @@ impl Default for StickyRule {
     fn default() -> Self {
         StickyRule {
             lead: 0.02,
-            slack: 0.01,
+            slack: 0.0,
             drift: 1.5,
             calls: 1000,
         }
