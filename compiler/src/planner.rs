@@ -92,29 +92,35 @@ pub struct Planner {
 /// estimates cannot separate (docs/algorithms.md, `auto`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Settle {
-    /// The estimates alone, never a simulation: the cheapest, but up to
-    /// ~1.3x the best candidate on the acceptance sweep.
+    /// The default: the estimates alone, never a simulation: the choice
+    /// costs well under a millisecond at 64 GPUs, but picks up to ~1.3x
+    /// the best candidate on the acceptance sweep.
     Never,
     /// Every close call: the contenders' plans built and simulated on every
     /// call that has one, as `compile` does (tens to hundreds of
     /// milliseconds at 64 GPUs).
     Always,
-    /// The default: settle a close call once, then keep its winner, without
+    /// Settle a close call once, then keep its winner, without
     /// simulating, while the estimates of later matrices say it still holds
-    /// ([`StickyRule`]); settle again when they do not.
+    /// ([`StickyRule`]); settle again when they do not. Far closer to the
+    /// best than the estimates alone, but on matrices that drift batch to
+    /// batch 1-19% of calls still settle, which at 64 GPUs averages tens
+    /// to hundreds of milliseconds per call (docs/benchmarks.md, "`auto`
+    /// per batch"): not the default.
     Sticky(StickyRule),
 }
 
 impl Default for Settle {
+    /// [`Settle::Never`]: the per-batch time budget.
     fn default() -> Self {
-        Settle::Sticky(StickyRule::default())
+        Settle::Never
     }
 }
 
 impl Planner {
     /// The default planner: `auto` for the ideal network
-    /// ([`Planner::auto`], close calls settled once and kept while they
-    /// hold: [`Settle::Sticky`]), `fast` with `opts` when `auto` picks it.
+    /// ([`Planner::auto`], by its estimates alone unless
+    /// [`Planner::with_settle`]), `fast` with `opts` when `auto` picks it.
     /// Precomputes what depends on the topology. Errors
     /// ([`Error::Unsupported`]) for a `links`
     /// topology (the planner needs nodes, rails and an intra-node fabric:
@@ -183,10 +189,11 @@ impl Planner {
     /// estimates pick for `network`, `fast` with `opts` (through this
     /// planner's reused buffers) when it is the one. The others build a
     /// fresh plan. [`Planner::last_choice`] says what it chose and why.
-    /// Close calls are settled by simulation as [`crate::sched::auto()`]
-    /// settles them, but once: the winner is kept while later matrices'
-    /// estimates say it holds ([`Settle::Sticky`], the default; see
-    /// [`Planner::with_settle`]).
+    /// By default it goes by the estimates alone ([`Settle::Never`]: the
+    /// per-batch time budget); [`Planner::with_settle`] settles close calls
+    /// by simulation as [`crate::sched::auto()`] does, every time
+    /// ([`Settle::Always`]) or once and kept while later matrices'
+    /// estimates say the winner holds ([`Settle::Sticky`]).
     pub fn auto(topo: &Topology, opts: PlannerOptions, network: Network) -> Result<Planner> {
         let opts = PlannerOptions {
             staged: true,
@@ -199,7 +206,7 @@ impl Planner {
     }
 
     /// How this `auto` planner settles close calls ([`Settle`]; the
-    /// default is [`Settle::Sticky`]); forgets any settle it remembered.
+    /// default is [`Settle::Never`]); forgets any settle it remembered.
     /// No effect on other planners.
     pub fn with_settle(mut self, settle: Settle) -> Planner {
         self.settle = settle;

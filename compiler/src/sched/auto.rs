@@ -1369,32 +1369,33 @@ mod tests {
         assert!(settled >= 2, "only {settled} cases needed the tie-break");
     }
 
-    /// `Planner::new` is `auto` (issue 20): per batch it settles a close
-    /// call as [`auto`] does, tie-break included, then keeps that winner
-    /// (no simulation) for a matrix whose estimates say it holds, and
-    /// settles again for one that moved too far; `settling(false)` goes by
-    /// [`choose`]'s estimates alone; `for_algorithm(Auto)` gives rank
-    /// programs (what `switchyard.torch.AllToAll` runs).
+    /// `Planner::new` is `auto` (issue 20): per batch it goes by
+    /// [`choose`]'s estimates alone (the per-batch time budget); with
+    /// [`Settle::Sticky`] it settles a close call as [`auto`] does,
+    /// tie-break included, then keeps that winner (no simulation) for a
+    /// matrix whose estimates say it holds, and settles again for one that
+    /// moved too far; `for_algorithm(Auto)` gives rank programs (what
+    /// `switchyard.torch.AllToAll` runs).
     #[test]
     fn the_default_planner_is_auto() {
-        use crate::planner::{Planner, PlannerOptions};
+        use crate::planner::{Planner, PlannerOptions, Settle};
         use crate::topology::{FabricSpec, TopologySpec};
         let mut spec = TopologySpec::preset("dgx-h100", 2, None).unwrap();
         spec.fabric = Some(FabricSpec::fat_tree(1, 2.0, 1.0));
         let topo = Topology::from_spec(spec, "t").unwrap();
         let m = sweep_traffic(&topo, Pattern::Lognormal(1.0), 11);
         let mut plan = Plan::new("", 0, 0);
-        let mut alone_planner = Planner::new(&topo, PlannerOptions::default())
-            .unwrap()
-            .settling(false);
+        let mut alone_planner = Planner::new(&topo, PlannerOptions::default()).unwrap();
         assert_eq!(alone_planner.algorithm(), Algorithm::Auto);
         alone_planner.plan_into(&m, &mut plan).unwrap();
         let alone = choose(&topo, &m, Network::Ideal);
         assert_eq!(alone_planner.last_choice(), Some(&alone));
         let want = schedule(alone.algorithm(), &topo, &m, &Options::default()).unwrap();
         assert_eq!(plan.transfers, want.transfers);
-        // The default: the first call settles as `auto` does ...
-        let mut planner = Planner::new(&topo, PlannerOptions::default()).unwrap();
+        // Sticky: the first call settles as `auto` does ...
+        let mut planner = Planner::new(&topo, PlannerOptions::default())
+            .unwrap()
+            .with_settle(Settle::Sticky(StickyRule::default()));
         planner.plan_into(&m, &mut plan).unwrap();
         let (want, choice) = auto(&topo, &m, Network::Ideal).unwrap();
         assert!(!choice.simulated.is_empty(), "{choice:?}");
