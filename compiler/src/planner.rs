@@ -90,11 +90,12 @@ pub struct Planner {
 
 /// How a per-batch `auto` planner settles close calls, the candidates its
 /// estimates cannot separate (docs/algorithms.md, `auto`).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub enum Settle {
-    /// The default: the estimates alone, never a simulation: the choice
+    /// The default (the per-batch time budget): the estimates alone, never a simulation: the choice
     /// costs well under a millisecond at 64 GPUs, but picks up to ~1.3x
     /// the best candidate on the acceptance sweep.
+    #[default]
     Never,
     /// Every close call: the contenders' plans built and simulated on every
     /// call that has one, as `compile` does (tens to hundreds of
@@ -108,13 +109,6 @@ pub enum Settle {
     /// to hundreds of milliseconds per call (docs/benchmarks.md, "`auto`
     /// per batch"): not the default.
     Sticky(StickyRule),
-}
-
-impl Default for Settle {
-    /// [`Settle::Never`]: the per-batch time budget.
-    fn default() -> Self {
-        Settle::Never
-    }
 }
 
 impl Planner {

@@ -305,10 +305,8 @@ impl Sticky {
                 .find(|x| x.0 == a)
                 .ok_or(Resettle::Unsimulated)?;
             let moved = choice.estimate_of(a).unwrap_or(f64::NAN) / was;
-            if !(moved.is_finite() && moved > 0.0)
-                || moved > self.rule.drift
-                || moved < 1.0 / self.rule.drift
-            {
+            // (NaN, from an estimate missing or zero, is never contained.)
+            if !(1.0 / self.rule.drift..=self.rule.drift).contains(&moved) {
                 return Err(Resettle::Drift);
             }
             if a == w {
