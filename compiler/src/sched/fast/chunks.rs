@@ -19,7 +19,7 @@ const TAPER_MESSAGES: f64 = 4.0;
 /// (tail.rs), so a chunk's forward after the NICs finish is a fraction of
 /// it and larger chunks (fewer messages) pay. Measured on MI300X 2 and 4
 /// nodes, the issue's classes, calibrated (docs/benchmarks.md, issue 24
-/// mesh part): median 1.161 at 1, 1.170 at 0.7, 1.135 at 1.5, 1.158 at 2.
+/// mesh part): median 1.161 at 1, 1.167 at 0.7, 1.135 at 1.5, 1.158 at 2.
 const MESH_TAIL_CHUNK: f64 = 1.5;
 
 impl Emitter {
