@@ -77,7 +77,7 @@ impl Emitter {
                 this.taper_last_chunks();
             }
         };
-        let parts = (to.saturating_sub(from)).div_ceil(self.chunk.max(1));
+        let parts = to.saturating_sub(from).div_ceil(self.chunk.max(1));
         let (own, moved) = (self.lanes[li].own, self.lanes[li].gathered > 0);
         let default = if moved || parts < 2 {
             l as u64 * parts / g as u64
