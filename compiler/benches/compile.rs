@@ -16,7 +16,10 @@
 //! `fast-intraskew` and `fast-intraskew-fat-tree-2to1` (8x8, 16x8): one
 //! intra-node-skewed matrix on full bisection (the plain decomposition) and
 //! on a 2:1 fat-tree of 4 nodes per leaf (the layered stages of
-//! sched/fast/leaves.rs).
+//! sched/fast/leaves.rs). `fast-mi300x-intraskew` and its `-calibrated`
+//! twin (8x8, 16x8): the same pattern on an MI300X mesh, planned for line
+//! rate and for 3 us per message (the mesh tail search of
+//! sched/fast/tail.rs runs only in the latter).
 
 //! `rank_local`: the same from the rank's `LocalTraffic` alone
 //! (`Planner::program_local`), the per-rank planning a job runs after its
@@ -149,6 +152,31 @@ fn plan_time(c: &mut Criterion) {
                     &traffic,
                     &format!("{name} {nodes}x8"),
                 );
+                group.bench_with_input(
+                    BenchmarkId::new(name, format!("{nodes}x8")),
+                    &traffic,
+                    |b, m| b.iter(|| planner.plan_into(m, &mut plan).expect("plan")),
+                );
+            }
+        }
+        // A mesh (MI300X: xGMI, 64 GB/s per GPU pair) with intra-node skew,
+        // planned for line rate and for the calibrated network (3 us per
+        // message: each mesh lane slice also searches its chunk rotation,
+        // sched/fast/tail.rs).
+        if nodes <= 16 {
+            let mesh = Topology::preset("mi300x", nodes, None).expect("preset");
+            let mut spec = TrafficSpec::new(mesh.ranks(), Pattern::IntraSkew(1.2));
+            spec.seed = 1;
+            let traffic = generate(&spec).expect("traffic");
+            for (name, opts) in [
+                ("fast-mi300x-intraskew", PlannerOptions::default()),
+                (
+                    "fast-mi300x-intraskew-calibrated",
+                    PlannerOptions::for_network(Network::Calibrated),
+                ),
+            ] {
+                let (mut planner, mut plan) =
+                    first_plan(&mesh, opts, &traffic, &format!("{name} {nodes}x8"));
                 group.bench_with_input(
                     BenchmarkId::new(name, format!("{nodes}x8")),
                     &traffic,

@@ -14,6 +14,13 @@ const MIN_TAPER_BYTES: u64 = 4096;
 /// take at least this many `p` on the NIC, or at least what the NVLink hop
 /// forwards in `p` (see [`Emitter::min_taper_bytes`]).
 const TAPER_MESSAGES: f64 = 4.0;
+/// On a mesh with a per-message cost, the chunk of eq. (4') times this:
+/// the lanes' last sends end on the bytes with the shortest forward
+/// (tail.rs), so a chunk's forward after the NICs finish is a fraction of
+/// it and larger chunks (fewer messages) pay. Measured on MI300X 2 and 4
+/// nodes, the issue's classes, calibrated (docs/benchmarks.md, issue 24
+/// mesh part): median 1.161 at 1, 1.167 at 0.7, 1.135 at 1.5, 1.158 at 2.
+const MESH_TAIL_CHUNK: f64 = 1.5;
 
 impl Emitter {
     /// The NIC-cut time of the exchange: the busiest node's inter-node bytes
@@ -62,7 +69,12 @@ impl Emitter {
         }
         let lane_rate = self.nic_rate / self.weights.max_sharing() as f64;
         let lane_bytes = self.exchange_us() * lane_rate;
-        (lane_bytes * p * self.intra_rate).sqrt()
+        let root = (lane_bytes * p * self.intra_rate).sqrt();
+        if self.mesh {
+            MESH_TAIL_CHUNK * root
+        } else {
+            root
+        }
     }
 
     /// No tapered send is cut below this many bytes: [`MIN_TAPER_BYTES`],
@@ -151,17 +163,9 @@ impl Emitter {
     /// send (a slot of several transfers). Inlined into its one caller:
     /// called apart it cost 1.5% of a plan's instructions at 8x8.
     ///
-    /// `own_block` (mesh lanes that carry no moved bytes) is the range of
-    /// the lane's bytes for its own receiving GPU. When the slice holds
-    /// some of them, its chunks start at the last chunk that ends inside
-    /// the range (or the one holding the range's end, if none does) and
-    /// wrap, so the slice's last sends carry them. Those need no forward,
-    /// while on a mesh the forwards after a lane's last sends all cross one
-    /// 64 GB/s link (MI300X 2x8 Zipf 1.2: three 0.57 MB chunks for the hot
-    /// GPU landed at once on one carrier, and their forwards ended 25 us
-    /// after the NICs; 1.119 -> 1.075 of the bound). Lanes with moved bytes
-    /// keep their order: started mid-stream, their first sends waited for
-    /// moves (2x8 intra-skew 1.2: 1.130 -> 1.379).
+    /// `first`, when given, is the chunk the rotation starts at (mesh
+    /// lanes: see tail.rs); by default lane `l` starts at chunk
+    /// `l · parts / G`.
     #[inline(always)]
     pub(super) fn cut_chunks(
         &mut self,
@@ -170,7 +174,7 @@ impl Emitter {
         from: u64,
         to: u64,
         direct_row: Option<usize>,
-        own_block: Option<(u64, u64)>,
+        first: Option<u64>,
     ) {
         self.chunks.clear();
         if from >= to {
@@ -220,29 +224,7 @@ impl Emitter {
             // `split`, rotated left by `first`.
             let parts = (to - from).div_ceil(chunk);
             let at = |k: u64| from + mul_div(to - from, k, parts);
-            let mut first = l as u64 * parts / self.gpus as u64;
-            if let Some((b0, b1)) = own_block {
-                let (x0, x1) = (b0.max(from), b1.min(to));
-                if x0 < x1 {
-                    // The chunk holding byte x1 - 1: at(k) <= x1 - 1 < at(k + 1).
-                    let x = x1 - 1;
-                    let mut k = mul_div(x - from, parts, to - from).min(parts - 1);
-                    while k > 0 && at(k) > x {
-                        k -= 1;
-                    }
-                    while k + 1 < parts && at(k + 1) <= x {
-                        k += 1;
-                    }
-                    // The chunk holding the range's last byte, or the one
-                    // before it if it runs past the range: a GPU's first
-                    // chunk is halved and its second half sent last, so
-                    // the last bytes sent are then the range's.
-                    if k > 0 && at(k) > x0 && at(k + 1) > x1 {
-                        k -= 1;
-                    }
-                    first = k;
-                }
-            }
+            let first = first.map_or(l as u64 * parts / self.gpus as u64, |k| k.min(parts - 1));
             let mut lo = at(first);
             for k in (first + 1..=parts).chain(1..=first) {
                 let hi = if k == parts { to } else { at(k) };
@@ -250,16 +232,21 @@ impl Emitter {
                 lo = if k == parts { from } else { hi };
             }
         }
-        let parts = self.chunks.len();
         // A GPU's first send is cut in two, the halves going first and last:
         // with several sends in flight, a first send shorter than the next
         // staggers them, so one's latency overlaps another's transfer
         // instead of all starting (and waiting) in lockstep.
-        if self.slots[c].is_empty() && self.depth >= 2 && self.depth != u32::MAX && parts >= 2 {
+        if self.splits_first_send(c, self.chunks.len()) {
             let (lo, hi) = self.chunks[0];
             let mid = lo + (hi - lo) / 2;
             self.chunks[0] = (lo, mid);
             self.chunks.push((mid, hi));
         }
+    }
+
+    /// GPU `c`'s next slice, cut into `parts` sends, has its first send
+    /// halved (see `cut_chunks`).
+    pub(super) fn splits_first_send(&self, c: usize, parts: usize) -> bool {
+        self.slots[c].is_empty() && self.depth >= 2 && self.depth != u32::MAX && parts >= 2
     }
 }

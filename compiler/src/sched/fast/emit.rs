@@ -178,6 +178,10 @@ pub(crate) struct Emitter {
     pub(super) chunks: Vec<(u64, u64)>,
     /// The chunks being tapered.
     pub(super) tail: Vec<(u64, u64)>,
+    /// Mesh only: bytes per destination GPU of a lane's last sends, and the
+    /// best rotation's sends so far (tail.rs).
+    pub(super) tail_dest: Vec<u64>,
+    pub(super) tail_best: Vec<(u64, u64)>,
     /// The mesh relief pass (mesh fabrics only).
     pub(super) relief: MeshRelief,
     /// Index in `stages` of the last pair each node sends (first half) and
@@ -286,6 +290,8 @@ impl Emitter {
             early_in: Vec::new(),
             chunks: Vec::new(),
             tail: Vec::new(),
+            tail_dest: Vec::new(),
+            tail_best: Vec::new(),
             last_pair: Vec::with_capacity(2 * nodes),
             relief: MeshRelief::default(),
             chain_buf: Vec::new(),

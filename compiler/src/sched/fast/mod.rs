@@ -27,6 +27,7 @@ mod rank;
 mod sends;
 mod slots;
 pub(crate) mod stages;
+mod tail;
 #[cfg(test)]
 mod tests;
 mod window;

@@ -72,23 +72,18 @@ impl Emitter {
                 let c = a * self.gpus + l;
                 let row = c * (self.ranks() + 1) + b * self.gpus;
                 let direct_row = direct.then_some(row);
-                // On a mesh, a lane that carries only its own bytes ends its
-                // slice on the block for its own receiving GPU (see
-                // `cut_chunks`).
-                let lane = &self.lanes[li];
-                let own_block = (self.mesh && !direct && lane.gathered == 0).then(|| {
-                    let start = self.send_off[row];
-                    (
-                        self.send_off[row + l] - start,
-                        (self.send_off[row + l + 1] - start).min(lane.own),
-                    )
-                });
                 if self.unit > 0 && to > from {
                     self.nominal = (to - from) / (to - from).div_ceil(self.chunk);
                 }
-                self.cut_chunks(c, l, from, to, direct_row, own_block);
-                if taper && direct_row.is_none() {
-                    self.taper_last_chunks();
+                if self.mesh && !direct {
+                    // On a mesh, the slice ends on the bytes with the
+                    // shortest forward (tail.rs).
+                    self.cut_mesh_slice((li, c, b, l), from, to, taper);
+                } else {
+                    self.cut_chunks(c, l, from, to, direct_row, None);
+                    if taper && direct_row.is_none() {
+                        self.taper_last_chunks();
+                    }
                 }
                 for k in 0..self.chunks.len() {
                     let (lo, hi) = self.chunks[k];
