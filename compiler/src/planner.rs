@@ -320,7 +320,7 @@ impl Planner {
                 reason: "its choice compares estimates of whole plans".into(),
             });
         }
-        match (&self.emitter, self.algorithm) {
+        match (&mut self.emitter, self.algorithm) {
             (Some(emitter), _) => emitter.program_local_into(local, out),
             (None, Algorithm::Direct) => {
                 rank::direct_local(local, "direct", |s, d| path_between(&self.topo, s, d), out);

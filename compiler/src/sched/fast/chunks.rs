@@ -3,6 +3,7 @@
 //! chunks (rotated, direct lanes by block, mesh lanes ending on their own
 //! receiver), the split first send, and the taper of the last sends.
 
+use super::blocks::Blocks;
 use super::emit::Emitter;
 use super::mul_div;
 
@@ -142,9 +143,9 @@ impl Emitter {
         }
     }
 
-    /// Cuts bytes `from..to` of lane `l` (GPU `c`) into sends of at most a
-    /// chunk, in the order they go. A direct lane (`direct_row`: where its
-    /// row range for the destination node starts in `send_off`) starts at
+    /// Cuts bytes `from..to` of lane `l` (GPU `c`) of a node pair sending
+    /// node `b` into sends of at most a chunk, in the order they go (`first`:
+    /// the GPU's first slice that carries bytes). A direct lane starts at
     /// its block for GPU `l`, then `l + 1`, ... (wrapping): the lanes of a
     /// pair send into different GPUs (and NICs) at any time. Its sends are
     /// cut at block boundaries, but adjacent latency-bound blocks go as one
@@ -165,12 +166,11 @@ impl Emitter {
     #[inline(always)]
     pub(super) fn cut_chunks(
         &mut self,
-        c: usize,
-        l: usize,
-        from: u64,
-        to: u64,
-        direct_row: Option<usize>,
+        v: &impl Blocks,
+        (c, b, l, from, to): (usize, usize, usize, u64, u64),
+        direct: bool,
         own_block: Option<(u64, u64)>,
+        first: bool,
     ) {
         self.chunks.clear();
         if from >= to {
@@ -182,8 +182,9 @@ impl Emitter {
             let at = |k: u64| lo + mul_div(hi - lo, k, parts);
             chunks.extend((0..parts).map(|k| (at(k), at(k + 1))));
         };
-        if let Some(row) = direct_row {
-            let (g, base) = (self.gpus, self.send_off[row]);
+        if direct {
+            let row = b * self.gpus;
+            let (g, base) = (self.gpus, v.send_at(c, row));
             // Blocks merge into one send while it stays latency-bound (under
             // half an inter-node latency on its NIC): merging saves latencies,
             // and so few bytes cost nothing at the receivers they share.
@@ -193,8 +194,8 @@ impl Emitter {
             for k in 0..g {
                 let j = (l + k) % g;
                 let (b0, b1) = (
-                    self.send_off[row + j] - base,
-                    self.send_off[row + j + 1] - base,
+                    v.send_at(c, row + j) - base,
+                    v.send_at(c, row + j + 1) - base,
                 );
                 let (lo, hi) = (from.max(b0), to.min(b1));
                 if lo >= hi {
@@ -255,7 +256,7 @@ impl Emitter {
         // with several sends in flight, a first send shorter than the next
         // staggers them, so one's latency overlaps another's transfer
         // instead of all starting (and waiting) in lockstep.
-        if self.slots[c].is_empty() && self.depth >= 2 && self.depth != u32::MAX && parts >= 2 {
+        if first && self.depth >= 2 && self.depth != u32::MAX && parts >= 2 {
             let (lo, hi) = self.chunks[0];
             let mid = lo + (hi - lo) / 2;
             self.chunks[0] = (lo, mid);
