@@ -17,6 +17,12 @@ pub(super) trait Blocks {
     fn send_at(&self, s: usize, d: usize) -> u64;
     /// Offset of block `(s, d)` in the output of `d`.
     fn recv_at(&self, s: usize, d: usize) -> u64;
+    /// The offsets of rank `s`'s blocks for the GPUs of node `b` in its
+    /// input (`G + 1` of them: the last is where the next node's start).
+    fn send_row(&self, s: usize, b: usize) -> &[u64];
+    /// The offsets of rank `s`'s blocks for the GPUs of node `b` in their
+    /// outputs (`G` of them).
+    fn recv_row(&self, s: usize, b: usize) -> &[u64];
     /// Bytes rank `s` sends node `b`.
     fn to_node(&self, s: usize, b: usize) -> u64;
     /// Bytes the ranks of node `a` send rank `d`.
@@ -46,6 +52,16 @@ impl Blocks for WholeBlocks {
     #[inline(always)]
     fn recv_at(&self, s: usize, d: usize) -> u64 {
         self.recv_off[s * self.ranks + d]
+    }
+
+    #[inline(always)]
+    fn send_row(&self, s: usize, b: usize) -> &[u64] {
+        &self.send_off[s * (self.ranks + 1) + b * self.gpus..][..=self.gpus]
+    }
+
+    #[inline(always)]
+    fn recv_row(&self, s: usize, b: usize) -> &[u64] {
+        &self.recv_off[s * self.ranks + b * self.gpus..][..self.gpus]
     }
 
     #[inline(always)]
@@ -123,6 +139,8 @@ pub(super) struct RankBuffers {
     col_send: Vec<u64>,
     /// R x G: offset in the output of GPU `i` of the node of rank `s`'s block.
     col_recv: Vec<u64>,
+    /// G + 1 zeros: the rows of blocks the rank does not know.
+    zeros: Vec<u64>,
 }
 
 /// [`Blocks`] for one rank (see [`RankBuffers`]).
@@ -155,6 +173,8 @@ impl RankBuffers {
         self.col_send.clear();
         self.col_recv.clear();
         self.col_recv.resize(n * g, 0);
+        self.zeros.clear();
+        self.zeros.resize(g + 1, 0);
         let mut below = vec![0u64; g];
         for s in 0..n {
             let mut at = t.before[s];
@@ -197,6 +217,26 @@ impl Blocks for RankBlocks<'_> {
             self.bufs.col_recv[s * self.gpus + d % self.gpus]
         } else {
             0
+        }
+    }
+
+    fn send_row(&self, s: usize, b: usize) -> &[u64] {
+        let g = self.gpus;
+        if s / g == self.node {
+            &self.bufs.row_off[(s % g) * (self.ranks + 1) + b * g..][..=g]
+        } else if b == self.node {
+            &self.bufs.col_send[s * (g + 1)..][..=g]
+        } else {
+            &self.bufs.zeros
+        }
+    }
+
+    fn recv_row(&self, s: usize, b: usize) -> &[u64] {
+        let g = self.gpus;
+        if b == self.node {
+            &self.bufs.col_recv[s * g..][..g]
+        } else {
+            &self.bufs.zeros[..g]
         }
     }
 

@@ -1,9 +1,11 @@
 //! `fast`'s emitter: the per-plan state of the planner and the pipeline
 //! that turns one traffic matrix into a plan ([`Emitter::plan_into`]):
 //! offsets, balancing, scratch layout, stages, then the transfers. It owns
-//! the merged plan of direct sends (latency-bound exchanges) and [`Emit`],
-//! the transfer list written over the previous plan's. The steps live in
-//! the neighbouring files: `layout` (offsets and scratch), `lanes`
+//! the merged plan of direct sends (latency-bound exchanges), [`Sink`]
+//! (where the steps write: the whole plan, or one rank's program in
+//! `rank.rs`) and [`Emit`], the transfer list written over the previous
+//! plan's. The steps live in the neighbouring files: `blocks` (offsets,
+//! from the whole matrix or one rank's view), `layout` (scratch), `lanes`
 //! (balancing every node pair), `sends`, `chunks` and `window` (the staged
 //! inter-node sends, their chunks and their pacing), `forwards`, `intra`
 //! (intra-node blocks) and `slots` (dependency ids). The kinds of transfers

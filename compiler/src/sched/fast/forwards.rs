@@ -87,31 +87,30 @@ impl Emitter {
         stage: u32,
     ) {
         let g = self.gpus;
-        let first = b * g;
-        let row = |j: usize| v.send_at(s, first + j);
+        let row = v.send_row(s, b);
+        let recv = v.recv_row(s, b);
         // Absolute offsets in the input of `s`; the first block that ends
         // after `u`.
-        let base = row(0);
-        let (u, end) = (base + u, base + w);
+        let (u, end) = (row[0] + u, row[0] + w);
         let mut j = 0;
-        while j < g && row(j + 1) <= u {
+        while j < g && row[j + 1] <= u {
             j += 1;
         }
         while j < g {
-            let (b0, b1) = (row(j), row(j + 1));
+            let (b0, b1) = (row[j], row[j + 1]);
             if b0 >= end {
                 break;
             }
             if b0 < b1 {
                 let (lo, hi) = (u.max(b0), end.min(b1));
-                let d = first + j;
+                let d = b * g + j;
                 out.push(Transfer {
                     src: r as u32,
                     src_buf: Buffer::Scratch,
                     src_off: scratch_off + (lo - u),
                     dst: d as u32,
                     dst_buf: Buffer::Output,
-                    dst_off: v.recv_at(s, d) + (lo - b0),
+                    dst_off: recv[j] + (lo - b0),
                     bytes: hi - lo,
                     path: if d == r { Path::Local } else { Path::Nvlink },
                     step: stage + 1,
