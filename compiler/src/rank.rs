@@ -217,9 +217,9 @@ pub(crate) fn check_rank(rank: usize, ranks: usize) -> Result<()> {
 /// prefix), `rail_before` is where `hierarchical`'s relays on other nodes
 /// keep what they send this node (their scratch regions are laid out node
 /// by node), and `inter_out`/`inter_in` decide whether `fast` is
-/// latency-bound (its busiest NIC, which may be anywhere). Memory: N^2 + 2GR
-/// + 3R + NG numbers, O(R) for a fixed node size and N <= sqrt(R);
-/// `node_splits` (staged `fast` only) adds 2NR.
+/// latency-bound (its busiest NIC, which may be anywhere). Memory:
+/// N^2 + 2GR + 3R + NG numbers, O(R) for a fixed node size and
+/// N <= sqrt(R); `node_splits` (staged `fast` only) adds 2NR.
 #[derive(Serialize, Clone, Debug, Default, PartialEq, Eq)]
 pub struct LocalTraffic {
     pub rank: usize,
