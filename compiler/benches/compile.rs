@@ -23,7 +23,7 @@
 
 //! `rank_local`: the same from the rank's `LocalTraffic` alone
 //! (`Planner::program_local`), the per-rank planning a job runs after its
-//! gather.
+//! gather; staged `fast` also sliced from its whole plan, for comparison.
 //!
 //! `auto_choose` and `auto` (8x8 only): `auto`'s estimates alone, and
 //! estimates plus the chosen plan through `Planner::auto`.
@@ -35,7 +35,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use switchyard_compiler::generate::{generate, Pattern, TrafficSpec};
 use switchyard_compiler::plan::{Buffer, Deps, Path, Transfer};
 use switchyard_compiler::planner::{Planner, PlannerOptions};
-use switchyard_compiler::rank::{LocalProgram, LocalTraffic};
+use switchyard_compiler::rank::{slice_into, LocalProgram, LocalTraffic};
 use switchyard_compiler::sched::auto::choose;
 use switchyard_compiler::sim::Network;
 use switchyard_compiler::topology::{FabricSpec, TopologySpec};
@@ -243,11 +243,7 @@ fn rank_time(c: &mut Criterion) {
             let mut spec = TrafficSpec::new(topo.ranks(), pattern);
             spec.seed = 1;
             let traffic = generate(&spec).expect("traffic");
-            let mut algs = vec![Algorithm::Direct, Algorithm::Hierarchical];
-            if nodes == 128 {
-                algs.push(Algorithm::Fast);
-            }
-            for alg in algs {
+            for alg in [Algorithm::Direct, Algorithm::Hierarchical, Algorithm::Fast] {
                 let mut planner =
                     Planner::for_algorithm(&topo, alg, PlannerOptions::default()).expect("planner");
                 let mut prog = LocalProgram::default();
@@ -271,7 +267,8 @@ fn rank_time(c: &mut Criterion) {
 /// that is O(R^2) and the gather's job in a job, not planning's).
 /// `fast-*-16B` is a latency-bound exchange (16 B per pair on average),
 /// whose merged plan `fast` plans per rank; at the default sizes `fast`
-/// is staged and needs the whole matrix (measured by `rank_program`).
+/// is staged, planned per rank from the `LocalTraffic`'s node splits, and
+/// `fast-*-whole-sliced` is the same program cut from the whole plan.
 fn rank_local_time(c: &mut Criterion) {
     let mut group = c.benchmark_group("rank_local");
     group.sample_size(20);
@@ -293,7 +290,7 @@ fn rank_local_time(c: &mut Criterion) {
             let algs: &[Algorithm] = if pair_bytes.is_some() {
                 &[Algorithm::Fast]
             } else {
-                &[Algorithm::Direct, Algorithm::Hierarchical]
+                &[Algorithm::Direct, Algorithm::Hierarchical, Algorithm::Fast]
             };
             for &alg in algs {
                 let mut planner =
@@ -308,6 +305,24 @@ fn rank_local_time(c: &mut Criterion) {
                     BenchmarkId::new(format!("{alg}-{name}"), format!("{nodes}x8")),
                     &local,
                     |b, t| b.iter(|| planner.program_local_into(t, &mut prog).expect("program")),
+                );
+            }
+            // For comparison, staged `fast`'s program sliced from the whole
+            // plan (128x8 only: the whole plan at 512x8 takes gigabytes).
+            if nodes == 128 && pair_bytes.is_none() {
+                let mut planner =
+                    Planner::for_algorithm(&topo, Algorithm::Fast, PlannerOptions::default())
+                        .expect("planner");
+                let (mut plan, mut prog) = (Plan::new("", 0, 0), LocalProgram::default());
+                group.bench_with_input(
+                    BenchmarkId::new(format!("fast-{name}-whole-sliced"), format!("{nodes}x8")),
+                    &traffic,
+                    |b, m| {
+                        b.iter(|| {
+                            planner.plan_into(m, &mut plan).expect("plan");
+                            slice_into(&plan, rank, &mut prog).expect("slice")
+                        })
+                    },
                 );
             }
         }

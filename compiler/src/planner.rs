@@ -77,7 +77,8 @@ pub struct Planner {
     algorithm: Algorithm,
     topo: Topology,
     /// The whole plan a rank's program is sliced from where the algorithm
-    /// has no per-rank planner yet (`fast`, `spray`).
+    /// has no per-rank planner for this plan (`auto`; `fast` on a mesh or
+    /// with every pair direct).
     whole: Plan,
     /// Set by [`Planner::auto`]: the network mode `auto` picks for.
     auto: Option<Network>,
@@ -303,10 +304,11 @@ impl Planner {
     ///
     /// It is [`LocalTraffic::from_matrix`] then [`Planner::program_local`]
     /// wherever the algorithm plans one rank alone (`direct`,
-    /// `hierarchical`, `fast`'s merged plans), which shows the program
-    /// depends on nothing else; otherwise (`fast` and `spray` staged,
-    /// `auto`) it plans the whole plan (into a buffer this planner keeps)
-    /// and slices it: the same program at the cost of the whole plan.
+    /// `hierarchical`, `fast` and `spray`), which shows the program
+    /// depends on nothing else; otherwise (`auto`, and `fast` on a mesh or
+    /// with every pair sent directly) it plans the whole plan (into a
+    /// buffer this planner keeps) and slices it: the same program at the
+    /// cost of the whole plan.
     /// Errors ([`Error::Input`]) when `rank` is not a rank of the topology
     /// or `traffic` does not fit it.
     pub fn program(&mut self, rank: usize, traffic: &TrafficMatrix) -> Result<LocalProgram> {
@@ -346,12 +348,13 @@ impl Planner {
     /// The program of rank `local.rank` planned from what that rank knows
     /// ([`LocalTraffic`]) alone: identical to its part of
     /// [`Planner::plan_into`]'s plan for the whole matrix. Memory and time
-    /// proportional to the ranks (docs/algorithms.md, "Own programs per
-    /// rank"). Errors ([`Error::NeedsWholeMatrix`]) for `auto` (its choice
-    /// compares whole-plan estimates), for `spray` and for `fast` when its
-    /// plan is staged (not latency-bound): use [`Planner::program`] with
-    /// the matrix there; ([`Error::Input`]) when `local` does not fit the
-    /// topology.
+    /// proportional to the ranks, except staged `fast` and `spray`: O(N² G)
+    /// memory (every node pair's lanes) and a walk over every stage pair
+    /// (docs/algorithms.md, "One rank's own program"). Errors ([`Error::NeedsWholeMatrix`]) for `auto` (its choice
+    /// compares whole-plan estimates), and for staged `fast` and `spray`
+    /// when `local` has no `node_splits`, on a mesh, or when every node
+    /// pair is sent directly: use [`Planner::program`] with the matrix
+    /// there; ([`Error::Input`]) when `local` does not fit the topology.
     pub fn program_local(&mut self, local: &LocalTraffic) -> Result<LocalProgram> {
         let mut out = LocalProgram::default();
         self.program_local_into(local, &mut out)?;
@@ -371,7 +374,7 @@ impl Planner {
                 reason: "its choice compares estimates of whole plans".into(),
             });
         }
-        match (&self.emitter, self.algorithm) {
+        match (&mut self.emitter, self.algorithm) {
             (Some(emitter), _) => emitter.program_local_into(local, out),
             (None, Algorithm::Direct) => {
                 rank::direct_local(local, "direct", |s, d| path_between(&self.topo, s, d), out);

@@ -48,7 +48,7 @@ pub struct TransferKey {
 }
 
 impl TransferKey {
-    fn of(t: &Transfer) -> TransferKey {
+    pub(crate) fn of(t: &Transfer) -> TransferKey {
         TransferKey {
             rank: t.dst,
             buf: t.dst_buf,
@@ -134,7 +134,7 @@ impl LocalProgram {
     }
 
     /// Empties the program for `rank`, keeping its allocations.
-    fn reset(&mut self, algorithm: &str, rank: usize, ranks: usize, gpus: usize) {
+    pub(crate) fn reset(&mut self, algorithm: &str, rank: usize, ranks: usize, gpus: usize) {
         self.algorithm.clear();
         self.algorithm.push_str(algorithm);
         self.rank = rank as u32;
@@ -146,7 +146,7 @@ impl LocalProgram {
 
     /// Adds rank `self.rank`'s side of `t` (deps given as keys) unless it
     /// moves nothing or does not concern the rank.
-    fn push(&mut self, t: &Transfer, deps: Vec<TransferKey>) {
+    pub(crate) fn push(&mut self, t: &Transfer, deps: Vec<TransferKey>) {
         let me = self.rank;
         if t.bytes == 0 || (t.src != me && t.dst != me) {
             return;
@@ -172,7 +172,7 @@ impl LocalProgram {
         });
     }
 
-    fn sort(&mut self) {
+    pub(crate) fn sort(&mut self) {
         let me = self.rank;
         for o in &mut self.ops {
             o.deps.sort_unstable();
@@ -206,6 +206,7 @@ pub(crate) fn check_rank(rank: usize, ranks: usize) -> Result<()> {
 /// | `before` | R | bytes each rank sends the ranks before this node's first rank | from each rank's row, one number per (rank, node): an all-to-all of N numbers per rank |
 /// | `rail_before` | N x G | bytes node `b`'s GPUs send GPU `l` of the nodes other than `b` before this node | as `before`, summed per node |
 /// | `inter_out`, `inter_in` | R each | bytes each rank sends to / receives from other nodes | all-gather of two numbers per rank |
+/// | `node_splits` | 2 N R + 1 | what each rank sends each node and each node each rank, the count of inter-node blocks ([`NodeSplits`]) | all-gathers of N numbers per rank, an all-reduce |
 ///
 /// The first six (`rank` to `cols`) are the fields every per-rank planner
 /// reads; their names are stable. The others exist because a rank's
@@ -216,8 +217,9 @@ pub(crate) fn check_rank(rank: usize, ranks: usize) -> Result<()> {
 /// prefix), `rail_before` is where `hierarchical`'s relays on other nodes
 /// keep what they send this node (their scratch regions are laid out node
 /// by node), and `inter_out`/`inter_in` decide whether `fast` is
-/// latency-bound (its busiest NIC, which may be anywhere). Memory: N^2 + 2GR
-/// + 3R + NG numbers, O(R) for a fixed node size and N <= sqrt(R).
+/// latency-bound (its busiest NIC, which may be anywhere). Memory:
+/// N^2 + 2GR + 3R + NG numbers, O(R) for a fixed node size and
+/// N <= sqrt(R); `node_splits` (staged `fast` only) adds 2NR.
 #[derive(Serialize, Clone, Debug, Default, PartialEq, Eq)]
 pub struct LocalTraffic {
     pub rank: usize,
@@ -241,6 +243,26 @@ pub struct LocalTraffic {
     pub inter_out: Vec<u64>,
     /// R: bytes each rank receives from ranks of other nodes.
     pub inter_in: Vec<u64>,
+    /// What staged `fast` and `spray` also read (their lanes balance every
+    /// node pair); `None` where the job did not gather it, and then they
+    /// refuse to plan the rank alone.
+    pub node_splits: Option<NodeSplits>,
+}
+
+/// The node-level split sizes of every rank, O(N R) numbers: what staged
+/// `fast` needs beyond [`LocalTraffic`]'s other fields to balance every node
+/// pair (each GPU's share of what its node sends another) and to decide
+/// whether every pair goes direct.
+#[derive(Serialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeSplits {
+    /// R x N: `to_nodes[s * N + b]`, bytes rank `s` sends node `b` (each
+    /// rank's row summed per node: an all-gather of N numbers per rank).
+    pub to_nodes: Vec<u64>,
+    /// N x R: `from_nodes[b * R + d]`, bytes node `b`'s ranks send rank `d`
+    /// (each rank's column summed per node: N numbers per rank, all-gathered).
+    pub from_nodes: Vec<u64>,
+    /// Non-empty blocks between ranks of different nodes (a sum over ranks).
+    pub inter_blocks: u64,
 }
 
 impl LocalTraffic {
@@ -267,6 +289,12 @@ impl LocalTraffic {
             rail_before: vec![0; nodes * g],
             inter_out: vec![0; n],
             inter_in: vec![0; n],
+            node_splits: None,
+        };
+        let mut splits = NodeSplits {
+            to_nodes: vec![0; n * nodes],
+            from_nodes: vec![0; nodes * n],
+            inter_blocks: 0,
         };
         // Column sums of the rows read so far: `above` is their value at
         // row `first`, `inter_in` their total less each node's own part.
@@ -289,9 +317,17 @@ impl LocalTraffic {
                 *acc += x;
             }
             let node_row = &mut t.node_bytes[b * nodes..(b + 1) * nodes];
-            for (acc, part) in node_row.iter_mut().zip(row.chunks_exact(g)) {
-                *acc += part.iter().sum::<u64>();
+            let to_nodes = &mut splits.to_nodes[s * nodes..(s + 1) * nodes];
+            for ((acc, to), part) in node_row.iter_mut().zip(to_nodes).zip(row.chunks_exact(g)) {
+                *to = part.iter().sum::<u64>();
+                *acc += *to;
             }
+            for (acc, &x) in splits.from_nodes[b * n..(b + 1) * n].iter_mut().zip(row) {
+                *acc += x;
+            }
+            let own = &row[b * g..(b + 1) * g];
+            splits.inter_blocks += (row.iter().filter(|&&x| x > 0).count()
+                - own.iter().filter(|&&x| x > 0).count()) as u64;
             t.inter_out[s] = row.iter().sum::<u64>() - row[b * g..(b + 1) * g].iter().sum::<u64>();
             // What node `b` sends rail `l` of the nodes before this one, its
             // own left out.
@@ -308,6 +344,7 @@ impl LocalTraffic {
         for (x, &col) in t.inter_in.iter_mut().zip(&col_sum) {
             *x = col - *x;
         }
+        t.node_splits = Some(splits);
         Ok(t)
     }
 
@@ -361,6 +398,16 @@ impl LocalTraffic {
         ] {
             if len != want {
                 return Err(bad(format!("`{name}` has {len} numbers, not {want}")));
+            }
+        }
+        if let Some(splits) = &self.node_splits {
+            for (name, len) in [
+                ("node_splits.to_nodes", splits.to_nodes.len()),
+                ("node_splits.from_nodes", splits.from_nodes.len()),
+            ] {
+                if len != n * nn {
+                    return Err(bad(format!("`{name}` has {len} numbers, not {}", n * nn)));
+                }
             }
         }
         Ok(())
@@ -836,7 +883,20 @@ mod tests {
         assert_eq!(t.rail_before[1], 0);
         assert_eq!(t.inter_out[0], (2..6).map(|d| e(0, d)).sum::<u64>());
         assert_eq!(t.inter_in[5], (0..4).map(|s| e(s, 5)).sum::<u64>());
+        let splits = t.node_splits.as_ref().unwrap();
+        // Rank 4 to node 0, node 2 to rank 1.
+        assert_eq!(splits.to_nodes[4 * 3], e(4, 0) + e(4, 1));
+        assert_eq!(splits.from_nodes[2 * 6 + 1], e(4, 1) + e(5, 1));
+        // Every block but (0, 0) is non-empty; each rank has 2 of its 6
+        // inside its node.
+        assert_eq!(splits.inter_blocks, 36 - 12);
         t.check(&topo).unwrap();
+        let mut bad_splits = t.clone();
+        if let Some(s) = bad_splits.node_splits.as_mut() {
+            s.from_nodes.pop();
+        }
+        let err = bad_splits.check(&topo).unwrap_err().to_string();
+        assert!(err.contains("from_nodes"), "{err}");
         // Shapes that do not fit.
         let mut short = t.clone();
         short.above.pop();

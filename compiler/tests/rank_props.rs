@@ -6,6 +6,8 @@ use proptest::prelude::*;
 use switchyard_compiler::planner::{Planner, PlannerOptions};
 use switchyard_compiler::program::OpKind;
 use switchyard_compiler::rank::{canonical, stitch, LocalProgram, LocalTraffic};
+use switchyard_compiler::sim::Network;
+use switchyard_compiler::topology::{FabricSpec, TopologySpec};
 use switchyard_compiler::{verify_on, Algorithm, Error, Plan, Topology, TrafficMatrix};
 
 const ALGORITHMS: [Algorithm; 4] = [
@@ -41,9 +43,34 @@ fn matrix(ranks: usize, seed: u64, sparsity: u64, scale: u64) -> TrafficMatrix {
     m
 }
 
-/// Stitches every rank's program of `alg` and compares with the whole plan.
-fn check(topo: &Topology, m: &TrafficMatrix, alg: Algorithm) -> Result<(), TestCaseError> {
-    let mut planner = Planner::for_algorithm(topo, alg, PlannerOptions::default()).unwrap();
+/// A near-uniform matrix: every block `base` bytes plus up to 40% more
+/// (even node lines, so that an oversubscribed fabric's layered stages
+/// apply, but no pair balanced to within 2%, so that lanes are balanced).
+fn near_uniform(ranks: usize, seed: u64, base: u64) -> TrafficMatrix {
+    let noise = matrix(ranks, seed, 0, 1000);
+    let mut m = TrafficMatrix::zeros(ranks);
+    for s in 0..ranks {
+        for d in 0..ranks {
+            m.set(s, d, base + base * (noise.get(s, d) % 1000) * 2 / 5 / 1000);
+        }
+    }
+    m
+}
+
+/// Stitches every rank's program of `alg` and compares with the whole
+/// plan; returns how many ranks were planned from their `LocalTraffic`.
+fn check(topo: &Topology, m: &TrafficMatrix, alg: Algorithm) -> Result<usize, TestCaseError> {
+    check_with(topo, m, alg, PlannerOptions::default())
+}
+
+/// [`check`] with planner options.
+fn check_with(
+    topo: &Topology,
+    m: &TrafficMatrix,
+    alg: Algorithm,
+    opts: PlannerOptions,
+) -> Result<usize, TestCaseError> {
+    let mut planner = Planner::for_algorithm(topo, alg, opts).unwrap();
     let mut whole = Plan::new("", 0, 0);
     planner.plan_into(m, &mut whole).unwrap();
     prop_assert_eq!(whole.algorithm.as_str(), alg.name());
@@ -51,13 +78,17 @@ fn check(topo: &Topology, m: &TrafficMatrix, alg: Algorithm) -> Result<(), TestC
     let mut progs = Vec::with_capacity(topo.ranks());
     let mut prog = LocalProgram::default();
     let mut local_prog = LocalProgram::default();
+    let mut per_rank = 0;
     for r in 0..topo.ranks() {
         planner.plan_rank_into(r, m, &mut prog).unwrap();
         // From what the rank knows alone: the same program, or (only where
         // the algorithm has no per-rank planner for this plan) a refusal.
         let local = LocalTraffic::from_matrix(m, r, topo).unwrap();
         match planner.program_local_into(&local, &mut local_prog) {
-            Ok(()) => prop_assert_eq!(&local_prog, &prog, "{} rank {}", alg, r),
+            Ok(()) => {
+                prop_assert_eq!(&local_prog, &prog, "{} rank {}", alg, r);
+                per_rank += 1;
+            }
             Err(Error::NeedsWholeMatrix { algorithm, .. }) => {
                 prop_assert!(
                     !matches!(alg, Algorithm::Direct | Algorithm::Hierarchical),
@@ -80,7 +111,7 @@ fn check(topo: &Topology, m: &TrafficMatrix, alg: Algorithm) -> Result<(), TestC
     prop_assert_eq!(&stitched, &want, "{}", alg);
     // The canonical form is the same all-to-all.
     verify_on(&stitched, m, topo).unwrap();
-    Ok(())
+    Ok(per_rank)
 }
 
 proptest! {
@@ -122,6 +153,76 @@ proptest! {
     }
 }
 
+/// Staged `fast` and `spray` on fabrics: full bisection, a 4:1 fat-tree
+/// of two-node leaves and a 4:1 rail-optimized fabric of two-node groups
+/// (whose uplinks bind, so `fast` layers its stages), planned for the ideal
+/// and the calibrated network. Every rank of the staged plans is planned
+/// from its `LocalTraffic` (none refuses: no mesh, and balanced lanes with
+/// two GPUs or more per node).
+fn fabric_topo(nodes: usize, gpus: usize, fabric: usize) -> Topology {
+    let mut spec = TopologySpec::preset("dgx-h100", nodes, Some(gpus)).unwrap();
+    spec.fabric = match fabric {
+        0 => None,
+        1 => Some(FabricSpec::fat_tree(2, 4.0, 0.5)),
+        _ => Some(FabricSpec::rail_optimized(Some(2), 4.0, 0.5)),
+    };
+    Topology::from_spec(spec, "fabric").unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+    #[test]
+    fn staged_fast_is_planned_per_rank_on_fabrics(
+        nodes in 2usize..=8,
+        gpus in 1usize..=4,
+        fabric in 0usize..3,
+        skewed in any::<bool>(),
+        calibrated in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let topo = fabric_topo(nodes, gpus, fabric);
+        let m = if skewed {
+            matrix(topo.ranks(), seed, 1, 1 << 20)
+        } else {
+            near_uniform(topo.ranks(), seed, 1 << 18)
+        };
+        let opts = if calibrated {
+            PlannerOptions::for_network(Network::Calibrated)
+        } else {
+            PlannerOptions::default()
+        };
+        for alg in [Algorithm::Fast, Algorithm::Spray] {
+            let per_rank = check_with(&topo, &m, alg, opts.clone())?;
+            // With one GPU per node every pair may go direct (then `fast`
+            // refuses and slices the whole plan).
+            if gpus > 1 || alg == Algorithm::Spray {
+                prop_assert_eq!(per_rank, topo.ranks(), "{} on fabric {}", alg, fabric);
+            }
+        }
+    }
+}
+
+/// Up to 32 nodes of 2 GPUs on a layered fat-tree, every rank of staged
+/// `fast` planned alone.
+#[test]
+fn staged_fast_per_rank_at_32_nodes_layered() {
+    for (nodes, seed) in [(16, 11), (32, 12)] {
+        let topo = fabric_topo(nodes, 2, 1);
+        let m = near_uniform(topo.ranks(), seed, 1 << 16);
+        let per_rank = check(&topo, &m, Algorithm::Fast).unwrap();
+        assert_eq!(per_rank, topo.ranks());
+        // The stages are the fabric's layers, not the plain decomposition.
+        let stages = |topo: &Topology| {
+            let mut p =
+                Planner::for_algorithm(topo, Algorithm::Fast, PlannerOptions::default()).unwrap();
+            p.plan(&m).unwrap();
+            p.stages().to_vec()
+        };
+        assert_ne!(stages(&topo), stages(&fabric_topo(nodes, 2, 0)));
+    }
+}
+
 /// A mesh fabric (fast's relief pass) and a program's errors.
 #[test]
 fn mesh_and_errors() {
@@ -141,14 +242,16 @@ fn mesh_and_errors() {
     assert!(Planner::for_algorithm(&topo, Algorithm::Lp, PlannerOptions::default()).is_err());
 }
 
-/// `fast`'s merged plan (a latency-bound exchange) is planned per rank;
-/// staged `fast`, `spray` and `auto` refuse, naming the algorithm, and
-/// `program` slices their whole plan instead.
+/// `fast`'s merged plan (a latency-bound exchange) and its staged plan are
+/// planned per rank; staged `fast` refuses (naming the algorithm and why,
+/// and `program` slices its whole plan instead) when every pair goes
+/// direct or the rank's traffic lacks the node splits; `auto` refuses.
 #[test]
 fn which_plans_are_planned_per_rank() {
     let topo = Topology::preset("dgx-h100", 4, Some(2)).unwrap();
     let tiny = TrafficMatrix::uniform(8, 64);
     let big = TrafficMatrix::uniform(8, 1 << 20);
+    let skewed = matrix(8, 5, 1, 1 << 20);
     let mut fast =
         Planner::for_algorithm(&topo, Algorithm::Fast, PlannerOptions::default()).unwrap();
     fast.plan(&tiny).unwrap();
@@ -159,26 +262,31 @@ fn which_plans_are_planned_per_rank() {
         assert_eq!(prog, fast.program(r, &tiny).unwrap());
         assert_eq!(prog.algorithm, "fast");
     }
-    let local = LocalTraffic::from_matrix(&big, 3, &topo).unwrap();
+    // Staged, balanced lanes: planned alone.
+    let mut local = LocalTraffic::from_matrix(&skewed, 3, &topo).unwrap();
+    let prog = fast.program_local(&local).unwrap();
+    assert!(!fast.merged());
+    assert_eq!(prog, fast.program(3, &skewed).unwrap());
+    // Without the node splits it cannot balance the pairs.
+    local.node_splits = None;
     let e = fast.program_local(&local).unwrap_err();
     assert!(
         matches!(&e, Error::NeedsWholeMatrix { algorithm, .. } if algorithm == "fast"),
         "{e}"
     );
+    assert!(e.to_string().contains("node_splits"), "{e}");
+    // Uniform: every pair direct, whose receives wait on every rail.
+    let local = LocalTraffic::from_matrix(&big, 3, &topo).unwrap();
+    let e = fast.program_local(&local).unwrap_err();
     assert!(e.to_string().contains("needs the whole matrix"), "{e}");
+    assert!(e.to_string().contains("directly"), "{e}");
+    assert_eq!(fast.program(3, &big).unwrap().rank, 3);
     let mut spray =
         Planner::for_algorithm(&topo, Algorithm::Spray, PlannerOptions::default()).unwrap();
-    let local = LocalTraffic::from_matrix(&tiny, 3, &topo).unwrap();
-    assert!(matches!(
-        spray.program_local(&local),
-        Err(Error::NeedsWholeMatrix { .. })
-    ));
-    let mut auto = Planner::auto(
-        &topo,
-        PlannerOptions::default(),
-        switchyard_compiler::sim::Network::Ideal,
-    )
-    .unwrap();
+    let local = LocalTraffic::from_matrix(&skewed, 3, &topo).unwrap();
+    let prog = spray.program_local(&local).unwrap();
+    assert_eq!(prog.algorithm, "spray");
+    let mut auto = Planner::auto(&topo, PlannerOptions::default(), Network::Ideal).unwrap();
     let e = auto.program_local(&local).unwrap_err().to_string();
     assert!(e.starts_with("auto: needs the whole matrix"), "{e}");
     assert_eq!(auto.program(3, &tiny).unwrap().rank, 3);

@@ -284,6 +284,8 @@ fn local_from_bytes(topo: &Topology, rank: i64, parts: &[Vec<u8>]) -> PyResult<L
         rail_before: next(),
         inter_out: next(),
         inter_in: next(),
+        // Not gathered from Python: staged `fast` slices the whole plan.
+        node_splits: None,
     })
 }
 

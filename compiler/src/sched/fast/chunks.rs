@@ -3,6 +3,7 @@
 //! chunks (rotated, direct lanes by block, mesh lanes ending on their own
 //! receiver), the split first send, and the taper of the last sends.
 
+use super::blocks::Blocks;
 use super::emit::Emitter;
 use super::mul_div;
 
@@ -154,27 +155,26 @@ impl Emitter {
         }
     }
 
-    /// Cuts bytes `from..to` of lane `l` (GPU `c`) into sends of at most a
-    /// chunk, in the order they go. A direct lane (`direct_row`: where its
-    /// row range for the destination node starts in `send_off`) starts at
+    /// Cuts bytes `from..to` of lane `l` (GPU `c`) of a node pair sending
+    /// node `b` into sends of at most a chunk, in the order they go (`first`:
+    /// the GPU's first slice that carries bytes). A direct lane starts at
     /// its block for GPU `l`, then `l + 1`, ... (wrapping): the lanes of a
     /// pair send into different GPUs (and NICs) at any time. Its sends are
     /// cut at block boundaries, but adjacent latency-bound blocks go as one
     /// send (a slot of several transfers). Inlined into its one caller:
     /// called apart it cost 1.5% of a plan's instructions at 8x8.
     ///
-    /// `first`, when given, is the chunk the rotation starts at (mesh
+    /// `start`, when given, is the chunk the rotation starts at (mesh
     /// lanes: see tail.rs); by default lane `l` starts at chunk
     /// `l · parts / G`.
     #[inline(always)]
     pub(super) fn cut_chunks(
         &mut self,
-        c: usize,
-        l: usize,
-        from: u64,
-        to: u64,
-        direct_row: Option<usize>,
-        first: Option<u64>,
+        v: &impl Blocks,
+        (c, b, l, from, to): (usize, usize, usize, u64, u64),
+        direct: bool,
+        start: Option<u64>,
+        first: bool,
     ) {
         self.chunks.clear();
         if from >= to {
@@ -186,8 +186,9 @@ impl Emitter {
             let at = |k: u64| lo + mul_div(hi - lo, k, parts);
             chunks.extend((0..parts).map(|k| (at(k), at(k + 1))));
         };
-        if let Some(row) = direct_row {
-            let (g, base) = (self.gpus, self.send_off[row]);
+        if direct {
+            let row = b * self.gpus;
+            let (g, base) = (self.gpus, v.send_at(c, row));
             // Blocks merge into one send while it stays latency-bound (under
             // half an inter-node latency on its NIC): merging saves latencies,
             // and so few bytes cost nothing at the receivers they share.
@@ -197,8 +198,8 @@ impl Emitter {
             for k in 0..g {
                 let j = (l + k) % g;
                 let (b0, b1) = (
-                    self.send_off[row + j] - base,
-                    self.send_off[row + j + 1] - base,
+                    v.send_at(c, row + j) - base,
+                    v.send_at(c, row + j + 1) - base,
                 );
                 let (lo, hi) = (from.max(b0), to.min(b1));
                 if lo >= hi {
@@ -221,12 +222,12 @@ impl Emitter {
         } else {
             // Lanes start at different chunks, so their last chunks (and the
             // forwards that follow them) go to different GPUs: the chunks of
-            // `split`, rotated left by `first`.
+            // `split`, rotated left by `start`.
             let parts = (to - from).div_ceil(chunk);
             let at = |k: u64| from + mul_div(to - from, k, parts);
-            let first = first.map_or(l as u64 * parts / self.gpus as u64, |k| k.min(parts - 1));
-            let mut lo = at(first);
-            for k in (first + 1..=parts).chain(1..=first) {
+            let start = start.map_or(l as u64 * parts / self.gpus as u64, |k| k.min(parts - 1));
+            let mut lo = at(start);
+            for k in (start + 1..=parts).chain(1..=start) {
                 let hi = if k == parts { to } else { at(k) };
                 self.chunks.push((lo, hi));
                 lo = if k == parts { from } else { hi };
@@ -236,17 +237,11 @@ impl Emitter {
         // with several sends in flight, a first send shorter than the next
         // staggers them, so one's latency overlaps another's transfer
         // instead of all starting (and waiting) in lockstep.
-        if self.splits_first_send(c, self.chunks.len()) {
+        if first && self.depth >= 2 && self.depth != u32::MAX && self.chunks.len() >= 2 {
             let (lo, hi) = self.chunks[0];
             let mid = lo + (hi - lo) / 2;
             self.chunks[0] = (lo, mid);
             self.chunks.push((mid, hi));
         }
-    }
-
-    /// GPU `c`'s next slice, cut into `parts` sends, has its first send
-    /// halved (see `cut_chunks`).
-    pub(super) fn splits_first_send(&self, c: usize, parts: usize) -> bool {
-        self.slots[c].is_empty() && self.depth >= 2 && self.depth != u32::MAX && parts >= 2
     }
 }

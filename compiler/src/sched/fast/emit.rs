@@ -1,18 +1,24 @@
 //! `fast`'s emitter: the per-plan state of the planner and the pipeline
 //! that turns one traffic matrix into a plan ([`Emitter::plan_into`]):
 //! offsets, balancing, scratch layout, stages, then the transfers. It owns
-//! the merged plan of direct sends (latency-bound exchanges) and [`Emit`],
-//! the transfer list written over the previous plan's. The steps live in
-//! the neighbouring files: `layout` (offsets and scratch), `lanes`
+//! the merged plan of direct sends (latency-bound exchanges), [`Sink`]
+//! (where the steps write: the whole plan, or one rank's program in
+//! `rank.rs`) and [`Emit`], the transfer list written over the previous
+//! plan's. The steps live in the neighbouring files: `blocks` (offsets,
+//! from the whole matrix or one rank's view), `layout` (scratch), `lanes`
 //! (balancing every node pair), `sends`, `chunks` and `window` (the staged
 //! inter-node sends, their chunks and their pacing), `forwards`, `intra`
 //! (intra-node blocks) and `slots` (dependency ids). The kinds of transfers
 //! are those of docs/algorithms.md, `fast`; `crate::planner::Planner` is the
 //! public face of this type.
 
+use std::ops::Range;
+
 use super::balance::{Lane, LaneWeights, Piece};
+use super::blocks::{Blocks, RankBuffers, WholeBlocks};
 use super::leaves::LeafStages;
 use super::mesh::MeshRelief;
+use super::rank::RankSink;
 use super::stages::{Decomposer, StagePair};
 use super::window::MIN_DEPTH;
 use crate::error::{num, Error, Result};
@@ -110,12 +116,14 @@ pub(crate) struct Emitter {
     /// balancing moves are spread over all its links (balance.rs).
     pub(super) mesh: bool,
     // Per-plan buffers, kept between calls.
-    /// `send_off[s * (n + 1) + d]`: offset of block (s, d) in input of s; the
-    /// last entry of a row is the row's total.
-    pub(super) send_off: Vec<u64>,
-    /// `recv_off[s * n + d]`: offset of block (s, d) in output of d.
-    pub(super) recv_off: Vec<u64>,
-    pub(super) col_acc: Vec<u64>,
+    /// Block offsets of the whole matrix (whole plans).
+    pub(super) whole: WholeBlocks,
+    /// Block offsets one rank's program reads (`rank.rs`).
+    pub(super) rank_bufs: RankBuffers,
+    /// The scratch sizes of a rank's program's plan (`rank.rs`).
+    pub(super) rank_scratch: Vec<u64>,
+    /// Keys of the transfers a rank's program emits (`rank.rs`).
+    pub(super) rank_sink: RankSink,
     pub(super) node_bytes: Vec<u64>,
     /// Non-empty blocks between different nodes.
     pub(super) inter_blocks: u64,
@@ -132,8 +140,9 @@ pub(crate) struct Emitter {
     pub(super) depth: u32,
     pub(super) chunk: u64,
     pub(super) taken: Vec<u64>,
-    /// Where each lane's last slice ended (its share of `taken`).
-    pub(super) lane_cut: Vec<u64>,
+    /// Index in `stages` of each GPU's first non-empty lane slice
+    /// ([`NONE`] if it sends nothing): its first send is split.
+    pub(super) first_slice: Vec<u32>,
     /// Inter-node sends of each GPU, per stage slot (second is NONE if one).
     pub(super) slots: Vec<Vec<[u32; 2]>>,
     /// Inter-node sends into each GPU, per slot (the receive-side chain).
@@ -251,9 +260,10 @@ impl Emitter {
             intra_latency,
             intra_rate: topo.intra_bandwidth().max(f64::MIN_POSITIVE),
             mesh: topo.intra_kind() == Some(IntraKind::Mesh),
-            send_off: Vec::with_capacity(ranks * (ranks + 1)),
-            recv_off: Vec::with_capacity(ranks * ranks),
-            col_acc: Vec::with_capacity(ranks),
+            whole: WholeBlocks::default(),
+            rank_bufs: RankBuffers::default(),
+            rank_scratch: Vec::new(),
+            rank_sink: RankSink::default(),
             node_bytes: Vec::with_capacity(nodes * nodes),
             inter_blocks: 0,
             lanes: Vec::with_capacity(nodes * nodes * gpus),
@@ -268,7 +278,7 @@ impl Emitter {
             depth: 1,
             chunk: u64::MAX,
             taken: Vec::with_capacity(nodes * nodes),
-            lane_cut: Vec::with_capacity(nodes * nodes * gpus),
+            first_slice: Vec::with_capacity(ranks),
             slots: vec![Vec::new(); ranks],
             rslots: vec![Vec::new(); ranks],
             unit: 0,
@@ -328,10 +338,12 @@ impl Emitter {
             .push_str(if self.opts.staged { "fast" } else { "spray" });
         out.ranks = self.ranks() as u32;
         out.gpus_per_node = self.gpus as u32;
-        self.offsets(traffic);
+        // Taken out of `self` while the emitter's steps read it.
+        let mut whole = std::mem::take(&mut self.whole);
+        self.offsets(traffic, &mut whole);
         self.stages.clear();
         self.slots.iter_mut().for_each(Vec::clear);
-        self.latency_bound = self.opts.staged && self.is_latency_bound();
+        self.latency_bound = self.opts.staged && self.is_latency_bound(&whole);
         self.merged = self.latency_bound || (self.opts.staged && self.one_nic_few_peers);
         let mut emit = Emit::new(&mut out.transfers);
         if self.merged {
@@ -340,16 +352,18 @@ impl Emitter {
             // Blocks go whole and none waits for another.
             self.chunk = u64::MAX;
             self.depth = u32::MAX;
-            self.emit_direct(traffic, &mut emit);
+            self.emit_direct(&whole, traffic, &mut emit);
             emit.finish();
+            self.whole = whole;
             return Ok(());
         }
-        self.balance();
+        self.balance(&whole);
         self.layout_scratch(&mut out.scratch);
         self.decompose();
-        self.emit_inter_node(&mut emit);
-        self.emit_intra_node(traffic, &mut emit);
+        self.emit_inter_node(&whole, &mut emit);
+        self.emit_intra_node(&whole, &mut emit);
         emit.finish();
+        self.whole = whole;
         if self.mesh {
             self.relief
                 .relieve(out, self.gpus, self.chunk, &self.early_move);
@@ -362,7 +376,7 @@ impl Emitter {
     /// (beta <= alpha). Then every relay hop and every stage only adds
     /// latency, and incast costs little on so few bytes: the plan merges all
     /// stages into one of direct sends.
-    fn is_latency_bound(&self) -> bool {
+    fn is_latency_bound(&self, w: &WholeBlocks) -> bool {
         if self.nodes < 2 {
             return false;
         }
@@ -370,13 +384,9 @@ impl Emitter {
         // Per GPU: bytes it sends to and receives from other nodes; a NIC
         // carries the sum over the GPUs of its rail.
         self.busiest_within_latency((0..n).map(|s| {
-            let row = &self.send_off[s * (n + 1)..(s + 1) * (n + 1)];
-            let first = s / g * g;
-            let out = row[n] - (row[first + g] - row[first]);
-            let inn = self.col_acc[s]
-                - (first..first + g)
-                    .map(|x| self.send_off[x * (n + 1) + s + 1] - self.send_off[x * (n + 1) + s])
-                    .sum::<u64>();
+            let a = s / g;
+            let out = w.send_at(s, n) - w.to_node(s, a);
+            let inn = w.col_acc[s] - w.node_to_rank(a, s);
             (out, inn)
         }))
     }
@@ -394,21 +404,20 @@ impl Emitter {
     /// Block `(s, d)` of `bytes` bytes, whole, from `s`'s input into its
     /// place in `d`'s output.
     pub(super) fn whole_block(
-        &self,
+        v: &impl Blocks,
         s: usize,
         d: usize,
         bytes: u64,
         path: Path,
         deps: Deps,
     ) -> Transfer {
-        let n = self.ranks();
         Transfer {
             src: s as u32,
             src_buf: Buffer::Input,
-            src_off: self.send_off[s * (n + 1) + d],
+            src_off: v.send_at(s, d),
             dst: d as u32,
             dst_buf: Buffer::Output,
-            dst_off: self.recv_off[s * n + d],
+            dst_off: v.recv_at(s, d),
             bytes,
             path,
             step: 0,
@@ -417,7 +426,7 @@ impl Emitter {
     }
 
     /// Every block straight from its source to its destination, at once.
-    fn emit_direct(&self, m: &TrafficMatrix, out: &mut Emit) {
+    fn emit_direct(&self, w: &WholeBlocks, m: &TrafficMatrix, out: &mut Emit) {
         let (n, g) = (self.ranks(), self.gpus);
         for s in 0..n {
             let node = s / g * g..(s / g + 1) * g;
@@ -433,7 +442,7 @@ impl Emitter {
                 } else {
                     Path::Rdma { nic }
                 };
-                out.push(self.whole_block(s, d, bytes, path, Deps::new()));
+                out.push(Self::whole_block(w, s, d, bytes, path, Deps::new()));
             }
         }
     }
@@ -470,7 +479,7 @@ impl Emitter {
         self.depth
     }
     /// Stages (or one stage of everything for `spray`) and the pipeline depth.
-    fn decompose(&mut self) {
+    pub(super) fn decompose(&mut self) {
         self.stages.clear();
         let nn = self.nodes;
         if !self.opts.staged {
@@ -533,22 +542,56 @@ impl<'p> Emit<'p> {
         Emit { transfers, len: 0 }
     }
 
-    /// Transfers written so far.
-    pub(super) fn len(&self) -> usize {
+    /// Drops what is left of the previous plan.
+    pub(super) fn finish(self) {
+        self.transfers.truncate(self.len);
+    }
+}
+
+/// Where the emitter's steps write their transfers, and which of them they
+/// write: the whole plan ([`Emit`]) or what one rank's program needs
+/// (`rank::RankSink`). The steps are the same code for both.
+pub(super) trait Sink {
+    /// Transfers written so far (the next one's id).
+    fn len(&self) -> usize;
+    /// Writes the next transfer and returns its id (dependencies name
+    /// transfers by these ids).
+    fn push(&mut self, t: Transfer) -> u32;
+    /// The lanes of node pair `(a, b)` to emit (all `0..g` for a whole
+    /// plan). A lane is emitted in every stage or in none.
+    fn lanes(&self, a: usize, b: usize, g: usize) -> Range<usize>;
+    /// Whether to emit the forwards at node `b` (the receiving node).
+    fn forwards_at(&self, b: usize) -> bool;
+    /// The nodes whose intra-node blocks to emit.
+    fn intra_nodes(&self, nodes: usize) -> Range<usize>;
+}
+
+impl Sink for Emit<'_> {
+    #[inline(always)]
+    fn len(&self) -> usize {
         self.len
     }
 
-    /// Writes the next transfer and returns its index.
-    #[inline]
-    pub(super) fn push(&mut self, t: Transfer) -> u32 {
+    /// Writes the next transfer over the previous plan's and returns its index.
+    #[inline(always)]
+    fn push(&mut self, t: Transfer) -> u32 {
         put(self.transfers, self.len, t);
         self.len += 1;
         (self.len - 1) as u32
     }
 
-    /// Drops what is left of the previous plan.
-    pub(super) fn finish(self) {
-        self.transfers.truncate(self.len);
+    #[inline(always)]
+    fn lanes(&self, _: usize, _: usize, g: usize) -> Range<usize> {
+        0..g
+    }
+
+    #[inline(always)]
+    fn forwards_at(&self, _: usize) -> bool {
+        true
+    }
+
+    fn intra_nodes(&self, nodes: usize) -> Range<usize> {
+        0..nodes
     }
 }
 

@@ -3,7 +3,8 @@
 //! of a plan's transfers are forwards.
 
 use super::balance::Lane;
-use super::emit::{put, Emit, Emitter};
+use super::blocks::Blocks;
+use super::emit::{Emitter, Sink};
 use super::sends::clip_pieces;
 use crate::plan::{Buffer, Deps, Path, Transfer};
 
@@ -17,7 +18,8 @@ impl Emitter {
     #[inline(always)]
     pub(super) fn emit_forwards(
         &self,
-        out: &mut Emit,
+        v: &impl Blocks,
+        out: &mut impl Sink,
         lane: &Lane,
         a: usize,
         b: usize,
@@ -32,6 +34,7 @@ impl Emitter {
         if from < lane.own {
             let hi = to.min(lane.own);
             self.forward_blocks(
+                v,
                 out,
                 a * g + l,
                 b,
@@ -50,14 +53,15 @@ impl Emitter {
         for (piece, p0, lo, hi) in clip_pieces(pieces, from.max(lane.own) - lane.own, to - lane.own)
         {
             // Row range of the piece's source covered by lo..hi.
-            let (u, v) = (piece.row_off + (lo - p0), piece.row_off + (hi - p0));
+            let (u, w) = (piece.row_off + (lo - p0), piece.row_off + (hi - p0));
             self.forward_blocks(
+                v,
                 out,
                 piece.src as usize,
                 b,
                 r,
                 u,
-                v,
+                w,
                 lane.recv_base + lane.own + lo,
                 landed,
                 stage,
@@ -65,44 +69,42 @@ impl Emitter {
         }
     }
 
-    /// Forwards row range `u..v` of what rank `s` sends to node `b`, sitting
+    /// Forwards row range `u..w` of what rank `s` sends to node `b`, sitting
     /// at `scratch_off` of rank `r`, block by block. The hot loop of the
     /// planner: most transfers of a plan are forwards.
     #[allow(clippy::too_many_arguments)]
     fn forward_blocks(
         &self,
-        out: &mut Emit,
+        v: &impl Blocks,
+        out: &mut impl Sink,
         s: usize,
         b: usize,
         r: usize,
         u: u64,
-        v: u64,
+        w: u64,
         scratch_off: u64,
         landed: u32,
         stage: u32,
     ) {
-        let (n, g) = (self.ranks(), self.gpus);
-        let row = &self.send_off[s * (n + 1) + b * g..][..=g];
-        let recv = &self.recv_off[s * n + b * g..][..g];
+        let g = self.gpus;
+        let row = v.send_row(s, b);
+        let recv = v.recv_row(s, b);
         // Absolute offsets in the input of `s`; the first block that ends
         // after `u`.
-        let (u, v) = (row[0] + u, row[0] + v);
+        let (u, end) = (row[0] + u, row[0] + w);
         let mut j = 0;
         while j < g && row[j + 1] <= u {
             j += 1;
         }
-        // The write position in a local, not stored back per transfer.
-        let Emit { transfers, len } = out;
-        let mut at = *len;
         while j < g {
             let (b0, b1) = (row[j], row[j + 1]);
-            if b0 >= v {
+            if b0 >= end {
                 break;
             }
             if b0 < b1 {
-                let (lo, hi) = (u.max(b0), v.min(b1));
+                let (lo, hi) = (u.max(b0), end.min(b1));
                 let d = b * g + j;
-                let t = Transfer {
+                out.push(Transfer {
                     src: r as u32,
                     src_buf: Buffer::Scratch,
                     src_off: scratch_off + (lo - u),
@@ -113,12 +115,9 @@ impl Emitter {
                     path: if d == r { Path::Local } else { Path::Nvlink },
                     step: stage + 1,
                     deps: Deps::from_buf_and_len([landed, 0, 0, 0], 1),
-                };
-                put(transfers, at, t);
-                at += 1;
+                });
             }
             j += 1;
         }
-        *len = at;
     }
 }

@@ -1,10 +1,10 @@
 //! Intra-node traffic: one NVLink (or local) transfer per block, held
 //! back only by the early balancing moves that share its NVLink ports.
 
-use super::emit::{Emit, Emitter};
+use super::blocks::Blocks;
+use super::emit::{Emitter, Sink};
 use super::slots::{add_op, deps_of};
 use crate::plan::Path;
-use crate::traffic::TrafficMatrix;
 
 impl Emitter {
     /// Traffic inside a node: one transfer per block. NVLink has the whole
@@ -27,13 +27,14 @@ impl Emitter {
     /// once: 4x72 Zipf 1.0 1.411 -> 1.128 of the bound without that wait,
     /// 8x16 Zipf 1.0 1.179 -> 1.054, MI300X 2x8 intra-skew 1.2 at 64 KB
     /// 2.093 -> 1.579 (docs/algorithms.md, section 3).
-    pub(super) fn emit_intra_node(&mut self, m: &TrafficMatrix, out: &mut Emit) {
-        let (n, g) = (self.ranks(), self.gpus);
+    pub(super) fn emit_intra_node(&mut self, v: &impl Blocks, out: &mut impl Sink) {
+        let g = self.gpus;
         let mut ids = std::mem::take(&mut self.chain_buf);
-        for s in 0..n {
+        let nodes = out.intra_nodes(self.nodes);
+        for s in nodes.start * g..nodes.end * g {
             let first = s / g * g;
             for d in first..first + g {
-                let bytes = m.get(s, d);
+                let bytes = v.send_at(s, d + 1) - v.send_at(s, d);
                 if bytes == 0 {
                     continue;
                 }
@@ -48,7 +49,7 @@ impl Emitter {
                     }
                 }
                 let path = if s == d { Path::Local } else { Path::Nvlink };
-                out.push(self.whole_block(s, d, bytes, path, deps_of(&ids)));
+                out.push(Self::whole_block(v, s, d, bytes, path, deps_of(&ids)));
             }
         }
         self.chain_buf = ids;

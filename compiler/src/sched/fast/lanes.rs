@@ -3,6 +3,7 @@
 //! it), or all sent directly when every pair is balanced already.
 
 use super::balance::{balance_pair, Lane};
+use super::blocks::Blocks;
 use super::emit::Emitter;
 
 /// A pair goes direct only if its busiest lane carries at most this fraction
@@ -32,7 +33,7 @@ impl Emitter {
     }
 
     /// Balances every node pair (module [`crate::sched::fast::balance`]).
-    pub(super) fn balance(&mut self) {
+    pub(super) fn balance(&mut self, v: &impl Blocks) {
         let (nn, g) = (self.nodes, self.gpus);
         self.lanes.clear();
         self.lanes.resize(nn * nn * g, Lane::default());
@@ -72,11 +73,11 @@ impl Emitter {
                 }
                 self.sent.clear();
                 for l in 0..g {
-                    let x = self.to_node(a * g + l, b).1;
+                    let x = v.to_node(a * g + l, b);
                     self.sent.push(x);
                 }
                 all_direct =
-                    self.sent.iter().all(|&x| x == 0) || self.direct_is_enough(a, b, min_gain);
+                    self.sent.iter().all(|&x| x == 0) || self.direct_is_enough(v, a, b, min_gain);
             }
         }
         self.all_direct = all_direct;
@@ -87,7 +88,7 @@ impl Emitter {
                 }
                 self.sent.clear();
                 for l in 0..g {
-                    let x = self.to_node(a * g + l, b).1;
+                    let x = v.to_node(a * g + l, b);
                     self.sent.push(x);
                 }
                 let at = self.lane_index(a, b, 0);
@@ -125,8 +126,8 @@ impl Emitter {
     /// more than they save (alpha-beta, as (2) in docs/algorithms.md; the
     /// relative slack because a pair's excess is paid again in every stage
     /// it spans). `self.sent` holds what each GPU of `a` sends to `b`.
-    fn direct_is_enough(&self, a: usize, b: usize, min_gain: f64) -> bool {
-        let (n, g) = (self.ranks(), self.gpus);
+    fn direct_is_enough(&self, v: &impl Blocks, a: usize, b: usize, min_gain: f64) -> bool {
+        let g = self.gpus;
         let total: u64 = self.sent.iter().sum();
         if total == 0 {
             return false;
@@ -144,9 +145,7 @@ impl Emitter {
         for l in 0..g {
             worst = worst.max(self.sent[l] * share(l));
             let d = b * g + l;
-            let inn: u64 = (a * g..(a + 1) * g)
-                .map(|s| self.send_off[s * (n + 1) + d + 1] - self.send_off[s * (n + 1) + d])
-                .sum();
+            let inn = v.node_to_rank(a, d);
             worst = worst.max(inn * share(l));
         }
         let excess = (worst - balanced.min(worst)) as f64;

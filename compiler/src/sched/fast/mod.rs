@@ -15,6 +15,7 @@
 //! depends on the facade.
 
 pub(crate) mod balance;
+mod blocks;
 mod chunks;
 pub(crate) mod emit;
 mod forwards;

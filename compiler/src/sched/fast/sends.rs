@@ -5,22 +5,19 @@
 //! balancing moves that feed it.
 
 use super::balance::Piece;
-use super::emit::{Emit, Emitter};
+use super::blocks::Blocks;
+use super::emit::{Emitter, Sink};
 use super::mul_div;
 use super::slots::{add_ops, deps_of, FewIds, NONE, RANGE};
 use crate::plan::{Buffer, Path, Transfer};
 
 impl Emitter {
-    pub(super) fn emit_inter_node(&mut self, out: &mut Emit) {
+    pub(super) fn emit_inter_node(&mut self, v: &impl Blocks, out: &mut impl Sink) {
         let nn = self.nodes;
         // The chunk size and the window unit both follow from them.
         let bounds = self.chunk_bounds();
         self.chunk = self.chunk_size(bounds);
         self.depth = self.depth_for_chunks();
-        self.taken.clear();
-        self.taken.resize(nn * nn, 0);
-        self.lane_cut.clear();
-        self.lane_cut.resize(self.lanes.len(), 0);
         for s in self.slots.iter_mut().chain(&mut self.rslots) {
             s.clear();
         }
@@ -49,6 +46,9 @@ impl Emitter {
             self.last_pair[p.src_node as usize] = i;
             self.last_pair[nn + p.dst_node as usize] = i;
         }
+        self.first_slices();
+        self.taken.clear();
+        self.taken.resize(nn * nn, 0);
         for i in 0..self.stages.len() {
             let p = self.stages[i];
             let (a, b) = (p.src_node as usize, p.dst_node as usize);
@@ -57,37 +57,70 @@ impl Emitter {
             let after = before + p.bytes;
             self.taken[a * nn + b] = after;
             let total = self.node_bytes[a * nn + b];
-            for l in 0..self.gpus {
+            for l in out.lanes(a, b, self.gpus) {
                 let li = self.lane_index(a, b, l);
-                let (len, direct) = (self.lanes[li].len(), self.lanes[li].direct);
-                // Bytes `before..after` of the pair, pro rata on the lane:
-                // the lane's cut of `before` is where its previous slice ended.
-                let from = self.lane_cut[li];
-                let to = if after == total {
-                    len
-                } else {
-                    mul_div(after, len, total)
-                };
-                self.lane_cut[li] = to;
+                let lane = self.lanes[li];
+                let (from, to) = lane_slice(before, after, total, lane.len());
                 let c = a * self.gpus + l;
-                let row = c * (self.ranks() + 1) + b * self.gpus;
-                let direct_row = direct.then_some(row);
                 if self.unit > 0 && to > from {
                     self.nominal = (to - from) / (to - from).div_ceil(self.chunk);
                 }
-                if self.mesh && !direct {
+                let first = self.first_slice[c] == i as u32;
+                if self.mesh && !lane.direct {
                     // On a mesh, the slice ends on the bytes with the
                     // shortest forward (tail.rs).
-                    self.cut_mesh_slice((li, c, b, l), from, to, taper);
+                    self.cut_mesh_slice(v, (li, c, b, l), (from, to), taper, first);
                 } else {
-                    self.cut_chunks(c, l, from, to, direct_row, None);
-                    if taper && direct_row.is_none() {
+                    self.cut_chunks(v, (c, b, l, from, to), lane.direct, None, first);
+                    if taper && !lane.direct {
                         self.taper_last_chunks();
                     }
                 }
                 for k in 0..self.chunks.len() {
                     let (lo, hi) = self.chunks[k];
-                    self.emit_slice(out, li, (a, b, l), lo, hi, p.stage);
+                    self.emit_slice(v, out, li, (a, b, l), lo, hi, p.stage);
+                }
+            }
+        }
+    }
+
+    /// For every GPU, the index in `stages` of its first lane slice that
+    /// carries bytes, into `first_slice` ([`NONE`] if none): the first send
+    /// of a GPU is split (`cut_chunks`). A function of the stages and the
+    /// lanes alone, so a rank's program finds it for GPUs whose earlier
+    /// slices it does not emit.
+    fn first_slices(&mut self) {
+        let (nn, g) = (self.nodes, self.gpus);
+        self.first_slice.clear();
+        self.first_slice.resize(self.ranks(), NONE);
+        self.taken.clear();
+        self.taken.resize(nn * nn, 0);
+        // GPUs of each node still without a slice; nodes still with one.
+        self.sent.clear();
+        self.sent.resize(nn, g as u64);
+        let mut nodes_left = nn;
+        for (i, p) in self.stages.iter().enumerate() {
+            if nodes_left == 0 {
+                break;
+            }
+            let (a, b) = (p.src_node as usize, p.dst_node as usize);
+            let before = self.taken[a * nn + b];
+            let after = before + p.bytes;
+            self.taken[a * nn + b] = after;
+            if self.sent[a] == 0 {
+                continue;
+            }
+            let total = self.node_bytes[a * nn + b];
+            for l in 0..g {
+                let c = a * g + l;
+                let len = self.lanes[self.lane_index(a, b, l)].len();
+                let (from, to) = lane_slice(before, after, total, len);
+                if self.first_slice[c] == NONE && to > from {
+                    self.first_slice[c] = i as u32;
+                    self.sent[a] -= 1;
+                    if self.sent[a] == 0 {
+                        nodes_left -= 1;
+                    }
                 }
             }
         }
@@ -121,7 +154,8 @@ impl Emitter {
     #[allow(clippy::too_many_arguments)]
     fn emit_slice(
         &mut self,
-        out: &mut Emit,
+        v: &impl Blocks,
+        out: &mut impl Sink,
         li: usize,
         (a, b, l): (usize, usize, usize),
         from: u64,
@@ -132,7 +166,7 @@ impl Emitter {
         let (c, r) = (a * g + l, b * g + l);
         let lane = self.lanes[li];
         if lane.direct {
-            self.emit_direct_slice(out, a, b, l, from, to, stage);
+            self.emit_direct_slice(v, out, (a, b, l), from, to, stage);
             return;
         }
         let slot = self.slots[c].len();
@@ -162,7 +196,7 @@ impl Emitter {
         let mut ops = [NONE; 2];
         if from < lane.own {
             let end = to.min(lane.own);
-            let base = self.send_off[c * (self.ranks() + 1) + b * g];
+            let base = v.send_at(c, b * g);
             ops[0] = out.push(Transfer {
                 src: c as u32,
                 src_buf: Buffer::Input,
@@ -186,7 +220,7 @@ impl Emitter {
             // the carrier's NIC idle until all of it had arrived (2x8
             // intra-skew: 1.43x -> 1.04x the bound).
             for (piece, p0, lo, hi) in clip_pieces(pieces, g0, g1) {
-                let (base, _) = self.to_node(piece.src as usize, b);
+                let base = v.send_at(piece.src as usize, b * g);
                 // A carrier's moves arrive in the order its sends use
                 // them, so the first send's bytes do not share NVLink
                 // with moves needed much later.
@@ -234,11 +268,36 @@ impl Emitter {
         self.slots[c].push(ops);
         self.rslots[r].push(ops);
         self.count_send(c, r);
+        if !out.forwards_at(b) {
+            return;
+        }
         if ops[0] != NONE {
-            self.emit_forwards(out, &lane, a, b, l, from, to.min(lane.own), ops[0], stage);
+            self.emit_forwards(
+                v,
+                out,
+                &lane,
+                a,
+                b,
+                l,
+                from,
+                to.min(lane.own),
+                ops[0],
+                stage,
+            );
         }
         if ops[1] != NONE {
-            self.emit_forwards(out, &lane, a, b, l, from.max(lane.own), to, ops[1], stage);
+            self.emit_forwards(
+                v,
+                out,
+                &lane,
+                a,
+                b,
+                l,
+                from.max(lane.own),
+                to,
+                ops[1],
+                stage,
+            );
         }
     }
 
@@ -250,15 +309,14 @@ impl Emitter {
     #[inline(never)]
     fn emit_direct_slice(
         &mut self,
-        out: &mut Emit,
-        a: usize,
-        b: usize,
-        l: usize,
+        v: &impl Blocks,
+        out: &mut impl Sink,
+        (a, b, l): (usize, usize, usize),
         from: u64,
         to: u64,
         stage: u32,
     ) {
-        let (n, g) = (self.ranks(), self.gpus);
+        let g = self.gpus;
         let c = a * g + l;
         let depth = self.depth as usize;
         // The chains are those of the balanced lane (GPU `l` of `b` stands
@@ -275,13 +333,13 @@ impl Emitter {
             }
         }
         let path = Path::Rdma { nic: self.rail[l] };
-        let row = c * (n + 1) + b * g;
-        let base = self.send_off[row];
+        let row = b * g;
+        let base = v.send_at(c, row);
         let first = out.len() as u32;
         for j in 0..g {
             let (b0, b1) = (
-                self.send_off[row + j] - base,
-                self.send_off[row + j + 1] - base,
+                v.send_at(c, row + j) - base,
+                v.send_at(c, row + j + 1) - base,
             );
             if b1 <= from || b0 == b1 {
                 continue;
@@ -297,7 +355,7 @@ impl Emitter {
                 src_off: base + lo,
                 dst: d as u32,
                 dst_buf: Buffer::Output,
-                dst_off: self.recv_off[c * n + d] + (lo - b0),
+                dst_off: v.recv_at(c, d) + (lo - b0),
                 bytes: hi - lo,
                 path,
                 step: stage,
@@ -314,6 +372,20 @@ impl Emitter {
         self.rslots[r].push(ops);
         self.count_send(c, r);
     }
+}
+
+/// Bytes `from..to` of a lane of `len` bytes that a stage pair moving bytes
+/// `before..after` of its node pair's `total` sends: its pro-rata share,
+/// the lane's end when the pair's end is reached.
+pub(super) fn lane_slice(before: u64, after: u64, total: u64, len: u64) -> (u64, u64) {
+    let cut = |x: u64| {
+        if x == total {
+            len
+        } else {
+            mul_div(x, len, total)
+        }
+    };
+    (cut(before), cut(after))
 }
 
 /// The parts of `pieces`, laid end to end from offset 0 of a lane's stream,

@@ -17,6 +17,7 @@
 //! carries moved bytes starts inside its own head (its first send must not
 //! wait for the moves), or where it started before.
 
+use super::blocks::Blocks;
 use super::emit::Emitter;
 use super::mul_div;
 use super::sends::clip_pieces;
@@ -29,16 +30,21 @@ impl Emitter {
     /// Adds to `out[j]` the bytes of stream range `lo..hi` of lane `li`
     /// (carrier rank `c`, receiving node `b`) whose destination is GPU `j`
     /// of `b`.
-    fn dest_bytes(&self, li: usize, c: usize, b: usize, lo: u64, hi: u64, out: &mut [u64]) {
-        let (n, g) = (self.ranks(), self.gpus);
+    fn dest_bytes(
+        &self,
+        v: &impl Blocks,
+        (li, c, b): (usize, usize, usize),
+        (lo, hi): (u64, u64),
+        out: &mut [u64],
+    ) {
         let lane = &self.lanes[li];
-        // Adds row range `u..v` (relative to the row's start) of what rank
+        // Adds row range `x..y` (relative to the row's start) of what rank
         // `s` sends to node `b`.
-        let add = |s: usize, u: u64, v: u64, out: &mut [u64]| {
-            let row = &self.send_off[s * (n + 1) + b * g..][..=g];
-            let (u, v) = (row[0] + u, row[0] + v);
+        let add = |s: usize, x: u64, y: u64, out: &mut [u64]| {
+            let row = v.send_row(s, b);
+            let (u0, u1) = (row[0] + x, row[0] + y);
             for (j, o) in out.iter_mut().enumerate() {
-                let (b0, b1) = (row[j].max(u), row[j + 1].min(v));
+                let (b0, b1) = (row[j].max(u0), row[j + 1].min(u1));
                 if b0 < b1 {
                     *o += b1 - b0;
                 }
@@ -49,10 +55,10 @@ impl Emitter {
         }
         if hi > lane.own {
             let pieces = &self.pieces[lane.pieces_start as usize..lane.pieces_end as usize];
-            for (piece, p0, u, v) in clip_pieces(pieces, lo.max(lane.own) - lane.own, hi - lane.own)
+            for (piece, p0, x, y) in clip_pieces(pieces, lo.max(lane.own) - lane.own, hi - lane.own)
             {
                 let at = piece.row_off - p0;
-                add(piece.src as usize, at + u, at + v, out);
+                add(piece.src as usize, at + x, at + y, out);
             }
         }
     }
@@ -65,14 +71,15 @@ impl Emitter {
     /// Ties keep the default rotation.
     pub(super) fn cut_mesh_slice(
         &mut self,
+        v: &impl Blocks,
         (li, c, b, l): (usize, usize, usize, usize),
-        from: u64,
-        to: u64,
+        (from, to): (u64, u64),
         taper: bool,
+        first: bool,
     ) {
         let g = self.gpus;
-        let cut = |this: &mut Self, first: Option<u64>| {
-            this.cut_chunks(c, l, from, to, None, first);
+        let cut = |this: &mut Self, start: Option<u64>| {
+            this.cut_chunks(v, (c, b, l, from, to), false, start, first);
             if taper {
                 this.taper_last_chunks();
             }
@@ -82,7 +89,7 @@ impl Emitter {
         let default = if moved || parts < 2 {
             l as u64 * parts / g as u64
         } else {
-            self.own_block_start((c, b, l), from, to, parts)
+            self.own_block_start(v, (c, b, l), (from, to), parts)
         };
         // Without a per-message cost the chunks are small and many, the
         // taper cuts the last ones finely, and the search measured mixed
@@ -111,7 +118,7 @@ impl Emitter {
             sum.resize(g, 0);
             let last = self.chunks.len().saturating_sub(depth);
             for &(lo, hi) in &self.chunks[last..] {
-                self.dest_bytes(li, c, b, lo, hi, &mut sum);
+                self.dest_bytes(v, (li, c, b), (lo, hi), &mut sum);
             }
             // Bytes for GPU `l` itself need no forward.
             sum[l] = 0;
@@ -135,18 +142,14 @@ impl Emitter {
     /// block's); the default rotation when the slice holds none of them.
     fn own_block_start(
         &self,
+        v: &impl Blocks,
         (c, b, l): (usize, usize, usize),
-        from: u64,
-        to: u64,
+        (from, to): (u64, u64),
         parts: u64,
     ) -> u64 {
-        let row = c * (self.ranks() + 1) + b * self.gpus;
-        let start = self.send_off[row];
+        let row = v.send_row(c, b);
         let own = self.lanes[self.lane_index(c / self.gpus, b, l)].own;
-        let (b0, b1) = (
-            self.send_off[row + l] - start,
-            (self.send_off[row + l + 1] - start).min(own),
-        );
+        let (b0, b1) = (row[l] - row[0], (row[l + 1] - row[0]).min(own));
         let at = |k: u64| from + mul_div(to - from, k, parts);
         let (x0, x1) = (b0.max(from), b1.min(to));
         if x0 >= x1 {
@@ -204,16 +207,17 @@ mod tests {
         }
         let mut e = Emitter::new(&t, PlannerOptions::for_network(Network::Calibrated)).unwrap();
         e.plan(&m).unwrap();
+        let v = std::mem::take(&mut e.whole);
         for l in 0..4 {
             let li = e.lane_index(0, 1, l);
             let len = e.lanes[li].len();
             let mut whole = [0u64; 4];
-            e.dest_bytes(li, l, 1, 0, len, &mut whole);
+            e.dest_bytes(&v, (li, l, 1), (0, len), &mut whole);
             assert_eq!(whole.iter().sum::<u64>(), len);
             // Two halves add up to the whole.
             let mut halves = [0u64; 4];
-            e.dest_bytes(li, l, 1, 0, len / 2, &mut halves);
-            e.dest_bytes(li, l, 1, len / 2, len, &mut halves);
+            e.dest_bytes(&v, (li, l, 1), (0, len / 2), &mut halves);
+            e.dest_bytes(&v, (li, l, 1), (len / 2, len), &mut halves);
             assert_eq!(halves, whole);
         }
         // Over all lanes, each destination gets exactly its column.
@@ -221,7 +225,7 @@ mod tests {
         for l in 0..4 {
             let li = e.lane_index(0, 1, l);
             let len = e.lanes[li].len();
-            e.dest_bytes(li, l, 1, 0, len, &mut total);
+            e.dest_bytes(&v, (li, l, 1), (0, len), &mut total);
         }
         let column = |j: usize| (0..4).map(|s| m.get(s, 4 + j)).sum::<u64>();
         assert_eq!(total, [column(0), column(1), column(2), column(3)]);

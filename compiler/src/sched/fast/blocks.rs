@@ -1,0 +1,251 @@
+//! Where the blocks of the all-to-all(v) layout sit, as the emitter reads
+//! them: [`Blocks`], answered from the whole matrix ([`WholeBlocks`], for
+//! the whole plan) or from one rank's [`LocalTraffic`] ([`RankBlocks`], for
+//! that rank's own program). The emitter's code is the same for both; a
+//! rank's view answers exactly for the blocks its own program touches
+//! (those of its node's rows and columns) and the per-node split sizes
+//! every node pair's balancing reads.
+
+use super::emit::Emitter;
+use crate::rank::{LocalTraffic, NodeSplits};
+use crate::traffic::TrafficMatrix;
+
+/// The block offsets and split sizes the emitter reads.
+pub(super) trait Blocks {
+    /// Offset of block `(s, d)` in the input of `s` (`d` up to `R`: the
+    /// end of the row).
+    fn send_at(&self, s: usize, d: usize) -> u64;
+    /// Offset of block `(s, d)` in the output of `d`.
+    fn recv_at(&self, s: usize, d: usize) -> u64;
+    /// The offsets of rank `s`'s blocks for the GPUs of node `b` in its
+    /// input (`G + 1` of them: the last is where the next node's start).
+    fn send_row(&self, s: usize, b: usize) -> &[u64];
+    /// The offsets of rank `s`'s blocks for the GPUs of node `b` in their
+    /// outputs (`G` of them).
+    fn recv_row(&self, s: usize, b: usize) -> &[u64];
+    /// Bytes rank `s` sends node `b`.
+    fn to_node(&self, s: usize, b: usize) -> u64;
+    /// Bytes the ranks of node `a` send rank `d`.
+    fn node_to_rank(&self, a: usize, d: usize) -> u64;
+}
+
+/// Every block offset, from the whole matrix: `R (R + 1) + R^2` numbers.
+#[derive(Clone, Debug, Default)]
+pub(super) struct WholeBlocks {
+    pub(super) ranks: usize,
+    pub(super) gpus: usize,
+    /// `send_off[s * (n + 1) + d]`: offset of block (s, d) in input of s; the
+    /// last entry of a row is the row's total.
+    pub(super) send_off: Vec<u64>,
+    /// `recv_off[s * n + d]`: offset of block (s, d) in output of d.
+    pub(super) recv_off: Vec<u64>,
+    /// Column sums: what each rank receives.
+    pub(super) col_acc: Vec<u64>,
+}
+
+impl Blocks for WholeBlocks {
+    #[inline(always)]
+    fn send_at(&self, s: usize, d: usize) -> u64 {
+        self.send_off[s * (self.ranks + 1) + d]
+    }
+
+    #[inline(always)]
+    fn recv_at(&self, s: usize, d: usize) -> u64 {
+        self.recv_off[s * self.ranks + d]
+    }
+
+    #[inline(always)]
+    fn send_row(&self, s: usize, b: usize) -> &[u64] {
+        &self.send_off[s * (self.ranks + 1) + b * self.gpus..][..=self.gpus]
+    }
+
+    #[inline(always)]
+    fn recv_row(&self, s: usize, b: usize) -> &[u64] {
+        &self.recv_off[s * self.ranks + b * self.gpus..][..self.gpus]
+    }
+
+    #[inline(always)]
+    fn to_node(&self, s: usize, b: usize) -> u64 {
+        let g = self.gpus;
+        self.send_at(s, (b + 1) * g) - self.send_at(s, b * g)
+    }
+
+    fn node_to_rank(&self, a: usize, d: usize) -> u64 {
+        let g = self.gpus;
+        (a * g..(a + 1) * g)
+            .map(|s| self.send_at(s, d + 1) - self.send_at(s, d))
+            .sum()
+    }
+}
+
+impl Emitter {
+    /// Block offsets of the all-to-all(v) layout (into `w`), the node matrix
+    /// and the count of non-empty blocks between nodes.
+    pub(super) fn offsets(&mut self, m: &TrafficMatrix, w: &mut WholeBlocks) {
+        let n = self.ranks();
+        let (nn, g) = (self.nodes, self.gpus);
+        w.ranks = n;
+        w.gpus = g;
+        // Every entry of the two offset tables is written below.
+        w.send_off.resize(n * (n + 1), 0);
+        w.recv_off.resize(n * n, 0);
+        w.col_acc.clear();
+        w.col_acc.resize(n, 0);
+        self.node_bytes.clear();
+        self.node_bytes.resize(nn * nn, 0);
+        self.inter_blocks = 0;
+        for s in 0..n {
+            let row = m.row(s);
+            let so = &mut w.send_off[s * (n + 1)..(s + 1) * (n + 1)];
+            let recv = &mut w.recv_off[s * n..(s + 1) * n];
+            // Two passes: the running sum is serial, the column sums are not
+            // (this one vectorises).
+            let mut acc = 0u64;
+            let mut nonzero = 0u64;
+            for (&b, off) in row.iter().zip(&mut so[..n]) {
+                *off = acc;
+                acc += b;
+            }
+            so[n] = acc;
+            for ((&b, at), col) in row.iter().zip(recv).zip(&mut w.col_acc) {
+                *at = *col;
+                *col += b;
+                nonzero += u64::from(b > 0);
+            }
+            let a = s / g;
+            let own = &row[a * g..(a + 1) * g];
+            self.inter_blocks += nonzero - own.iter().filter(|&&b| b > 0).count() as u64;
+            let node_row = &mut self.node_bytes[a * nn..(a + 1) * nn];
+            for (b, x) in node_row.iter_mut().enumerate() {
+                *x += so[(b + 1) * g] - so[b * g];
+            }
+        }
+    }
+}
+
+/// The blocks one rank's program touches, from its [`LocalTraffic`]: the
+/// rows of its node (offsets in their inputs), its node's columns (offsets
+/// of every rank's blocks for the node, in inputs and outputs), and the
+/// per-node split sizes of every rank ([`NodeSplits`]). O(R (G + N))
+/// numbers. Offsets of other blocks are not known and read as 0: only
+/// transfers the rank does not keep name them (the emitter's rank sink
+/// keeps a transfer's fields only when it starts or ends at the rank).
+#[derive(Clone, Debug, Default)]
+pub(super) struct RankBuffers {
+    /// G x (R + 1): offsets in the inputs of the node's GPUs.
+    row_off: Vec<u64>,
+    /// R x (G + 1): offset in the input of rank `s` of its block for GPU
+    /// `i` of the node (`i = G`: the end of the node's blocks).
+    col_send: Vec<u64>,
+    /// R x G: offset in the output of GPU `i` of the node of rank `s`'s block.
+    col_recv: Vec<u64>,
+    /// G + 1 zeros: the rows of blocks the rank does not know.
+    zeros: Vec<u64>,
+}
+
+/// [`Blocks`] for one rank (see [`RankBuffers`]).
+pub(super) struct RankBlocks<'t> {
+    node: usize,
+    ranks: usize,
+    nodes: usize,
+    gpus: usize,
+    splits: &'t NodeSplits,
+    bufs: &'t RankBuffers,
+}
+
+impl RankBuffers {
+    /// Fills the buffers from `t` and returns the view over them.
+    pub(super) fn view<'t>(
+        &'t mut self,
+        t: &LocalTraffic,
+        splits: &'t NodeSplits,
+    ) -> RankBlocks<'t> {
+        let (n, g) = (t.ranks(), t.gpus_per_node);
+        self.row_off.clear();
+        for i in 0..g {
+            let mut acc = 0u64;
+            for &b in t.row(i) {
+                self.row_off.push(acc);
+                acc += b;
+            }
+            self.row_off.push(acc);
+        }
+        self.col_send.clear();
+        self.col_recv.clear();
+        self.col_recv.resize(n * g, 0);
+        self.zeros.clear();
+        self.zeros.resize(g + 1, 0);
+        let mut below = vec![0u64; g];
+        for s in 0..n {
+            let mut at = t.before[s];
+            for (i, acc) in below.iter_mut().enumerate() {
+                self.col_send.push(at);
+                let x = t.col(s, i);
+                at += x;
+                self.col_recv[s * g + i] = *acc;
+                *acc += x;
+            }
+            self.col_send.push(at);
+        }
+        RankBlocks {
+            node: t.node(),
+            ranks: n,
+            nodes: t.nodes,
+            gpus: g,
+            splits,
+            bufs: self,
+        }
+    }
+}
+
+impl Blocks for RankBlocks<'_> {
+    #[inline]
+    fn send_at(&self, s: usize, d: usize) -> u64 {
+        let (g, first) = (self.gpus, self.node * self.gpus);
+        if s / g == self.node {
+            self.bufs.row_off[(s - first) * (self.ranks + 1) + d]
+        } else if (first..=first + g).contains(&d) {
+            self.bufs.col_send[s * (g + 1) + d - first]
+        } else {
+            0
+        }
+    }
+
+    #[inline]
+    fn recv_at(&self, s: usize, d: usize) -> u64 {
+        if d / self.gpus == self.node {
+            self.bufs.col_recv[s * self.gpus + d % self.gpus]
+        } else {
+            0
+        }
+    }
+
+    fn send_row(&self, s: usize, b: usize) -> &[u64] {
+        let g = self.gpus;
+        if s / g == self.node {
+            &self.bufs.row_off[(s % g) * (self.ranks + 1) + b * g..][..=g]
+        } else if b == self.node {
+            &self.bufs.col_send[s * (g + 1)..][..=g]
+        } else {
+            &self.bufs.zeros
+        }
+    }
+
+    fn recv_row(&self, s: usize, b: usize) -> &[u64] {
+        let g = self.gpus;
+        if b == self.node {
+            &self.bufs.col_recv[s * g..][..g]
+        } else {
+            &self.bufs.zeros[..g]
+        }
+    }
+
+    #[inline]
+    fn to_node(&self, s: usize, b: usize) -> u64 {
+        self.splits.to_nodes[s * self.nodes + b]
+    }
+
+    fn node_to_rank(&self, a: usize, d: usize) -> u64 {
+        self.splits.from_nodes[a * self.ranks + d]
+    }
+}
