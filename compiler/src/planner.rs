@@ -20,9 +20,10 @@
 //! - forwards: NVLink (or local) copies from that scratch to the final outputs.
 //!
 //! [`Planner::for_algorithm`] also plans `direct` and `hierarchical` (their
-//! one-shot schedulers, no buffers reused), so that [`Planner::program`],
-//! one rank's own program (module [`crate::rank`]), has one entry for the
-//! four algorithms that have rank programs.
+//! one-shot schedulers, no buffers reused) and `pxn` and `deepep` (into the
+//! plan's own vectors), so that [`Planner::program`], one rank's own
+//! program (module [`crate::rank`]), has one entry for the six algorithms
+//! that have rank programs.
 //!
 //! A thin facade: the emitter that writes the plan (`sched/fast/emit.rs`)
 //! and [`PlannerOptions`] live in `sched/fast/`, which knows nothing of
@@ -35,7 +36,10 @@ use crate::sched::auto::{choose, settle_and_build, AutoChoice};
 use crate::sched::fast::emit::Emitter;
 pub use crate::sched::fast::emit::PlannerOptions;
 pub use crate::sched::fast::stages::{check_partial_permutation, StagePair};
-use crate::sched::{direct, hierarchical, path_between, schedule, Algorithm, Options};
+use crate::sched::{
+    deepep_into, deepep_local, direct, hierarchical, path_between, pxn_into, pxn_local, schedule,
+    Algorithm, Options,
+};
 use crate::sim::Network;
 use crate::topology::Topology;
 use crate::traffic::TrafficMatrix;
@@ -122,9 +126,10 @@ impl Planner {
 
     /// A planner for `alg`: `fast` and `spray` with `opts` (its `staged` is
     /// set by the algorithm), `auto` for the ideal network
-    /// ([`Planner::auto`]), `direct` and `hierarchical` (on any
-    /// topology; they ignore `opts`). Errors ([`Error::Unsupported`]) for the other algorithms,
-    /// and as [`Planner::new`] does.
+    /// ([`Planner::auto`]), `direct`, `hierarchical`, `pxn` and `deepep`
+    /// (on any topology; they ignore `opts`). Errors
+    /// ([`Error::Unsupported`]) for the other algorithms (`pairwise`,
+    /// `lp`), and as [`Planner::new`] does.
     pub fn for_algorithm(topo: &Topology, alg: Algorithm, opts: PlannerOptions) -> Result<Planner> {
         match alg {
             Algorithm::Auto => Planner::auto(topo, opts, Network::Ideal),
@@ -135,16 +140,18 @@ impl Planner {
                     ..opts
                 },
             ),
-            Algorithm::Direct | Algorithm::Hierarchical => Ok(Planner {
-                emitter: None,
-                opts,
-                algorithm: alg,
-                topo: topo.clone(),
-                whole: Plan::new("", 0, 0),
-                auto: None,
-                settle: false,
-                last_choice: None,
-            }),
+            Algorithm::Direct | Algorithm::Hierarchical | Algorithm::Pxn | Algorithm::Deepep => {
+                Ok(Planner {
+                    emitter: None,
+                    opts,
+                    algorithm: alg,
+                    topo: topo.clone(),
+                    whole: Plan::new("", 0, 0),
+                    auto: None,
+                    settle: false,
+                    last_choice: None,
+                })
+            }
             _ => Err(Error::Unsupported {
                 algorithm: alg.name().into(),
                 reason: "has no per-batch planner (use sched::schedule)".into(),
@@ -236,11 +243,12 @@ impl Planner {
             Some(emitter) => emitter.plan_into(traffic, out),
             None => {
                 traffic.check_ranks(self.topo.ranks(), "traffic")?;
-                *out = if self.algorithm == Algorithm::Direct {
-                    direct(&self.topo, traffic)
-                } else {
-                    hierarchical(&self.topo, traffic)
-                };
+                match self.algorithm {
+                    Algorithm::Direct => *out = direct(&self.topo, traffic),
+                    Algorithm::Pxn => pxn_into(&self.topo, traffic, out),
+                    Algorithm::Deepep => deepep_into(&self.topo, traffic, out),
+                    _ => *out = hierarchical(&self.topo, traffic),
+                }
                 Ok(())
             }
         }
@@ -252,7 +260,7 @@ impl Planner {
     ///
     /// It is [`LocalTraffic::from_matrix`] then [`Planner::program_local`]
     /// wherever the algorithm plans one rank alone (`direct`,
-    /// `hierarchical`, `fast`'s merged plans), which shows the program
+    /// `hierarchical`, `pxn`, `deepep`, `fast`'s merged plans), which shows the program
     /// depends on nothing else; otherwise (`fast` and `spray` staged,
     /// `auto`) it plans the whole plan (into a buffer this planner keeps)
     /// and slices it: the same program at the cost of the whole plan.
@@ -324,6 +332,14 @@ impl Planner {
             (Some(emitter), _) => emitter.program_local_into(local, out),
             (None, Algorithm::Direct) => {
                 rank::direct_local(local, "direct", |s, d| path_between(&self.topo, s, d), out);
+                Ok(())
+            }
+            (None, Algorithm::Pxn) => {
+                pxn_local(&self.topo, local, out);
+                Ok(())
+            }
+            (None, Algorithm::Deepep) => {
+                deepep_local(&self.topo, local, out);
                 Ok(())
             }
             (None, _) => {

@@ -6,11 +6,14 @@ use proptest::prelude::*;
 use switchyard_compiler::planner::{Planner, PlannerOptions};
 use switchyard_compiler::program::OpKind;
 use switchyard_compiler::rank::{canonical, stitch, LocalProgram, LocalTraffic};
+use switchyard_compiler::topology::{FabricSpec, TopologySpec};
 use switchyard_compiler::{verify_on, Algorithm, Error, Plan, Topology, TrafficMatrix};
 
-const ALGORITHMS: [Algorithm; 4] = [
+const ALGORITHMS: [Algorithm; 6] = [
     Algorithm::Direct,
     Algorithm::Hierarchical,
+    Algorithm::Pxn,
+    Algorithm::Deepep,
     Algorithm::Spray,
     Algorithm::Fast,
 ];
@@ -60,7 +63,13 @@ fn check(topo: &Topology, m: &TrafficMatrix, alg: Algorithm) -> Result<(), TestC
             Ok(()) => prop_assert_eq!(&local_prog, &prog, "{} rank {}", alg, r),
             Err(Error::NeedsWholeMatrix { algorithm, .. }) => {
                 prop_assert!(
-                    !matches!(alg, Algorithm::Direct | Algorithm::Hierarchical),
+                    !matches!(
+                        alg,
+                        Algorithm::Direct
+                            | Algorithm::Hierarchical
+                            | Algorithm::Pxn
+                            | Algorithm::Deepep
+                    ),
                     "{} refused rank {}",
                     alg,
                     r
@@ -117,6 +126,36 @@ proptest! {
         let topo = Topology::preset("dgx-h100", nodes, Some(gpus)).unwrap();
         let m = matrix(topo.ranks(), seed, sparsity, 1 << 16);
         for alg in ALGORITHMS {
+            check(&topo, &m, alg)?;
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    /// `pxn` and `deepep` on 2 to 32 nodes, full-bisection or rail-optimized
+    /// (in groups of two nodes where they divide), with as many NICs as
+    /// GPUs or fewer: then GPUs share a rail, and `pxn` relays only the
+    /// blocks whose source is on another rail than their destination.
+    #[test]
+    fn stitched_relay_programs_are_the_plan(
+        (nodes, gpus, nics) in (2usize..=32)
+            .prop_flat_map(|n| (Just(n), 1usize..=if n > 8 { 2 } else { 4 }))
+            .prop_flat_map(|(n, g)| (Just(n), Just(g), 1usize..=g)),
+        rail in any::<bool>(),
+        seed in any::<u64>(),
+        sparsity in 0u64..=6,
+        scale in prop::sample::select(vec![64u64, 1 << 20]),
+    ) {
+        let mut spec = TopologySpec::preset_shape("dgx-h100", nodes, Some(gpus), Some(nics)).unwrap();
+        if rail {
+            let group = if nodes % 2 == 0 { Some(2) } else { None };
+            spec.fabric = Some(FabricSpec::rail_optimized(group, 2.0, 1.0));
+        }
+        let topo = Topology::from_spec(spec, "t").unwrap();
+        let m = matrix(topo.ranks(), seed, sparsity, scale);
+        for alg in [Algorithm::Pxn, Algorithm::Deepep] {
             check(&topo, &m, alg)?;
         }
     }
