@@ -29,7 +29,7 @@
 //! and [`PlannerOptions`] live in `sched/fast/`, which knows nothing of
 //! this module.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, InputError, Result};
 use crate::plan::Plan;
 use crate::rank::{self, LocalProgram, LocalTraffic};
 use crate::sched::auto::{choose, settle_and_build, AutoChoice};
@@ -339,6 +339,13 @@ impl Planner {
                 Ok(())
             }
             (None, Algorithm::Deepep) => {
+                if local.rail_into_before.is_empty() {
+                    return Err(InputError::new(
+                        "local traffic",
+                        "`rail_into_before` is empty (not gathered): `deepep` places its writes by it",
+                    )
+                    .into());
+                }
                 deepep_local(&self.topo, local, out);
                 Ok(())
             }

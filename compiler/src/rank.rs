@@ -256,7 +256,8 @@ pub struct LocalTraffic {
     /// its sum over each node's ranks).
     pub rank_rail_before: Vec<u64>,
     /// N x G: `rail_into_before[b * G + l]`, bytes GPU `l` of nodes
-    /// `0..this node`, node `b` left out, sends the GPUs of node `b`.
+    /// `0..this node`, node `b` left out, sends the GPUs of node `b`. Only
+    /// `deepep` reads it: empty means not gathered.
     pub rail_into_before: Vec<u64>,
 }
 
@@ -376,6 +377,13 @@ impl LocalTraffic {
         }
         let (n, nn, g) = (self.ranks(), self.nodes, self.gpus_per_node);
         check_rank(self.rank, n)?;
+        // Only `deepep` reads `rail_into_before`, so a job gathers it for
+        // `deepep` alone: elsewhere it may be empty.
+        let into = if self.rail_into_before.is_empty() {
+            0
+        } else {
+            nn * g
+        };
         for (name, len, want) in [
             ("node_bytes", self.node_bytes.len(), nn * nn),
             ("rows", self.rows.len(), g * n),
@@ -386,7 +394,7 @@ impl LocalTraffic {
             ("inter_out", self.inter_out.len(), n),
             ("inter_in", self.inter_in.len(), n),
             ("rank_rail_before", self.rank_rail_before.len(), n * g),
-            ("rail_into_before", self.rail_into_before.len(), nn * g),
+            ("rail_into_before", self.rail_into_before.len(), into),
         ] {
             if len != want {
                 return Err(bad(format!("`{name}` has {len} numbers, not {want}")));

@@ -250,3 +250,24 @@ fn stitch_rejects_disagreeing_programs() {
     changed[2].ops[at].bytes += 1;
     assert!(stitch(&changed).is_err());
 }
+
+/// `rail_into_before` is gathered for `deepep` alone: the others plan
+/// without it, `deepep` says it is missing.
+#[test]
+fn only_deepep_needs_rail_into_before() {
+    let topo = Topology::preset("dgx-h100", 3, Some(2)).unwrap();
+    let m = matrix(6, 5, 1, 4096);
+    let mut local = LocalTraffic::from_matrix(&m, 2, &topo).unwrap();
+    local.rail_into_before.clear();
+    for alg in [Algorithm::Direct, Algorithm::Hierarchical, Algorithm::Pxn] {
+        let mut planner = Planner::for_algorithm(&topo, alg, PlannerOptions::default()).unwrap();
+        assert_eq!(
+            planner.program_local(&local).unwrap(),
+            planner.program(2, &m).unwrap()
+        );
+    }
+    let mut deepep =
+        Planner::for_algorithm(&topo, Algorithm::Deepep, PlannerOptions::default()).unwrap();
+    let e = deepep.program_local(&local).unwrap_err().to_string();
+    assert!(e.contains("rail_into_before"), "{e}");
+}
