@@ -265,7 +265,12 @@ fn rank_local_time(c: &mut Criterion) {
             let algs: &[Algorithm] = if pair_bytes.is_some() {
                 &[Algorithm::Fast]
             } else {
-                &[Algorithm::Direct, Algorithm::Hierarchical]
+                &[
+                    Algorithm::Direct,
+                    Algorithm::Hierarchical,
+                    Algorithm::Pxn,
+                    Algorithm::Deepep,
+                ]
             };
             for &alg in algs {
                 let mut planner =
