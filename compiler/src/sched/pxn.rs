@@ -44,32 +44,47 @@ pub fn pxn_relay(topo: &Topology, src: usize, dst: usize) -> usize {
         .unwrap_or(src)
 }
 
+/// [`pxn_relay`] between GPUs of different nodes, by local index:
+/// `table[i * G + l]` is the local index of the GPU of GPU `i`'s node that
+/// relays its blocks for GPU `l` of any other node (`i` itself when none
+/// does): it depends on the two local indices alone. The planners' inner
+/// loops read this table instead of the topology.
+fn relay_table(topo: &Topology) -> Vec<usize> {
+    let g = topo.gpus_per_node();
+    if topo.nodes() < 2 {
+        return (0..g * g).map(|k| k / g).collect();
+    }
+    (0..g * g)
+        .map(|k| topo.local_of(pxn_relay(topo, k / g, g + k % g)))
+        .collect()
+}
+
 /// Where the relays of node `b` keep the blocks they carry, from the rows
-/// of its GPUs (`row(i)`, GPU `i`'s): `at[i * R + d]` is the offset of
-/// block (GPU `i` of `b`, `d`) in its relay's scratch (left at 0 for blocks
-/// that go straight), `ends[l]` the scratch GPU `l` of `b` needs. By
-/// destination, then by source (module header).
-fn relay_layout<'a>(
-    topo: &Topology,
+/// of its GPUs (`rows[i]`, GPU `i`'s) and the [`relay_table`]:
+/// `at[i * R + d]` is the offset of block (GPU `i` of `b`, `d`) in its
+/// relay's scratch (left at 0 for blocks that go straight), `ends[l]` the
+/// scratch GPU `l` of `b` needs. By destination, then by source (module
+/// header).
+fn relay_layout(
     b: usize,
-    row: impl Fn(usize) -> &'a [u64],
+    rows: &[&[u64]],
+    table: &[usize],
     at: &mut Vec<u64>,
     ends: &mut Vec<u64>,
 ) {
-    let (n, g) = (topo.ranks(), topo.gpus_per_node());
+    let g = rows.len();
+    let n = rows.first().map_or(0, |r| r.len());
     at.clear();
     at.resize(g * n, 0);
     ends.clear();
     ends.resize(g, 0);
-    for d in 0..n {
-        for i in 0..g {
-            let s = b * g + i;
-            let bytes = row(i)[d];
-            let relay = pxn_relay(topo, s, d);
-            if bytes > 0 && relay != s {
-                let end = &mut ends[topo.local_of(relay)];
-                at[i * n + d] = *end;
-                *end += bytes;
+    for d in (0..n).filter(|&d| d / g != b) {
+        let l = d % g;
+        for (i, row) in rows.iter().enumerate() {
+            let relay = table[i * g + l];
+            if relay != i && row[d] > 0 {
+                at[i * n + d] = ends[relay];
+                ends[relay] += row[d];
             }
         }
     }
@@ -109,20 +124,26 @@ pub(crate) fn pxn_into(topo: &Topology, traffic: &TrafficMatrix, plan: &mut Plan
     // `landed[d]`: what the ranks before the current one send `d`, where
     // the current one's block lands.
     let mut landed = vec![0u64; n];
+    let table = relay_table(topo);
     let (mut at, mut ends) = (Vec::new(), Vec::new());
     for b in 0..topo.nodes() {
-        relay_layout(topo, b, |i| traffic.row(b * g + i), &mut at, &mut ends);
+        let rows: Vec<&[u64]> = (b * g..(b + 1) * g).map(|s| traffic.row(s)).collect();
+        relay_layout(b, &rows, &table, &mut at, &mut ends);
         for (l, &bytes) in ends.iter().enumerate() {
             if bytes > 0 {
                 plan.need_scratch(b * g + l, bytes);
             }
         }
-        for i in 0..g {
+        for (i, row) in rows.iter().enumerate() {
             let s = b * g + i;
             let mut src_off = 0u64;
-            for (d, &bytes) in traffic.row(s).iter().enumerate() {
+            for (d, &bytes) in row.iter().enumerate() {
                 if bytes > 0 {
-                    let relay = pxn_relay(topo, s, d);
+                    let relay = if d / g == b {
+                        s
+                    } else {
+                        b * g + table[i * g + d % g]
+                    };
                     if relay == s {
                         let path = path_between(topo, s, d);
                         plan.push(block(path, s, d, bytes, src_off, landed[d]));
@@ -162,16 +183,22 @@ pub(crate) fn pxn_local(topo: &Topology, t: &LocalTraffic, out: &mut LocalProgra
     };
     // The rows of the rank's node: what it sends, what it relays, and the
     // blocks from its node's other GPUs into it.
+    let table = relay_table(topo);
     let (mut at, mut ends) = (Vec::new(), Vec::new());
-    relay_layout(topo, a, |i| t.row(i), &mut at, &mut ends);
+    let rows: Vec<&[u64]> = (0..g).map(|i| t.row(i)).collect();
+    relay_layout(a, &rows, &table, &mut at, &mut ends);
     out.scratch_bytes = ends[j];
     let mut landed = t.above.clone();
-    for i in 0..g {
+    for (i, row) in rows.iter().enumerate() {
         let s = a * g + i;
         let mut src_off = 0u64;
-        for (d, &bytes) in t.row(i).iter().enumerate() {
+        for (d, &bytes) in row.iter().enumerate() {
             if bytes > 0 {
-                let relay = pxn_relay(topo, s, d);
+                let relay = if d / g == a {
+                    s
+                } else {
+                    a * g + table[i * g + d % g]
+                };
                 if relay == s && (s == x || d == x) {
                     let path = path_between(topo, s, d);
                     out.push(&block(path, s, d, bytes, src_off, landed[d]), Vec::new());
@@ -204,27 +231,28 @@ pub(crate) fn pxn_local(topo: &Topology, t: &LocalTraffic, out: &mut LocalProgra
         // GPUs `0..j` of node `a`.
         next.fill(0);
         for s in srcs.clone() {
+            let i = s % g;
             for l in 0..g {
-                let relay = pxn_relay(topo, s, a * g + l);
-                if relay != s {
+                let relay = table[i * g + l];
+                if relay != i {
                     let mut bytes = t.rank_rail_before[s * g + l];
                     if l < j {
                         bytes += t.col(s, l);
                     }
-                    next[topo.local_of(relay)] += bytes;
+                    next[relay] += bytes;
                 }
             }
         }
         for s in srcs {
             let bytes = t.col(s, j);
             if bytes > 0 {
-                let relay = pxn_relay(topo, s, x);
+                let relay = b * g + table[(s % g) * g + j];
                 if relay == s {
                     let src_off = t.before[s] + (0..j).map(|l| t.col(s, l)).sum::<u64>();
                     let path = path_between(topo, s, x);
                     out.push(&block(path, s, x, bytes, src_off, own), Vec::new());
                 } else {
-                    let off = &mut next[topo.local_of(relay)];
+                    let off = &mut next[relay % g];
                     out.push(
                         &rail_send(topo, relay, x, bytes, *off, own),
                         vec![key(relay, *off)],
