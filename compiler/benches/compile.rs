@@ -290,7 +290,13 @@ fn rank_local_time(c: &mut Criterion) {
             let algs: &[Algorithm] = if pair_bytes.is_some() {
                 &[Algorithm::Fast]
             } else {
-                &[Algorithm::Direct, Algorithm::Hierarchical, Algorithm::Fast]
+                &[
+                    Algorithm::Direct,
+                    Algorithm::Hierarchical,
+                    Algorithm::Fast,
+                    Algorithm::Pxn,
+                    Algorithm::Deepep,
+                ]
             };
             for &alg in algs {
                 let mut planner =

@@ -20,22 +20,26 @@
 //! - forwards: NVLink (or local) copies from that scratch to the final outputs.
 //!
 //! [`Planner::for_algorithm`] also plans `direct` and `hierarchical` (their
-//! one-shot schedulers, no buffers reused), so that [`Planner::program`],
-//! one rank's own program (module [`crate::rank`]), has one entry for the
-//! four algorithms that have rank programs.
+//! one-shot schedulers, no buffers reused) and `pxn` and `deepep` (into the
+//! plan's own vectors), so that [`Planner::program`], one rank's own
+//! program (module [`crate::rank`]), has one entry for the six algorithms
+//! that have rank programs.
 //!
 //! A thin facade: the emitter that writes the plan (`sched/fast/emit.rs`)
 //! and [`PlannerOptions`] live in `sched/fast/`, which knows nothing of
 //! this module.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, InputError, Result};
 use crate::plan::Plan;
 use crate::rank::{self, LocalProgram, LocalTraffic};
 use crate::sched::auto::{choose, settle_and_build, AutoChoice, Sticky, StickyRule};
 use crate::sched::fast::emit::Emitter;
 pub use crate::sched::fast::emit::PlannerOptions;
 pub use crate::sched::fast::stages::{check_partial_permutation, StagePair};
-use crate::sched::{direct, hierarchical, path_between, schedule, Algorithm, Options};
+use crate::sched::{
+    deepep_into, deepep_local, direct, hierarchical, path_between, pxn_into, pxn_local, schedule,
+    Algorithm, Options,
+};
 use crate::sim::Network;
 use crate::topology::Topology;
 use crate::traffic::TrafficMatrix;
@@ -148,9 +152,10 @@ impl Planner {
 
     /// A planner for `alg`: `fast` and `spray` with `opts` (its `staged` is
     /// set by the algorithm), `auto` for the ideal network
-    /// ([`Planner::auto`]), `direct` and `hierarchical` (on any
-    /// topology; they ignore `opts`). Errors ([`Error::Unsupported`]) for the other algorithms,
-    /// and as [`Planner::new`] does.
+    /// ([`Planner::auto`]), `direct`, `hierarchical`, `pxn` and `deepep`
+    /// (on any topology; they ignore `opts`). Errors
+    /// ([`Error::Unsupported`]) for the other algorithms (`pairwise`,
+    /// `lp`), and as [`Planner::new`] does.
     pub fn for_algorithm(topo: &Topology, alg: Algorithm, opts: PlannerOptions) -> Result<Planner> {
         match alg {
             Algorithm::Auto => Planner::auto(topo, opts, Network::Ideal),
@@ -161,17 +166,19 @@ impl Planner {
                     ..opts
                 },
             ),
-            Algorithm::Direct | Algorithm::Hierarchical => Ok(Planner {
-                emitter: None,
-                opts,
-                algorithm: alg,
-                topo: topo.clone(),
-                whole: Plan::new("", 0, 0),
-                auto: None,
-                settle: Settle::default(),
-                sticky: Sticky::default(),
-                last_choice: None,
-            }),
+            Algorithm::Direct | Algorithm::Hierarchical | Algorithm::Pxn | Algorithm::Deepep => {
+                Ok(Planner {
+                    emitter: None,
+                    opts,
+                    algorithm: alg,
+                    topo: topo.clone(),
+                    whole: Plan::new("", 0, 0),
+                    auto: None,
+                    settle: Settle::default(),
+                    sticky: Sticky::default(),
+                    last_choice: None,
+                })
+            }
             _ => Err(Error::Unsupported {
                 algorithm: alg.name().into(),
                 reason: "has no per-batch planner (use sched::schedule)".into(),
@@ -288,11 +295,12 @@ impl Planner {
             Some(emitter) => emitter.plan_into(traffic, out),
             None => {
                 traffic.check_ranks(self.topo.ranks(), "traffic")?;
-                *out = if self.algorithm == Algorithm::Direct {
-                    direct(&self.topo, traffic)
-                } else {
-                    hierarchical(&self.topo, traffic)
-                };
+                match self.algorithm {
+                    Algorithm::Direct => *out = direct(&self.topo, traffic),
+                    Algorithm::Pxn => pxn_into(&self.topo, traffic, out),
+                    Algorithm::Deepep => deepep_into(&self.topo, traffic, out),
+                    _ => *out = hierarchical(&self.topo, traffic),
+                }
                 Ok(())
             }
         }
@@ -304,10 +312,10 @@ impl Planner {
     ///
     /// It is [`LocalTraffic::from_matrix`] then [`Planner::program_local`]
     /// wherever the algorithm plans one rank alone (`direct`,
-    /// `hierarchical`, `fast` and `spray`), which shows the program
-    /// depends on nothing else; otherwise (`auto`, and `fast` on a mesh or
-    /// with every pair sent directly) it plans the whole plan (into a
-    /// buffer this planner keeps) and slices it: the same program at the
+    /// `hierarchical`, `pxn`, `deepep`, `fast` and `spray`), which shows the
+    /// program depends on nothing else; otherwise (`auto`, and `fast` on a
+    /// mesh or with every pair sent directly) it plans the whole plan (into
+    /// a buffer this planner keeps) and slices it: the same program at the
     /// cost of the whole plan.
     /// Errors ([`Error::Input`]) when `rank` is not a rank of the topology
     /// or `traffic` does not fit it.
@@ -378,6 +386,21 @@ impl Planner {
             (Some(emitter), _) => emitter.program_local_into(local, out),
             (None, Algorithm::Direct) => {
                 rank::direct_local(local, "direct", |s, d| path_between(&self.topo, s, d), out);
+                Ok(())
+            }
+            (None, Algorithm::Pxn) => {
+                pxn_local(&self.topo, local, out);
+                Ok(())
+            }
+            (None, Algorithm::Deepep) => {
+                if local.rail_into_before.is_empty() {
+                    return Err(InputError::new(
+                        "local traffic",
+                        "`rail_into_before` is empty (not gathered): `deepep` places its writes by it",
+                    )
+                    .into());
+                }
+                deepep_local(&self.topo, local, out);
                 Ok(())
             }
             (None, _) => {

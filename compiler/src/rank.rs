@@ -26,8 +26,10 @@
 //! Owns: [`TransferKey`], [`LocalOp`], [`LocalProgram`], [`LocalTraffic`],
 //! [`slice_into`] (a rank's part of a whole plan, the reference),
 //! [`stitch`], [`canonical`], and the per-rank planners of `direct` and
-//! `hierarchical` (from a [`LocalTraffic`] alone). Knows nothing of time;
-//! the `Planner` facade (planner.rs) chooses among them.
+//! `hierarchical` (from a [`LocalTraffic`] alone); those of `pxn` and
+//! `deepep` live beside their whole-plan schedulers (sched/pxn.rs,
+//! sched/deepep.rs), which share their offset arithmetic. Knows nothing of
+//! time; the `Planner` facade (planner.rs) chooses among them.
 
 use std::collections::HashMap;
 
@@ -207,6 +209,8 @@ pub(crate) fn check_rank(rank: usize, ranks: usize) -> Result<()> {
 /// | `rail_before` | N x G | bytes node `b`'s GPUs send GPU `l` of the nodes other than `b` before this node | as `before`, summed per node |
 /// | `inter_out`, `inter_in` | R each | bytes each rank sends to / receives from other nodes | all-gather of two numbers per rank |
 /// | `node_splits` | 2 N R + 1 | what each rank sends each node and each node each rank, the count of inter-node blocks ([`NodeSplits`]) | all-gathers of N numbers per rank, an all-reduce |
+/// | `rank_rail_before` | R x G | bytes rank `s` sends GPU `l` of the nodes other than its own before this node | as `rail_before`, not summed |
+/// | `rail_into_before` | N x G | bytes GPU `l` of the nodes other than `b` before this node send node `b` | from each rank's column, G numbers per (rank, node), summed per node |
 ///
 /// The first six (`rank` to `cols`) are the fields every per-rank planner
 /// reads; their names are stable. The others exist because a rank's
@@ -217,9 +221,14 @@ pub(crate) fn check_rank(rank: usize, ranks: usize) -> Result<()> {
 /// prefix), `rail_before` is where `hierarchical`'s relays on other nodes
 /// keep what they send this node (their scratch regions are laid out node
 /// by node), and `inter_out`/`inter_in` decide whether `fast` is
-/// latency-bound (its busiest NIC, which may be anywhere). Memory:
-/// N^2 + 2GR + 3R + NG numbers, O(R) for a fixed node size and
-/// N <= sqrt(R); `node_splits` (staged `fast` only) adds 2NR.
+/// latency-bound (its busiest NIC, which may be anywhere).
+/// `rank_rail_before` is where `pxn`'s relays on other nodes keep the
+/// blocks they send this node (their scratch is laid out by destination,
+/// and which blocks a relay carries depends on each source's rail), and
+/// `rail_into_before` where `deepep`'s writes from this node land in the
+/// scratch of their receivers (after the writes of the same rail from the
+/// nodes before). Memory: N^2 + 3GR + 3R + 2NG numbers, O(R) for a fixed
+/// node size and N <= sqrt(R); `node_splits` (staged `fast` only) adds 2NR.
 #[derive(Serialize, Clone, Debug, Default, PartialEq, Eq)]
 pub struct LocalTraffic {
     pub rank: usize,
@@ -243,6 +252,14 @@ pub struct LocalTraffic {
     pub inter_out: Vec<u64>,
     /// R: bytes each rank receives from ranks of other nodes.
     pub inter_in: Vec<u64>,
+    /// R x G: `rank_rail_before[s * G + l]`, bytes rank `s` sends GPU `l`
+    /// of nodes `0..this node`, its own node left out (`rail_before` is
+    /// its sum over each node's ranks).
+    pub rank_rail_before: Vec<u64>,
+    /// N x G: `rail_into_before[b * G + l]`, bytes GPU `l` of nodes
+    /// `0..this node`, node `b` left out, sends the GPUs of node `b`. Only
+    /// `deepep` reads it: empty means not gathered.
+    pub rail_into_before: Vec<u64>,
     /// What staged `fast` and `spray` also read (their lanes balance every
     /// node pair); `None` where the job did not gather it, and then they
     /// refuse to plan the rank alone.
@@ -289,6 +306,8 @@ impl LocalTraffic {
             rail_before: vec![0; nodes * g],
             inter_out: vec![0; n],
             inter_in: vec![0; n],
+            rank_rail_before: vec![0; n * g],
+            rail_into_before: vec![0; nodes * g],
             node_splits: None,
         };
         let mut splits = NodeSplits {
@@ -318,9 +337,14 @@ impl LocalTraffic {
             }
             let node_row = &mut t.node_bytes[b * nodes..(b + 1) * nodes];
             let to_nodes = &mut splits.to_nodes[s * nodes..(s + 1) * nodes];
-            for ((acc, to), part) in node_row.iter_mut().zip(to_nodes).zip(row.chunks_exact(g)) {
+            let parts = node_row.iter_mut().zip(to_nodes).zip(row.chunks_exact(g));
+            for (c, ((acc, to), part)) in parts.enumerate() {
                 *to = part.iter().sum::<u64>();
                 *acc += *to;
+                // A rank of a node before this one writes node `c` (`deepep`).
+                if s < first && c != b {
+                    t.rail_into_before[c * g + s % g] += *to;
+                }
             }
             for (acc, &x) in splits.from_nodes[b * n..(b + 1) * n].iter_mut().zip(row) {
                 *acc += x;
@@ -329,15 +353,18 @@ impl LocalTraffic {
             splits.inter_blocks += (row.iter().filter(|&&x| x > 0).count()
                 - own.iter().filter(|&&x| x > 0).count()) as u64;
             t.inter_out[s] = row.iter().sum::<u64>() - row[b * g..(b + 1) * g].iter().sum::<u64>();
-            // What node `b` sends rail `l` of the nodes before this one, its
-            // own left out.
-            let rails = &mut t.rail_before[b * g..(b + 1) * g];
+            // What rank `s` sends rail `l` of the nodes before this one, its
+            // own node left out; and its node's sum.
+            let rails = &mut t.rank_rail_before[s * g..(s + 1) * g];
             for (d_node, part) in row[..first].chunks_exact(g).enumerate() {
                 if d_node != b {
                     for (acc, &x) in rails.iter_mut().zip(part) {
                         *acc += x;
                     }
                 }
+            }
+            for (acc, &x) in t.rail_before[b * g..(b + 1) * g].iter_mut().zip(&*rails) {
+                *acc += x;
             }
         }
         // So far `inter_in` holds what each rank receives from its own node.
@@ -386,6 +413,13 @@ impl LocalTraffic {
         }
         let (n, nn, g) = (self.ranks(), self.nodes, self.gpus_per_node);
         check_rank(self.rank, n)?;
+        // Only `deepep` reads `rail_into_before`, so a job gathers it for
+        // `deepep` alone: elsewhere it may be empty.
+        let into = if self.rail_into_before.is_empty() {
+            0
+        } else {
+            nn * g
+        };
         for (name, len, want) in [
             ("node_bytes", self.node_bytes.len(), nn * nn),
             ("rows", self.rows.len(), g * n),
@@ -395,6 +429,8 @@ impl LocalTraffic {
             ("rail_before", self.rail_before.len(), nn * g),
             ("inter_out", self.inter_out.len(), n),
             ("inter_in", self.inter_in.len(), n),
+            ("rank_rail_before", self.rank_rail_before.len(), n * g),
+            ("rail_into_before", self.rail_into_before.len(), into),
         ] {
             if len != want {
                 return Err(bad(format!("`{name}` has {len} numbers, not {want}")));
@@ -557,7 +593,7 @@ pub fn stitch(progs: &[LocalProgram]) -> Result<Plan> {
 
 /// Where each block rank `x` sends lands: `land[d]` is the offset of block
 /// (x, d) in `d`'s output, the column sums of the ranks above `x`.
-fn landing(t: &LocalTraffic, land: &mut Vec<u64>) {
+pub(crate) fn landing(t: &LocalTraffic, land: &mut Vec<u64>) {
     let j = t.rank % t.gpus_per_node;
     land.clear();
     land.extend_from_slice(&t.above);
@@ -611,7 +647,15 @@ pub(crate) fn direct_local(
     out.sort();
 }
 
-fn block(path: Path, s: usize, d: usize, bytes: u64, src_off: u64, dst_off: u64) -> Transfer {
+/// Block (s, d) straight from `s`'s input to `d`'s output.
+pub(crate) fn block(
+    path: Path,
+    s: usize,
+    d: usize,
+    bytes: u64,
+    src_off: u64,
+    dst_off: u64,
+) -> Transfer {
     Transfer {
         src: s as u32,
         src_buf: Buffer::Input,
@@ -684,7 +728,7 @@ pub(crate) fn hierarchical_local(topo: &Topology, t: &LocalTraffic, out: &mut Lo
             } else {
                 let relay = a * g + jd;
                 let before = node_before(j, d);
-                phase1(
+                to_scratch(
                     path(x, relay),
                     x,
                     relay,
@@ -708,7 +752,7 @@ pub(crate) fn hierarchical_local(topo: &Topology, t: &LocalTraffic, out: &mut Lo
                     block(path(s, d), s, d, bytes, src_off, own_col[s])
                 } else {
                     let before = node_before(i, d);
-                    phase1(
+                    to_scratch(
                         path(s, x),
                         s,
                         x,
@@ -749,31 +793,29 @@ pub(crate) fn hierarchical_local(topo: &Topology, t: &LocalTraffic, out: &mut Lo
             if bytes == 0 {
                 continue;
             }
-            let tr = Transfer {
-                src: relay as u32,
-                src_buf: Buffer::Scratch,
-                src_off: region,
-                dst: d as u32,
-                dst_buf: Buffer::Output,
-                dst_off: if d == x {
-                    own_col[src_node * g]
-                } else {
-                    t.above[d]
-                },
-                bytes,
-                path: Path::Rdma {
-                    nic: topo.rail_of(relay) as u32,
-                },
-                step: 1,
-                deps: Deps::new(),
+            let dst_off = if d == x {
+                own_col[src_node * g]
+            } else {
+                t.above[d]
             };
+            let nic = topo.rail_of(relay) as u32;
+            let tr = from_scratch(Path::Rdma { nic }, relay, d, bytes, region, dst_off);
             out.push(&tr, deps);
         }
     }
     out.sort();
 }
 
-fn phase1(path: Path, s: usize, relay: usize, bytes: u64, src_off: u64, dst_off: u64) -> Transfer {
+/// A relay's first hop (`hierarchical`, `pxn`, `deepep`): from `s`'s input
+/// into `relay`'s scratch, in step 0.
+pub(crate) fn to_scratch(
+    path: Path,
+    s: usize,
+    relay: usize,
+    bytes: u64,
+    src_off: u64,
+    dst_off: u64,
+) -> Transfer {
     Transfer {
         src: s as u32,
         src_buf: Buffer::Input,
@@ -784,6 +826,29 @@ fn phase1(path: Path, s: usize, relay: usize, bytes: u64, src_off: u64, dst_off:
         bytes,
         path,
         step: 0,
+        deps: Deps::new(),
+    }
+}
+
+/// A relay's second hop: from `relay`'s scratch into `d`'s output, in step 1.
+pub(crate) fn from_scratch(
+    path: Path,
+    relay: usize,
+    d: usize,
+    bytes: u64,
+    src_off: u64,
+    dst_off: u64,
+) -> Transfer {
+    Transfer {
+        src: relay as u32,
+        src_buf: Buffer::Scratch,
+        src_off,
+        dst: d as u32,
+        dst_buf: Buffer::Output,
+        dst_off,
+        bytes,
+        path,
+        step: 1,
         deps: Deps::new(),
     }
 }
@@ -890,6 +955,14 @@ mod tests {
         // Every block but (0, 0) is non-empty; each rank has 2 of its 6
         // inside its node.
         assert_eq!(splits.inter_blocks, 36 - 12);
+        // Rank 4 (node 2) to GPU 1 of node 0; node 0's ranks have no node
+        // before theirs but their own.
+        assert_eq!(t.rank_rail_before[4 * 2 + 1], e(4, 1));
+        assert_eq!(t.rank_rail_before[..4], [0; 4]);
+        // GPU 0 of node 0 (rank 0) to node 2; nothing before node 1 but
+        // node 0 itself writes node 0.
+        assert_eq!(t.rail_into_before[2 * 2], e(0, 4) + e(0, 5));
+        assert_eq!(t.rail_into_before[..2], [0; 2]);
         t.check(&topo).unwrap();
         let mut bad_splits = t.clone();
         if let Some(s) = bad_splits.node_splits.as_mut() {

@@ -224,13 +224,13 @@ struct PyPlanner {
     algorithm: Algorithm,
     engine: Engine,
     /// The per-rank planner of a one-shot algorithm (`direct`,
-    /// `hierarchical`), made on the first own program.
+    /// `hierarchical`, `pxn`, `deepep`), made on the first own program.
     local: Option<Box<FastPlanner>>,
 }
 
 /// The fields of [`LocalTraffic`] after `rank`, `nodes` and
 /// `gpus_per_node`, in order: their names in errors.
-const LOCAL_FIELDS: [&str; 8] = [
+const LOCAL_FIELDS: [&str; 10] = [
     "node_bytes",
     "rows",
     "cols",
@@ -239,6 +239,8 @@ const LOCAL_FIELDS: [&str; 8] = [
     "rail_before",
     "inter_out",
     "inter_in",
+    "rank_rail_before",
+    "rail_into_before",
 ];
 
 /// A rank's [`LocalTraffic`] from its fields as little-endian u64 bytes
@@ -286,6 +288,8 @@ fn local_from_bytes(topo: &Topology, rank: i64, parts: &[Vec<u8>]) -> PyResult<L
         inter_in: next(),
         // Not gathered from Python: staged `fast` slices the whole plan.
         node_splits: None,
+        rank_rail_before: next(),
+        rail_into_before: next(),
     })
 }
 
@@ -496,8 +500,10 @@ impl PyPlanner {
     /// own gathered traffic alone, whatever the matrix (not only for some
     /// matrices), and runs by its steps (`program::steps_are_levels`).
     fn _plans_locally(&self) -> bool {
-        matches!(self.algorithm, Algorithm::Direct | Algorithm::Hierarchical)
-            && steps_are_levels(self.algorithm.name())
+        matches!(
+            self.algorithm,
+            Algorithm::Direct | Algorithm::Hierarchical | Algorithm::Pxn | Algorithm::Deepep
+        ) && steps_are_levels(self.algorithm.name())
     }
 
     fn __repr__(&self) -> String {

@@ -67,8 +67,8 @@ class Planner(_native.Planner):
     def program(self, rank: int, matrix: Any) -> dict:
         """Rank ``rank``'s own program for ``matrix`` (docs/formats.md, "Rank
         program"): its sends, receives and copies, each transfer named by
-        where it writes. ``direct`` and ``hierarchical`` plan it without the
-        whole plan; ``fast`` and ``spray`` slice their whole plan; other
+        where it writes. ``direct``, ``hierarchical``, ``pxn`` and ``deepep``
+        plan it without the whole plan; ``fast`` and ``spray`` slice their whole plan; other
         algorithms raise ``ValueError``."""
         data, ranks = matrix_bytes(matrix)
         return self._program_bytes(data, ranks, rank)
@@ -84,6 +84,8 @@ class Planner(_native.Planner):
         rail_before: Any,
         inter_out: Any,
         inter_in: Any,
+        rank_rail_before: Any,
+        rail_into_before: Any,
     ) -> dict:
         """Rank ``rank``'s own program from what that rank gathered alone
         (``LOCAL_FIELDS``; ``local_traffic`` computes them from a whole
@@ -93,7 +95,9 @@ class Planner(_native.Planner):
         ``ValueError`` for an algorithm that needs the whole matrix
         (``fast`` and ``spray`` when staged, ``auto``, the one-shot ones)."""
         parts = [_u64_bytes(x, name) for x, name in zip(
-            (node_bytes, rows, cols, above, before, rail_before, inter_out, inter_in), LOCAL_FIELDS
+            (node_bytes, rows, cols, above, before, rail_before, inter_out, inter_in,
+             rank_rail_before, rail_into_before),
+            LOCAL_FIELDS,
         )]
         return self._program_local_bytes(rank, parts)
 
@@ -102,6 +106,7 @@ class Planner(_native.Planner):
 # the order of Planner.program_local's arguments.
 LOCAL_FIELDS = (
     "node_bytes", "rows", "cols", "above", "before", "rail_before", "inter_out", "inter_in",
+    "rank_rail_before", "rail_into_before",
 )
 
 
@@ -113,7 +118,10 @@ def local_traffic(matrix: Any, rank: int, topology: Topology) -> dict:
     data, ranks = matrix_bytes(matrix)
     t = _native._local_traffic_bytes(data, ranks, rank, topology)
     n, g = t["nodes"], t["gpus_per_node"]
-    shapes = {"node_bytes": (n, n), "rows": (g, n * g), "cols": (n * g, g), "rail_before": (n, g)}
+    shapes = {
+        "node_bytes": (n, n), "rows": (g, n * g), "cols": (n * g, g), "rail_before": (n, g),
+        "rank_rail_before": (n * g, g), "rail_into_before": (n, g),
+    }
     return {k: np.asarray(t[k], dtype=np.uint64).reshape(shapes.get(k, (-1,))) for k in LOCAL_FIELDS}
 
 

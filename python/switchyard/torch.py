@@ -418,7 +418,8 @@ class AllToAll:
         node-level summary (``g + 4`` values: its column summed over the
         ranks before that node, its row summed over them, its row per rail
         over the nodes before that node but its own, its row and its column
-        summed over the other nodes); and its split sizes towards the peer's
+        summed over the other nodes; for ``deepep`` ``g`` more, its column
+        per rail over the nodes before that node but its own); and its split sizes towards the peer's
         node: its whole row to the GPUs of its own node, the ``g`` values
         of the peer's node to the others. The exchange is symmetric, so
         what a rank receives from peer ``p`` has the size of what it sends
@@ -426,7 +427,9 @@ class AllToAll:
         w, g = self.world, self.topology.gpus_per_node
         n = w // g
         a = self.rank // g
-        extra = g + 4
+        # Only deepep places its writes by the column summaries.
+        self._l_into = self._planner.algorithm == "deepep"
+        extra = g + 4 + (g if self._l_into else 0)
         sizes = [_LHEADER + extra + (w if p // g == a else g) for p in range(w)]
         starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
         self._l_sizes = sizes
@@ -455,21 +458,34 @@ class AllToAll:
 
     def _summaries(self, row: np.ndarray, col: np.ndarray) -> np.ndarray:
         """What each node needs from this rank beyond split sizes (N x (g +
-        4), in rows): its column over the ranks before the node, its row
-        over them, its row per rail over the nodes before the node (its own
-        node left out), its row and its column over the other nodes."""
+        4), in rows, N x (2 g + 4) for deepep): its column over the ranks
+        before the node, its row over them, its row per rail over the nodes
+        before the node (its own node left out), its row and its column over
+        the other nodes; for deepep its column per rail over the nodes
+        before the node (its own left out)."""
         n, g = self._l_nodes, self._l_gpus
         a = self.rank // g
         row_nodes = row.reshape(n, g)
         col_nodes = col.reshape(n, g).sum(axis=1)
-        out = np.zeros((n, g + 4), dtype=np.int64)
+        out = np.zeros((n, g + 4 + (g if self._l_into else 0)), dtype=np.int64)
         out[1:, 0] = np.cumsum(col_nodes)[:-1]
         out[1:, 1] = np.cumsum(row_nodes.sum(axis=1))[:-1]
-        rails = row_nodes.copy()
-        rails[a] = 0
-        out[1:, 2 : 2 + g] = np.cumsum(rails, axis=0)[:-1]
+        out[:, 2 : 2 + g] = self._rails_before(row)
         out[:, 2 + g] = row.sum() - row_nodes[a].sum()
         out[:, 3 + g] = col.sum() - col_nodes[a]
+        if self._l_into:
+            out[:, 4 + g :] = self._rails_before(col)
+        return out
+
+    def _rails_before(self, v: np.ndarray) -> np.ndarray:
+        """N x g: this rank's split sizes ``v`` (a row or a column) per
+        rail, summed over the nodes before each node, its own node left
+        out."""
+        n, g = self._l_nodes, self._l_gpus
+        rails = v.reshape(n, g).copy()
+        rails[self.rank // g] = 0
+        out = np.zeros((n, g), dtype=np.int64)
+        out[1:] = np.cumsum(rails, axis=0)[:-1]
         return out
 
     def _exchange_local(self, output, input, output_split_sizes, input_split_sizes):
@@ -477,7 +493,8 @@ class AllToAll:
         the native ``program_local``'s arguments: the node matrix (N x N),
         its node's rows (g x R), every rank's sends into its node (R x g),
         then the summaries (``above``, ``before``, ``rail_before``,
-        ``inter_out``, ``inter_in``; docs/python.md). ValueError on every
+        ``inter_out``, ``inter_in``, ``rank_rail_before``,
+        ``rail_into_before``, empty but for deepep; docs/python.md). ValueError on every
         rank if any rank's arguments are bad or the ranks disagree."""
         w, g, n = self.world, self._l_gpus, self._l_nodes
         a, j = divmod(self.rank, g)
@@ -538,6 +555,8 @@ class AllToAll:
             extra[:, 2 : 2 + g].reshape(n, g, g).sum(axis=1) * rb,
             extra[:, 2 + g] * rb,
             extra[:, 3 + g] * rb,
+            extra[:, 2 : 2 + g] * rb,
+            extra[:, 4 + g :].reshape(-1, g, g).sum(axis=1) * rb,
         )
 
     def _raise_disagreement(self, wrong, sent, outs, device) -> None:

@@ -127,6 +127,8 @@ def run_local(args, rank, world, topo):
     rng = torch.Generator().manual_seed(99)  # the same on every rank
     cases = [("direct", "auto"), ("hierarchical", "auto"), ("hierarchical", "levels"),
              ("fast", "auto"), ("pairwise", "auto")]
+    if args.algorithms:
+        cases = [(alg, "auto") for alg in args.algorithms.split(",")]
     for alg, executor in cases:
         a2a = AllToAll(topo, algorithm=alg, executor=executor)
         name = alg if executor == "auto" else f"{alg}/{executor}"
@@ -160,6 +162,8 @@ def run_local(args, rank, world, topo):
                 row_bytes = inp.element_size() * (trailing or 1)
                 want = switchyard.local_traffic(m.numpy() * row_bytes, rank, topo)
                 for field, got in zip(switchyard.LOCAL_FIELDS, gathered[-1]):
+                    if field == "rail_into_before" and alg != "deepep":
+                        want[field] = want[field][:0]  # gathered for deepep alone
                     if not np.array_equal(np.asarray(got, dtype=np.uint64), want[field]):
                         raise AssertionError(f"{name} iteration {it}: gathered {field} differs")
         st = a2a.stats()
@@ -252,6 +256,7 @@ def main():
     p.add_argument("--nodes", type=int, default=None)
     p.add_argument("--timeout", type=float, default=3.0)
     p.add_argument("--iters", type=int, default=8)
+    p.add_argument("--algorithms", default=None, help="local: these algorithms instead (comma list)")
     args = p.parse_args()
     if args.mode == "timeout":
         # gloo's own deadline too, so whatever waits in gloo gives up in time.

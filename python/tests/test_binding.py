@@ -151,7 +151,7 @@ def test_own_programs_are_the_plans_slices(algorithm):
         Planner(t, "pairwise").program(0, m)
 
 
-@pytest.mark.parametrize("algorithm", ["direct", "hierarchical"])
+@pytest.mark.parametrize("algorithm", ["direct", "hierarchical", "pxn", "deepep"])
 def test_program_local_is_the_own_program(algorithm):
     """Planner.program_local from a rank's gathered parts alone (what
     local_traffic cuts out of the matrix) is Planner.program's program."""

@@ -37,13 +37,13 @@ def test_matches_all_to_all_single(tmp_path, nproc, nodes):
     assert max(r["levels_max"] for r in results) > 1
 
 
-def _local_bytes(world, nodes):
+def _local_bytes(world, nodes, deepep=False):
     """What the local exchange delivers into a rank per call, in bytes: from
-    every peer a 3-value header, g + 4 node summaries and its split sizes
-    towards this node (its whole row from this node's GPUs), then the node
-    matrix and one flag from the all-reduce."""
+    every peer a 3-value header, g + 4 node summaries (g more for deepep)
+    and its split sizes towards this node (its whole row from this node's
+    GPUs), then the node matrix and one flag from the all-reduce."""
     g = world // nodes
-    values = world * (3 + g + 4) + g * world + (world - g) * g + nodes * nodes + 1
+    values = world * (3 + g + 4 + (g if deepep else 0)) + g * world + (world - g) * g + nodes * nodes + 1
     return 8 * values
 
 
@@ -67,6 +67,21 @@ def test_local_gather(tmp_path, nproc, nodes):
             assert algs[name]["bytes_per_call"] == [whole], (name, algs[name])
         for st in algs.values():
             assert st["calls"] == 8 and st["cache_misses"] >= 1
+
+
+@pytest.mark.parametrize("alg", ["pxn", "deepep"])
+def test_local_gather_relays(tmp_path, alg):
+    """pxn and deepep plan from the local gather too (2 nodes of 2, so
+    pxn relays between rails and deepep forwards inside the node): what
+    they gather equals the compiler's cut and they match
+    all_to_all_single."""
+    proc, results = torchrun(4, ["local", "--nodes=2", "--iters=6", f"--algorithms={alg}"], tmp_path)
+    _assert_all_ok(results)
+    for r in results:
+        st = r["algorithms"][alg]
+        assert st["gather"] == "local", st
+        assert st["bytes_per_call"] == [_local_bytes(4, 2, alg == "deepep")], st
+        assert st["calls"] == 6 and st["cache_misses"] >= 1
 
 
 def test_topology_from_environment(tmp_path):

@@ -25,12 +25,14 @@ use crate::traffic::TrafficMatrix;
 
 pub use auto::{auto, AutoChoice};
 pub use deepep::{deepep, deepep_peer};
+pub(crate) use deepep::{deepep_into, deepep_local};
 pub use direct::{block_transfer, direct, path_between};
 pub use fast::fast;
 pub use hierarchical::hierarchical;
 pub use lp::{lp, lp_with_report, LpReport};
 pub use pairwise::pairwise;
 pub use pxn::{pxn, pxn_relay};
+pub(crate) use pxn::{pxn_into, pxn_local};
 pub use spray::spray;
 
 /// The algorithms the CLI knows (DESIGN.md "Algorithms").
@@ -186,4 +188,15 @@ pub fn schedule(
     }?;
     plan.traffic_fingerprint = Some(traffic.fingerprint());
     Ok(plan)
+}
+
+/// The relay schedulers' unit-test case: 3 nodes of 4 GPUs, MoE traffic
+/// with Zipf(1.0) popularity (64 tokens per rank).
+#[cfg(test)]
+pub(crate) fn moe_3x4() -> (Topology, TrafficMatrix) {
+    use crate::generate::{generate, Pattern, TrafficSpec};
+    let topo = Topology::preset("dgx-h100", 3, Some(4)).unwrap();
+    let mut spec = TrafficSpec::new(12, Pattern::Zipf(1.0));
+    spec.moe.tokens_per_rank = 64;
+    (topo, generate(&spec).unwrap())
 }

@@ -6,19 +6,29 @@
 //! it never crosses the spine. Intra-node and local blocks go as in
 //! `direct`. Everything starts at once; only a relayed block's network hop
 //! waits, for its own NVLink hop.
+//!
+//! A relay's scratch holds the blocks it carries by destination rank, and
+//! for one destination by source: so the rank a block is for finds where
+//! it sits from its own node's columns and the per-rail prefix sums of
+//! [`LocalTraffic`] (`rank_rail_before`), without the senders' rows, and
+//! [`pxn_local`] plans one rank's program from those alone. The whole plan
+//! and the per-rank planner share the layout ([`relay_layout`]) and the
+//! transfers' shapes.
 
 use smallvec::smallvec;
 
-use super::direct::{block_transfer, path_between};
-use crate::plan::{Buffer, Deps, Path, Plan, Transfer};
+use super::direct::path_between;
+use crate::plan::{Buffer, Path, Plan, Transfer};
+use crate::rank::{block, from_scratch, to_scratch, LocalProgram, LocalTraffic, TransferKey};
 use crate::topology::Topology;
-use crate::traffic::{Layout, TrafficMatrix};
+use crate::traffic::TrafficMatrix;
 
 /// The GPU of `src`'s node that sends a block for `dst` over the network:
 /// `src` itself when it is on `dst`'s rail (or `dst` is on its node);
 /// otherwise the GPU of the same local index as `dst` when its NIC is on
 /// that rail, else the first GPU of the node on that rail. A node without a
-/// GPU on that rail (a NIC that serves none) sends from `src`.
+/// GPU on that rail (a NIC that serves none) sends from `src`. For a `dst`
+/// on another node it depends on `dst`'s local index only.
 pub fn pxn_relay(topo: &Topology, src: usize, dst: usize) -> usize {
     let (a, g) = (topo.node_of(src), topo.gpus_per_node());
     let rail = topo.rail_of(dst);
@@ -34,74 +44,236 @@ pub fn pxn_relay(topo: &Topology, src: usize, dst: usize) -> usize {
         .unwrap_or(src)
 }
 
+/// [`pxn_relay`] between GPUs of different nodes, by local index:
+/// `table[i * G + l]` is the local index of the GPU of GPU `i`'s node that
+/// relays its blocks for GPU `l` of any other node (`i` itself when none
+/// does): it depends on the two local indices alone. The planners' inner
+/// loops read this table instead of the topology.
+fn relay_table(topo: &Topology) -> Vec<usize> {
+    let g = topo.gpus_per_node();
+    if topo.nodes() < 2 {
+        return (0..g * g).map(|k| k / g).collect();
+    }
+    (0..g * g)
+        .map(|k| topo.local_of(pxn_relay(topo, k / g, g + k % g)))
+        .collect()
+}
+
+/// Where the relays of node `b` keep the blocks they carry, from the rows
+/// of its GPUs (`rows[i]`, GPU `i`'s) and the [`relay_table`]:
+/// `at[i * R + d]` is the offset of block (GPU `i` of `b`, `d`) in its
+/// relay's scratch (left at 0 for blocks that go straight), `ends[l]` the
+/// scratch GPU `l` of `b` needs. By destination, then by source (module
+/// header).
+fn relay_layout(
+    b: usize,
+    rows: &[&[u64]],
+    table: &[usize],
+    at: &mut Vec<u64>,
+    ends: &mut Vec<u64>,
+) {
+    let g = rows.len();
+    let n = rows.first().map_or(0, |r| r.len());
+    at.clear();
+    at.resize(g * n, 0);
+    ends.clear();
+    ends.resize(g, 0);
+    for d in (0..n).filter(|&d| d / g != b) {
+        let l = d % g;
+        for (i, row) in rows.iter().enumerate() {
+            let relay = table[i * g + l];
+            if relay != i && row[d] > 0 {
+                at[i * n + d] = ends[relay];
+                ends[relay] += row[d];
+            }
+        }
+    }
+}
+
+/// The network hop of a relayed block, on the relay's rail (the
+/// destination's), from the offset `at` of the relay's scratch.
+fn rail_send(
+    topo: &Topology,
+    relay: usize,
+    d: usize,
+    bytes: u64,
+    at: u64,
+    dst_off: u64,
+) -> Transfer {
+    let nic = topo.rail_of(relay) as u32;
+    from_scratch(Path::Rdma { nic }, relay, d, bytes, at, dst_off)
+}
+
 /// One transfer per block that needs no relay; two (NVLink into the relay's
 /// scratch, then RDMA on the destination's rail) per block that does.
 pub fn pxn(topo: &Topology, traffic: &TrafficMatrix) -> Plan {
-    let n = traffic.ranks();
-    let layout = Layout::new(traffic);
-    let mut plan = Plan::new("pxn", n, topo.gpus_per_node());
-    let mut scratch_end = vec![0u64; n];
-    for s in 0..n {
-        for d in 0..n {
-            let bytes = traffic.get(s, d);
-            if bytes == 0 {
-                continue;
-            }
-            let relay = pxn_relay(topo, s, d);
-            if relay == s {
-                plan.push(block_transfer(topo, &layout, traffic, s, d, 0, Deps::new()));
-                continue;
-            }
-            let at = scratch_end[relay];
-            scratch_end[relay] += bytes;
-            let hop = plan.push(Transfer {
-                src: s as u32,
-                src_buf: Buffer::Input,
-                src_off: layout.send_offset(s, d),
-                dst: relay as u32,
-                dst_buf: Buffer::Scratch,
-                dst_off: at,
-                bytes,
-                path: path_between(topo, s, relay),
-                step: 0,
-                deps: Deps::new(),
-            });
-            plan.push(Transfer {
-                src: relay as u32,
-                src_buf: Buffer::Scratch,
-                src_off: at,
-                dst: d as u32,
-                dst_buf: Buffer::Output,
-                dst_off: layout.recv_offset(s, d),
-                bytes,
-                path: Path::Rdma {
-                    nic: topo.rail_of(relay) as u32,
-                },
-                step: 1,
-                deps: smallvec![hop],
-            });
-        }
-    }
-    for (r, &bytes) in scratch_end.iter().enumerate() {
-        if bytes > 0 {
-            plan.need_scratch(r, bytes);
-        }
-    }
+    let mut plan = Plan::new("pxn", 0, 0);
+    pxn_into(topo, traffic, &mut plan);
     plan
+}
+
+/// [`pxn`] into `plan`, reusing its allocations (the per-batch `Planner`).
+/// `traffic` must have the topology's ranks.
+pub(crate) fn pxn_into(topo: &Topology, traffic: &TrafficMatrix, plan: &mut Plan) {
+    let (n, g) = (traffic.ranks(), topo.gpus_per_node());
+    plan.clear();
+    plan.algorithm.clear();
+    plan.algorithm.push_str("pxn");
+    plan.ranks = n as u32;
+    plan.gpus_per_node = g as u32;
+    // `landed[d]`: what the ranks before the current one send `d`, where
+    // the current one's block lands.
+    let mut landed = vec![0u64; n];
+    let table = relay_table(topo);
+    let (mut at, mut ends) = (Vec::new(), Vec::new());
+    for b in 0..topo.nodes() {
+        let rows: Vec<&[u64]> = (b * g..(b + 1) * g).map(|s| traffic.row(s)).collect();
+        relay_layout(b, &rows, &table, &mut at, &mut ends);
+        for (l, &bytes) in ends.iter().enumerate() {
+            if bytes > 0 {
+                plan.need_scratch(b * g + l, bytes);
+            }
+        }
+        for (i, row) in rows.iter().enumerate() {
+            let s = b * g + i;
+            let mut src_off = 0u64;
+            for (d, &bytes) in row.iter().enumerate() {
+                if bytes > 0 {
+                    let relay = if d / g == b {
+                        s
+                    } else {
+                        b * g + table[i * g + d % g]
+                    };
+                    if relay == s {
+                        let path = path_between(topo, s, d);
+                        plan.push(block(path, s, d, bytes, src_off, landed[d]));
+                    } else {
+                        let off = at[i * n + d];
+                        let path = path_between(topo, s, relay);
+                        let hop = plan.push(to_scratch(path, s, relay, bytes, src_off, off));
+                        let mut send = rail_send(topo, relay, d, bytes, off, landed[d]);
+                        send.deps = smallvec![hop];
+                        plan.push(send);
+                    }
+                }
+                src_off += bytes;
+                landed[d] += bytes;
+            }
+        }
+    }
+}
+
+/// `pxn` for rank `x` = GPU `j` of node `a`, from what it knows: the rows
+/// of its node give what it sends and relays (its node's relay layout, as
+/// the whole plan makes it) and where those blocks land (`above`); what it
+/// receives comes from its column, straight from the sources on its rail
+/// (at `before`) or from the relays of the other nodes, whose offsets
+/// follow from `rank_rail_before` (their blocks for the nodes before `a`)
+/// and the columns of node `a` (for its GPUs before `x`, and the sources
+/// before each). O(G R) time and memory.
+pub(crate) fn pxn_local(topo: &Topology, t: &LocalTraffic, out: &mut LocalProgram) {
+    let (n, g) = (t.ranks(), t.gpus_per_node);
+    out.reset("pxn", t.rank, n, g);
+    let x = t.rank;
+    let (a, j) = (x / g, x % g);
+    let key = |relay: usize, off: u64| TransferKey {
+        rank: relay as u32,
+        buf: Buffer::Scratch,
+        off,
+    };
+    // The rows of the rank's node: what it sends, what it relays, and the
+    // blocks from its node's other GPUs into it.
+    let table = relay_table(topo);
+    let (mut at, mut ends) = (Vec::new(), Vec::new());
+    let rows: Vec<&[u64]> = (0..g).map(|i| t.row(i)).collect();
+    relay_layout(a, &rows, &table, &mut at, &mut ends);
+    out.scratch_bytes = ends[j];
+    let mut landed = t.above.clone();
+    for (i, row) in rows.iter().enumerate() {
+        let s = a * g + i;
+        let mut src_off = 0u64;
+        for (d, &bytes) in row.iter().enumerate() {
+            if bytes > 0 {
+                let relay = if d / g == a {
+                    s
+                } else {
+                    a * g + table[i * g + d % g]
+                };
+                if relay == s && (s == x || d == x) {
+                    let path = path_between(topo, s, d);
+                    out.push(&block(path, s, d, bytes, src_off, landed[d]), Vec::new());
+                } else if relay != s && (s == x || relay == x) {
+                    let off = at[i * n + d];
+                    let path = path_between(topo, s, relay);
+                    out.push(&to_scratch(path, s, relay, bytes, src_off, off), Vec::new());
+                    if relay == x {
+                        let send = rail_send(topo, relay, d, bytes, off, landed[d]);
+                        out.push(&send, vec![key(relay, off)]);
+                    }
+                }
+            }
+            src_off += bytes;
+            landed[d] += bytes;
+        }
+    }
+    // What the other nodes send the rank, source by source; `own` is where
+    // each block lands (the rank's column so far).
+    let mut own = 0u64;
+    let mut next = vec![0u64; g];
+    for b in 0..t.nodes {
+        let srcs = b * g..(b + 1) * g;
+        if b == a {
+            own += srcs.map(|s| t.col(s, j)).sum::<u64>();
+            continue;
+        }
+        // Each relay of node `b` keeps the rank's blocks after those for
+        // the ranks before it: on the nodes before `a` (but `b`) and on
+        // GPUs `0..j` of node `a`.
+        next.fill(0);
+        for s in srcs.clone() {
+            let i = s % g;
+            for l in 0..g {
+                let relay = table[i * g + l];
+                if relay != i {
+                    let mut bytes = t.rank_rail_before[s * g + l];
+                    if l < j {
+                        bytes += t.col(s, l);
+                    }
+                    next[relay] += bytes;
+                }
+            }
+        }
+        for s in srcs {
+            let bytes = t.col(s, j);
+            if bytes > 0 {
+                let relay = b * g + table[(s % g) * g + j];
+                if relay == s {
+                    let src_off = t.before[s] + (0..j).map(|l| t.col(s, l)).sum::<u64>();
+                    let path = path_between(topo, s, x);
+                    out.push(&block(path, s, x, bytes, src_off, own), Vec::new());
+                } else {
+                    let off = &mut next[relay % g];
+                    out.push(
+                        &rail_send(topo, relay, x, bytes, *off, own),
+                        vec![key(relay, *off)],
+                    );
+                    *off += bytes;
+                }
+            }
+            own += bytes;
+        }
+    }
+    out.sort();
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::generate::{generate, Pattern, TrafficSpec};
     use crate::verify::verify_on;
 
     #[test]
     fn relays_pick_the_destination_rail() {
-        let topo = Topology::preset("dgx-h100", 3, Some(4)).unwrap();
-        let mut spec = TrafficSpec::new(12, Pattern::Zipf(1.0));
-        spec.moe.tokens_per_rank = 64;
-        let m = generate(&spec).unwrap();
+        let (topo, m) = crate::sched::moe_3x4();
         let p = pxn(&topo, &m);
         verify_on(&p, &m, &topo).unwrap();
         let mut relayed = 0;
@@ -125,6 +297,43 @@ mod tests {
         }
         // 3 of every 4 inter-node blocks change rail.
         assert!(relayed > 0);
+    }
+
+    /// A relay's scratch holds its blocks by destination, then by source,
+    /// end to end (what `pxn_local`'s receivers rely on).
+    #[test]
+    fn relay_scratch_is_by_destination_then_source() {
+        let (topo, m) = crate::sched::moe_3x4();
+        let p = pxn(&topo, &m);
+        // (relay, offset, destination, source, bytes) of every relayed block.
+        let mut seen: Vec<(u32, u64, u32, u32, u64)> = p
+            .transfers
+            .iter()
+            .filter(|t| t.src_buf == Buffer::Scratch)
+            .map(|t| {
+                let hop = &p.transfers[t.deps[0] as usize];
+                (t.src, t.src_off, t.dst, hop.src, t.bytes)
+            })
+            .collect();
+        seen.sort_unstable();
+        assert!(!seen.is_empty());
+        let mut end = (u32::MAX, 0u64);
+        for &(relay, off, _, _, bytes) in &seen {
+            if relay != end.0 {
+                end = (relay, 0);
+            }
+            assert_eq!(off, end.1, "relay {relay}: a gap or an overlap");
+            end.1 += bytes;
+        }
+        for w in seen.windows(2) {
+            if w[0].0 == w[1].0 {
+                assert!((w[0].2, w[0].3) < (w[1].2, w[1].3), "{w:?}");
+            }
+        }
+        for r in 0..topo.ranks() as u32 {
+            let held: u64 = seen.iter().filter(|x| x.0 == r).map(|x| x.4).sum();
+            assert_eq!(held, p.scratch_bytes(r as usize), "rank {r}");
+        }
     }
 
     #[test]
