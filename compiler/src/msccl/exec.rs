@@ -1227,8 +1227,11 @@ fn execute(l: &mut Loaded<'_>, mode: Mode, order: Order) -> Result<()> {
             // Who to wake: each connection's two tbs, and per tb the tbs
             // of its gpu that wait for it.
             let mut ends: Vec<[(usize, usize); 2]> = vec![[(0, 0); 2]; state.fifos.len()];
-            let mut waiters: Vec<Vec<Vec<u32>>> =
-                algo.gpus.iter().map(|g| vec![Vec::new(); g.tbs.len()]).collect();
+            let mut waiters: Vec<Vec<Vec<u32>>> = algo
+                .gpus
+                .iter()
+                .map(|g| vec![Vec::new(); g.tbs.len()])
+                .collect();
             for (gi, ti) in all() {
                 let (fin, fout) = state.fifo_of[gi][ti];
                 if let Some(f) = fin {
@@ -1568,7 +1571,10 @@ mod tests {
     }
 
     /// What a run leaves: each operation's dependencies and data, or the error.
-    fn outcome(text: &str, order: Order) -> std::result::Result<Vec<(Vec<u32>, Vec<Origin>)>, String> {
+    fn outcome(
+        text: &str,
+        order: Order,
+    ) -> std::result::Result<Vec<(Vec<u32>, Vec<Origin>)>, String> {
         let algo = read::parse_algo(text, "t.xml").map_err(|e| e.to_string())?;
         let l = loaded_run(&algo, "t.xml", order).map_err(|e| e.to_string())?;
         Ok(l.ops.into_iter().map(|o| (o.deps, o.data)).collect())

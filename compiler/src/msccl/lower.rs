@@ -31,6 +31,7 @@ use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 
 use super::exec;
+use super::laps::Laps;
 use super::read::{parse_algo, trace_to_plan};
 use super::write::write_algo;
 use super::{fit, pack};
@@ -210,11 +211,13 @@ pub fn to_xml(
             traffic.max_entry()
         )));
     }
+    let mut laps = Laps::start("to_xml");
     fit::check_plan(plan, topo, traffic, opts.executor)?;
     let timeline = simulate(topo, plan, &SimOptions::default())?.transfers;
+    laps.lap("ideal simulation of the plan");
     let mut u = base;
     loop {
-        match lower_with(plan, topo, traffic, opts, u, &timeline) {
+        match lower_with(plan, topo, traffic, opts, u, &timeline, &mut laps) {
             Err(LowerError::Limit(why))
                 if opts.chunk_bytes.is_none() && u < base << 10 && u * 2 <= MAX_CHUNK_BYTES =>
             {
@@ -336,6 +339,7 @@ fn lower_with(
     opts: &XmlOptions,
     u: u64,
     timeline: &[TransferTime],
+    laps: &mut Laps,
 ) -> std::result::Result<XmlPlan, LowerError> {
     let n = traffic.ranks();
     let k: Vec<Vec<u32>> = (0..n)
@@ -363,6 +367,7 @@ fn lower_with(
         )));
     }
     let (ops, scratch) = trace_chunks(plan, traffic, &map, u, timeline)?;
+    laps.lap("trace chunks");
     let nchunks = map.nchunksperloop;
     let nbytes = nchunks as u64 * u;
     let proto = opts
@@ -387,7 +392,9 @@ fn lower_with(
         },
     };
     let ops = paced.ops;
+    laps.lap("pacing cuts");
     let mut built = build_tbs(&ops, n, timeline, opts.executor)?;
+    laps.lap("threadblocks and waits");
     if let Some(unheld) = paced.unheld {
         built.unheld = unheld;
     }
@@ -475,7 +482,9 @@ fn lower_with(
             )));
         }
     }
+    laps.lap("packing");
     let text = write_algo(&algo);
+    laps.lap("write");
     let file = "<written XML>";
     let internal = |e: Error| {
         unsupported(format!(
@@ -483,7 +492,9 @@ fn lower_with(
         ))
     };
     let parsed = parse_algo(&text, file).map_err(internal)?;
+    laps.lap("read back");
     let trace = exec::run(&parsed, file).map_err(internal)?;
+    laps.lap("symbolic executor");
     opts.executor.check(&trace.report).map_err(|why| {
         unsupported(format!(
             "internal error, the written XML exceeds the executor's limits: {why}"
@@ -491,6 +502,7 @@ fn lower_with(
     })?;
     let (encoded, _) =
         trace_to_plan(&parsed, &trace, Some(traffic), Some(u), file).map_err(internal)?;
+    laps.lap("encoded plan");
     let count_bytes = nbytes / n as u64;
     Ok(XmlPlan {
         text,
@@ -1035,8 +1047,10 @@ fn build_tbs(
     // Channel of each (src, dst, lane); lane `l` starts at group `l`.
     let mut chan_of: HashMap<(u32, u32, u32), u32> = HashMap::new();
     let mut local_k = vec![0u32; n];
-    // Where each operation's step sits on each gpu it touches: (tb, pos).
-    let mut at: HashMap<(u32, u32), (u32, u32)> = HashMap::new();
+    // Where each operation's step sits on each gpu it touches, its sending
+    // gpu first: (tb, pos).
+    let mut at: Vec<[(u32, u32); 2]> = vec![[(u32::MAX, 0); 2]; ops.len()];
+    let side_of = |x: u32, g: u32| usize::from(ops[x as usize].src != g);
     let mut anc: HashMap<u64, Vec<u32>, FastHash> = HashMap::default();
     // The walks through other gpus' operations are memoised per (operation,
     // gpu); past this many the rest are not followed (their waits dropped
@@ -1128,9 +1142,8 @@ fn build_tbs(
                 let own = tb_index[gi].get(&key).copied();
                 let mut latest: BTreeMap<u32, u32> = BTreeMap::new();
                 for &x in &need[side] {
-                    let &(tb, pos) = at
-                        .get(&(x, g))
-                        .expect("an ancestor on this gpu has a step here");
+                    // `x` touches `g` and precedes this operation: placed.
+                    let (tb, pos) = at[x as usize][side_of(x, g)];
                     if Some(tb) == own {
                         continue;
                     }
@@ -1222,7 +1235,7 @@ fn build_tbs(
                 }
                 draft.ops.resize(draft.steps.len(), o);
                 let pos = draft.steps.len() as u32 - 1;
-                at.insert((o, gi as u32), (t, pos));
+                at[o as usize][side] = (t, pos);
                 for (tb, p) in waits {
                     tbs[gi][tb as usize].steps[p as usize].hasdep = true;
                 }
