@@ -1059,6 +1059,8 @@ fn build_tbs(
     let mut dropped = 0usize;
     let mut unheld: std::collections::HashSet<(u32, u32)> = std::collections::HashSet::new();
     let mut channels = 1u32;
+    // The last operation whose deps were walked, its lists and drops.
+    let mut last_need: Option<(u32, Vec<Vec<u32>>, usize)> = None;
     for (o, op) in ops.iter().enumerate() {
         let o = o as u32;
         let gpus: Vec<u32> = if op.src == op.dst {
@@ -1066,47 +1068,34 @@ fn build_tbs(
         } else {
             vec![op.src, op.dst]
         };
-        // Operations on each side's gpu this one must follow.
-        let mut need: Vec<Vec<u32>> = vec![Vec::new(); gpus.len()];
-        for &x in &op.deps {
-            let mut found = false;
-            // What `x` adds on the sending gpu (`gpus[0]` is `op.src`).
-            let mut on_src = 0..0;
-            for (side, &g) in gpus.iter().enumerate() {
-                let before = need[side].len();
-                ancestors_on(ops, x, g, &mut anc, walk_cap, &mut need[side]);
-                found |= need[side].len() > before;
-                if side == 0 {
-                    on_src = before..need[0].len();
-                }
-            }
-            if !found {
-                dropped += 1;
-                continue;
-            }
-            // The executor holds a send back only until the data it waits
-            // for has arrived on its own gpu: a wait met by a receive or a
-            // copy there. A wait only on a send of its gpu (a send is done
-            // when staged) or only on the receiving side does not hold it.
-            let xo = &ops[x as usize];
-            if op.src != op.dst
-                && xo.from != op.from
-                && !need[0][on_src]
-                    .iter()
-                    .any(|&y| ops[y as usize].dst == op.src)
-            {
-                unheld.insert((xo.from, op.from));
-            }
-        }
-        if let Some(v) = need.get_mut(1) {
-            for &x in &op.recv_deps {
-                ancestors_on(ops, x, op.dst, &mut anc, walk_cap, v);
-            }
-        }
-        for v in &mut need {
-            v.sort_unstable();
-            v.dedup();
-        }
+        // Operations on each side's gpu this one must follow. The
+        // operations of one transfer (its runs, its pacing cuts) mostly
+        // share their deps: the walks would find the same lists again
+        // (the memo only grows, so even capped walks repeat), and the
+        // waits they add, dropped or unheld, are the same.
+        let same = last_need.as_ref().filter(|(p, _, _)| {
+            let q = &ops[*p as usize];
+            (q.src, q.dst, q.from) == (op.src, op.dst, op.from)
+                && q.deps == op.deps
+                && q.recv_deps == op.recv_deps
+        });
+        let need = if let Some((_, need, d)) = same {
+            dropped += d;
+            need.clone()
+        } else {
+            let dropped_before = dropped;
+            let need = walk_deps(
+                ops,
+                op,
+                &gpus,
+                &mut anc,
+                walk_cap,
+                &mut dropped,
+                &mut unheld,
+            );
+            last_need = Some((o, need.clone(), dropped - dropped_before));
+            need
+        };
         let lane = lanes.of_op[o as usize];
         loop {
             let keys: Vec<TbKey> = if op.src == op.dst {
@@ -1303,6 +1292,62 @@ fn build_tbs(
         lanes_short: lanes.short,
         tbs_wanted: lanes.tbs_wanted,
     })
+}
+
+/// The operations on each of `gpus` (an operation's sending gpu first)
+/// that `op` must follow, sorted: its deps walked back to the operations
+/// that touch each gpu. A dep found on neither counts as dropped; a send's
+/// wait met on its own gpu only by sends goes into `unheld`.
+fn walk_deps(
+    ops: &[ChunkOp],
+    op: &ChunkOp,
+    gpus: &[u32],
+    anc: &mut HashMap<u64, Vec<u32>, FastHash>,
+    walk_cap: usize,
+    dropped: &mut usize,
+    unheld: &mut std::collections::HashSet<(u32, u32)>,
+) -> Vec<Vec<u32>> {
+    let mut need: Vec<Vec<u32>> = vec![Vec::new(); gpus.len()];
+    for &x in &op.deps {
+        let mut found = false;
+        // What `x` adds on the sending gpu (`gpus[0]` is `op.src`).
+        let mut on_src = 0..0;
+        for (side, &g) in gpus.iter().enumerate() {
+            let before = need[side].len();
+            ancestors_on(ops, x, g, anc, walk_cap, &mut need[side]);
+            found |= need[side].len() > before;
+            if side == 0 {
+                on_src = before..need[0].len();
+            }
+        }
+        if !found {
+            *dropped += 1;
+            continue;
+        }
+        // The executor holds a send back only until the data it waits
+        // for has arrived on its own gpu: a wait met by a receive or a
+        // copy there. A wait only on a send of its gpu (a send is done
+        // when staged) or only on the receiving side does not hold it.
+        let xo = &ops[x as usize];
+        if op.src != op.dst
+            && xo.from != op.from
+            && !need[0][on_src]
+                .iter()
+                .any(|&y| ops[y as usize].dst == op.src)
+        {
+            unheld.insert((xo.from, op.from));
+        }
+    }
+    if let Some(v) = need.get_mut(1) {
+        for &x in &op.recv_deps {
+            ancestors_on(ops, x, op.dst, anc, walk_cap, v);
+        }
+    }
+    for v in &mut need {
+        v.sort_unstable();
+        v.dedup();
+    }
+    need
 }
 
 /// Threadblocks per gpu the lowering may build before packing: the
