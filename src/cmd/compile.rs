@@ -6,6 +6,7 @@ use std::time::Instant;
 use clap::Args;
 use switchyard::compiler::import::ImportOptions;
 use switchyard::compiler::lp::{lower_bound, LpOptions, SolveStatus};
+use switchyard::compiler::msccl::laps::Laps;
 use switchyard::compiler::msccl::lower::buffer_bytes as msccl_buffer_bytes;
 use switchyard::compiler::msccl::{
     assign_paths, fit, parse_xml, parse_xml_implied, to_xml, Executor, Layout, Protocol,
@@ -158,6 +159,7 @@ pub fn compile(a: CompileArgs) -> CliResult {
             .map_err(|e| CliError::Input(e.to_string()))?;
     }
     let t0 = Instant::now();
+    let mut laps = Laps::start("compile");
     // An MSCCL file runs at most the executor's threadblocks per GPU (108,
     // RCCL 64): a plan for one must not run more lanes at once than that
     // (only `lp` would).
@@ -263,7 +265,9 @@ pub fn compile(a: CompileArgs) -> CliResult {
                 executor,
                 ..XmlOptions::default()
             };
+            laps.lap("plan");
             let xml = to_xml(&plan, &topo, &m, &opts)?;
+            laps.lap("lowering");
             let mut facts = xml.report_json();
             facts["executor"] = executor.name().into();
             buffers = Some(buffer_note(&xml, &m));
@@ -290,9 +294,11 @@ pub fn compile(a: CompileArgs) -> CliResult {
             ..LpOptions::default()
         },
     )?;
+    laps.lap("write and bound");
     let mut progress = SimProgress::new(format!("simulating {} transfers", plan.transfers.len()));
     let sim = Report::simulate(&topo, &m, &plan, &sim_opts, &mut progress.callback());
     progress.finish();
+    laps.lap("report's simulation");
     let mut report = Report::assemble(
         alg.name(),
         &topo,

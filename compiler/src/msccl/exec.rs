@@ -331,11 +331,7 @@ fn at(algo: &Algo, r: StepRef) -> String {
 
 /// Validates, pairs, runs and checks a parsed file.
 pub fn run(algo: &Algo, file: &str) -> Result<Trace> {
-    let mut l = load(algo, file)?;
-    execute(&mut l, Mode::PerStep)?;
-    link_deps(&mut l);
-    execute(&mut l, Mode::PerChunk)?;
-    check_outputs(&l)?;
+    let mut l = loaded_run(algo, file, Order::Worklist)?;
     let facts = algo.facts();
     let steps: usize = algo
         .gpus
@@ -387,6 +383,17 @@ pub fn run(algo: &Algo, file: &str) -> Result<Trace> {
         step_ops: l.step_ops,
         waits: l.waits,
     })
+}
+
+/// Loads and runs a file both ways (one operation per step, then per
+/// chunk), linking the operations' dependencies in between.
+fn loaded_run<'a>(algo: &'a Algo, file: &'a str, order: Order) -> Result<Loaded<'a>> {
+    let mut l = load(algo, file)?;
+    execute(&mut l, Mode::PerStep, order)?;
+    link_deps(&mut l);
+    execute(&mut l, Mode::PerChunk, order)?;
+    check_outputs(&l)?;
+    Ok(l)
 }
 
 fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
@@ -996,129 +1003,295 @@ impl Mode {
     }
 }
 
+/// How [`execute`] picks the next tb to run. The run's end state does not
+/// depend on it: a blocked tb only becomes ready through what others do
+/// (a flag it waits for, data in its incoming FIFO, room in its outgoing
+/// one), never less ready, so every order ends with each tb as far as it
+/// can go, and the dependencies read from the run are the same.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Order {
+    /// Run a tb when something it may wait for has moved: every step and
+    /// chunk is visited a bounded number of times.
+    Worklist,
+    /// Sweep every tb until a sweep moves nothing (the first model; a test
+    /// holds the worklist to it). A sweep moves a connection by as little as
+    /// a FIFO's depth of chunks, so large files took minutes.
+    #[cfg(test)]
+    Sweep,
+}
+
+/// The run's state: per tb its next step, the parts of that step done and
+/// the last step it signalled; per connection its FIFO; the buffers
+/// (`PerStep` only).
+struct RunState {
+    fifos: Vec<VecDeque<(u32, u32)>>,
+    pc: Vec<Vec<usize>>,
+    sub: Vec<Vec<u32>>,
+    flag: Vec<Vec<i64>>,
+    bufs: Bufs,
+    /// Per tb, the connection it receives on and the one it sends on.
+    fifo_of: Vec<Vec<(Option<usize>, Option<usize>)>>,
+}
+
+/// What one turn of a tb changed.
+#[derive(Default, Clone, Copy)]
+struct Moved {
+    any: bool,
+    /// It put data in its outgoing FIFO (its receiver may move).
+    pushed: bool,
+    /// It took data from its incoming FIFO (its sender may move).
+    popped: bool,
+    /// It raised its flag (tbs waiting for it may move).
+    flagged: bool,
+}
+
+impl RunState {
+    fn new(l: &Loaded<'_>) -> RunState {
+        let algo = l.algo;
+        let bufs = algo
+            .gpus
+            .iter()
+            .map(|g| {
+                let input = (0..g.i_chunks as u32)
+                    .map(|idx| {
+                        Some(Origin {
+                            rank: g.id as u32,
+                            idx,
+                        })
+                    })
+                    .collect();
+                [
+                    input,
+                    vec![None; g.o_chunks as usize],
+                    vec![None; g.s_chunks as usize],
+                ]
+            })
+            .collect();
+        // gpus are in rank order (`load`), so a gpu's index is its id.
+        let fifo_of = algo
+            .gpus
+            .iter()
+            .enumerate()
+            .map(|(gi, g)| {
+                g.tbs
+                    .iter()
+                    .map(|tb| {
+                        let c = tb.chan as u32;
+                        let fid = |from: i64, to: i64| {
+                            (from >= 0 && to >= 0)
+                                .then(|| l.fifo_ids.get(&(c, from as u32, to as u32)).copied())
+                                .flatten()
+                        };
+                        (fid(tb.recv, gi as i64), fid(gi as i64, tb.send))
+                    })
+                    .collect()
+            })
+            .collect();
+        RunState {
+            fifos: vec![VecDeque::new(); l.fifo_ids.len()],
+            pc: algo.gpus.iter().map(|g| vec![0; g.tbs.len()]).collect(),
+            sub: algo.gpus.iter().map(|g| vec![0; g.tbs.len()]).collect(),
+            flag: algo.gpus.iter().map(|g| vec![-1; g.tbs.len()]).collect(),
+            bufs,
+            fifo_of,
+        }
+    }
+
+    /// Whether step `p` of tb `ti` on `gi` still waits for a flag.
+    fn waiting(&self, l: &Loaded<'_>, gi: usize, ti: usize, p: usize) -> Option<(u32, u32)> {
+        if self.sub[gi][ti] != 0 {
+            return None;
+        }
+        l.waits[gi][ti][p]
+            .iter()
+            .copied()
+            .find(|&(t, q)| self.flag[gi][t as usize] < q as i64)
+    }
+
+    /// Runs tb `ti` of `gi` as far as it can go now.
+    fn advance(
+        &mut self,
+        l: &mut Loaded<'_>,
+        mode: Mode,
+        depth: usize,
+        gi: usize,
+        ti: usize,
+    ) -> Result<Moved> {
+        let algo = l.algo;
+        let tb = &algo.gpus[gi].tbs[ti];
+        let (tb_in, tb_out) = self.fifo_of[gi][ti];
+        let mut moved = Moved::default();
+        while self.pc[gi][ti] < tb.steps.len() {
+            let p = self.pc[gi][ti];
+            let st = &tb.steps[p];
+            if self.waiting(l, gi, ti, p).is_some() {
+                break;
+            }
+            let so = l.step_ops[gi][ti][p];
+            let parts = match (mode, st.kind) {
+                (_, StepKind::Nop) => 0,
+                (_, _) if st.cnt == 0 => 0,
+                (Mode::PerStep, _) => 1,
+                (Mode::PerChunk, _) => st.cnt as u32,
+            };
+            let in_fifo = so.recv.and(tb_in);
+            let out_fifo = so.send.and(tb_out);
+            while self.sub[gi][ti] < parts {
+                let k = self.sub[gi][ti];
+                if let Some(f) = in_fifo {
+                    if self.fifos[f].front() != Some(&(so.recv.expect("paired"), k)) {
+                        return Ok(moved);
+                    }
+                }
+                if let Some(f) = out_fifo {
+                    if self.fifos[f].len() >= depth {
+                        return Ok(moved);
+                    }
+                }
+                if let Some(f) = in_fifo {
+                    self.fifos[f].pop_front();
+                    moved.popped = true;
+                }
+                if mode == Mode::PerStep {
+                    move_data(l, &mut self.bufs, gi, ti, p, so)?;
+                }
+                if let Some(f) = out_fifo {
+                    self.fifos[f].push_back((so.send.expect("paired"), k));
+                    moved.pushed = true;
+                }
+                self.sub[gi][ti] += 1;
+                moved.any = true;
+            }
+            if st.hasdep && st.kind != StepKind::Nop {
+                self.flag[gi][ti] = p as i64;
+                moved.flagged = true;
+            }
+            if mode == Mode::PerStep {
+                l.step_log.push((gi as u32, ti as u32, p as u32));
+            }
+            self.pc[gi][ti] += 1;
+            self.sub[gi][ti] = 0;
+            moved.any = true;
+        }
+        Ok(moved)
+    }
+}
+
+/// Tbs `(gpu, tb)` to run, each at most once in the queue, first in first out.
+struct Worklist {
+    queue: VecDeque<(usize, usize)>,
+    queued: Vec<Vec<bool>>,
+}
+
+impl Worklist {
+    /// Every tb queued, in order (`tbs`: the tbs of each gpu).
+    fn new(tbs: impl Iterator<Item = usize>) -> Worklist {
+        let queued: Vec<Vec<bool>> = tbs.map(|k| vec![true; k]).collect();
+        let queue = queued
+            .iter()
+            .enumerate()
+            .flat_map(|(g, q)| (0..q.len()).map(move |t| (g, t)))
+            .collect();
+        Worklist { queue, queued }
+    }
+
+    fn push(&mut self, (g, t): (usize, usize)) {
+        if !self.queued[g][t] {
+            self.queued[g][t] = true;
+            self.queue.push_back((g, t));
+        }
+    }
+
+    fn pop(&mut self) -> Option<(usize, usize)> {
+        let (g, t) = self.queue.pop_front()?;
+        self.queued[g][t] = false;
+        Some((g, t))
+    }
+}
+
 /// Runs every tb to completion or reports a deadlock. In `PerStep` mode it
 /// also moves data (filling `Op::data`) and checks that nothing is read
 /// before it is written.
-fn execute(l: &mut Loaded<'_>, mode: Mode) -> Result<()> {
+fn execute(l: &mut Loaded<'_>, mode: Mode, order: Order) -> Result<()> {
     let algo = l.algo;
     let depth = algo.proto.fifo_depth();
-    let ng = algo.gpus.len();
-    // Buffers (PerStep only): input holds itself.
-    let mut bufs: Vec<[Vec<Option<Origin>>; 3]> = algo
-        .gpus
-        .iter()
-        .map(|g| {
-            let input = (0..g.i_chunks as u32)
-                .map(|idx| {
-                    Some(Origin {
-                        rank: g.id as u32,
-                        idx,
-                    })
-                })
-                .collect();
-            [
-                input,
-                vec![None; g.o_chunks as usize],
-                vec![None; g.s_chunks as usize],
-            ]
-        })
-        .collect();
-    let bi = |b: BufRef| match b {
-        BufRef::Input => 0,
-        BufRef::Output => 1,
-        BufRef::Scratch => 2,
+    let mut state = RunState::new(l);
+    let all = || {
+        algo.gpus
+            .iter()
+            .enumerate()
+            .flat_map(|(gi, g)| (0..g.tbs.len()).map(move |ti| (gi, ti)))
     };
-    let mut fifos: Vec<VecDeque<(u32, u32)>> = vec![VecDeque::new(); l.fifo_ids.len()];
-    let mut pc: Vec<Vec<usize>> = algo.gpus.iter().map(|g| vec![0; g.tbs.len()]).collect();
-    let mut sub: Vec<Vec<u32>> = algo.gpus.iter().map(|g| vec![0; g.tbs.len()]).collect();
-    let mut flag: Vec<Vec<i64>> = algo.gpus.iter().map(|g| vec![-1; g.tbs.len()]).collect();
-    loop {
-        let mut progress = false;
-        for gi in 0..ng {
-            let g = &algo.gpus[gi];
-            for ti in 0..g.tbs.len() {
-                let tb = &g.tbs[ti];
-                while pc[gi][ti] < tb.steps.len() {
-                    let p = pc[gi][ti];
-                    let st = &tb.steps[p];
-                    if sub[gi][ti] == 0
-                        && !l.waits[gi][ti][p]
-                            .iter()
-                            .all(|&(t, q)| flag[gi][t as usize] >= q as i64)
-                    {
-                        break;
+    match order {
+        Order::Worklist => {
+            // Who to wake: each connection's two tbs, and per tb the tbs
+            // of its gpu that wait for it.
+            let mut ends: Vec<[(usize, usize); 2]> = vec![[(0, 0); 2]; state.fifos.len()];
+            let mut waiters: Vec<Vec<Vec<u32>>> = algo
+                .gpus
+                .iter()
+                .map(|g| vec![Vec::new(); g.tbs.len()])
+                .collect();
+            for (gi, ti) in all() {
+                let (fin, fout) = state.fifo_of[gi][ti];
+                if let Some(f) = fin {
+                    ends[f][1] = (gi, ti);
+                }
+                if let Some(f) = fout {
+                    ends[f][0] = (gi, ti);
+                }
+                let mut on: Vec<u32> = l.waits[gi][ti].iter().flatten().map(|w| w.0).collect();
+                on.sort_unstable();
+                on.dedup();
+                for t in on {
+                    waiters[gi][t as usize].push(ti as u32);
+                }
+            }
+            let mut queue = Worklist::new(algo.gpus.iter().map(|g| g.tbs.len()));
+            while let Some((gi, ti)) = queue.pop() {
+                let m = state.advance(l, mode, depth, gi, ti)?;
+                let (fin, fout) = state.fifo_of[gi][ti];
+                if let (true, Some(f)) = (m.popped, fin) {
+                    queue.push(ends[f][0]);
+                }
+                if let (true, Some(f)) = (m.pushed, fout) {
+                    queue.push(ends[f][1]);
+                }
+                if m.flagged {
+                    for &t in &waiters[gi][ti] {
+                        queue.push((gi, t as usize));
                     }
-                    let so = l.step_ops[gi][ti][p];
-                    let parts = match (mode, st.kind) {
-                        (_, StepKind::Nop) => 0,
-                        (_, _) if st.cnt == 0 => 0,
-                        (Mode::PerStep, _) => 1,
-                        (Mode::PerChunk, _) => st.cnt as u32,
-                    };
-                    let mut blocked = false;
-                    while sub[gi][ti] < parts {
-                        let k = sub[gi][ti];
-                        let in_fifo = so.recv.map(|op| {
-                            let o = &l.ops[op as usize];
-                            l.fifo_ids[&(tb.chan as u32, o.src, o.dst)]
-                        });
-                        let out_fifo = so.send.map(|op| {
-                            let o = &l.ops[op as usize];
-                            l.fifo_ids[&(tb.chan as u32, o.src, o.dst)]
-                        });
-                        if let Some(f) = in_fifo {
-                            if fifos[f].front() != Some(&(so.recv.expect("paired"), k)) {
-                                blocked = true;
-                                break;
-                            }
-                        }
-                        if let Some(f) = out_fifo {
-                            if fifos[f].len() >= depth {
-                                blocked = true;
-                                break;
-                            }
-                        }
-                        if let Some(f) = in_fifo {
-                            fifos[f].pop_front();
-                        }
-                        if mode == Mode::PerStep {
-                            move_data(l, &mut bufs, gi, ti, p, so, bi)?;
-                        }
-                        if let Some(f) = out_fifo {
-                            fifos[f].push_back((so.send.expect("paired"), k));
-                        }
-                        sub[gi][ti] += 1;
-                        progress = true;
-                    }
-                    if blocked {
-                        break;
-                    }
-                    if st.hasdep && st.kind != StepKind::Nop {
-                        flag[gi][ti] = p as i64;
-                    }
-                    if mode == Mode::PerStep {
-                        l.step_log.push((gi as u32, ti as u32, p as u32));
-                    }
-                    pc[gi][ti] += 1;
-                    sub[gi][ti] = 0;
-                    progress = true;
                 }
             }
         }
-        if !progress {
-            break;
-        }
+        #[cfg(test)]
+        Order::Sweep => loop {
+            let mut progress = false;
+            for (gi, ti) in all() {
+                progress |= state.advance(l, mode, depth, gi, ti)?.any;
+            }
+            if !progress {
+                break;
+            }
+        },
     }
+    deadlock(l, &state, mode, depth)
+}
+
+/// The deadlock report of a run that ended with tbs unfinished.
+fn deadlock(l: &Loaded<'_>, state: &RunState, mode: Mode, depth: usize) -> Result<()> {
+    let algo = l.algo;
+    let ng = algo.gpus.len();
     let stuck: Vec<(usize, usize)> = (0..ng)
         .flat_map(|gi| (0..algo.gpus[gi].tbs.len()).map(move |ti| (gi, ti)))
-        .filter(|&(gi, ti)| pc[gi][ti] < algo.gpus[gi].tbs[ti].steps.len())
+        .filter(|&(gi, ti)| state.pc[gi][ti] < algo.gpus[gi].tbs[ti].steps.len())
         .collect();
     if stuck.is_empty() {
         return Ok(());
     }
     let mut lines = Vec::new();
     for &(gi, ti) in stuck.iter().take(4) {
-        let p = pc[gi][ti];
+        let p = state.pc[gi][ti];
         let tb = &algo.gpus[gi].tbs[ti];
         let here = at(
             algo,
@@ -1129,23 +1302,14 @@ fn execute(l: &mut Loaded<'_>, mode: Mode) -> Result<()> {
             },
         );
         let so = l.step_ops[gi][ti][p];
-        let why = if sub[gi][ti] == 0
-            && !l.waits[gi][ti][p]
-                .iter()
-                .all(|&(t, q)| flag[gi][t as usize] >= q as i64)
-        {
-            let (t, q) = l.waits[gi][ti][p]
-                .iter()
-                .copied()
-                .find(|&(t, q)| flag[gi][t as usize] < q as i64)
-                .expect("a wait is open");
+        let in_fifo = state.fifo_of[gi][ti].0;
+        let why = if let Some((t, q)) = state.waiting(l, gi, ti, p) {
             format!(
                 "waits for tb {} to finish step {q}",
                 algo.gpus[gi].tbs[t as usize].id
             )
         } else if let Some(op) = so.recv.filter(|&op| {
-            let o = &l.ops[op as usize];
-            fifos[l.fifo_ids[&(tb.chan as u32, o.src, o.dst)]].front() != Some(&(op, sub[gi][ti]))
+            in_fifo.is_none_or(|f| state.fifos[f].front() != Some(&(op, state.sub[gi][ti])))
         }) {
             format!(
                 "waits for data from gpu {} on channel {}",
@@ -1161,7 +1325,7 @@ fn execute(l: &mut Loaded<'_>, mode: Mode) -> Result<()> {
     // plan's dependency cycle is.
     Err(VerifyError::Xml {
         file: l.file.to_string(),
-        line: step_line(algo, gi, ti, pc[gi][ti]),
+        line: step_line(algo, gi, ti, state.pc[gi][ti]),
         reason: format!(
             "deadlock with {} ({} FIFO depth {depth}): {} tbs cannot finish; {}",
             mode.name(),
@@ -1175,6 +1339,14 @@ fn execute(l: &mut Loaded<'_>, mode: Mode) -> Result<()> {
 
 type Bufs = Vec<[Vec<Option<Origin>>; 3]>;
 
+fn buf_index(b: BufRef) -> usize {
+    match b {
+        BufRef::Input => 0,
+        BufRef::Output => 1,
+        BufRef::Scratch => 2,
+    }
+}
+
 /// Performs step `p`'s data movement in `PerStep` mode.
 fn move_data(
     l: &mut Loaded<'_>,
@@ -1183,8 +1355,8 @@ fn move_data(
     ti: usize,
     p: usize,
     so: StepOps,
-    bi: impl Fn(BufRef) -> usize,
 ) -> Result<()> {
+    let bi = buf_index;
     let algo = l.algo;
     let st = &algo.gpus[gi].tbs[ti].steps[p];
     let here = StepRef {
@@ -1376,26 +1548,84 @@ mod tests {
         assert!(err(&TINY.replacen("cnt=\"1\"", "cnt=\"72\"", 1)).contains("cnt=\"72\""));
     }
 
-    #[test]
-    fn send_then_receive_in_one_tb_deadlocks() {
-        // Both gpus send three chunks one by one to each other, then receive,
-        // from one tb: with FIFO depth 2 neither reaches its receives.
-        let mut text = String::from(
-            r#"<algo name="t" proto="Simple" nchannels="1" nchunksperloop="6" ngpus="2" coll="alltoall" inplace="0" outofplace="1" minBytes="0" maxBytes="0">
-"#,
+    /// Both gpus of two send `steps` steps of `cnt` chunks to each other,
+    /// then receive as many, from one tb (three chunks each way).
+    fn crossed_sends(proto: &str, steps: u32, cnt: u32) -> String {
+        let mut text = format!(
+            r#"<algo name="t" proto="{proto}" nchannels="1" nchunksperloop="6" ngpus="2" coll="alltoall" inplace="0" outofplace="1" minBytes="0" maxBytes="0">
+"#
         );
         for g in 0..2 {
             let peer = 1 - g;
             text.push_str(&format!("  <gpu id=\"{g}\" i_chunks=\"6\" o_chunks=\"6\" s_chunks=\"0\">\n    <tb id=\"0\" send=\"{peer}\" recv=\"{peer}\" chan=\"0\">\n"));
-            for k in 0..3 {
-                text.push_str(&format!("      <step s=\"{k}\" type=\"s\" srcbuf=\"i\" srcoff=\"{}\" dstbuf=\"o\" dstoff=\"0\" cnt=\"1\" depid=\"-1\" deps=\"-1\" hasdep=\"0\"/>\n", peer * 3 + k));
+            for k in 0..steps {
+                text.push_str(&format!("      <step s=\"{k}\" type=\"s\" srcbuf=\"i\" srcoff=\"{}\" dstbuf=\"o\" dstoff=\"0\" cnt=\"{cnt}\" depid=\"-1\" deps=\"-1\" hasdep=\"0\"/>\n", peer * 3 + k * cnt));
             }
-            for k in 0..3 {
-                text.push_str(&format!("      <step s=\"{}\" type=\"r\" srcbuf=\"i\" srcoff=\"0\" dstbuf=\"o\" dstoff=\"{}\" cnt=\"1\" depid=\"-1\" deps=\"-1\" hasdep=\"0\"/>\n", 3 + k, peer * 3 + k));
+            for k in 0..steps {
+                text.push_str(&format!("      <step s=\"{}\" type=\"r\" srcbuf=\"i\" srcoff=\"0\" dstbuf=\"o\" dstoff=\"{}\" cnt=\"{cnt}\" depid=\"-1\" deps=\"-1\" hasdep=\"0\"/>\n", steps + k, peer * 3 + k * cnt));
             }
             text.push_str(&format!("    </tb>\n    <tb id=\"1\" send=\"-1\" recv=\"-1\" chan=\"0\">\n      <step s=\"0\" type=\"cpy\" srcbuf=\"i\" srcoff=\"{0}\" dstbuf=\"o\" dstoff=\"{0}\" cnt=\"3\" depid=\"-1\" deps=\"-1\" hasdep=\"0\"/>\n    </tb>\n  </gpu>\n", g * 3));
         }
         text.push_str("</algo>\n");
+        text
+    }
+
+    /// What a run leaves: each operation's dependencies and data, or the error.
+    fn outcome(
+        text: &str,
+        order: Order,
+    ) -> std::result::Result<Vec<(Vec<u32>, Vec<Origin>)>, String> {
+        let algo = read::parse_algo(text, "t.xml").map_err(|e| e.to_string())?;
+        let l = loaded_run(&algo, "t.xml", order).map_err(|e| e.to_string())?;
+        Ok(l.ops.into_iter().map(|o| (o.deps, o.data)).collect())
+    }
+
+    #[test]
+    fn worklist_run_ends_as_the_sweep_does() {
+        use crate::generate::{generate, Pattern, TrafficSpec};
+        use crate::msccl::{to_xml, Protocol, XmlOptions};
+        use crate::sched::{schedule, Algorithm, Options};
+        // Hand-made files: one that runs, deadlocks with one operation per
+        // step (Simple) and per chunk only (one 3-chunk step each way), and
+        // the same with LL's deeper FIFO, which runs.
+        let mut texts = vec![
+            TINY.to_string(),
+            crossed_sends("Simple", 3, 1),
+            crossed_sends("Simple", 1, 3),
+            crossed_sends("LL", 3, 1),
+        ];
+        // Lowered files with waits, relays and FIFO pressure (Simple).
+        let topo = crate::Topology::preset("dgx-h100", 2, None).unwrap();
+        let mut spec = TrafficSpec::new(16, Pattern::Zipf(1.2));
+        spec.bytes = 32 << 10;
+        let m = generate(&spec).unwrap();
+        for alg in [Algorithm::Fast, Algorithm::Hierarchical] {
+            let plan = schedule(alg, &topo, &m, &Options::default()).unwrap();
+            let opts = XmlOptions {
+                protocol: Some(Protocol::Simple),
+                ..XmlOptions::default()
+            };
+            texts.push(to_xml(&plan, &topo, &m, &opts).unwrap().text);
+        }
+        for (i, t) in texts.iter().enumerate() {
+            let w = outcome(t, Order::Worklist);
+            assert_eq!(w, outcome(t, Order::Sweep), "file {i}");
+            if let Err(e) = &w {
+                assert!(i == 1 || i == 2, "file {i}: {e}");
+                assert!(e.contains("deadlock with"), "{e}");
+            }
+        }
+        let per_chunk = outcome(&texts[2], Order::Worklist).unwrap_err();
+        assert!(per_chunk.contains("one operation per chunk"), "{per_chunk}");
+        assert!(outcome(&texts[1], Order::Worklist).is_err());
+        assert!(outcome(&texts[3], Order::Worklist).is_ok());
+    }
+
+    #[test]
+    fn send_then_receive_in_one_tb_deadlocks() {
+        // Both gpus send three chunks one by one to each other, then receive,
+        // from one tb: with FIFO depth 2 neither reaches its receives.
+        let text = crossed_sends("Simple", 3, 1);
         let e = err(&text);
         assert!(
             e.contains(

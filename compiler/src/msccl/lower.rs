@@ -31,6 +31,7 @@ use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 
 use super::exec;
+use super::laps::Laps;
 use super::read::{parse_algo, trace_to_plan};
 use super::write::write_algo;
 use super::{fit, pack};
@@ -210,11 +211,13 @@ pub fn to_xml(
             traffic.max_entry()
         )));
     }
+    let mut laps = Laps::start("to_xml");
     fit::check_plan(plan, topo, traffic, opts.executor)?;
     let timeline = simulate(topo, plan, &SimOptions::default())?.transfers;
+    laps.lap("ideal simulation of the plan");
     let mut u = base;
     loop {
-        match lower_with(plan, topo, traffic, opts, u, &timeline) {
+        match lower_with(plan, topo, traffic, opts, u, &timeline, &mut laps) {
             Err(LowerError::Limit(why))
                 if opts.chunk_bytes.is_none() && u < base << 10 && u * 2 <= MAX_CHUNK_BYTES =>
             {
@@ -336,6 +339,7 @@ fn lower_with(
     opts: &XmlOptions,
     u: u64,
     timeline: &[TransferTime],
+    laps: &mut Laps,
 ) -> std::result::Result<XmlPlan, LowerError> {
     let n = traffic.ranks();
     let k: Vec<Vec<u32>> = (0..n)
@@ -363,6 +367,7 @@ fn lower_with(
         )));
     }
     let (ops, scratch) = trace_chunks(plan, traffic, &map, u, timeline)?;
+    laps.lap("trace chunks");
     let nchunks = map.nchunksperloop;
     let nbytes = nchunks as u64 * u;
     let proto = opts
@@ -387,7 +392,9 @@ fn lower_with(
         },
     };
     let ops = paced.ops;
+    laps.lap("pacing cuts");
     let mut built = build_tbs(&ops, n, timeline, opts.executor)?;
+    laps.lap("threadblocks and waits");
     if let Some(unheld) = paced.unheld {
         built.unheld = unheld;
     }
@@ -475,7 +482,9 @@ fn lower_with(
             )));
         }
     }
+    laps.lap("packing");
     let text = write_algo(&algo);
+    laps.lap("write");
     let file = "<written XML>";
     let internal = |e: Error| {
         unsupported(format!(
@@ -483,7 +492,9 @@ fn lower_with(
         ))
     };
     let parsed = parse_algo(&text, file).map_err(internal)?;
+    laps.lap("read back");
     let trace = exec::run(&parsed, file).map_err(internal)?;
+    laps.lap("symbolic executor");
     opts.executor.check(&trace.report).map_err(|why| {
         unsupported(format!(
             "internal error, the written XML exceeds the executor's limits: {why}"
@@ -491,6 +502,7 @@ fn lower_with(
     })?;
     let (encoded, _) =
         trace_to_plan(&parsed, &trace, Some(traffic), Some(u), file).map_err(internal)?;
+    laps.lap("encoded plan");
     let count_bytes = nbytes / n as u64;
     Ok(XmlPlan {
         text,
@@ -1035,8 +1047,10 @@ fn build_tbs(
     // Channel of each (src, dst, lane); lane `l` starts at group `l`.
     let mut chan_of: HashMap<(u32, u32, u32), u32> = HashMap::new();
     let mut local_k = vec![0u32; n];
-    // Where each operation's step sits on each gpu it touches: (tb, pos).
-    let mut at: HashMap<(u32, u32), (u32, u32)> = HashMap::new();
+    // Where each operation's step sits on each gpu it touches, its sending
+    // gpu first: (tb, pos).
+    let mut at: Vec<[(u32, u32); 2]> = vec![[(u32::MAX, 0); 2]; ops.len()];
+    let side_of = |x: u32, g: u32| usize::from(ops[x as usize].src != g);
     let mut anc: HashMap<u64, Vec<u32>, FastHash> = HashMap::default();
     // The walks through other gpus' operations are memoised per (operation,
     // gpu); past this many the rest are not followed (their waits dropped
@@ -1045,6 +1059,8 @@ fn build_tbs(
     let mut dropped = 0usize;
     let mut unheld: std::collections::HashSet<(u32, u32)> = std::collections::HashSet::new();
     let mut channels = 1u32;
+    // The last operation whose deps were walked, its lists and drops.
+    let mut last_need: Option<(u32, Vec<Vec<u32>>, usize)> = None;
     for (o, op) in ops.iter().enumerate() {
         let o = o as u32;
         let gpus: Vec<u32> = if op.src == op.dst {
@@ -1052,47 +1068,34 @@ fn build_tbs(
         } else {
             vec![op.src, op.dst]
         };
-        // Operations on each side's gpu this one must follow.
-        let mut need: Vec<Vec<u32>> = vec![Vec::new(); gpus.len()];
-        for &x in &op.deps {
-            let mut found = false;
-            // What `x` adds on the sending gpu (`gpus[0]` is `op.src`).
-            let mut on_src = 0..0;
-            for (side, &g) in gpus.iter().enumerate() {
-                let before = need[side].len();
-                ancestors_on(ops, x, g, &mut anc, walk_cap, &mut need[side]);
-                found |= need[side].len() > before;
-                if side == 0 {
-                    on_src = before..need[0].len();
-                }
-            }
-            if !found {
-                dropped += 1;
-                continue;
-            }
-            // The executor holds a send back only until the data it waits
-            // for has arrived on its own gpu: a wait met by a receive or a
-            // copy there. A wait only on a send of its gpu (a send is done
-            // when staged) or only on the receiving side does not hold it.
-            let xo = &ops[x as usize];
-            if op.src != op.dst
-                && xo.from != op.from
-                && !need[0][on_src]
-                    .iter()
-                    .any(|&y| ops[y as usize].dst == op.src)
-            {
-                unheld.insert((xo.from, op.from));
-            }
-        }
-        if let Some(v) = need.get_mut(1) {
-            for &x in &op.recv_deps {
-                ancestors_on(ops, x, op.dst, &mut anc, walk_cap, v);
-            }
-        }
-        for v in &mut need {
-            v.sort_unstable();
-            v.dedup();
-        }
+        // Operations on each side's gpu this one must follow. The
+        // operations of one transfer (its runs, its pacing cuts) mostly
+        // share their deps: the walks would find the same lists again
+        // (the memo only grows, so even capped walks repeat), and the
+        // waits they add, dropped or unheld, are the same.
+        let same = last_need.as_ref().filter(|(p, _, _)| {
+            let q = &ops[*p as usize];
+            (q.src, q.dst, q.from) == (op.src, op.dst, op.from)
+                && q.deps == op.deps
+                && q.recv_deps == op.recv_deps
+        });
+        let need = if let Some((_, need, d)) = same {
+            dropped += d;
+            need.clone()
+        } else {
+            let dropped_before = dropped;
+            let need = walk_deps(
+                ops,
+                op,
+                &gpus,
+                &mut anc,
+                walk_cap,
+                &mut dropped,
+                &mut unheld,
+            );
+            last_need = Some((o, need.clone(), dropped - dropped_before));
+            need
+        };
         let lane = lanes.of_op[o as usize];
         loop {
             let keys: Vec<TbKey> = if op.src == op.dst {
@@ -1128,9 +1131,8 @@ fn build_tbs(
                 let own = tb_index[gi].get(&key).copied();
                 let mut latest: BTreeMap<u32, u32> = BTreeMap::new();
                 for &x in &need[side] {
-                    let &(tb, pos) = at
-                        .get(&(x, g))
-                        .expect("an ancestor on this gpu has a step here");
+                    // `x` touches `g` and precedes this operation: placed.
+                    let (tb, pos) = at[x as usize][side_of(x, g)];
                     if Some(tb) == own {
                         continue;
                     }
@@ -1222,7 +1224,7 @@ fn build_tbs(
                 }
                 draft.ops.resize(draft.steps.len(), o);
                 let pos = draft.steps.len() as u32 - 1;
-                at.insert((o, gi as u32), (t, pos));
+                at[o as usize][side] = (t, pos);
                 for (tb, p) in waits {
                     tbs[gi][tb as usize].steps[p as usize].hasdep = true;
                 }
@@ -1290,6 +1292,62 @@ fn build_tbs(
         lanes_short: lanes.short,
         tbs_wanted: lanes.tbs_wanted,
     })
+}
+
+/// The operations on each of `gpus` (an operation's sending gpu first)
+/// that `op` must follow, sorted: its deps walked back to the operations
+/// that touch each gpu. A dep found on neither counts as dropped; a send's
+/// wait met on its own gpu only by sends goes into `unheld`.
+fn walk_deps(
+    ops: &[ChunkOp],
+    op: &ChunkOp,
+    gpus: &[u32],
+    anc: &mut HashMap<u64, Vec<u32>, FastHash>,
+    walk_cap: usize,
+    dropped: &mut usize,
+    unheld: &mut std::collections::HashSet<(u32, u32)>,
+) -> Vec<Vec<u32>> {
+    let mut need: Vec<Vec<u32>> = vec![Vec::new(); gpus.len()];
+    for &x in &op.deps {
+        let mut found = false;
+        // What `x` adds on the sending gpu (`gpus[0]` is `op.src`).
+        let mut on_src = 0..0;
+        for (side, &g) in gpus.iter().enumerate() {
+            let before = need[side].len();
+            ancestors_on(ops, x, g, anc, walk_cap, &mut need[side]);
+            found |= need[side].len() > before;
+            if side == 0 {
+                on_src = before..need[0].len();
+            }
+        }
+        if !found {
+            *dropped += 1;
+            continue;
+        }
+        // The executor holds a send back only until the data it waits
+        // for has arrived on its own gpu: a wait met by a receive or a
+        // copy there. A wait only on a send of its gpu (a send is done
+        // when staged) or only on the receiving side does not hold it.
+        let xo = &ops[x as usize];
+        if op.src != op.dst
+            && xo.from != op.from
+            && !need[0][on_src]
+                .iter()
+                .any(|&y| ops[y as usize].dst == op.src)
+        {
+            unheld.insert((xo.from, op.from));
+        }
+    }
+    if let Some(v) = need.get_mut(1) {
+        for &x in &op.recv_deps {
+            ancestors_on(ops, x, op.dst, anc, walk_cap, v);
+        }
+    }
+    for v in &mut need {
+        v.sort_unstable();
+        v.dedup();
+    }
+    need
 }
 
 /// Threadblocks per gpu the lowering may build before packing: the

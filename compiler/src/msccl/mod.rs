@@ -13,6 +13,7 @@
 //! - [`write`](mod@write): [`Algo`] → text, in the executor's lexical rules.
 //! - [`read`]: text → [`Algo`] → [`crate::Plan`].
 //! - [`exec`]: lexical rules, loader rules and a symbolic run of the text.
+//! - [`laps`]: phase timings under `SWITCHYARD_TIMINGS` (a debug aid).
 //! - `pack`: a send and a receive list per threadblock where a gpu has
 //!   more threadblocks than its executor loads.
 //! - [`xsim`]: the executor's run rules (calls, FIFO window, staged sends)
@@ -20,6 +21,7 @@
 
 pub mod exec;
 pub mod fit;
+pub mod laps;
 pub mod lower;
 mod pack;
 pub mod read;
@@ -657,10 +659,13 @@ impl ChunkMap {
     }
     /// Which block and chunk input chunk `idx` of rank `s` is, if valid data.
     pub fn input_origin(&self, s: usize, idx: u32) -> Option<(usize, u32)> {
-        (0..self.n).find_map(|d| {
-            let off = self.in_off[s * self.n + d];
-            (idx >= off && idx < off + self.chunks(s, d)).then(|| (d, idx - off))
-        })
+        // A row's blocks lie in rank order, so offsets do not decrease: the
+        // block holding `idx` is the last one starting at or before it
+        // (empty blocks before it may start where it does; none after it).
+        let row = self.in_off.get(s * self.n..(s + 1) * self.n)?;
+        let d = row.partition_point(|&off| off <= idx).checked_sub(1)?;
+        let off = row[d];
+        (idx < off + self.chunks(s, d)).then(|| (d, idx - off))
     }
     pub fn rows(&self) -> Vec<Vec<u32>> {
         self.k.chunks(self.n.max(1)).map(<[u32]>::to_vec).collect()
@@ -731,11 +736,33 @@ mod tests {
         assert_eq!(p.output_chunk(1, 0, 1), 4);
         assert_eq!(p.input_origin(0, 4), Some((1, 1)));
         assert_eq!(p.input_origin(0, 1), None);
+        assert_eq!(p.input_origin(1, 0), Some((0, 0)));
+        assert_eq!(p.input_origin(1, 2), None);
         let q = ChunkMap::new(k, Layout::Packed);
         // Row sums 4, 2; column sums 3, 3: 4 rounded up to a multiple of 2.
         assert_eq!(q.nchunksperloop, 4);
         assert_eq!(q.input_chunk(0, 1, 0), 1);
         assert_eq!(q.output_chunk(1, 0, 0), 1);
         assert_eq!(q.output_chunk(0, 1, 2), 2);
+        // Packed rows with empty blocks: the search finds the one holding it.
+        let e = ChunkMap::new(
+            vec![vec![0, 2, 0], vec![1, 0, 1], vec![0, 0, 0]],
+            Layout::Packed,
+        );
+        assert_eq!(e.input_origin(0, 0), Some((1, 0)));
+        assert_eq!(e.input_origin(0, 1), Some((1, 1)));
+        assert_eq!(e.input_origin(0, 2), None);
+        assert_eq!(e.input_origin(1, 1), Some((2, 0)));
+        assert_eq!(e.input_origin(2, 0), None);
+        assert_eq!(e.input_origin(3, 0), None);
+        for s in 0..3 {
+            for idx in 0..e.nchunksperloop {
+                let linear = (0..3).find_map(|d| {
+                    let off = e.input_chunk(s, d, 0);
+                    (idx >= off && idx < off + e.chunks(s, d)).then(|| (d, idx - off))
+                });
+                assert_eq!(e.input_origin(s, idx), linear, "{s} {idx}");
+            }
+        }
     }
 }
