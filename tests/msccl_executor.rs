@@ -201,6 +201,8 @@ fn waits_the_executor_does_not_hold_are_counted() {
 /// by the executor's rules against its source plan, on skewed matrices for
 /// 2x8, 4x8 and 8x8 DGX-H100, both layouts.
 /// `cargo test --test msccl_executor executor_rule_sweep -- --ignored --nocapture`
+/// (`XSIM_NODES=2,4`, `XSIM_ALGS=fast,direct` and `XSIM_PROTO=Simple` narrow
+/// it or force a protocol).
 #[test]
 #[ignore]
 fn executor_rule_sweep() {
@@ -250,6 +252,7 @@ fn executor_rule_sweep() {
                     let opts = XmlOptions {
                         layout,
                         pacing,
+                        protocol: std::env::var("XSIM_PROTO").ok().map(|p| p.parse().unwrap()),
                         ..XmlOptions::default()
                     };
                     match to_xml(&plan, &topo, &m, &opts) {
