@@ -439,27 +439,12 @@ fn lower_with(
             pinned: paced.pinned.contains(&o.from),
         })
         .collect();
-    // Worth it where the round trips one connection would take past the
-    // first cost the transfer more than `SPREAD_MIN_COST` of its time in
-    // the plan, and the plan runs it at no less than `1 / SPREAD_MAX_SHARE`
-    // of its path's bandwidth: a transfer that shares its links waits its
-    // round trips while the others use them, and on lanes of its own it
-    // would take several shares from them (what `fast` counts on).
-    let worth = |from: u32, rounds: u64| {
-        let t = &plan.transfers[from as usize];
-        let planned = timeline
-            .get(from as usize)
-            .map_or(0.0, |x| x.end_us - x.start_us);
-        let mut links = Vec::new();
-        topo.path_into(t.src as usize, t.dst as usize, &mut links);
-        let lat: f64 = links.iter().map(|&l| topo.link(l).latency_us).sum();
-        let bw = links
-            .iter()
-            .map(|&l| topo.link(l).bandwidth)
-            .fold(f64::INFINITY, f64::min);
-        let alone = lat + t.bytes as f64 / bw;
-        (rounds - 1) as f64 * lat > SPREAD_MIN_COST * planned && planned <= SPREAD_MAX_SHARE * alone
-    };
+    // A plan with pacing cuts counts on the bandwidth shares its transfers
+    // get: on lanes of their own a transfer's groups would take several
+    // shares of its links from the others (`fast` intra-skew: +5.5% ->
+    // +9.8%). Such plans keep one lane per transfer.
+    let spread = paced.pinned.is_empty();
+    let worth = |_: u32, _: u64| spread;
     let groups = stream_groups(&shapes, proto.fifo_depth() as u64, MAX_LANES, worth);
     let mut built = build_tbs(&ops, n, timeline, opts.executor, &groups)?;
     if let Some(unheld) = paced.unheld {
@@ -1369,14 +1354,6 @@ fn build_tbs(
 /// loader's array of them (`MSCCL_MAX_NUM_THREAD_BLOCKS`, 32 per channel
 /// times NCCL-MSCCL's 32 channels, `msccl_struct.h`).
 const MAX_TBS_BUILT: usize = 1024;
-
-/// A transfer is spread over lanes (`super::spread`) when one connection's
-/// round trips would cost it more than this fraction of its time in the
-/// plan...
-const SPREAD_MIN_COST: f64 = 0.02;
-/// ... and when the plan runs it at least at `1 / SPREAD_MAX_SHARE` of its
-/// path's bandwidth (half: the transfer has its links about to itself).
-const SPREAD_MAX_SHARE: f64 = 2.0;
 
 /// Lanes (channels) one connection's operations are spread over at most.
 const MAX_LANES: u32 = 32;
