@@ -86,10 +86,15 @@ pub enum Pacing {
     /// (its last step is staged only once its body has been taken by the
     /// receiver), a send whose wait sits on its receiver starts with
     /// `window` one-chunk steps (its body waits until the receiver, held by
-    /// its wait, takes the first of them).
+    /// its wait, takes the first of them). In a file with no such cut,
+    /// transfers longer than one connection's window are spread over lanes
+    /// (`super::spread`); a file whose protocol was chosen by size takes
+    /// Simple where LL128's window would leave more waits unheld.
     #[default]
     Cut,
-    /// Write every operation whole; such waits do not hold (`unheld_deps`).
+    /// Write every operation whole on one lane per transfer, in the
+    /// protocol its size chooses, as files were written before pacing;
+    /// such waits do not hold (`unheld_deps`).
     Off,
 }
 
@@ -442,8 +447,9 @@ fn lower_with(
     // A plan with pacing cuts counts on the bandwidth shares its transfers
     // get: on lanes of their own a transfer's groups would take several
     // shares of its links from the others (`fast` intra-skew: +5.5% ->
-    // +9.8%). Such plans keep one lane per transfer.
-    let spread = paced.pinned.is_empty();
+    // +9.8%). Such plans keep one lane per transfer, and so does a file
+    // written as before (`Pacing::Off`).
+    let spread = pacing == Pacing::Cut && paced.pinned.is_empty();
     let worth = |_: u32, _: u64| spread;
     let groups = stream_groups(&shapes, proto.fifo_depth() as u64, MAX_LANES, worth);
     let mut built = build_tbs(&ops, n, timeline, opts.executor, &groups)?;
