@@ -33,6 +33,7 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use super::exec;
 use super::laps::Laps;
 use super::read::{parse_algo, trace_to_plan};
+use super::spread::{spread_lanes, stream_groups, OpCalls};
 use super::write::write_algo;
 use super::{fit, pack};
 use super::{Algo, BufRef, ChunkMap, Gpu, Layout, NameFacts, Protocol, Step, StepKind, Tb};
@@ -86,10 +87,15 @@ pub enum Pacing {
     /// (its last step is staged only once its body has been taken by the
     /// receiver), a send whose wait sits on its receiver starts with
     /// `window` one-chunk steps (its body waits until the receiver, held by
-    /// its wait, takes the first of them).
+    /// its wait, takes the first of them). In a file with no such cut,
+    /// transfers longer than one connection's window are spread over lanes
+    /// (`super::spread`); a file whose protocol was chosen by size takes
+    /// Simple where LL128's window would leave more waits unheld.
     #[default]
     Cut,
-    /// Write every operation whole; such waits do not hold (`unheld_deps`).
+    /// Write every operation whole on one lane per transfer, in the
+    /// protocol its size chooses, as files were written before pacing;
+    /// such waits do not hold (`unheld_deps`).
     Off,
 }
 
@@ -370,9 +376,21 @@ fn lower_with(
     laps.lap("trace chunks");
     let nchunks = map.nchunksperloop;
     let nbytes = nchunks as u64 * u;
-    let proto = opts
+    let mut proto = opts
         .protocol
         .unwrap_or_else(|| protocol_for(nbytes, n as u64));
+    // Without chunk comments a reader assumes nchunksperloop / ngpus chunks
+    // for every pair.
+    let uniform_padded = opts.layout == Layout::Padded
+        && k.iter()
+            .flatten()
+            .all(|&c| c as usize * n == nchunks as usize);
+    // A uniform file is a correct all-to-all of any size in its protocol's
+    // window. Any other file moves the amounts of one matrix: it gets the
+    // narrowest window the executor allows (only this buffer size;
+    // `maxBytes = 0` would mean no limit) and the matrix's fingerprint in
+    // its name, so no other all-to-all picks it up by size.
+    let exact_matrix = !(uniform_padded && traffic.as_slice().windows(2).all(|w| w[0] == w[1]));
     // `pairwise`'s waits are stage barriers: cutting them adds a latency
     // per stage on its critical path (its files ran 15-30% behind their
     // plan with cuts, docs/benchmarks.md "Pacing cut into MSCCL XML"), and
@@ -384,16 +402,63 @@ fn lower_with(
         opts.pacing
     };
     let paced = match pacing {
-        Pacing::Cut => cut_for_pacing(ops, proto.fifo_depth() as u32),
+        Pacing::Cut => {
+            // LL and LL128 hold 8 calls per connection, so a cut needs 8
+            // one-chunk steps where Simple needs 2: a transfer too short
+            // for LL128's cut may still fit Simple's. A file made for one
+            // matrix (its window is its own size whatever the protocol)
+            // whose protocol was chosen by size takes Simple when that
+            // holds more of the plan's waits (docs/msccl.md, "Pacing").
+            let retry = (opts.protocol.is_none()
+                && exact_matrix
+                && proto.fifo_depth() > Protocol::Simple.fifo_depth())
+            .then(|| ops.clone());
+            let first = cut_for_pacing(ops, proto.fifo_depth() as u32);
+            match retry {
+                Some(ops) if first.unheld.unwrap_or(0) > 0 => {
+                    let simple = cut_for_pacing(ops, Protocol::Simple.fifo_depth() as u32);
+                    if simple.unheld < first.unheld {
+                        proto = Protocol::Simple;
+                        simple
+                    } else {
+                        first
+                    }
+                }
+                _ => first,
+            }
+        }
         Pacing::Off => Paced {
             ops,
             steps: 0,
             unheld: None,
+            pinned: std::collections::HashSet::new(),
         },
     };
     let ops = paced.ops;
     laps.lap("pacing cuts");
-    let mut built = build_tbs(&ops, n, timeline, opts.executor)?;
+    // Transfers longer than one connection's FIFO window run on several
+    // lanes where the budget allows (`super::spread`).
+    let shapes: Vec<OpCalls> = ops
+        .iter()
+        .map(|o| OpCalls {
+            from: o.from,
+            calls: if o.src == o.dst {
+                0
+            } else {
+                super::xsim::calls(proto, u64::from(o.cnt), u)
+            },
+            pinned: paced.pinned.contains(&o.from),
+        })
+        .collect();
+    // A plan with pacing cuts counts on the bandwidth shares its transfers
+    // get: on lanes of their own a transfer's groups would take several
+    // shares of its links from the others (`fast` intra-skew: +5.5% ->
+    // +9.8%). Such plans keep one lane per transfer, and so does a file
+    // written as before (`Pacing::Off`).
+    let spread = pacing == Pacing::Cut && paced.pinned.is_empty();
+    let worth = |_: u32, _: u64| spread;
+    let groups = stream_groups(&shapes, proto.fifo_depth() as u64, MAX_LANES, worth);
+    let mut built = build_tbs(&ops, n, timeline, opts.executor, &groups)?;
     laps.lap("threadblocks and waits");
     if let Some(unheld) = paced.unheld {
         built.unheld = unheld;
@@ -415,18 +480,6 @@ fn lower_with(
             opts.executor
         )));
     }
-    // Without chunk comments a reader assumes nchunksperloop / ngpus chunks
-    // for every pair.
-    let uniform_padded = opts.layout == Layout::Padded
-        && k.iter()
-            .flatten()
-            .all(|&c| c as usize * n == nchunks as usize);
-    // A uniform file is a correct all-to-all of any size in its protocol's
-    // window. Any other file moves the amounts of one matrix: it gets the
-    // narrowest window the executor allows (only this buffer size;
-    // `maxBytes = 0` would mean no limit) and the matrix's fingerprint in
-    // its name, so no other all-to-all picks it up by size.
-    let exact_matrix = !(uniform_padded && traffic.as_slice().windows(2).all(|w| w[0] == w[1]));
     let (min_bytes, max_bytes) = if exact_matrix {
         (nbytes, nbytes)
     } else {
@@ -810,6 +863,8 @@ struct Paced {
     /// Pairs of plan transfers whose wait still does not hold (operations
     /// too short to cut), replacing the count of [`build_tbs`].
     unheld: Option<usize>,
+    /// Transfers cut here: their operations stay on one connection.
+    pinned: std::collections::HashSet<u32>,
 }
 
 /// Makes the executor hold the waits it would not (docs/msccl.md,
@@ -982,10 +1037,15 @@ fn cut_for_pacing(ops: Vec<ChunkOp>, window: u32) -> Paced {
         .filter(|&&(_, _, z, _)| !cut_ok[z])
         .map(|&(a, b, _, _)| (a, b))
         .collect();
+    let pinned = (0..n)
+        .filter(|&i| lead[i] > 0 || trail[i] > 0)
+        .map(|i| ops[i].from)
+        .collect();
     Paced {
         ops: out,
         steps,
         unheld: Some(unheld.len()),
+        pinned,
     }
 }
 
@@ -1027,6 +1087,7 @@ fn build_tbs(
     n: usize,
     timeline: &[TransferTime],
     executor: Executor,
+    split: &[u32],
 ) -> std::result::Result<Built, LowerError> {
     let max_channels = executor.max_channels();
     // Threadblocks built before packing (`super::pack`) brings a gpu down
@@ -1043,7 +1104,10 @@ fn build_tbs(
     let groups = cg.groups;
     let mut tbs: Vec<Vec<TbDraft>> = (0..n).map(|_| Vec::new()).collect();
     let mut tb_index: Vec<HashMap<TbKey, u32>> = vec![HashMap::new(); n];
-    let lanes = assign_lanes(ops, n, timeline, executor.tb_budget());
+    // Lanes a connection may have in all: half the channels its group can
+    // reach, the rest left for tbs that pass 64 steps.
+    let max_per_conn = (max_channels / groups.max(1) / 2).clamp(1, MAX_LANES);
+    let lanes = assign_lanes(ops, n, timeline, executor.tb_budget(), split, max_per_conn);
     // Channel of each (src, dst, lane); lane `l` starts at group `l`.
     let mut chan_of: HashMap<(u32, u32, u32), u32> = HashMap::new();
     let mut local_k = vec![0u32; n];
@@ -1389,7 +1453,14 @@ const MAX_ANCESTOR_TRANSFERS: usize = 16_384;
 /// it has, while both its gpus stay within `budget` tbs
 /// ([`Executor::tb_budget`]). A transfer
 /// that finds no free lane takes the one with the fewest bytes.
-fn assign_lanes(ops: &[ChunkOp], n: usize, timeline: &[TransferTime], budget: usize) -> Lanes {
+fn assign_lanes(
+    ops: &[ChunkOp],
+    n: usize,
+    timeline: &[TransferTime],
+    budget: usize,
+    groups: &[u32],
+    max_per_conn: u32,
+) -> Lanes {
     // Source transfers in order, with the ops of each.
     let mut order: Vec<u32> = Vec::new();
     let mut dense: HashMap<u32, usize> = HashMap::new();
@@ -1537,6 +1608,24 @@ fn assign_lanes(ops: &[ChunkOp], n: usize, timeline: &[TransferTime], budget: us
         exact_lanes
     };
     lanes.of_op = ops.iter().map(|op| lanes.of_op[dense[&op.from]]).collect();
+    // What the budget has left goes to long streams (`super::spread`).
+    let mut used = base;
+    for (&(s, d), &l) in &lanes.per_conn {
+        used[s as usize] += l as usize;
+        used[d as usize] += l as usize;
+    }
+    let conn: Vec<(u32, u32)> = ops.iter().map(|o| (o.src, o.dst)).collect();
+    let from: Vec<u32> = ops.iter().map(|o| o.from).collect();
+    spread_lanes(
+        &mut lanes.of_op,
+        &mut lanes.per_conn,
+        &conn,
+        &from,
+        groups,
+        used,
+        budget,
+        max_per_conn,
+    );
     lanes
 }
 

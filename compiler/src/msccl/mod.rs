@@ -26,6 +26,7 @@ pub mod lower;
 mod pack;
 pub mod read;
 pub mod schedules;
+mod spread;
 pub mod write;
 pub mod xsim;
 
