@@ -19,7 +19,7 @@ use pyo3::types::PyBytes;
 use switchyard_compiler::import::ImportOptions;
 use switchyard_compiler::lp::{lower_bound, LpOptions};
 use switchyard_compiler::msccl::{to_xml, Layout, Protocol, XmlOptions, MAX_CHUNK_BYTES};
-use switchyard_compiler::planner::{Planner as FastPlanner, PlannerOptions};
+use switchyard_compiler::planner::{Planner as FastPlanner, PlannerOptions, Settle};
 use switchyard_compiler::program::{from_local, program, steps_are_levels, OpKind, RankProgram};
 use switchyard_compiler::rank::LocalTraffic;
 use switchyard_compiler::report::Report;
@@ -299,7 +299,7 @@ impl PyPlanner {
     #[pyo3(signature = (
         topology, algorithm="auto", *, pipeline_depth=None, stages_per_node=None,
         balance=None, chunk_bytes=None, time_limit_s=None, max_lanes_per_gpu=None,
-        network="calibrated"
+        network="calibrated", settle=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -312,6 +312,7 @@ impl PyPlanner {
         time_limit_s: Option<f64>,
         max_lanes_per_gpu: Option<i64>,
         network: &str,
+        settle: Option<&str>,
     ) -> PyResult<Self> {
         let alg: Algorithm = algorithm.parse().map_err(|e| arg_err(e, "algorithm"))?;
         // The mode the plans are for (as `Plan.simulate`'s): `fast` sizes its
@@ -328,6 +329,7 @@ impl PyPlanner {
             ("chunk_bytes", chunk_bytes.is_some(), fast_like),
             ("time_limit_s", time_limit_s.is_some(), is_lp),
             ("max_lanes_per_gpu", max_lanes_per_gpu.is_some(), is_lp),
+            ("settle", settle.is_some(), alg == Algorithm::Auto),
         ];
         if let Some((name, _, _)) = options.iter().find(|(_, set, takes)| *set && !takes) {
             return Err(bad_arg(
@@ -335,7 +337,35 @@ impl PyPlanner {
                 format!("is not an option of `{alg}` (see the Planner's documentation)"),
             ));
         }
-        let engine = if fast_like {
+        let engine = if alg == Algorithm::Auto {
+            // `auto` per call, reusing `fast`'s buffers when it picks `fast`;
+            // close calls settled as `settle` says (`always`: as `compile`).
+            let settle = match settle.unwrap_or("always") {
+                "always" => Settle::Always,
+                "never" => Settle::Never,
+                "sticky" => Settle::Sticky(Default::default()),
+                other => {
+                    return Err(bad_arg(
+                        "settle",
+                        format!("unknown value {other:?} (known: always, never, sticky)"),
+                    ))
+                }
+            };
+            match FastPlanner::auto(
+                &topology.inner,
+                PlannerOptions::for_network(network),
+                network,
+            ) {
+                Ok(planner) => Engine::Reusable(Box::new(planner.with_settle(settle))),
+                // A `links` topology has no per-batch planner: `auto` there
+                // goes through the one-shot scheduler, which settles.
+                Err(Error::Unsupported { .. }) => Engine::OneShot(Options {
+                    network,
+                    ..Options::default()
+                }),
+                Err(e) => return Err(py_err(e)),
+            }
+        } else if fast_like {
             let defaults = PlannerOptions::for_network(network);
             let opts = PlannerOptions {
                 pipeline_depth: pipeline_depth

@@ -49,7 +49,12 @@ class Planner(_native.Planner):
     ``network`` (``calibrated``, the default as for ``Plan.simulate``,
     ``ideal``, ``congested`` or ``stress``) is the mode the plans are for:
     ``auto`` picks for it and ``fast`` sizes its chunks by its per-message
-    cost. Options by algorithm:
+    cost. ``settle`` (``auto`` only): ``"always"`` (the default, as
+    ``compile``: close calls are settled by simulating the contenders,
+    milliseconds to seconds), ``"sticky"`` (settle once, keep the winner
+    while the estimates say it holds) or ``"never"`` (the estimates alone,
+    well under a millisecond at 64 GPUs; what ``AllToAll`` uses). Options
+    by algorithm:
     ``fast``: ``pipeline_depth``, ``stages_per_node``, ``balance``,
     ``chunk_bytes``; ``spray``: ``balance``, ``chunk_bytes``; ``lp``:
     ``time_limit_s``, ``max_lanes_per_gpu``. An option the algorithm does not

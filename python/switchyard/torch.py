@@ -184,7 +184,9 @@ class AllToAll:
     receives as one ``batch_isend_irecv`` group), ``dataflow`` (every receive
     posted at once, each send after the receives it reads), or ``auto``
     (``levels`` on NCCL, ``dataflow`` otherwise). Other keyword arguments go
-    to ``switchyard.Planner``.
+    to ``switchyard.Planner``; with ``algorithm="auto"`` its ``settle``
+    defaults to ``"never"`` here (each new matrix is chosen for by the
+    estimates alone: planning stays a per-batch cost).
 
     ``gather``: how the split sizes are exchanged. ``local``: each rank
     gathers and plans only what its own program depends on (the node
@@ -223,6 +225,10 @@ class AllToAll:
             topology = topology_from_env(world_size=self.world)
         self.topology = topology
         self._topo_code = zlib.crc32(topology.to_json().encode())
+        if algorithm == "auto":
+            # Per batch: the estimates alone (well under a millisecond at 64
+            # GPUs), not a simulation of every close call (up to seconds).
+            planner_options.setdefault("settle", "never")
         self._planner = Planner(topology, algorithm, **planner_options)
         self._verify = verify
         self._timeout = None if timeout is None else datetime.timedelta(seconds=timeout)

@@ -104,6 +104,28 @@ def test_plan_surface():
     assert plan.to_msccl_xml().startswith("<algo")
 
 
+def test_auto_settle_modes():
+    """``settle`` is an option of ``auto`` alone; each mode plans a plan that
+    verifies, names the algorithm it chose, and (as a reused planner) plans
+    again; ``always`` is never slower than the estimates alone."""
+    t = Topology.preset("dgx-h100", 2, gpus_per_node=4)
+    with pytest.raises(ValueError, match="settle: is not an option of `fast`"):
+        Planner(t, "fast", settle="never")
+    with pytest.raises(ValueError, match="settle: unknown value"):
+        Planner(t, "auto", settle="sometimes")
+    m = skewed(8, seed=5)
+    times = {}
+    for mode in ("never", "sticky", "always"):
+        p = Planner(t, "auto", settle=mode, network="ideal")
+        for _ in range(2):
+            plan = p.plan(m)
+            plan.verify()
+        assert plan.algorithm in switchyard.algorithms() and plan.algorithm != "auto"
+        times[mode] = plan.simulate("ideal")["completion_us"]
+        assert p.program(3, m)["rank"] == 3
+    assert times["always"] <= times["never"] * (1 + 1e-9)
+
+
 def test_programs_cover_the_plan():
     """Every transfer appears on both of its ranks, at one level."""
     t = Topology.preset("dgx-h100", 2, gpus_per_node=4)

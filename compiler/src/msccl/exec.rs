@@ -1570,11 +1570,11 @@ mod tests {
         text
     }
 
+    /// Each operation's dependencies and data after a run.
+    type Outcome = Vec<(Vec<u32>, Vec<Origin>)>;
+
     /// What a run leaves: each operation's dependencies and data, or the error.
-    fn outcome(
-        text: &str,
-        order: Order,
-    ) -> std::result::Result<Vec<(Vec<u32>, Vec<Origin>)>, String> {
+    fn outcome(text: &str, order: Order) -> std::result::Result<Outcome, String> {
         let algo = read::parse_algo(text, "t.xml").map_err(|e| e.to_string())?;
         let l = loaded_run(&algo, "t.xml", order).map_err(|e| e.to_string())?;
         Ok(l.ops.into_iter().map(|o| (o.deps, o.data)).collect())

@@ -179,8 +179,8 @@ pub fn settle_and_build(
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct StickyRule {
     /// Settle again when a contender's predicted time is within this
-    /// factor of the kept winner's (predicted over the winner's, below `1
-    /// + lead`): it may have overtaken it, the estimates' error being
+    /// factor of the kept winner's (predicted over the winner's, below
+    /// `1 + lead`): it may have overtaken it, the estimates' error being
     /// what it is. Negative tolerates a predicted loss that small (the
     /// goal is 1%).
     pub lead: f64,

@@ -94,7 +94,7 @@ impl Emitter {
         // Without a per-message cost the chunks are small and many, the
         // taper cuts the last ones finely, and the search measured mixed
         // (docs/benchmarks.md): the default rotation stays.
-        if parts < 2 || parts > MAX_ROTATIONS || self.opts.per_message_us <= 0.0 {
+        if !(2..=MAX_ROTATIONS).contains(&parts) || self.opts.per_message_us <= 0.0 {
             cut(self, Some(default));
             return;
         }
