@@ -137,8 +137,20 @@ impl Planner {
         } else {
             Algorithm::Spray
         };
-        Emitter::new(topo, opts.clone()).map(|emitter| Planner {
-            emitter: Some(emitter),
+        Emitter::new(topo, opts.clone())
+            .map(|emitter| Planner::bare(topo, algorithm, opts, Some(emitter)))
+    }
+
+    /// A planner of `algorithm` with nothing planned yet and no `auto`
+    /// state: `emitter` is `fast`'s (none for the baselines).
+    fn bare(
+        topo: &Topology,
+        algorithm: Algorithm,
+        opts: PlannerOptions,
+        emitter: Option<Emitter>,
+    ) -> Planner {
+        Planner {
+            emitter,
             opts,
             algorithm,
             topo: topo.clone(),
@@ -147,7 +159,7 @@ impl Planner {
             settle: Settle::default(),
             sticky: Sticky::default(),
             last_choice: None,
-        })
+        }
     }
 
     /// A planner for `alg`: `fast` and `spray` with `opts` (its `staged` is
@@ -167,17 +179,7 @@ impl Planner {
                 },
             ),
             Algorithm::Direct | Algorithm::Hierarchical | Algorithm::Pxn | Algorithm::Deepep => {
-                Ok(Planner {
-                    emitter: None,
-                    opts,
-                    algorithm: alg,
-                    topo: topo.clone(),
-                    whole: Plan::new("", 0, 0),
-                    auto: None,
-                    settle: Settle::default(),
-                    sticky: Sticky::default(),
-                    last_choice: None,
-                })
+                Ok(Planner::bare(topo, alg, opts, None))
             }
             _ => Err(Error::Unsupported {
                 algorithm: alg.name().into(),
