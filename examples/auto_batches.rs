@@ -34,19 +34,11 @@ use switchyard::compiler::planner::{Planner, PlannerOptions, Settle};
 use switchyard::compiler::sched::auto::{auto, choose, StickyRule, CANDIDATES};
 use switchyard::compiler::sched::{schedule, Algorithm, Options};
 use switchyard::compiler::sim::{simulate, Network, SimOptions};
-use switchyard::compiler::topology::{FabricSpec, TopologySpec};
 use switchyard::compiler::{Plan, Topology, TrafficMatrix};
 
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
-
-fn list(args: &[String], flag: &str, default: &str) -> Vec<String> {
-    let v = args
-        .iter()
-        .position(|a| a == flag)
-        .and_then(|i| args.get(i + 1))
-        .map_or(default, String::as_str);
-    v.split(',').map(str::to_string).collect()
-}
+#[path = "common/sweep.rs"]
+mod sweep;
+use sweep::{cluster, list, parsed, Res};
 
 fn num<T: std::str::FromStr>(args: &[String], flag: &str, default: T) -> Res<T>
 where
@@ -59,20 +51,6 @@ where
             .parse()?),
         None => Ok(default),
     }
-}
-
-/// As examples/auto_sweep.rs: full bisection, fat-tree 2:1 (two leaves), rail-optimized 2:1.
-fn cluster(preset: &str, nodes: usize, fabric: &str) -> Res<Topology> {
-    let mut spec = TopologySpec::preset(preset, nodes, None)?;
-    let name = format!("{preset} {nodes}x8 {fabric}");
-    spec.fabric = match fabric {
-        "full" => None,
-        "fat-tree" => Some(FabricSpec::fat_tree((nodes / 2).max(1), 2.0, 1.0)),
-        "rail" => Some(FabricSpec::rail_optimized(None, 2.0, 1.0)),
-        other => return Err(format!("unknown fabric {other}").into()),
-    };
-    spec.name = name.clone();
-    Ok(Topology::from_spec(spec, &name)?)
 }
 
 /// One draw of `pattern` (the sweep's sizes: 1 MiB per pair, 1024 tokens per rank).
@@ -261,24 +239,15 @@ fn over(v: &[f64]) -> (usize, f64) {
 fn main() -> Res<()> {
     switchyard::restore_sigpipe();
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let nodes: Vec<usize> = list(&args, "--nodes", "2,4,8")
-        .iter()
-        .map(|s| s.parse())
-        .collect::<Result<_, _>>()?;
+    let nodes: Vec<usize> = parsed(&args, "--nodes", "2,4,8")?;
     let presets = list(&args, "--presets", "dgx-h100");
     let fabrics = list(&args, "--fabrics", "full,fat-tree,rail");
-    let patterns: Vec<Pattern> = list(
+    let patterns: Vec<Pattern> = parsed(
         &args,
         "--patterns",
         "zipf:0,zipf:0.5,zipf:1.0,zipf:1.5,lognormal:1.0,hotspot:0.3,intra-skew:1.2",
-    )
-    .iter()
-    .map(|s| s.parse())
-    .collect::<Result<_, _>>()?;
-    let modes: Vec<Network> = list(&args, "--modes", "ideal,calibrated")
-        .iter()
-        .map(|s| s.parse())
-        .collect::<Result<_, _>>()?;
+    )?;
+    let modes: Vec<Network> = parsed(&args, "--modes", "ideal,calibrated")?;
     let drifts = list(&args, "--drift", "seeds,mix");
     if let Some(d) = drifts
         .iter()

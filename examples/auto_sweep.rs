@@ -23,33 +23,10 @@ use switchyard::compiler::generate::{generate, Pattern, TrafficSpec};
 use switchyard::compiler::sched::auto::{choose, CANDIDATES};
 use switchyard::compiler::sched::{schedule, Options};
 use switchyard::compiler::sim::{simulate, Network, SimOptions};
-use switchyard::compiler::topology::{FabricSpec, TopologySpec};
-use switchyard::compiler::Topology;
 
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
-
-fn list(args: &[String], flag: &str, default: &str) -> Vec<String> {
-    let v = args
-        .iter()
-        .position(|a| a == flag)
-        .and_then(|i| args.get(i + 1))
-        .map_or(default, String::as_str);
-    v.split(',').map(str::to_string).collect()
-}
-
-/// The cluster: full bisection, fat-tree 2:1 (two leaves), rail-optimized 2:1 (one group).
-fn cluster(preset: &str, nodes: usize, fabric: &str) -> Res<Option<Topology>> {
-    let mut spec = TopologySpec::preset(preset, nodes, None)?;
-    let name = format!("{preset} {nodes}x8 {fabric}");
-    spec.fabric = match fabric {
-        "full" => None,
-        "fat-tree" => Some(FabricSpec::fat_tree((nodes / 2).max(1), 2.0, 1.0)),
-        "rail" => Some(FabricSpec::rail_optimized(None, 2.0, 1.0)),
-        other => return Err(format!("unknown fabric {other}").into()),
-    };
-    spec.name = name.clone();
-    Ok(Some(Topology::from_spec(spec, &name)?))
-}
+#[path = "common/sweep.rs"]
+mod sweep;
+use sweep::{cluster, list, parsed, Res};
 
 fn main() -> Res<()> {
     switchyard::restore_sigpipe();
@@ -57,24 +34,15 @@ fn main() -> Res<()> {
     let quick = args.iter().any(|a| a == "--quick");
     // Each candidate's estimate over the bound beside its simulated ratio.
     let verbose = args.iter().any(|a| a == "--estimates");
-    let nodes: Vec<usize> = list(&args, "--nodes", if quick { "2,4" } else { "2,4,8,16" })
-        .iter()
-        .map(|s| s.parse())
-        .collect::<Result<_, _>>()?;
+    let nodes: Vec<usize> = parsed(&args, "--nodes", if quick { "2,4" } else { "2,4,8,16" })?;
     let presets = list(&args, "--presets", "dgx-h100,mi300x");
     let fabrics = list(&args, "--fabrics", "full,fat-tree,rail");
-    let patterns: Vec<Pattern> = list(
+    let patterns: Vec<Pattern> = parsed(
         &args,
         "--patterns",
         "zipf:0,zipf:0.5,zipf:1.0,zipf:1.5,lognormal:1.0,hotspot:0.3,intra-skew:1.2",
-    )
-    .iter()
-    .map(|s| s.parse())
-    .collect::<Result<_, _>>()?;
-    let modes: Vec<Network> = list(&args, "--modes", "ideal,calibrated,congested,stress")
-        .iter()
-        .map(|s| s.parse())
-        .collect::<Result<_, _>>()?;
+    )?;
+    let modes: Vec<Network> = parsed(&args, "--modes", "ideal,calibrated,congested,stress")?;
     let names: Vec<&str> = CANDIDATES.iter().map(|a| a.name()).collect();
     println!(
         "cluster\tpattern\tmode\t{}\tauto\tauto/best",
@@ -88,10 +56,7 @@ fn main() -> Res<()> {
     for preset in &presets {
         for fabric in &fabrics {
             for &n in &nodes {
-                let Some(topo) = cluster(preset, n, fabric)? else {
-                    eprintln!("skipping {fabric}: this build has no such fabric");
-                    continue;
-                };
+                let topo = cluster(preset, n, fabric)?;
                 for (i, pattern) in patterns.iter().enumerate() {
                     let mut spec = TrafficSpec::new(topo.ranks(), *pattern);
                     spec.seed = 7 + i as u64;
