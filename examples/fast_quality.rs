@@ -6,15 +6,18 @@
 //! With `--fabric`, the fabric-bound sweep of issue 24 instead: DGX-H100
 //! nodes (8 and 16 by default) on each fabric named, MoE Zipf 0.8, 1.0 and
 //! 1.2, log-normal 1.0, hotspot 0.3 and intra-node skew 1.2, seeds 1 and 2,
-//! in the `ideal` and `calibrated` modes (each against its own bound, the
+//! in the `ideal` and `calibrated` modes (`fast` planned for the mode, as
+//! `compile --network` plans it; each against its own bound, the
 //! calibrated one at the NIC goodput), `direct` beside `fast`, then the
 //! median and worst of `fast` per fabric and mode, and every case where
 //! `fast` is more than 1% slower than `direct`. Fabrics:
 //! `fat-tree:OVER[:NODES_PER_LEAF]` and `rail:OVER[:NODES_PER_GROUP]`
 //! (4 nodes per leaf or rail group unless given; `rail:2:0` is one group).
+//! `--patterns` narrows the sweep to the patterns listed (as `generate`
+//! spells them: `zipf:1.2,intra-skew:1.2`).
 //!
 //! cargo run --release --example fast_quality -- [NODES,..] [BYTES_PER_PAIR]
-//! cargo run --release --example fast_quality -- [NODES,..] --fabric fat-tree:2,fat-tree:4,rail:2
+//! cargo run --release --example fast_quality -- [NODES,..] --fabric fat-tree:2,fat-tree:4,rail:2 [--patterns P,..]
 
 use switchyard::compiler::bound::{cut_bound, cut_bound_goodput};
 use switchyard::compiler::generate::{generate, Pattern, TrafficSpec};
@@ -33,17 +36,33 @@ fn main() -> Res<()> {
         Some(i) => Some(args.get(i + 1).ok_or("--fabric needs a list")?.clone()),
         None => None,
     };
+    let patterns: Option<Vec<Pattern>> = match args.iter().position(|a| a == "--patterns") {
+        Some(i) => Some(
+            args.get(i + 1)
+                .ok_or("--patterns needs a list")?
+                .split(',')
+                .map(str::parse)
+                .collect::<Result<_, _>>()?,
+        ),
+        None => None,
+    };
     let mut plain = args
         .iter()
         .enumerate()
-        .filter(|&(i, a)| !a.starts_with("--") && (i == 0 || args[i - 1] != "--fabric"))
+        .filter(|&(i, a)| {
+            !a.starts_with("--") && (i == 0 || !["--fabric", "--patterns"].contains(&&*args[i - 1]))
+        })
         .map(|(_, a)| a);
     let nodes: Option<Vec<usize>> = plain
         .next()
         .map(|a| a.split(',').map(str::parse).collect::<Result<_, _>>())
         .transpose()?;
     if let Some(list) = fabrics {
-        return fabric_sweep(&list, &nodes.unwrap_or_else(|| vec![8, 16]));
+        return fabric_sweep(
+            &list,
+            &nodes.unwrap_or_else(|| vec![8, 16]),
+            patterns.as_deref(),
+        );
     }
     let nodes = nodes.unwrap_or_else(|| vec![2, 4, 8, 16]);
     let bytes: Option<u64> = plain.next().map(|a| a.parse()).transpose()?;
@@ -109,8 +128,8 @@ fn fabric_topology(name: &str, nodes: usize) -> Res<Topology> {
     Ok(Topology::from_spec(spec, name)?)
 }
 
-fn fabric_sweep(list: &str, nodes: &[usize]) -> Res<()> {
-    let patterns = [
+fn fabric_sweep(list: &str, nodes: &[usize], only: Option<&[Pattern]>) -> Res<()> {
+    let all = [
         Pattern::Zipf(0.8),
         Pattern::Zipf(1.0),
         Pattern::Zipf(1.2),
@@ -118,6 +137,7 @@ fn fabric_sweep(list: &str, nodes: &[usize]) -> Res<()> {
         Pattern::Hotspot(0.3),
         Pattern::IntraSkew(1.2),
     ];
+    let patterns = only.unwrap_or(&all);
     let modes = [Network::Ideal, Network::Calibrated];
     let mut slower = Vec::new();
     let mut summary = Vec::new();
@@ -126,15 +146,21 @@ fn fabric_sweep(list: &str, nodes: &[usize]) -> Res<()> {
         let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
         for &n in nodes {
             let topo = fabric_topology(fabric, n)?;
-            let mut planner = Planner::fast(&topo, PlannerOptions::default())?;
-            for p in patterns {
+            // `fast` is planned for the mode it runs in (its per-message
+            // cost), as `compile --network` and the Python planner do.
+            let mut planners = modes
+                .iter()
+                .map(|&net| Planner::fast(&topo, PlannerOptions::for_network(net)))
+                .collect::<Result<Vec<_>, _>>()?;
+            for &p in patterns {
                 for seed in [1u64, 2] {
                     let mut spec = TrafficSpec::new(topo.ranks(), p);
                     spec.seed = seed;
                     let m = generate(&spec)?;
-                    let fast = planner.plan(&m)?;
                     let base = direct(&topo, &m);
                     for (k, &net) in modes.iter().enumerate() {
+                        let planner = &mut planners[k];
+                        let fast = planner.plan(&m)?;
                         let opts = SimOptions::new(net);
                         let lb = cut_bound_goodput(&topo, &m, opts.nic_goodput());
                         let bound = lb.best_us();
