@@ -89,7 +89,7 @@ impl Emitter {
         self.inter_blocks = splits.inter_blocks;
         let mut bufs = std::mem::take(&mut self.rank_bufs);
         let v = bufs.view(t, splits);
-        self.balance(&v);
+        self.balance(&v, Some(t.rank / g));
         if self.all_direct {
             self.rank_bufs = bufs;
             return refuse(
