@@ -5,7 +5,9 @@
 //! `fast`'s rails. The staged plan (and `spray`) runs the whole plan's
 //! steps (balancing, stages, the emitter) over a view of the rank's blocks
 //! ([`super::blocks::RankBlocks`]), emitting into a [`RankSink`]: only the
-//! lanes whose transfers or chains the rank's program names.
+//! lanes whose transfers or chains the rank's program names, and of its
+//! rail only the stage pairs whose sends its chains reach
+//! ([`Emitter::rank_pairs`]).
 
 use std::ops::Range;
 
@@ -240,9 +242,10 @@ impl Emitter {
 /// it emits (dependencies name transfers by their emission ids), and the
 /// transfers that start or end at the rank. It asks for the lanes whose
 /// transfers, or whose chains, the rank's program names:
-/// - every lane of its rail (lane `j` of every node pair): its sends and
-///   receives wait on the send `depth` places back in the chains of the
-///   GPUs of its rail, wherever the stage order put them;
+/// - lane `j` (its rail) of the other node pairs, in the stage pairs
+///   [`Emitter::rank_pairs`] picks: its sends and receives wait on sends
+///   at most `2 depth` slots back in the chains of the GPUs of its rail,
+///   wherever the stage order put them;
 /// - every lane of its node: its balancing moves out wait on the sends of
 ///   the carrier they feed, and its intra-node blocks on the early moves
 ///   of its node;
