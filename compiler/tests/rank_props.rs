@@ -241,6 +241,35 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+    /// A rank's program emits, of the pairs away from its node, only the
+    /// last `2 depth` slices of each chain of its rail before each of its
+    /// own (`Emitter::rank_pairs`): long chains (up to 24 nodes) against
+    /// shallow pipelines (depth 1 to 3) and small chunks (several sends per
+    /// slice), byte windows (decode-size blocks) and count windows, and a
+    /// pipeline too deep for the window (every slice of the rail).
+    #[test]
+    fn staged_fast_per_rank_windows(
+        nodes in 6usize..=24,
+        gpus in 2usize..=3,
+        depth in prop::sample::select(vec![None, Some(1u32), Some(2), Some(3), Some(40)]),
+        chunk in prop::sample::select(vec![None, Some(4096u64)]),
+        scale in prop::sample::select(vec![2048u64, 1 << 14, 1 << 20]),
+        seed in any::<u64>(),
+    ) {
+        let topo = Topology::preset("dgx-h100", nodes, Some(gpus)).unwrap();
+        let m = matrix(topo.ranks(), seed, 1, scale);
+        let opts = PlannerOptions {
+            pipeline_depth: depth,
+            chunk_bytes: chunk,
+            ..PlannerOptions::default()
+        };
+        check_with(&topo, &m, Algorithm::Fast, opts)?;
+    }
+}
+
 /// Up to 32 nodes of 2 GPUs on a layered fat-tree, every rank of staged
 /// `fast` planned alone.
 #[test]

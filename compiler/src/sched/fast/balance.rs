@@ -136,6 +136,10 @@ fn gcd(a: u64, b: u64) -> u64 {
 /// reusable buffer. Balancing is skipped
 /// (every lane sends its own bytes) when the time it saves on the slowest
 /// lane, at `lane_rate` bytes/us per unshared NIC, is below `min_gain_us`.
+/// With `lens_only` (and not `spread`) the lanes get their `own` and
+/// `gathered` bytes but no pieces: what a rank's program needs of the pairs
+/// whose moves it never emits (each lane below target gathers exactly its
+/// need, as the pieces below give it).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn balance_pair(
     sent: &[u64],
@@ -144,6 +148,7 @@ pub(crate) fn balance_pair(
     nic_rate: f64,
     min_gain_us: f64,
     spread: bool,
+    lens_only: bool,
     lanes: &mut [Lane],
     pieces: &mut Vec<Piece>,
     targets: &mut Vec<u64>,
@@ -174,6 +179,19 @@ pub(crate) fn balance_pair(
     }
     if spread {
         spread_excess(sent, first_rank, targets, lanes, pieces);
+        return;
+    }
+    if lens_only {
+        let at = pieces.len() as u32;
+        for ((lane, &x), &target) in lanes.iter_mut().zip(sent).zip(targets.iter()) {
+            *lane = Lane {
+                own: x.min(target),
+                gathered: target.saturating_sub(x),
+                pieces_start: at,
+                pieces_end: at,
+                ..Lane::default()
+            };
+        }
         return;
     }
     // Two pointers: deficit lanes outermost, so each lane's pieces are contiguous.
@@ -277,11 +295,46 @@ mod tests {
             50_000.0,
             gain,
             spread,
+            false,
             &mut lanes,
             &mut pieces,
             &mut Vec::new(),
         );
         (lanes, pieces)
+    }
+
+    #[test]
+    fn lens_only_gives_the_lanes_their_pieces_bytes() {
+        let w = LaneWeights::new(4, 4);
+        for sent in [
+            [1000, 0, 0, 7],
+            [0, 0, 0, 0],
+            [5, 9, 1 << 20, 3],
+            [7, 7, 7, 8],
+        ] {
+            for gain in [0.0, 1.0] {
+                let (full, _) = run(&sent, 4, gain);
+                let mut lanes = vec![Lane::default(); 4];
+                let mut pieces = Vec::new();
+                let args = (&sent[..], 10, &w, 50_000.0, gain, false, true);
+                balance_pair(
+                    args.0,
+                    args.1,
+                    args.2,
+                    args.3,
+                    args.4,
+                    args.5,
+                    args.6,
+                    &mut lanes,
+                    &mut pieces,
+                    &mut Vec::new(),
+                );
+                assert!(pieces.is_empty());
+                for (l, f) in lanes.iter().zip(&full) {
+                    assert_eq!((l.own, l.gathered), (f.own, f.gathered), "{sent:?}");
+                }
+            }
+        }
     }
 
     #[test]

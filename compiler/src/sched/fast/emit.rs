@@ -357,7 +357,7 @@ impl Emitter {
             self.whole = whole;
             return Ok(());
         }
-        self.balance(&whole);
+        self.balance(&whole, None);
         self.layout_scratch(&mut out.scratch);
         self.decompose();
         self.emit_inter_node(&whole, &mut emit);

@@ -33,7 +33,10 @@ impl Emitter {
     }
 
     /// Balances every node pair (module [`crate::sched::fast::balance`]).
-    pub(super) fn balance(&mut self, v: &impl Blocks) {
+    /// With `node` (a rank's program), the pairs away from that node get
+    /// their lanes' bytes but no pieces: the program emits none of their
+    /// moves, only sends of theirs that its chains wait on.
+    pub(super) fn balance(&mut self, v: &impl Blocks, node: Option<usize>) {
         let (nn, g) = (self.nodes, self.gpus);
         self.lanes.clear();
         self.lanes.resize(nn * nn * g, Lane::default());
@@ -111,6 +114,7 @@ impl Emitter {
                     self.nic_rate,
                     min_gain,
                     self.mesh,
+                    node.is_some_and(|n| a != n && b != n),
                     &mut self.lanes[at..at + g],
                     &mut self.pieces,
                     &mut self.targets,

@@ -5,11 +5,14 @@
 //! `fast`'s rails. The staged plan (and `spray`) runs the whole plan's
 //! steps (balancing, stages, the emitter) over a view of the rank's blocks
 //! ([`super::blocks::RankBlocks`]), emitting into a [`RankSink`]: only the
-//! lanes whose transfers or chains the rank's program names.
+//! lanes whose transfers or chains the rank's program names, and of its
+//! rail only the stage pairs whose sends its chains reach
+//! ([`Emitter::rank_pairs`]).
 
 use std::ops::Range;
 
 use super::emit::{Emitter, Sink};
+use super::sends::lane_slice;
 use crate::error::{Error, Result};
 use crate::plan::{Path, Transfer};
 use crate::rank::{direct_local, LocalProgram, LocalTraffic, TransferKey};
@@ -88,7 +91,7 @@ impl Emitter {
         self.inter_blocks = splits.inter_blocks;
         let mut bufs = std::mem::take(&mut self.rank_bufs);
         let v = bufs.view(t, splits);
-        self.balance(&v);
+        self.balance(&v, Some(t.rank / g));
         if self.all_direct {
             self.rank_bufs = bufs;
             return refuse(
@@ -101,7 +104,12 @@ impl Emitter {
         self.decompose();
         let mut sink = std::mem::take(&mut self.rank_sink);
         sink.reset(t.rank, g);
-        self.emit_inter_node(&v, &mut sink);
+        self.prepare_sends();
+        self.rank_pairs(t.rank / g, t.rank % g, &mut sink.pairs);
+        for k in 0..sink.pairs.pairs.len() {
+            let (i, before) = sink.pairs.pairs[k];
+            self.emit_pair(&v, &mut sink, i as usize, before);
+        }
         self.emit_intra_node(&v, &mut sink);
         out.reset(name, t.rank, t.ranks(), g);
         out.scratch_bytes = scratch.get(t.rank).copied().unwrap_or(0);
@@ -113,13 +121,131 @@ impl Emitter {
     }
 }
 
+/// Longest window (`2 depth` slots) whose chains [`Emitter::rank_pairs`]
+/// walks by window; a deeper pipeline takes every slice of the rail.
+const MAX_WINDOW: usize = 64;
+
+/// The stage pairs one rank's program emits ([`Emitter::rank_pairs`]), and
+/// the buffers that find them.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RankPairs {
+    /// Index in `stages` of each pair to emit, in stage order, and the bytes
+    /// its node pair sent in the stage pairs before it.
+    pub(super) pairs: Vec<(u32, u64)>,
+    /// Per node pair: bytes sent so far, its lane on the rank's rail, its total.
+    node_pairs: Vec<[u64; 3]>,
+    /// Per chain of the rail (GPU `(a', j)` sending, then GPU `(b, j)`
+    /// receiving), its last slices since the rank last met it, a ring of
+    /// `window` entries.
+    ring: Vec<(u32, u64)>,
+    /// Per chain: slices pushed into its ring, and how many of them it holds.
+    pushed: Vec<u32>,
+    held: Vec<u32>,
+    window: usize,
+}
+
+impl RankPairs {
+    fn push(&mut self, chain: usize, entry: (u32, u64)) {
+        let w = self.window;
+        self.ring[chain * w + self.pushed[chain] as usize % w] = entry;
+        self.pushed[chain] += 1;
+        self.held[chain] = (self.held[chain] + 1).min(w as u32);
+    }
+
+    /// The rank's slice meets `chain`: the slices its ring holds are emitted.
+    fn meet(&mut self, chain: usize) {
+        let w = self.window;
+        let (pushed, held) = (self.pushed[chain] as usize, self.held[chain] as usize);
+        for k in pushed - held..pushed {
+            self.pairs.push(self.ring[chain * w + k % w]);
+        }
+        self.held[chain] = 0;
+    }
+}
+
+impl Emitter {
+    /// The stage pairs rank `(a, j)`'s program emits, into `rp.pairs`:
+    /// every pair of its node `a` (its sends, its receives, its node's
+    /// moves and forwards: every lane), and of the other pairs (lane `j`
+    /// only) those whose sends the rank's own sends and receives wait on or
+    /// whose windows they read. A send of the rank into GPU `(b, j)` waits
+    /// on a slot at most `2 depth` slots back in that GPU's receive chain
+    /// (`sender_wait`, `receiver_wait`: the byte-counted windows look back
+    /// that far at most, the count windows `depth`), and a send into the
+    /// rank on one at most `2 depth` back in its sender `(a', j)`'s chain;
+    /// every slice that carries bytes holds at least one slot. So each of
+    /// those chains needs only its last `2 depth` slices that carry bytes
+    /// before each slice of the rank: emitted in stage order with the rest,
+    /// those chains end, at each of the rank's slices, in the same slots as
+    /// the whole plan's, and the chains' lengths agree up to `2 depth`
+    /// (all the checks read). One pass over the stage pairs, with a ring
+    /// of the last `2 depth` slices per chain of the rail; `spray` has no
+    /// chains and takes its node's pairs only.
+    pub(super) fn rank_pairs(&self, a: usize, j: usize, rp: &mut RankPairs) {
+        let (nn, g) = (self.nodes, self.gpus);
+        rp.pairs.clear();
+        let chains = self.opts.staged;
+        let window = (self.depth as usize).saturating_mul(2);
+        // A pipeline too deep for rings: every slice of the rail.
+        let every = chains && window > MAX_WINDOW;
+        rp.window = window.clamp(1, MAX_WINDOW);
+        if chains && !every {
+            rp.ring.clear();
+            rp.ring.resize(2 * nn * rp.window, (0, 0));
+            rp.pushed.clear();
+            rp.pushed.resize(2 * nn, 0);
+            rp.held.clear();
+            rp.held.resize(2 * nn, 0);
+        }
+        rp.node_pairs.clear();
+        rp.node_pairs.extend((0..nn * nn).map(|ab| {
+            let len = self.lanes.get(ab * g + j).map_or(0, |lane| lane.len());
+            [0, len, self.node_bytes[ab]]
+        }));
+        for (i, p) in self.stages.iter().enumerate() {
+            let (s, d) = (p.src_node as usize, p.dst_node as usize);
+            let [before, len, total] = rp.node_pairs[s * nn + d];
+            let after = before + p.bytes;
+            rp.node_pairs[s * nn + d][0] = after;
+            let entry = (i as u32, before);
+            if s == a || d == a {
+                rp.pairs.push(entry);
+            }
+            if !chains {
+                continue;
+            }
+            let (from, to) = lane_slice(before, after, total, len);
+            if to <= from {
+                continue;
+            }
+            if every {
+                if s != a && d != a {
+                    rp.pairs.push(entry);
+                }
+            } else if s == a {
+                // The rank's send into GPU (d, j): its receive chain.
+                rp.meet(nn + d);
+            } else if d == a {
+                // A send into the rank from GPU (s, j): its send chain.
+                rp.meet(s);
+            } else {
+                rp.push(s, entry);
+                rp.push(nn + d, entry);
+            }
+        }
+        rp.pairs.sort_unstable_by_key(|&(i, _)| i);
+        rp.pairs.dedup_by_key(|&mut (i, _)| i);
+    }
+}
+
 /// Where the emitter writes one rank's program: the key of every transfer
 /// it emits (dependencies name transfers by their emission ids), and the
 /// transfers that start or end at the rank. It asks for the lanes whose
 /// transfers, or whose chains, the rank's program names:
-/// - every lane of its rail (lane `j` of every node pair): its sends and
-///   receives wait on the send `depth` places back in the chains of the
-///   GPUs of its rail, wherever the stage order put them;
+/// - lane `j` (its rail) of the other node pairs, in the stage pairs
+///   [`Emitter::rank_pairs`] picks: its sends and receives wait on sends
+///   at most `2 depth` slots back in the chains of the GPUs of its rail,
+///   wherever the stage order put them;
 /// - every lane of its node: its balancing moves out wait on the sends of
 ///   the carrier they feed, and its intra-node blocks on the early moves
 ///   of its node;
@@ -135,6 +261,8 @@ pub(crate) struct RankSink {
     keys: Vec<TransferKey>,
     /// The transfers of the rank, dependencies still as ids.
     kept: Vec<Transfer>,
+    /// The stage pairs it asks for.
+    pairs: RankPairs,
 }
 
 impl RankSink {
@@ -197,5 +325,42 @@ impl Sink for RankSink {
 
     fn intra_nodes(&self, _: usize) -> Range<usize> {
         self.node..self.node + 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RankPairs;
+
+    fn rings(chains: usize, window: usize) -> RankPairs {
+        RankPairs {
+            ring: vec![(0, 0); chains * window],
+            pushed: vec![0; chains],
+            held: vec![0; chains],
+            window,
+            ..RankPairs::default()
+        }
+    }
+
+    #[test]
+    fn a_meeting_takes_the_last_window_of_its_chain_since_the_last() {
+        let mut rp = rings(2, 3);
+        for i in 0..5 {
+            rp.push(0, (i, 10 * i as u64));
+            rp.push(1, (100 + i, 0));
+        }
+        // Chain 0 held 5 slices: the last 3, oldest first.
+        rp.meet(0);
+        assert_eq!(rp.pairs, vec![(2, 20), (3, 30), (4, 40)]);
+        // Met again with nothing new: nothing more (those are emitted).
+        rp.meet(0);
+        assert_eq!(rp.pairs.len(), 3);
+        rp.push(0, (5, 50));
+        rp.meet(0);
+        assert_eq!(rp.pairs[3..], [(5, 50)]);
+        // The other chain kept its own.
+        rp.pairs.clear();
+        rp.meet(1);
+        assert_eq!(rp.pairs, vec![(102, 0), (103, 0), (104, 0)]);
     }
 }

@@ -13,6 +13,23 @@ use crate::plan::{Buffer, Path, Transfer};
 
 impl Emitter {
     pub(super) fn emit_inter_node(&mut self, v: &impl Blocks, out: &mut impl Sink) {
+        self.prepare_sends();
+        let nn = self.nodes;
+        self.taken.clear();
+        self.taken.resize(nn * nn, 0);
+        for i in 0..self.stages.len() {
+            let p = self.stages[i];
+            let at = p.src_node as usize * nn + p.dst_node as usize;
+            let before = self.taken[at];
+            self.taken[at] = before + p.bytes;
+            self.emit_pair(v, out, i, before);
+        }
+    }
+
+    /// What the sends of every stage pair share: the chunk size, the depth,
+    /// the window unit, empty chains, the last pair of each node and each
+    /// GPU's first slice.
+    pub(super) fn prepare_sends(&mut self) {
         let nn = self.nodes;
         // The chunk size and the window unit both follow from them.
         let bounds = self.chunk_bounds();
@@ -47,39 +64,47 @@ impl Emitter {
             self.last_pair[nn + p.dst_node as usize] = i;
         }
         self.first_slices();
-        self.taken.clear();
-        self.taken.resize(nn * nn, 0);
-        for i in 0..self.stages.len() {
-            let p = self.stages[i];
-            let (a, b) = (p.src_node as usize, p.dst_node as usize);
-            let taper = self.last_pair[a] == i || self.last_pair[nn + b] == i;
-            let before = self.taken[a * nn + b];
-            let after = before + p.bytes;
-            self.taken[a * nn + b] = after;
-            let total = self.node_bytes[a * nn + b];
-            for l in out.lanes(a, b, self.gpus) {
-                let li = self.lane_index(a, b, l);
-                let lane = self.lanes[li];
-                let (from, to) = lane_slice(before, after, total, lane.len());
-                let c = a * self.gpus + l;
-                if self.unit > 0 && to > from {
-                    self.nominal = (to - from) / (to - from).div_ceil(self.chunk);
+    }
+
+    /// The sends of stage pair `i` (index in `stages`), whose node pair has
+    /// sent `before` bytes in the pairs before it, on the lanes `out` asks
+    /// for; [`Emitter::prepare_sends`] first.
+    #[inline(always)]
+    pub(super) fn emit_pair(
+        &mut self,
+        v: &impl Blocks,
+        out: &mut impl Sink,
+        i: usize,
+        before: u64,
+    ) {
+        let nn = self.nodes;
+        let p = self.stages[i];
+        let (a, b) = (p.src_node as usize, p.dst_node as usize);
+        let taper = self.last_pair[a] == i || self.last_pair[nn + b] == i;
+        let after = before + p.bytes;
+        let total = self.node_bytes[a * nn + b];
+        for l in out.lanes(a, b, self.gpus) {
+            let li = self.lane_index(a, b, l);
+            let lane = self.lanes[li];
+            let (from, to) = lane_slice(before, after, total, lane.len());
+            let c = a * self.gpus + l;
+            if self.unit > 0 && to > from {
+                self.nominal = (to - from) / (to - from).div_ceil(self.chunk);
+            }
+            let first = self.first_slice[c] == i as u32;
+            if self.mesh && !lane.direct {
+                // On a mesh, the slice ends on the bytes with the
+                // shortest forward (tail.rs).
+                self.cut_mesh_slice(v, (li, c, b, l), (from, to), taper, first);
+            } else {
+                self.cut_chunks(v, (c, b, l, from, to), lane.direct, None, first);
+                if taper && !lane.direct {
+                    self.taper_last_chunks();
                 }
-                let first = self.first_slice[c] == i as u32;
-                if self.mesh && !lane.direct {
-                    // On a mesh, the slice ends on the bytes with the
-                    // shortest forward (tail.rs).
-                    self.cut_mesh_slice(v, (li, c, b, l), (from, to), taper, first);
-                } else {
-                    self.cut_chunks(v, (c, b, l, from, to), lane.direct, None, first);
-                    if taper && !lane.direct {
-                        self.taper_last_chunks();
-                    }
-                }
-                for k in 0..self.chunks.len() {
-                    let (lo, hi) = self.chunks[k];
-                    self.emit_slice(v, out, li, (a, b, l), lo, hi, p.stage);
-                }
+            }
+            for k in 0..self.chunks.len() {
+                let (lo, hi) = self.chunks[k];
+                self.emit_slice(v, out, li, (a, b, l), lo, hi, p.stage);
             }
         }
     }
