@@ -25,6 +25,10 @@
 //! (`Planner::program_local`), the per-rank planning a job runs after its
 //! gather; staged `fast` also sliced from its whole plan, for comparison.
 //!
+//! `rank_local/auto-*-program` (128x8 only): `auto` per rank from the
+//! matrix (`Planner::program`: its choice, then the chosen algorithm's own
+//! program).
+//!
 //! `auto_choose` and `auto` (8x8 only): `auto`'s estimates alone, and
 //! estimates plus the chosen plan through `Planner::auto`.
 //!
@@ -329,6 +333,27 @@ fn rank_local_time(c: &mut Criterion) {
                             slice_into(&plan, rank, &mut prog).expect("slice")
                         })
                     },
+                );
+                // `auto` per rank from the matrix (`Planner::program`): its
+                // choice by the estimates (one pass over the matrix), the
+                // rank's traffic cut out, the chosen algorithm's own program.
+                let mut auto = Planner::auto(&topo, PlannerOptions::default(), Network::Ideal)
+                    .expect("planner");
+                let mut prog = LocalProgram::default();
+                auto.plan_rank_into(rank, &traffic, &mut prog)
+                    .expect("program");
+                let chosen = auto
+                    .last_choice()
+                    .map_or("?", |c| c.chosen.as_str())
+                    .to_string();
+                eprintln!(
+                    "auto {nodes}x8 {name} rank {rank}: {chosen}, {} ops",
+                    prog.ops.len()
+                );
+                group.bench_with_input(
+                    BenchmarkId::new(format!("auto-{name}-program"), format!("{nodes}x8")),
+                    &traffic,
+                    |b, m| b.iter(|| auto.plan_rank_into(rank, m, &mut prog).expect("program")),
                 );
             }
         }

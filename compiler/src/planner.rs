@@ -86,6 +86,10 @@ pub struct Planner {
     whole: Plan,
     /// Set by [`Planner::auto`]: the network mode `auto` picks for.
     auto: Option<Network>,
+    /// `auto` only: the `spray` emitter its own programs use when it
+    /// chooses `spray` (the default options, as `sched::spray`), made on
+    /// first use.
+    spray: Option<Box<Emitter>>,
     /// `auto` only: how close calls are settled ([`Settle`]).
     settle: Settle,
     /// `auto` with [`Settle::Sticky`]: the last settle, kept while it holds.
@@ -156,6 +160,7 @@ impl Planner {
             topo: topo.clone(),
             whole: Plan::new("", 0, 0),
             auto: None,
+            spray: None,
             settle: Settle::default(),
             sticky: Sticky::default(),
             last_choice: None,
@@ -315,10 +320,13 @@ impl Planner {
     /// It is [`LocalTraffic::from_matrix`] then [`Planner::program_local`]
     /// wherever the algorithm plans one rank alone (`direct`,
     /// `hierarchical`, `pxn`, `deepep`, `fast` and `spray`), which shows the
-    /// program depends on nothing else; otherwise (`auto`, and `fast` on a
-    /// mesh or with every pair sent directly) it plans the whole plan (into
-    /// a buffer this planner keeps) and slices it: the same program at the
-    /// cost of the whole plan.
+    /// program depends on nothing else. `auto` makes its choice from the
+    /// matrix's estimates, as [`Planner::plan_into`] does, then plans the
+    /// chosen algorithm's program the same way. Otherwise (`fast` on a
+    /// mesh or with every pair sent directly, and an `auto` close call that
+    /// [`Settle::Always`] or [`Settle::Sticky`] settles by simulating whole
+    /// plans) it plans the whole plan (into a buffer this planner keeps)
+    /// and slices it: the same program at the cost of the whole plan.
     /// Errors ([`Error::Input`]) when `rank` is not a rank of the topology
     /// or `traffic` does not fit it.
     pub fn program(&mut self, rank: usize, traffic: &TrafficMatrix) -> Result<LocalProgram> {
@@ -337,7 +345,22 @@ impl Planner {
         // A bad rank or matrix is told before any planning.
         traffic.check_ranks(self.topo.ranks(), "traffic")?;
         rank::check_rank(rank, self.topo.ranks())?;
-        if self.auto.is_none() {
+        if let Some(network) = self.auto {
+            // The choice `plan_into` makes, from the estimates alone; a
+            // close call it would settle by simulating whole plans is left
+            // to the whole plan below.
+            let choice = choose(&self.topo, traffic, network);
+            if self.settle == Settle::Never || choice.contenders().len() < 2 {
+                let local = LocalTraffic::from_matrix(traffic, rank, &self.topo)?;
+                match self.local_of(choice.algorithm(), &local, out) {
+                    Err(Error::NeedsWholeMatrix { .. }) => {}
+                    done => {
+                        self.last_choice = Some(choice);
+                        return done;
+                    }
+                }
+            }
+        } else {
             let local = LocalTraffic::from_matrix(traffic, rank, &self.topo)?;
             match self.program_local_into(&local, out) {
                 Err(Error::NeedsWholeMatrix { .. }) => {}
@@ -384,17 +407,52 @@ impl Planner {
                 reason: "its choice compares estimates of whole plans".into(),
             });
         }
-        match (&mut self.emitter, self.algorithm) {
-            (Some(emitter), _) => emitter.program_local_into(local, out),
-            (None, Algorithm::Direct) => {
+        self.local_of(self.algorithm, local, out)
+    }
+
+    /// Rank `local.rank`'s program of `alg`, one of the algorithms this
+    /// planner plans (`auto`'s choice for an `auto` planner) from the
+    /// rank's traffic alone; `local` fits the topology.
+    fn local_of(
+        &mut self,
+        alg: Algorithm,
+        local: &LocalTraffic,
+        out: &mut LocalProgram,
+    ) -> Result<()> {
+        match alg {
+            Algorithm::Fast | Algorithm::Spray => {
+                // `auto` plans `fast` with its own emitter and `spray` as
+                // `sched::spray` does (the default options).
+                if self.auto.is_some() && alg == Algorithm::Spray {
+                    let spray = match &mut self.spray {
+                        Some(e) => e,
+                        None => self.spray.insert(Box::new(Emitter::new(
+                            &self.topo,
+                            PlannerOptions {
+                                staged: false,
+                                ..PlannerOptions::default()
+                            },
+                        )?)),
+                    };
+                    return spray.program_local_into(local, out);
+                }
+                match &mut self.emitter {
+                    Some(emitter) => emitter.program_local_into(local, out),
+                    None => Err(Error::NeedsWholeMatrix {
+                        algorithm: alg.name().into(),
+                        reason: "this planner has no emitter".into(),
+                    }),
+                }
+            }
+            Algorithm::Direct => {
                 rank::direct_local(local, "direct", |s, d| path_between(&self.topo, s, d), out);
                 Ok(())
             }
-            (None, Algorithm::Pxn) => {
+            Algorithm::Pxn => {
                 pxn_local(&self.topo, local, out);
                 Ok(())
             }
-            (None, Algorithm::Deepep) => {
+            Algorithm::Deepep => {
                 if local.rail_into_before.is_empty() {
                     return Err(InputError::new(
                         "local traffic",
@@ -405,10 +463,14 @@ impl Planner {
                 deepep_local(&self.topo, local, out);
                 Ok(())
             }
-            (None, _) => {
+            Algorithm::Hierarchical => {
                 rank::hierarchical_local(&self.topo, local, out);
                 Ok(())
             }
+            other => Err(Error::NeedsWholeMatrix {
+                algorithm: other.name().into(),
+                reason: "it has no per-rank planner".into(),
+            }),
         }
     }
 
@@ -457,5 +519,43 @@ impl Planner {
         self.emitter
             .as_ref()
             .map_or(u32::MAX, Emitter::pipeline_depth)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::generate::{generate, Pattern, TrafficSpec};
+
+    /// `auto`'s own programs, when the estimates decide, come from the
+    /// chosen algorithm's per-rank planner: the whole plan is never built
+    /// (its buffer stays empty). A planner that settles close calls by
+    /// simulation builds it when the call is close.
+    #[test]
+    fn auto_plans_a_rank_without_the_whole_plan() {
+        let topo = Topology::preset("dgx-h100", 4, Some(4)).unwrap();
+        for (pattern, seed) in [(Pattern::Zipf(1.0), 1), (Pattern::Lognormal(1.0), 2)] {
+            let mut spec = TrafficSpec::new(topo.ranks(), pattern);
+            spec.seed = seed;
+            let m = generate(&spec).unwrap();
+            let mut auto = Planner::auto(&topo, PlannerOptions::default(), Network::Ideal).unwrap();
+            for r in 0..topo.ranks() {
+                let prog = auto.program(r, &m).unwrap();
+                assert_eq!(
+                    Some(prog.algorithm.as_str()),
+                    auto.last_choice().map(|c| c.chosen.as_str())
+                );
+            }
+            assert!(
+                auto.whole.transfers.is_empty(),
+                "{pattern:?}: the whole plan was built"
+            );
+            let mut settling = Planner::auto(&topo, PlannerOptions::default(), Network::Ideal)
+                .unwrap()
+                .settling(true);
+            settling.program(0, &m).unwrap();
+            let close = choose(&topo, &m, Network::Ideal).contenders().len() >= 2;
+            assert_eq!(!settling.whole.transfers.is_empty(), close, "{pattern:?}");
+        }
     }
 }

@@ -158,24 +158,23 @@ pub fn steps_are_levels(algorithm: &str) -> bool {
 /// The executor form of a rank's own program: every op with its `after`
 /// (the ops of this rank whose writes it reads), `transfer` the op's place
 /// among the transfers between the same two ranks in the same direction
-/// (the tag both ends agree on), and its step as its level. Ops are in
-/// level order, which is a topological order of the plan on every rank:
-/// an executor that posts them in order (levels, or a dataflow that waits
-/// for `after` before each send) never waits for a peer that waits for it.
+/// (the tag both ends agree on), and a level both ends know. Where the
+/// algorithm's steps are levels ([`steps_are_levels`]) the level is the
+/// step, and every dependency of the plan holds. Otherwise (`fast`,
+/// `spray`) it is the op's data level ([`data_level`]): the plan's pacing
+/// (which sends wait for which) is dropped, as the dataflow executor drops
+/// it, and every op still comes after the writes it reads. Ops are in
+/// level order, which is a topological order of those dependencies on
+/// every rank: an executor that posts them in order (levels, or a dataflow
+/// that waits for `after` before each send) never waits for a peer that
+/// waits for it.
 ///
-/// Errors ([`Error::Unsupported`]) when the algorithm's steps are not
-/// levels ([`steps_are_levels`]): no order both ends agree on is known
-/// without the whole plan; ([`Error::Input`]) when a dependency inside the
-/// program is not on a lower step.
+/// Errors ([`Error::Unsupported`]) when an op reads a write of its own
+/// data level or above (a scratch-to-scratch hop reading another: no data
+/// level orders it); ([`Error::Input`]) when a dependency inside the
+/// program is not on a lower step where steps are levels.
 pub fn from_local(local: &LocalProgram) -> Result<RankProgram> {
-    if !steps_are_levels(&local.algorithm) {
-        return Err(Error::Unsupported {
-            algorithm: local.algorithm.clone(),
-            reason: "its own programs have no order both ends know (its steps do not \
-                     order its dependencies): run its whole plan's programs"
-                .into(),
-        });
-    }
+    let by_step = steps_are_levels(&local.algorithm);
     let me = local.rank;
     // Own programs are sorted by key: a dependency on an op of this program
     // is found by binary search.
@@ -183,7 +182,7 @@ pub fn from_local(local: &LocalProgram) -> Result<RankProgram> {
     let mut next_tag: std::collections::HashMap<(u32, bool), u32> = Default::default();
     let mut ops = Vec::with_capacity(local.ops.len());
     for o in &local.ops {
-        for d in &o.deps {
+        for d in o.deps.iter().filter(|_| by_step) {
             if let Ok(i) = keys.binary_search(d) {
                 if local.ops[i].step >= o.step {
                     return Err(InputError::new(
@@ -203,7 +202,11 @@ pub fn from_local(local: &LocalProgram) -> Result<RankProgram> {
         let tag = next_tag.entry((o.peer, o.op == OpKind::Send)).or_insert(0);
         ops.push(Op {
             op: o.op,
-            level: o.step,
+            level: if by_step {
+                o.step
+            } else {
+                data_level(o.src_buf, o.dst_buf)
+            },
             transfer: *tag,
             peer: o.peer,
             bytes: o.bytes,
@@ -226,7 +229,41 @@ pub fn from_local(local: &LocalProgram) -> Result<RankProgram> {
         ops,
     };
     link_writers(&mut prog);
+    if !by_step {
+        for o in &prog.ops {
+            if let Some(&w) = o
+                .after
+                .iter()
+                .find(|&&w| prog.ops[w as usize].level >= o.level)
+            {
+                let w = &prog.ops[w as usize];
+                return Err(Error::Unsupported {
+                    algorithm: local.algorithm.clone(),
+                    reason: format!(
+                        "rank {me}: a {:?} -> {:?} op reads what a {:?} -> {:?} op writes, \
+                         which no data level orders",
+                        o.src_buf, o.dst_buf, w.src_buf, w.dst_buf
+                    ),
+                });
+            }
+        }
+    }
     Ok(prog)
+}
+
+/// The data level of a transfer by the buffers it reads and writes, which
+/// both its ends know: 0 from an input (nothing writes inputs), 1 from a
+/// scratch into a scratch (the network hop of a block a balancing move or
+/// a relay put there), 2 from a scratch into an output (a forward, after
+/// either). Every op of a `fast` or `spray` program reads only writes of
+/// a lower data level ([`from_local`] checks it), so ordering each rank's
+/// ops by it orders the data dependencies of the whole plan.
+pub fn data_level(src: Buffer, dst: Buffer) -> u32 {
+    match (src, dst) {
+        (Buffer::Input, _) => 0,
+        (_, Buffer::Scratch) => 1,
+        _ => 2,
+    }
 }
 
 fn bad_plan(reason: String) -> crate::Error {
@@ -407,17 +444,18 @@ mod tests {
             Algorithm::Hierarchical,
             Algorithm::Pxn,
             Algorithm::Fast,
+            Algorithm::Spray,
         ] {
             let plan = schedule(alg, &topo, &m, &Options::default()).unwrap();
             let layered = steps_are_levels(&plan.algorithm);
-            assert_eq!(layered, alg != Algorithm::Fast, "{alg}");
-            if !layered {
-                let mut local = LocalProgram::default();
-                slice_into(&plan, 0, &mut local).unwrap();
-                assert!(from_local(&local).is_err());
-                continue;
-            }
+            assert_eq!(
+                layered,
+                !matches!(alg, Algorithm::Fast | Algorithm::Spray),
+                "{alg}"
+            );
             let mut tags = std::collections::HashMap::new();
+            // Ops from a scratch into a scratch (`fast`'s balanced network hops).
+            let mut scratch_hops = 0;
             for r in 0..12 {
                 let mut local = LocalProgram::default();
                 slice_into(&plan, r, &mut local).unwrap();
@@ -459,7 +497,17 @@ mod tests {
                             })
                             .unwrap()
                             .step;
-                        assert_eq!(o.level, step);
+                        let want = if layered {
+                            step
+                        } else {
+                            data_level(o.src_buf, o.dst_buf)
+                        };
+                        assert_eq!(o.level, want);
+                    }
+                    scratch_hops += usize::from(!layered && o.level == 1);
+                    // Every write an op reads is on a lower level.
+                    for &w in &o.after {
+                        assert!(ours.ops[w as usize].level < o.level, "{alg} rank {r}");
                     }
                     if o.op == OpKind::Copy {
                         continue;
@@ -474,6 +522,12 @@ mod tests {
                         .or_insert(o.transfer);
                     assert_eq!(*seen, o.transfer, "{alg}: ends disagree on a tag");
                 }
+            }
+            if alg == Algorithm::Fast {
+                assert!(
+                    scratch_hops > 0,
+                    "no balanced network hop: data level 1 untested"
+                );
             }
         }
     }

@@ -6,6 +6,7 @@ use proptest::prelude::*;
 use switchyard_compiler::planner::{Planner, PlannerOptions};
 use switchyard_compiler::program::OpKind;
 use switchyard_compiler::rank::{canonical, stitch, LocalProgram, LocalTraffic};
+use switchyard_compiler::sched::auto::choose;
 use switchyard_compiler::sim::Network;
 use switchyard_compiler::topology::{FabricSpec, TopologySpec};
 use switchyard_compiler::{verify_on, Algorithm, Error, Plan, Topology, TrafficMatrix};
@@ -267,6 +268,44 @@ proptest! {
             ..PlannerOptions::default()
         };
         check_with(&topo, &m, Algorithm::Fast, opts)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    /// `auto` per rank (`Planner::program`, by the estimates alone): every
+    /// rank's program is of the algorithm the whole-matrix choice picks,
+    /// and stitched they are the plan `plan_into` makes, in both the ideal
+    /// and the calibrated network (where the candidates differ most).
+    #[test]
+    fn stitched_auto_programs_are_the_plan(
+        nodes in 2usize..=8,
+        gpus in 1usize..=4,
+        seed in any::<u64>(),
+        sparsity in 0u64..=6,
+        scale in prop::sample::select(vec![64u64, 4096, 1 << 20]),
+        calibrated in any::<bool>(),
+    ) {
+        let topo = Topology::preset("dgx-h100", nodes, Some(gpus)).unwrap();
+        let m = matrix(topo.ranks(), seed, sparsity, scale);
+        let network = if calibrated { Network::Calibrated } else { Network::Ideal };
+        let mut planner = Planner::auto(&topo, PlannerOptions::for_network(network), network).unwrap();
+        let want = choose(&topo, &m, network);
+        let mut whole = Plan::new("", 0, 0);
+        planner.plan_into(&m, &mut whole).unwrap();
+        prop_assert_eq!(&whole.algorithm, &want.chosen);
+        let mut progs = Vec::with_capacity(topo.ranks());
+        for r in 0..topo.ranks() {
+            let prog = planner.program(r, &m).unwrap();
+            prop_assert_eq!(&prog.algorithm, &want.chosen, "rank {}", r);
+            prop_assert_eq!(planner.last_choice(), Some(&want), "rank {}", r);
+            progs.push(prog);
+        }
+        // The one-shot schedulers name the matrix they planned; programs do not.
+        let mut plan = canonical(&whole);
+        plan.traffic_fingerprint = None;
+        prop_assert_eq!(stitch(&progs).unwrap(), plan, "{}", want.chosen);
     }
 }
 

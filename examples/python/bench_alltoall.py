@@ -23,9 +23,10 @@ With --split-exchange (torchrun): AllToAll's split-size exchange and
 planning per call, the whole-matrix gather (gather="whole": an all-gather of
 every rank's split sizes, the whole plan on every rank) against the local
 one (gather="local": each rank gathers and plans only its own program), on
-small tensors with a new skewed matrix every call; rank 0 prints the bytes
-the exchange delivered into it and the median seconds of the exchange and of
-planning (AllToAll.stats()).
+small tensors with a new skewed matrix every call (--row-bytes sets the
+bytes per row: `fast` plans a staged exchange, not a latency-bound one, once
+rows are large); rank 0 prints the bytes the exchange delivered into it and
+the median seconds of the exchange and of planning (AllToAll.stats()).
 
 With --plan-only (no torchrun): the planning part of a cache miss at any
 rank count in one process: Planner.plan on the bytes matrix plus this rank's
@@ -126,8 +127,8 @@ def split_exchange(args):
         for it in range(args.iters + 1):
             m = skewed_rows(rng, world, 64, args.zipf)
             ins, outs = m[rank].tolist(), m[:, rank].tolist()
-            x = torch.zeros(sum(ins), dtype=torch.int8)
-            y = torch.empty(sum(outs), dtype=torch.int8)
+            x = torch.zeros(sum(ins), args.row_bytes, dtype=torch.int8)
+            y = torch.empty(sum(outs), args.row_bytes, dtype=torch.int8)
             s0 = a2a.stats()
             dist.barrier()
             a2a(y, x, outs, ins)
@@ -137,11 +138,15 @@ def split_exchange(args):
             ex.append(s1["gather_seconds"] - s0["gather_seconds"])
             plan.append(s1["plan_seconds"] - s0["plan_seconds"])
             nbytes.append(s1["gather_bytes"] - s0["gather_bytes"])
-        rows[gather] = (statistics.median(nbytes), statistics.median(ex), statistics.median(plan))
+        st = a2a.stats()
+        rows[gather] = (statistics.median(nbytes), statistics.median(ex), statistics.median(plan),
+                        a2a.gather, st["whole_fallbacks"], st["levels"])
     if rank == 0:
-        print(f"{world} ranks ({args.nodes} x {world // args.nodes}), {args.algorithm}, gloo, medians of {args.iters}")
-        for gather, (b, e, p) in rows.items():
-            print(f"  {gather:5s}: {b:9.0f} B received per call, exchange {1e3 * e:8.3f} ms, plan {1e3 * p:7.3f} ms")
+        print(f"{world} ranks ({args.nodes} x {world // args.nodes}), {args.algorithm}, "
+              f"{args.row_bytes} B per row, gloo, medians of {args.iters}")
+        for gather, (b, e, p, got, falls, levels) in rows.items():
+            print(f"  {gather:5s}: {b:9.0f} B received per call, exchange {1e3 * e:8.3f} ms, "
+                  f"plan {1e3 * p:7.3f} ms (gathered {got}, {falls} whole fallbacks, last program {levels} levels)")
     dist.destroy_process_group()
 
 
@@ -219,6 +224,8 @@ def main():
     ap.add_argument("--split-exchange", action="store_true")
     ap.add_argument("--gather", nargs="+", default=["whole", "local"], choices=["whole", "local"],
                     help="with --split-exchange: the exchanges to measure")
+    ap.add_argument("--row-bytes", type=int, default=1,
+                    help="with --split-exchange: bytes per row (large enough, fast's plan is staged, not latency-bound)")
     ap.add_argument("--ranks", type=int, default=64, help="with --plan-only")
     ap.add_argument("--mib", type=int, default=16, help="with --plan-only: MiB per rank")
     args = ap.parse_args()

@@ -21,10 +21,11 @@ use switchyard_compiler::lp::{lower_bound, LpOptions};
 use switchyard_compiler::msccl::{to_xml, Layout, Protocol, XmlOptions, MAX_CHUNK_BYTES};
 use switchyard_compiler::planner::{Planner as FastPlanner, PlannerOptions, Settle};
 use switchyard_compiler::program::{from_local, program, steps_are_levels, OpKind, RankProgram};
-use switchyard_compiler::rank::LocalTraffic;
+use switchyard_compiler::rank::{LocalTraffic, NodeSplits};
 use switchyard_compiler::report::Report;
 use switchyard_compiler::sched::{schedule, Options};
 use switchyard_compiler::sim::{Network, SimOptions};
+use switchyard_compiler::topology::IntraKind;
 use switchyard_compiler::{
     verify_on, Algorithm, Buffer, Error, InputError, Plan, Topology, TopologySpec, TrafficMatrix,
 };
@@ -243,23 +244,30 @@ const LOCAL_FIELDS: [&str; 10] = [
     "rail_into_before",
 ];
 
+/// The fields of [`NodeSplits`] (staged `fast` and `spray` only), which
+/// may follow [`LOCAL_FIELDS`]: `inter_blocks` is one value.
+const SPLIT_FIELDS: [&str; 3] = ["to_nodes", "from_nodes", "inter_blocks"];
+
 /// A rank's [`LocalTraffic`] from its fields as little-endian u64 bytes
-/// (the Python side converts arrays); each field's length is checked by
-/// the planner against the topology.
+/// (the Python side converts arrays): [`LOCAL_FIELDS`], then optionally
+/// [`SPLIT_FIELDS`] (its `node_splits`); each field's length is checked
+/// by the planner against the topology.
 fn local_from_bytes(topo: &Topology, rank: i64, parts: &[Vec<u8>]) -> PyResult<LocalTraffic> {
-    if parts.len() != LOCAL_FIELDS.len() {
+    let (n, m) = (LOCAL_FIELDS.len(), SPLIT_FIELDS.len());
+    if parts.len() != n && parts.len() != n + m {
         return Err(bad_arg(
             "local",
             format!(
-                "{} parts given, {} expected ({})",
+                "{} parts given, {n} expected ({}), or {} with {}",
                 parts.len(),
-                LOCAL_FIELDS.len(),
-                LOCAL_FIELDS.join(", ")
+                LOCAL_FIELDS.join(", "),
+                n + m,
+                SPLIT_FIELDS.join(", ")
             ),
         ));
     }
     let mut fields = Vec::with_capacity(parts.len());
-    for (raw, name) in parts.iter().zip(LOCAL_FIELDS) {
+    for (raw, name) in parts.iter().zip(LOCAL_FIELDS.iter().chain(&SPLIT_FIELDS)) {
         if raw.len() % 8 != 0 {
             return Err(bad_arg(
                 name,
@@ -272,6 +280,29 @@ fn local_from_bytes(topo: &Topology, rank: i64, parts: &[Vec<u8>]) -> PyResult<L
             .collect();
         fields.push(v);
     }
+    let splits = if fields.len() == n + m {
+        let mut tail = fields.split_off(n).into_iter();
+        let (to_nodes, from_nodes) = (
+            tail.next().unwrap_or_default(),
+            tail.next().unwrap_or_default(),
+        );
+        let inter_blocks = match tail.next().as_deref() {
+            Some(&[count]) => count,
+            other => {
+                return Err(bad_arg(
+                    "inter_blocks",
+                    format!("{} values given, 1 expected", other.map_or(0, <[u64]>::len)),
+                ))
+            }
+        };
+        Some(NodeSplits {
+            to_nodes,
+            from_nodes,
+            inter_blocks,
+        })
+    } else {
+        None
+    };
     let mut it = fields.into_iter();
     let mut next = || it.next().unwrap_or_default();
     Ok(LocalTraffic {
@@ -286,8 +317,7 @@ fn local_from_bytes(topo: &Topology, rank: i64, parts: &[Vec<u8>]) -> PyResult<L
         rail_before: next(),
         inter_out: next(),
         inter_in: next(),
-        // Not gathered from Python: staged `fast` slices the whole plan.
-        node_splits: None,
+        node_splits: splits,
         rank_rail_before: next(),
         rail_into_before: next(),
     })
@@ -511,29 +541,42 @@ impl PyPlanner {
 
     /// The executor's form (as `Plan._program_tuples`) of rank `rank`'s own
     /// program from what it gathered (as `_program_local_bytes` takes it):
-    /// levels are the plan's steps (`program::from_local`).
+    /// levels are the plan's steps, or for `fast` and `spray` the data
+    /// levels (`program::from_local`). `None` where the planner needs the
+    /// whole matrix for this traffic (staged `fast` when every node pair
+    /// goes direct): the same answer on every rank, which all gathered
+    /// the same shared parts, so they fall back together.
     fn _program_local_tuples(
         &mut self,
         py: Python<'_>,
         rank: i64,
         parts: Vec<Vec<u8>>,
-    ) -> PyResult<(u32, u64, Vec<OpTuple>)> {
+    ) -> PyResult<Option<(u32, u64, Vec<OpTuple>)>> {
         let local = local_from_bytes(&self.topo, rank, &parts)?;
         let planner = self.local_planner()?;
-        let prog = py
-            .detach(|| planner.program_local(&local).and_then(|p| from_local(&p)))
-            .map_err(py_err)?;
-        Ok(program_tuples(prog))
+        match py.detach(|| planner.program_local(&local).and_then(|p| from_local(&p))) {
+            Ok(prog) => Ok(Some(program_tuples(prog))),
+            Err(Error::NeedsWholeMatrix { .. }) => Ok(None),
+            Err(e) => Err(py_err(e)),
+        }
     }
 
-    /// True when every rank's program of this planner is planned from its
-    /// own gathered traffic alone, whatever the matrix (not only for some
-    /// matrices), and runs by its steps (`program::steps_are_levels`).
+    /// True when this planner plans each rank's program from that rank's
+    /// own gathered traffic (`direct`, `hierarchical`, `pxn`, `deepep`
+    /// whatever the matrix; `fast` and `spray` on nodes that are not a
+    /// mesh, given `node_splits`, for every matrix but those whose node
+    /// pairs all go direct: `_program_local_tuples` says so per call).
     fn _plans_locally(&self) -> bool {
-        matches!(
-            self.algorithm,
-            Algorithm::Direct | Algorithm::Hierarchical | Algorithm::Pxn | Algorithm::Deepep
-        ) && steps_are_levels(self.algorithm.name())
+        match self.algorithm {
+            Algorithm::Direct | Algorithm::Hierarchical | Algorithm::Pxn | Algorithm::Deepep => {
+                steps_are_levels(self.algorithm.name())
+            }
+            Algorithm::Fast | Algorithm::Spray => {
+                matches!(self.engine, Engine::Reusable(_))
+                    && self.topo.intra_kind() != Some(IntraKind::Mesh)
+            }
+            _ => false,
+        }
     }
 
     fn __repr__(&self) -> String {

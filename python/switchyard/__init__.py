@@ -27,6 +27,7 @@ from ._native import Plan, Topology, VerificationError, __version__, algorithms
 
 __all__ = [
     "LOCAL_FIELDS",
+    "NODE_SPLIT_FIELDS",
     "Plan",
     "Planner",
     "Topology",
@@ -91,19 +92,25 @@ class Planner(_native.Planner):
         inter_in: Any,
         rank_rail_before: Any,
         rail_into_before: Any,
+        node_splits: Optional[Tuple[Any, Any, Any]] = None,
     ) -> dict:
         """Rank ``rank``'s own program from what that rank gathered alone
         (``LOCAL_FIELDS``; ``local_traffic`` computes them from a whole
         matrix, docs/python.md "What a rank gathers"): the same program as
         ``program(rank, matrix)``, planned without the matrix. Array-likes of
-        non-negative integers, any shape of the right size. Raises
-        ``ValueError`` for an algorithm that needs the whole matrix
-        (``fast`` and ``spray`` when staged, ``auto``, the one-shot ones)."""
-        parts = [_u64_bytes(x, name) for x, name in zip(
-            (node_bytes, rows, cols, above, before, rail_before, inter_out, inter_in,
-             rank_rail_before, rail_into_before),
-            LOCAL_FIELDS,
-        )]
+        non-negative integers, any shape of the right size. ``node_splits``:
+        ``(to_nodes, from_nodes, inter_blocks)`` (``NODE_SPLIT_FIELDS``),
+        which staged ``fast`` and ``spray`` also read. Raises ``ValueError``
+        for an algorithm that needs the whole matrix (``fast`` and ``spray``
+        when staged without ``node_splits``, on a mesh or when every node
+        pair goes direct; ``auto``; the one-shot ones)."""
+        fields = (node_bytes, rows, cols, above, before, rail_before, inter_out, inter_in,
+                  rank_rail_before, rail_into_before)
+        names = LOCAL_FIELDS
+        if node_splits is not None:
+            fields += tuple(node_splits)
+            names += NODE_SPLIT_FIELDS
+        parts = [_u64_bytes(x, name) for x, name in zip(fields, names)]
         return self._program_local_bytes(rank, parts)
 
 
@@ -115,11 +122,18 @@ LOCAL_FIELDS = (
 )
 
 
+# What staged fast and spray also read (the compiler's NodeSplits): what
+# each rank sends each node (R x N), what each node sends each rank (N x R),
+# and the count of non-empty blocks between nodes (one value).
+NODE_SPLIT_FIELDS = ("to_nodes", "from_nodes", "inter_blocks")
+
+
 def local_traffic(matrix: Any, rank: int, topology: Topology) -> dict:
     """Rank ``rank``'s part of ``matrix`` on ``topology``: what its own
     program depends on, as numpy arrays of bytes (uint64) by name
-    (``LOCAL_FIELDS``), computed from the whole matrix; what the gather of
-    ``switchyard.torch.AllToAll`` arrives at without it."""
+    (``LOCAL_FIELDS``, then ``NODE_SPLIT_FIELDS``), computed from the whole
+    matrix; what the gather of ``switchyard.torch.AllToAll`` arrives at
+    without it."""
     data, ranks = matrix_bytes(matrix)
     t = _native._local_traffic_bytes(data, ranks, rank, topology)
     n, g = t["nodes"], t["gpus_per_node"]
@@ -127,7 +141,12 @@ def local_traffic(matrix: Any, rank: int, topology: Topology) -> dict:
         "node_bytes": (n, n), "rows": (g, n * g), "cols": (n * g, g), "rail_before": (n, g),
         "rank_rail_before": (n * g, g), "rail_into_before": (n, g),
     }
-    return {k: np.asarray(t[k], dtype=np.uint64).reshape(shapes.get(k, (-1,))) for k in LOCAL_FIELDS}
+    out = {k: np.asarray(t[k], dtype=np.uint64).reshape(shapes.get(k, (-1,))) for k in LOCAL_FIELDS}
+    splits = t["node_splits"]
+    out["to_nodes"] = np.asarray(splits["to_nodes"], dtype=np.uint64).reshape(n * g, n)
+    out["from_nodes"] = np.asarray(splits["from_nodes"], dtype=np.uint64).reshape(n, n * g)
+    out["inter_blocks"] = np.asarray([splits["inter_blocks"]], dtype=np.uint64)
+    return out
 
 
 def _u64_bytes(x: Any, name: str) -> bytes:

@@ -267,6 +267,7 @@ class AllToAll:
             "plan_seconds": 0.0,
             "comm_seconds": 0.0,
             "gather_bytes": 0,
+            "whole_fallbacks": 0,
             "levels": 0,
             "ops": 0,
         }
@@ -289,9 +290,12 @@ class AllToAll:
         """Counts and seconds since construction: ``calls``, ``cache_hits``,
         ``cache_misses``, ``gather_seconds`` (the split-size exchange),
         ``gather_bytes`` (what the exchange delivered into this rank: the
-        received parts of its collectives), ``plan_seconds`` (planning on
-        cache misses), ``comm_seconds`` (running the program), ``levels`` and
-        ``ops`` (of the last call's program)."""
+        received parts of its collectives), ``whole_fallbacks`` (local
+        calls whose traffic the per-rank planner could not plan alone, so
+        the whole matrix was gathered too: staged ``fast`` when every node
+        pair goes direct), ``plan_seconds`` (planning on cache misses),
+        ``comm_seconds`` (running the program), ``levels`` and ``ops`` (of
+        the last call's program)."""
         return dict(self._stats)
 
     def _check_topology(self, topology: Topology) -> None:
@@ -331,15 +335,25 @@ class AllToAll:
         st = self._stats
         st["calls"] += 1
         t0 = time.perf_counter()
-        if self._gather == "local":
-            traffic = self._exchange_local(output, input, output_split_sizes, input_split_sizes)
-        else:
-            traffic = self._exchange(output, input, output_split_sizes, input_split_sizes)
+        local = self._gather == "local"
+        args = (output, input, output_split_sizes, input_split_sizes)
+        traffic = self._exchange_local(*args) if local else self._exchange(*args)
         t1 = time.perf_counter()
         st["gather_seconds"] += t1 - t0
-        prog = self._program(traffic)
+        prog = self._program(traffic, local)
         t2 = time.perf_counter()
         st["plan_seconds"] += t2 - t1
+        if prog is None:
+            # The per-rank planner needs the whole matrix for this traffic
+            # (staged fast with every node pair direct): every rank decided
+            # so from the same shared parts, so all gather it together.
+            st["whole_fallbacks"] += 1
+            traffic = self._exchange(*args)
+            t1 = time.perf_counter()
+            st["gather_seconds"] += t1 - t2
+            prog = self._program(traffic, False)
+            t2 = time.perf_counter()
+            st["plan_seconds"] += t2 - t1
         st["levels"], st["ops"] = prog.levels, prog.ops
         work = self._run(prog, output, input, async_op)
         st["comm_seconds"] += time.perf_counter() - t2
@@ -425,7 +439,10 @@ class AllToAll:
         ranks before that node, its row summed over them, its row per rail
         over the nodes before that node but its own, its row and its column
         summed over the other nodes; for ``deepep`` ``g`` more, its column
-        per rail over the nodes before that node but its own); and its split sizes towards the peer's
+        per rail over the nodes before that node but its own; for ``fast``
+        and ``spray`` ``2 N + 1`` more, its row and its column summed per
+        node and its count of non-empty blocks into other nodes); and its
+        split sizes towards the peer's
         node: its whole row to the GPUs of its own node, the ``g`` values
         of the peer's node to the others. The exchange is symmetric, so
         what a rank receives from peer ``p`` has the size of what it sends
@@ -433,9 +450,14 @@ class AllToAll:
         w, g = self.world, self.topology.gpus_per_node
         n = w // g
         a = self.rank // g
-        # Only deepep places its writes by the column summaries.
+        # Only deepep places its writes by the column summaries; only fast
+        # and spray read node_splits (every rank's row and column summed
+        # per node, and its count of inter-node blocks: the same 2N + 1
+        # values to every peer, so the all-to-all doubles as their
+        # all-gather and no collective is added).
         self._l_into = self._planner.algorithm == "deepep"
-        extra = g + 4 + (g if self._l_into else 0)
+        self._l_splits = self._planner.algorithm in ("fast", "spray")
+        extra = g + 4 + (g if self._l_into else 0) + (2 * n + 1 if self._l_splits else 0)
         sizes = [_LHEADER + extra + (w if p // g == a else g) for p in range(w)]
         starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
         self._l_sizes = sizes
@@ -462,25 +484,37 @@ class AllToAll:
             [pay[s] + (np.arange(a * g, (a + 1) * g) if s // g == a else np.arange(g)) for s in range(w)]
         )
 
-    def _summaries(self, row: np.ndarray, col: np.ndarray) -> np.ndarray:
+    def _summaries(self, row: np.ndarray, col: np.ndarray, row_bytes: int) -> np.ndarray:
         """What each node needs from this rank beyond split sizes (N x (g +
-        4), in rows, N x (2 g + 4) for deepep): its column over the ranks
-        before the node, its row over them, its row per rail over the nodes
-        before the node (its own node left out), its row and its column over
-        the other nodes; for deepep its column per rail over the nodes
-        before the node (its own left out)."""
+        4), in rows, g more for deepep, 2 N + 1 more for fast and spray):
+        its column over the ranks before the node, its row over them, its
+        row per rail over the nodes before the node (its own node left
+        out), its row and its column over the other nodes; for deepep its
+        column per rail over the nodes before the node (its own left out);
+        for fast and spray its row and its column per node and its count of
+        non-empty blocks into other nodes (blocks of bytes: none when rows
+        are empty)."""
         n, g = self._l_nodes, self._l_gpus
         a = self.rank // g
         row_nodes = row.reshape(n, g)
         col_nodes = col.reshape(n, g).sum(axis=1)
-        out = np.zeros((n, g + 4 + (g if self._l_into else 0)), dtype=np.int64)
+        width = g + 4 + (g if self._l_into else 0) + (2 * n + 1 if self._l_splits else 0)
+        out = np.zeros((n, width), dtype=np.int64)
         out[1:, 0] = np.cumsum(col_nodes)[:-1]
         out[1:, 1] = np.cumsum(row_nodes.sum(axis=1))[:-1]
         out[:, 2 : 2 + g] = self._rails_before(row)
         out[:, 2 + g] = row.sum() - row_nodes[a].sum()
         out[:, 3 + g] = col.sum() - col_nodes[a]
+        k = 4 + g
         if self._l_into:
-            out[:, 4 + g :] = self._rails_before(col)
+            out[:, k : k + g] = self._rails_before(col)
+            k += g
+        if self._l_splits:
+            out[:, k : k + n] = row_nodes.sum(axis=1)
+            out[:, k + n : k + 2 * n] = col_nodes
+            others = np.ones(n * g, dtype=bool)
+            others[a * g : (a + 1) * g] = False
+            out[:, k + 2 * n] = int((row[others] > 0).sum()) if row_bytes > 0 else 0
         return out
 
     def _rails_before(self, v: np.ndarray) -> np.ndarray:
@@ -513,7 +547,7 @@ class AllToAll:
             row = col = np.zeros(w, dtype=np.int64)
         send = np.zeros(self._l_total, dtype=np.int64)
         send[self._l_head] = [status, _dtype_code(input.dtype), row_bytes]
-        send[self._l_extra] = self._summaries(row, col)[self._l_node_of]
+        send[self._l_extra] = self._summaries(row, col, row_bytes)[self._l_node_of]
         send[self._l_pay_pos] = row[self._l_pay_src]
         device = self._device(input)
         recv_t = torch.empty(self._l_total, dtype=torch.int64, device=device)
@@ -552,7 +586,8 @@ class AllToAll:
         if summed[n * n]:
             self._raise_disagreement(wrong, sent, col, device)
         rb = row_bytes
-        return (
+        k = 4 + g + (g if self._l_into else 0)
+        parts = (
             summed[: n * n].reshape(n, n),
             rows * rb,
             cols * rb,
@@ -562,7 +597,16 @@ class AllToAll:
             extra[:, 2 + g] * rb,
             extra[:, 3 + g] * rb,
             extra[:, 2 : 2 + g] * rb,
-            extra[:, 4 + g :].reshape(-1, g, g).sum(axis=1) * rb,
+            extra[:, 4 + g : k].reshape(-1, g, g).sum(axis=1) * rb,
+        )
+        if not self._l_splits:
+            return parts
+        # node_splits: to_nodes (R x N, each rank's row per node), from_nodes
+        # (N x R, each rank's column per node), the count of inter-node blocks.
+        return parts + (
+            extra[:, k : k + n] * rb,
+            extra[:, k + n : k + 2 * n].T * rb,
+            extra[:, k + 2 * n].sum(keepdims=True),
         )
 
     def _raise_disagreement(self, wrong, sent, outs, device) -> None:
@@ -586,29 +630,32 @@ class AllToAll:
 
     # -- 2. the plan ---------------------------------------------------------
 
-    def _program(self, traffic) -> _Program:
+    def _program(self, traffic, local: bool) -> Optional[_Program]:
         """This rank's program for what the exchange gathered (the whole
         matrix, or the local parts), from the cache if it was planned for
-        the same inputs."""
-        local = self._gather == "local"
+        the same inputs; None when the local parts do not determine it (the
+        caller gathers the whole matrix)."""
         parts = [np.ascontiguousarray(x, dtype="<u8") for x in (traffic if local else (traffic,))]
-        key = b"".join(x.tobytes() for x in parts)
-        prog = self._cache.get(key)
-        if prog is not None:
+        # A local key has several parts, a whole one a single one: the two never collide.
+        key = b"".join(x.tobytes() for x in parts) + (b"L" if local else b"W")
+        if key in self._cache:
             self._cache.move_to_end(key)
             self._stats["cache_hits"] += 1
-            return prog
+            return self._cache[key]
         self._stats["cache_misses"] += 1
         if local:
-            levels, scratch, ops = self._planner._program_local_tuples(
-                self.rank, [x.tobytes() for x in parts]
-            )
+            planned = self._planner._program_local_tuples(self.rank, [x.tobytes() for x in parts])
+            if planned is None:
+                prog = None
+            else:
+                levels, scratch, ops = planned
         else:
             plan = self._planner._plan_bytes(parts[0].tobytes(), self.world)
             if self._verify:
                 plan.verify()
             levels, scratch, ops = plan._program_tuples(self.rank)
-        prog = _Program(levels, scratch, ops, self._peers, self._executor)
+        if not local or planned is not None:
+            prog = _Program(levels, scratch, ops, self._peers, self._executor)
         if self._cache_size:
             self._cache[key] = prog
             if len(self._cache) > self._cache_size:

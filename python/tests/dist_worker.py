@@ -7,8 +7,9 @@ Modes:
   with changing skewed splits, float32/bfloat16/int8, 1-D and 2-D inputs, zero
   splits; every output must equal ``dist.all_to_all_single``'s byte for byte.
 - ``local``: the gather of what each rank's own program depends on:
-  ``direct`` and ``hierarchical`` (both executors) gather locally, ``fast``
-  and ``pairwise`` fall back to the whole matrix; every output must equal
+  ``direct``, ``hierarchical`` (both executors) and ``fast`` gather locally
+  (``fast`` and ``spray`` with ``node_splits``; their programs must also be
+  the whole plan's parts), ``pairwise`` the whole matrix; every output must equal
   ``dist.all_to_all_single``'s, every gathered part the compiler's own
   ``local_traffic`` of the whole matrix, and ``stats()`` counts the bytes.
 - ``errors``: each bad call must raise on every rank, and the group must stay
@@ -128,7 +129,7 @@ def run_local(args, rank, world, topo):
     cases = [("direct", "auto"), ("hierarchical", "auto"), ("hierarchical", "levels"),
              ("fast", "auto"), ("pairwise", "auto")]
     if args.algorithms:
-        cases = [(alg, "auto") for alg in args.algorithms.split(",")]
+        cases = [tuple((c.split("/") + ["auto"])[:2]) for c in args.algorithms.split(",")]
     for alg, executor in cases:
         a2a = AllToAll(topo, algorithm=alg, executor=executor)
         name = alg if executor == "auto" else f"{alg}/{executor}"
@@ -143,7 +144,7 @@ def run_local(args, rank, world, topo):
                 return parts
 
             a2a._exchange_local = keep
-        bytes_per_call = []
+        bytes_per_call, levels_max, compared = [], 0, 0
         for it in range(args.iters):
             dtype = DTYPES[it % 3]
             trailing = 0 if it % 2 == 0 else 3
@@ -158,19 +159,48 @@ def run_local(args, rank, world, topo):
             bytes_per_call.append(a2a.stats()["gather_bytes"] - before)
             dist.all_to_all_single(ref, inp, out_splits, in_splits)
             check_equal(out, ref, f"{name} iteration {it} ({dtype}, trailing {trailing})")
+            levels_max = max(levels_max, a2a.stats()["levels"])
             if gathered:
                 row_bytes = inp.element_size() * (trailing or 1)
-                want = switchyard.local_traffic(m.numpy() * row_bytes, rank, topo)
-                for field, got in zip(switchyard.LOCAL_FIELDS, gathered[-1]):
+                matrix = m.numpy() * row_bytes
+                want = switchyard.local_traffic(matrix, rank, topo)
+                fields = switchyard.LOCAL_FIELDS
+                if alg in ("fast", "spray"):
+                    fields += switchyard.NODE_SPLIT_FIELDS
+                if len(gathered[-1]) != len(fields):
+                    raise AssertionError(f"{name}: {len(gathered[-1])} parts gathered, {len(fields)} expected")
+                for field, got in zip(fields, gathered[-1]):
                     if field == "rail_into_before" and alg != "deepep":
                         want[field] = want[field][:0]  # gathered for deepep alone
                     if not np.array_equal(np.asarray(got, dtype=np.uint64), want[field]):
                         raise AssertionError(f"{name} iteration {it}: gathered {field} differs")
+                if alg in ("fast", "spray"):
+                    compared += compare_with_whole_plan(a2a, rank, gathered[-1], matrix, name, it)
         st = a2a.stats()
         st["gather"] = a2a.gather
         st["bytes_per_call"] = sorted(set(bytes_per_call))
+        st["levels_max"] = levels_max
+        st["compared"] = compared
         result["algorithms"][name] = st
     return result
+
+
+def compare_with_whole_plan(a2a, rank, parts, matrix, name, it):
+    """The program this rank planned from its gathered parts has exactly
+    the ops of its part of the whole plan (each op by both ends, buffers,
+    offsets and bytes; tags and levels aside). 1 when compared, 0 when the
+    parts did not determine the program (the call gathered the whole
+    matrix instead)."""
+    own = a2a._planner._program_local_tuples(
+        rank, [np.ascontiguousarray(x, dtype="<u8").tobytes() for x in parts])
+    if own is None:
+        return 0
+    _levels, scratch, ops = own
+    _wlevels, wscratch, wops = a2a._planner.plan(matrix)._program_tuples(rank)
+    body = lambda o: (o[0], o[2], o[3], o[4], o[5], o[6], o[7])  # noqa: E731
+    if scratch != wscratch or sorted(map(body, ops)) != sorted(map(body, wops)):
+        raise AssertionError(f"{name} iteration {it}: the own program is not the whole plan's part")
+    return 1
 
 
 def expect_error(a2a_call, contains, result, name):
@@ -188,7 +218,8 @@ def expect_error(a2a_call, contains, result, name):
 def run_errors(args, rank, world, topo):
     result = {}
     for alg in ("fast", "direct"):
-        a2a = AllToAll(topo, algorithm=alg)
+        # fast through the whole-matrix gather, direct through the local one.
+        a2a = AllToAll(topo, algorithm=alg, gather="whole" if alg == "fast" else "auto")
         result[f"{alg}:gather"] = a2a.gather
         bad_calls(a2a, rank, world, topo, result, f"{alg}:")
     # One rank with another topology of the same size: raised at construction.

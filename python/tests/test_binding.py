@@ -193,14 +193,29 @@ def test_program_local_is_the_own_program(algorithm):
         planner.program_local(0, *(parts[f] for f in switchyard.LOCAL_FIELDS))
 
 
-def test_program_local_needs_the_whole_matrix_for_staged_fast():
+@pytest.mark.parametrize("algorithm", ["fast", "spray"])
+def test_program_local_of_staged_fast_needs_node_splits(algorithm):
+    """Staged fast and spray plan a rank alone given node_splits (what
+    local_traffic cuts out, NODE_SPLIT_FIELDS): the same program as
+    Planner.program; without them they need the whole matrix."""
     t = Topology.preset("dgx-h100", 3, gpus_per_node=2)
     m = skewed(6, seed=9) * 1000  # large: a staged plan
+    planner = Planner(t, algorithm)
+    assert planner._plans_locally()
+    for r in range(6):
+        parts = switchyard.local_traffic(m, r, t)
+        assert parts["to_nodes"].shape == (6, 3) and parts["from_nodes"].shape == (3, 6)
+        assert parts["to_nodes"].sum() == m.sum() and parts["inter_blocks"].shape == (1,)
+        splits = tuple(parts[f] for f in switchyard.NODE_SPLIT_FIELDS)
+        own = planner.program_local(r, *(parts[f] for f in switchyard.LOCAL_FIELDS), node_splits=splits)
+        assert own == planner.program(r, m)
+        assert own["algorithm"] == algorithm and own["ops"]
     parts = switchyard.local_traffic(m, 0, t)
-    planner = Planner(t, "fast")
-    assert not planner._plans_locally()
     with pytest.raises(ValueError, match="whole matrix"):
         planner.program_local(0, *(parts[f] for f in switchyard.LOCAL_FIELDS))
+    with pytest.raises(ValueError, match="inter_blocks"):
+        planner.program_local(0, *(parts[f] for f in switchyard.LOCAL_FIELDS),
+                              node_splits=(parts["to_nodes"], parts["from_nodes"], [1, 2]))
 
 
 def test_verification_error_is_raised():

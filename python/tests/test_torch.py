@@ -37,21 +37,24 @@ def test_matches_all_to_all_single(tmp_path, nproc, nodes):
     assert max(r["levels_max"] for r in results) > 1
 
 
-def _local_bytes(world, nodes, deepep=False):
+def _local_bytes(world, nodes, deepep=False, splits=False):
     """What the local exchange delivers into a rank per call, in bytes: from
-    every peer a 3-value header, g + 4 node summaries (g more for deepep)
-    and its split sizes towards this node (its whole row from this node's
-    GPUs), then the node matrix and one flag from the all-reduce."""
+    every peer a 3-value header, g + 4 node summaries (g more for deepep,
+    2 N + 1 more for fast and spray: node_splits) and its split sizes
+    towards this node (its whole row from this node's GPUs), then the node
+    matrix and one flag from the all-reduce."""
     g = world // nodes
-    values = world * (3 + g + 4 + (g if deepep else 0)) + g * world + (world - g) * g + nodes * nodes + 1
+    summaries = g + 4 + (g if deepep else 0) + (2 * nodes + 1 if splits else 0)
+    values = world * (3 + summaries) + g * world + (world - g) * g + nodes * nodes + 1
     return 8 * values
 
 
 @pytest.mark.parametrize("nproc,nodes", [(8, 2), (16, 4)], ids=["2x4", "4x4"])
 def test_local_gather(tmp_path, nproc, nodes):
-    """direct and hierarchical gather only their programs' inputs (equal to
-    the compiler's own cut of the whole matrix) and match
-    all_to_all_single; fast and pairwise fall back to the whole matrix."""
+    """direct, hierarchical and fast gather only their programs' inputs
+    (equal to the compiler's own cut of the whole matrix; fast's here are
+    latency-bound, so merged) and match all_to_all_single; pairwise
+    gathers the whole matrix."""
     proc, results = torchrun(nproc, ["local", f"--nodes={nodes}", "--iters=8"], tmp_path)
     _assert_all_ok(results)
     whole = 8 * nproc * (5 + 2 * nproc)  # an all-gather of 5 + 2R values per rank
@@ -62,9 +65,10 @@ def test_local_gather(tmp_path, nproc, nodes):
         for name in ("direct", "hierarchical", "hierarchical/levels"):
             assert algs[name]["gather"] == "local", (name, algs[name])
             assert algs[name]["bytes_per_call"] == [local], (name, algs[name])
-        for name in ("fast", "pairwise"):
-            assert algs[name]["gather"] == "whole", (name, algs[name])
-            assert algs[name]["bytes_per_call"] == [whole], (name, algs[name])
+        assert algs["fast"]["gather"] == "local", algs["fast"]
+        assert algs["fast"]["bytes_per_call"] == [_local_bytes(nproc, nodes, splits=True)]
+        assert algs["pairwise"]["gather"] == "whole", algs["pairwise"]
+        assert algs["pairwise"]["bytes_per_call"] == [whole], algs["pairwise"]
         for st in algs.values():
             assert st["calls"] == 8 and st["cache_misses"] >= 1
 
@@ -84,6 +88,34 @@ def test_local_gather_relays(tmp_path, alg):
         assert st["calls"] == 6 and st["cache_misses"] >= 1
 
 
+def test_local_gather_staged_fast(tmp_path):
+    """Staged fast and spray plan each rank's own program from the local
+    gather with node_splits (NICs slow enough that no exchange is
+    latency-bound): what they gather equals the compiler's cut, each
+    program is exactly the rank's part of the whole plan, with balanced
+    network hops (data level 1, so 3 levels), and every output matches
+    all_to_all_single, with both executors."""
+    topo = tmp_path / "slow-nics.json"
+    topo.write_text(json.dumps({
+        "name": "2 nodes of 4, slow NICs", "nodes": 2, "gpus_per_node": 4,
+        "intra": {"kind": "switch", "bandwidth_GBps": 450.0, "latency_us": 1.0},
+        "nic": {"per_node": 4, "bandwidth_GBps": 0.001, "latency_us": 3.0},
+    }))
+    algs = "fast,spray,fast/levels"
+    proc, results = torchrun(8, ["local", "--iters=6", f"--algorithms={algs}"], tmp_path / "out",
+                             env={"SWITCHYARD_TOPOLOGY": str(topo)})
+    _assert_all_ok(results)
+    for r in results:
+        for name in algs.split(","):
+            st = r["algorithms"][name]
+            assert st["gather"] == "local", (name, st)
+            assert st["whole_fallbacks"] == 0, (name, st)
+            assert st["bytes_per_call"] == [_local_bytes(8, 2, splits=True)], (name, st)
+            assert st["compared"] == 6, (name, st)
+    # Some rank's fast program has a balanced network hop (scratch to scratch).
+    assert max(r["algorithms"]["fast"]["levels_max"] for r in results) == 3
+
+
 def test_topology_from_environment(tmp_path):
     """SWITCHYARD_TOPOLOGY names the cluster; the 8 processes run as 4 x 2."""
     topo = tmp_path / "cluster.json"
@@ -101,7 +133,7 @@ def test_topology_from_environment(tmp_path):
 def _check_errors(results):
     cases = ("disagree", "output_too_small", "input_splits", "dtype", "world_size")
     for r in results:
-        # fast gathers the whole matrix, direct only what its programs need
+        # fast through the whole-matrix gather, direct through the local one
         assert r["fast:gather"] == "whole" and r["direct:gather"] == "local", r
         for case in [f"{alg}:{c}" for alg in ("fast", "direct") for c in cases] + ["topology"]:
             c = r[case]

@@ -122,14 +122,14 @@ pub(crate) fn deepep_local(topo: &Topology, t: &LocalTraffic, out: &mut LocalPro
             for (d, &block_bytes) in (b * g..).zip(part) {
                 if block_bytes > 0 {
                     let path = path_between(topo, x, d);
-                    out.push(&block(path, x, d, block_bytes, off, land[d]), Vec::new());
+                    out.push(&block(path, x, d, block_bytes, off, land[d]), []);
                 }
                 off += block_bytes;
             }
         } else if bytes > 0 {
             let peer = deepep_peer(topo, x, b);
             let at = t.rail_into_before[b * g + j];
-            out.push(&write(topo, x, peer, bytes, src_off, at), Vec::new());
+            out.push(&write(topo, x, peer, bytes, src_off, at), []);
         }
         src_off += bytes;
     }
@@ -144,7 +144,7 @@ pub(crate) fn deepep_local(topo: &Topology, t: &LocalTraffic, out: &mut LocalPro
             if s != x && cols[j] > 0 {
                 let src_off = t.before[s] + cols[..j].iter().sum::<u64>();
                 let path = path_between(topo, s, x);
-                out.push(&block(path, s, x, cols[j], src_off, landed[j]), Vec::new());
+                out.push(&block(path, s, x, cols[j], src_off, landed[j]), []);
             }
         } else {
             let bytes: u64 = cols.iter().sum();
@@ -152,7 +152,7 @@ pub(crate) fn deepep_local(topo: &Topology, t: &LocalTraffic, out: &mut LocalPro
             let at = written[i];
             written[i] += bytes;
             if i == j && bytes > 0 {
-                out.push(&write(topo, s, x, bytes, t.before[s], at), Vec::new());
+                out.push(&write(topo, s, x, bytes, t.before[s], at), []);
             }
             let w = TransferKey {
                 rank: peer as u32,
@@ -171,7 +171,7 @@ pub(crate) fn deepep_local(topo: &Topology, t: &LocalTraffic, out: &mut LocalPro
                         off,
                         landed[l],
                     );
-                    out.push(&fwd, vec![w]);
+                    out.push(&fwd, [w]);
                 }
                 off += block_bytes;
             }

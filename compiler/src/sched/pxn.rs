@@ -170,7 +170,9 @@ pub(crate) fn pxn_into(topo: &Topology, traffic: &TrafficMatrix, plan: &mut Plan
 /// (at `before`) or from the relays of the other nodes, whose offsets
 /// follow from `rank_rail_before` (their blocks for the nodes before `a`)
 /// and the columns of node `a` (for its GPUs before `x`, and the sources
-/// before each). O(G R) time and memory.
+/// before each). O(G R) time and memory. The loops walk nodes and local
+/// indices (no division per block), take paths and rails from per-local
+/// tables, and skip the nodes that send the rank nothing.
 pub(crate) fn pxn_local(topo: &Topology, t: &LocalTraffic, out: &mut LocalProgram) {
     let (n, g) = (t.ranks(), t.gpus_per_node);
     out.reset("pxn", t.rank, n, g);
@@ -181,6 +183,12 @@ pub(crate) fn pxn_local(topo: &Topology, t: &LocalTraffic, out: &mut LocalProgra
         buf: Buffer::Scratch,
         off,
     };
+    // The rail of each local index: every node's GPU `l` has the same.
+    let rail: Vec<Path> = (0..g)
+        .map(|l| Path::Rdma {
+            nic: topo.rail_of(l) as u32,
+        })
+        .collect();
     // The rows of the rank's node: what it sends, what it relays, and the
     // blocks from its node's other GPUs into it.
     let table = relay_table(topo);
@@ -192,28 +200,33 @@ pub(crate) fn pxn_local(topo: &Topology, t: &LocalTraffic, out: &mut LocalProgra
     for (i, row) in rows.iter().enumerate() {
         let s = a * g + i;
         let mut src_off = 0u64;
-        for (d, &bytes) in row.iter().enumerate() {
-            if bytes > 0 {
-                let relay = if d / g == a {
-                    s
-                } else {
-                    a * g + table[i * g + d % g]
-                };
-                if relay == s && (s == x || d == x) {
-                    let path = path_between(topo, s, d);
-                    out.push(&block(path, s, d, bytes, src_off, landed[d]), Vec::new());
-                } else if relay != s && (s == x || relay == x) {
-                    let off = at[i * n + d];
-                    let path = path_between(topo, s, relay);
-                    out.push(&to_scratch(path, s, relay, bytes, src_off, off), Vec::new());
-                    if relay == x {
-                        let send = rail_send(topo, relay, d, bytes, off, landed[d]);
-                        out.push(&send, vec![key(relay, off)]);
+        let parts = row.chunks_exact(g).zip(landed.chunks_exact_mut(g));
+        for (b, (part, land)) in parts.enumerate() {
+            for (l, (&bytes, land)) in part.iter().zip(land).enumerate() {
+                let d = b * g + l;
+                if bytes > 0 {
+                    let relay_i = if b == a { i } else { table[i * g + l] };
+                    let relay = a * g + relay_i;
+                    if relay == s && (s == x || d == x) {
+                        let path = match (b == a, s == d) {
+                            (true, true) => Path::Local,
+                            (true, false) => Path::Nvlink,
+                            _ => rail[i],
+                        };
+                        out.push(&block(path, s, d, bytes, src_off, *land), []);
+                    } else if relay != s && (s == x || relay == x) {
+                        let off = at[i * n + d];
+                        let hop = to_scratch(Path::Nvlink, s, relay, bytes, src_off, off);
+                        out.push(&hop, []);
+                        if relay == x {
+                            let send = from_scratch(rail[relay_i], relay, d, bytes, off, *land);
+                            out.push(&send, [key(relay, off)]);
+                        }
                     }
                 }
+                src_off += bytes;
+                *land += bytes;
             }
-            src_off += bytes;
-            landed[d] += bytes;
         }
     }
     // What the other nodes send the rank, source by source; `own` is where
@@ -221,42 +234,37 @@ pub(crate) fn pxn_local(topo: &Topology, t: &LocalTraffic, out: &mut LocalProgra
     let mut own = 0u64;
     let mut next = vec![0u64; g];
     for b in 0..t.nodes {
-        let srcs = b * g..(b + 1) * g;
-        if b == a {
-            own += srcs.map(|s| t.col(s, j)).sum::<u64>();
+        let cols = &t.cols[b * g * g..(b + 1) * g * g];
+        let into: u64 = cols.iter().skip(j).step_by(g).sum();
+        if b == a || into == 0 {
+            own += into;
             continue;
         }
         // Each relay of node `b` keeps the rank's blocks after those for
         // the ranks before it: on the nodes before `a` (but `b`) and on
         // GPUs `0..j` of node `a`.
         next.fill(0);
-        for s in srcs.clone() {
-            let i = s % g;
-            for l in 0..g {
+        let before = &t.rank_rail_before[b * g * g..(b + 1) * g * g];
+        for (i, (col, ahead)) in cols.chunks_exact(g).zip(before.chunks_exact(g)).enumerate() {
+            for (l, (&c, &r)) in col.iter().zip(ahead).enumerate() {
                 let relay = table[i * g + l];
                 if relay != i {
-                    let mut bytes = t.rank_rail_before[s * g + l];
-                    if l < j {
-                        bytes += t.col(s, l);
-                    }
-                    next[relay] += bytes;
+                    next[relay] += r + if l < j { c } else { 0 };
                 }
             }
         }
-        for s in srcs {
-            let bytes = t.col(s, j);
+        for (i, col) in cols.chunks_exact(g).enumerate() {
+            let (s, bytes) = (b * g + i, col[j]);
             if bytes > 0 {
-                let relay = b * g + table[(s % g) * g + j];
-                if relay == s {
-                    let src_off = t.before[s] + (0..j).map(|l| t.col(s, l)).sum::<u64>();
-                    let path = path_between(topo, s, x);
-                    out.push(&block(path, s, x, bytes, src_off, own), Vec::new());
+                let relay_i = table[i * g + j];
+                if relay_i == i {
+                    let src_off = t.before[s] + col[..j].iter().sum::<u64>();
+                    out.push(&block(rail[i], s, x, bytes, src_off, own), []);
                 } else {
-                    let off = &mut next[relay % g];
-                    out.push(
-                        &rail_send(topo, relay, x, bytes, *off, own),
-                        vec![key(relay, *off)],
-                    );
+                    let relay = b * g + relay_i;
+                    let off = &mut next[relay_i];
+                    let send = from_scratch(rail[relay_i], relay, x, bytes, *off, own);
+                    out.push(&send, [key(relay, *off)]);
                     *off += bytes;
                 }
             }

@@ -278,13 +278,9 @@ impl RankSink {
     /// transfers of no bytes left out, as in the canonical plan), sorted.
     fn finish(&mut self, out: &mut LocalProgram) {
         for t in self.kept.drain(..) {
-            let deps = t
-                .deps
-                .iter()
-                .map(|&d| self.keys[d as usize])
-                .filter(|k| k.rank != u32::MAX)
-                .collect();
-            out.push(&t, deps);
+            let keys = &self.keys;
+            let deps = t.deps.iter().map(|&d| keys[d as usize]);
+            out.push(&t, deps.filter(|k| k.rank != u32::MAX));
         }
         out.sort();
     }
