@@ -16,6 +16,11 @@ use crate::traffic::TrafficMatrix;
 /// Padding a rank's sends or receives may carry over their real bytes
 /// before the chunk is made finer.
 pub const PAD_TARGET: f64 = 0.01;
+/// Clusters up to this many ranks get the finer candidate (measured up to
+/// 8 x 8): it costs a second lowering and two executor-rule simulations,
+/// which on the large clusters of docs/msccl.md "Cluster size" would
+/// multiply the lowering's minutes.
+pub const MAX_RANKS_PRICED: usize = 64;
 /// The finest default: the largest pair in at most this many times
 /// [`CHUNKS_PER_LARGEST_PAIR`] chunks.
 pub const MAX_REFINE: u64 = 4;

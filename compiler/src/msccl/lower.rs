@@ -251,6 +251,7 @@ pub fn to_xml(
     // from their plans as often as closer (docs/benchmarks.md, issue 22).
     let fine = super::chunk::default_chunk_bytes(traffic, opts.layout, true);
     if opts.chunk_bytes.is_some()
+        || n > super::chunk::MAX_RANKS_PRICED
         || fine >= x.chunk_bytes
         || matches!(plan.algorithm.as_str(), "fast" | "spray")
     {
