@@ -67,7 +67,10 @@ pub struct XmlOptions {
     pub protocol: Option<Protocol>,
     /// `None`: the smallest multiple of [`CHUNK_ALIGN`] that puts the largest
     /// pair in [`CHUNKS_PER_LARGEST_PAIR`] chunks, doubled until the
-    /// executor's limits hold.
+    /// executor's limits hold; for plans other than `fast`'s and `spray`'s
+    /// whose whole-chunk padding would exceed 1% of a rank's bytes, also
+    /// up to 4 times as many (`super::chunk::default_chunk_bytes`), kept
+    /// when the executor's rules (`super::xsim`) price that file faster.
     pub chunk_bytes: Option<u64>,
     /// Whose limits the file must meet (threadblocks, channels).
     pub executor: Executor,
@@ -200,14 +203,7 @@ pub fn to_xml(
             )))
         }
         Some(u) => u,
-        None => {
-            traffic
-                .max_entry()
-                .div_ceil(CHUNKS_PER_LARGEST_PAIR)
-                .div_ceil(CHUNK_ALIGN)
-                .max(1)
-                * CHUNK_ALIGN
-        }
+        None => super::chunk::base_chunk_bytes(traffic),
     };
     // When the plan's transfers run (the simulator's ideal network): steps
     // are ordered and lanes shared so that the file runs them as the plan does.
@@ -221,24 +217,62 @@ pub fn to_xml(
     fit::check_plan(plan, topo, traffic, opts.executor)?;
     let timeline = simulate(topo, plan, &SimOptions::default())?.transfers;
     laps.lap("ideal simulation of the plan");
-    let mut u = base;
-    loop {
-        match lower_with(plan, topo, traffic, opts, u, &timeline, &mut laps) {
-            Err(LowerError::Limit(why))
-                if opts.chunk_bytes.is_none() && u < base << 10 && u * 2 <= MAX_CHUNK_BYTES =>
-            {
-                let _ = why;
-                u *= 2;
+    let mut lower_from = |start: u64| -> Result<XmlPlan> {
+        let mut u = start;
+        loop {
+            match lower_with(plan, topo, traffic, opts, u, &timeline, &mut laps) {
+                Err(LowerError::Limit(why))
+                    if opts.chunk_bytes.is_none()
+                        && u < start << 10
+                        && u * 2 <= MAX_CHUNK_BYTES =>
+                {
+                    let _ = why;
+                    u *= 2;
+                }
+                Err(LowerError::Limit(why)) => {
+                    return Err(unsupported(format!(
+                        "{why} (chunk size {u} bytes); try a larger --chunk-bytes"
+                    )))
+                }
+                Err(LowerError::Other(e)) => return Err(e),
+                Ok(x) => return Ok(x),
             }
-            Err(LowerError::Limit(why)) => {
-                return Err(unsupported(format!(
-                    "{why} (chunk size {u} bytes); try a larger --chunk-bytes"
-                )))
-            }
-            Err(LowerError::Other(e)) => return Err(e),
-            Ok(x) => return Ok(x),
         }
+    };
+    let x = lower_from(base)?;
+    // Whole-chunk padding: where it would cost a rank more than 1% of its
+    // bytes, a file with finer chunks is written too and the one the
+    // executor's rules price faster is kept (`super::chunk`). Finer chunks
+    // also mean more primitive calls (at most 71 chunks a call), which
+    // costs small messages more than the padding saves (2x8 `pxn`
+    // intra-skew: +0.6% -> +14%), hence the pricing. The `fast` emitter's
+    // plans (`fast`, `spray`) keep the base chunk: `fast`'s pacing cuts are
+    // sized in chunks, and finer chunks moved `spray`'s 8x8 files further
+    // from their plans as often as closer (docs/benchmarks.md, issue 22).
+    let fine = super::chunk::default_chunk_bytes(traffic, opts.layout, true);
+    if opts.chunk_bytes.is_some()
+        || n > super::chunk::MAX_RANKS_PRICED
+        || fine >= x.chunk_bytes
+        || matches!(plan.algorithm.as_str(), "fast" | "spray")
+    {
+        return Ok(x);
     }
+    let Ok(y) = lower_from(fine) else {
+        return Ok(x);
+    };
+    if y.chunk_bytes >= x.chunk_bytes {
+        return Ok(x);
+    }
+    let sim = SimOptions::default();
+    let price = |p: &XmlPlan| -> Result<f64> {
+        let trace = exec::run(&p.algo, "<written XML>")?;
+        let mut e = super::xsim::executor_plan(&p.algo, &trace, p.chunk_bytes);
+        super::assign_paths(&mut e.plan, topo);
+        Ok(simulate(topo, &e.plan, &sim)?.completion_us)
+    };
+    let (px, py) = (price(&x)?, price(&y)?);
+    laps.lap("pricing the finer chunk");
+    Ok(if py < px { y } else { x })
 }
 
 /// The same schedule for every protocol, each with its size window

@@ -19,6 +19,7 @@
 //! - [`xsim`]: the executor's run rules (calls, FIFO window, staged sends)
 //!   as a plan the simulator prices.
 
+pub mod chunk;
 pub mod exec;
 pub mod fit;
 pub mod laps;
