@@ -21,6 +21,7 @@
 
 pub mod exec;
 pub mod fit;
+mod gather;
 pub mod laps;
 pub mod lower;
 mod pack;
