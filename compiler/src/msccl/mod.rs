@@ -22,6 +22,7 @@
 pub mod chunk;
 pub mod exec;
 pub mod fit;
+mod gather;
 pub mod laps;
 pub mod lower;
 mod pack;

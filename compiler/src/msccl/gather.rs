@@ -1,0 +1,196 @@
+//! Sends gathered into one run: a transfer that reads its sender's input
+//! buffer from several blocks is several operations, one primitive call
+//! each, and the executor runs only `fifo_depth` calls of a connection
+//! ahead of its receiver (docs/msccl.md, "The executor's rules"): every
+//! further call waits a round trip, so a transfer of many short runs is
+//! latency-bound where the plan streams it at its share of the link.
+//! `fast`'s inter-node sends carry a piece of each block their GPU has for
+//! the receiving node (up to one run per destination GPU); at 4x8 some
+//! took 12 calls. Here the runs of such a transfer are first copied, on
+//! the sending gpu, into consecutive scratch chunks, and the transfer
+//! sends them as one run (at most [`MAX_CNT`] chunks per operation).
+
+use super::lower::ChunkOp;
+use super::{BufRef, MAX_CNT};
+
+/// Operations with every remote transfer that reads the input buffer in
+/// more than one run, and writes consecutive chunks on its receiver, sent
+/// from consecutive scratch chunks of its sender filled by local copies
+/// just before it. `scratch` (chunks per rank) grows by the chunks
+/// gathered. Returns the operations, still in a topological order.
+///
+/// The copies wait for nothing: an input buffer is never written. The
+/// send waits for its copies and for what the transfer waited for. Every
+/// operation that waited for a run of the transfer waits for its copies and
+/// its sends.
+pub(super) fn gather_sources(ops: Vec<ChunkOp>, scratch: &mut [u32]) -> Vec<ChunkOp> {
+    let n = ops.len();
+    let mut out: Vec<ChunkOp> = Vec::with_capacity(n);
+    let mut new_of: Vec<std::ops::Range<u32>> = Vec::with_capacity(n);
+    let mut i = 0;
+    while i < n {
+        // A transfer: consecutive operations of one `from`.
+        let mut l = i + 1;
+        while l < n && ops[l].from == ops[i].from {
+            l += 1;
+        }
+        let mut j = i;
+        while j < l {
+            // A segment: consecutive chunks on the receiving side.
+            let mut e = j + 1;
+            while e < l
+                && ops[e].dst_buf == ops[j].dst_buf
+                && ops[e].dst_off == ops[e - 1].dst_off + ops[e - 1].cnt
+            {
+                e += 1;
+            }
+            let seg = &ops[j..e];
+            // The runs of a gathered segment share their new operations.
+            let map = |d: &[u32], new_of: &[std::ops::Range<u32>]| -> Vec<u32> {
+                let mut v: Vec<u32> = d.iter().flat_map(|&d| new_of[d as usize].clone()).collect();
+                v.sort_unstable();
+                v.dedup();
+                v
+            };
+            let gather = seg.len() > 1
+                && seg[0].src != seg[0].dst
+                && seg.iter().all(|o| o.src_buf == BufRef::Input)
+                && seg
+                    .windows(2)
+                    .any(|w| w[1].src_off != w[0].src_off + w[0].cnt);
+            let start = out.len() as u32;
+            if gather {
+                let g = seg[0].src as usize;
+                let base = scratch[g];
+                let total: u32 = seg.iter().map(|o| o.cnt).sum();
+                scratch[g] += total;
+                let mut at = 0;
+                let mut copy_ids = Vec::with_capacity(seg.len());
+                for o in seg {
+                    copy_ids.push(out.len() as u32);
+                    out.push(ChunkOp {
+                        dst: o.src,
+                        dst_buf: BufRef::Scratch,
+                        dst_off: base + at,
+                        deps: Vec::new(),
+                        recv_deps: Vec::new(),
+                        ..o.clone()
+                    });
+                    at += o.cnt;
+                }
+                let mut deps = map(&seg[0].deps, &new_of);
+                deps.extend(copy_ids);
+                let mut at = 0;
+                while at < total {
+                    let c = (total - at).min(MAX_CNT as u32);
+                    out.push(ChunkOp {
+                        src_buf: BufRef::Scratch,
+                        src_off: base + at,
+                        dst_off: seg[0].dst_off + at,
+                        cnt: c,
+                        deps: deps.clone(),
+                        recv_deps: Vec::new(),
+                        ..seg[0].clone()
+                    });
+                    at += c;
+                }
+                let range = start..out.len() as u32;
+                new_of.extend(std::iter::repeat_n(range, seg.len()));
+            } else {
+                for o in seg {
+                    let s = out.len() as u32;
+                    out.push(ChunkOp {
+                        deps: map(&o.deps, &new_of),
+                        recv_deps: map(&o.recv_deps, &new_of),
+                        ..o.clone()
+                    });
+                    new_of.push(s..s + 1);
+                }
+            }
+            j = e;
+        }
+        i = l;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(src_off: u32, dst_off: u32, cnt: u32, deps: Vec<u32>, from: u32) -> ChunkOp {
+        ChunkOp {
+            src: 0,
+            src_buf: BufRef::Input,
+            src_off,
+            dst: 1,
+            dst_buf: BufRef::Scratch,
+            dst_off,
+            cnt,
+            deps,
+            recv_deps: Vec::new(),
+            from,
+        }
+    }
+
+    #[test]
+    fn input_runs_go_out_as_one_send_from_scratch() {
+        // Transfer 0: one run. Transfer 1: three input runs (blocks 10, 40,
+        // 70 of rank 0) into consecutive chunks 5.. of rank 1's scratch,
+        // after transfer 0. Transfer 2 waits for transfer 1.
+        let ops = vec![
+            op(0, 0, 5, vec![], 0),
+            op(10, 5, 2, vec![0], 1),
+            op(40, 7, 3, vec![0], 1),
+            op(70, 10, 1, vec![0], 1),
+            op(80, 11, 1, vec![1, 2, 3], 2),
+        ];
+        let mut scratch = vec![4, 11];
+        let out = gather_sources(ops, &mut scratch);
+        // Rank 0 gained 6 scratch chunks (4..10).
+        assert_eq!(scratch, vec![10, 11]);
+        assert_eq!(out.len(), 1 + 3 + 1 + 1);
+        // The copies: rank 0's input runs to its scratch 4.., waiting for nothing.
+        for (k, (src_off, dst_off, cnt)) in [(10, 4, 2), (40, 6, 3), (70, 9, 1)].iter().enumerate()
+        {
+            let c = &out[1 + k];
+            assert_eq!(
+                (c.src, c.dst, c.src_buf, c.dst_buf),
+                (0, 0, BufRef::Input, BufRef::Scratch)
+            );
+            assert_eq!((c.src_off, c.dst_off, c.cnt), (*src_off, *dst_off, *cnt));
+            assert!(c.deps.is_empty());
+            assert_eq!(c.from, 1);
+        }
+        // One send of the 6 chunks, after transfer 0 and the copies.
+        let s = &out[4];
+        assert_eq!(
+            (s.src, s.dst, s.src_buf, s.dst_buf),
+            (0, 1, BufRef::Scratch, BufRef::Scratch)
+        );
+        assert_eq!((s.src_off, s.dst_off, s.cnt), (4, 5, 6));
+        assert_eq!(s.deps, vec![0, 1, 2, 3]);
+        // Transfer 2 is one run already; it waits for all of transfer 1.
+        assert_eq!(out[5].src_off, 80);
+        assert_eq!(out[5].deps, vec![1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn runs_that_are_not_consecutive_on_the_receiver_stay() {
+        // Two input runs into scattered output chunks, and a scratch run:
+        // nothing to gather.
+        let mut a = op(0, 0, 2, vec![], 0);
+        a.dst_buf = BufRef::Output;
+        let mut b = op(10, 9, 2, vec![], 0);
+        b.dst_buf = BufRef::Output;
+        let mut c = op(3, 20, 2, vec![], 1);
+        c.src_buf = BufRef::Scratch;
+        let mut d = op(9, 22, 2, vec![], 1);
+        d.src_buf = BufRef::Scratch;
+        let mut scratch = vec![0, 0];
+        let out = gather_sources(vec![a, b, c, d], &mut scratch);
+        assert_eq!(out.len(), 4);
+        assert_eq!(scratch, vec![0, 0]);
+        assert_eq!(out[1].src_off, 10);
+    }
+}
