@@ -82,7 +82,7 @@ pub(super) fn gather_sources(ops: Vec<ChunkOp>, scratch: &mut [u32]) -> Vec<Chun
                 deps.extend(copy_ids);
                 let mut at = 0;
                 while at < total {
-                    let c = (total - at).min(MAX_CNT as u32);
+                    let c = (total - at).min(MAX_CNT);
                     out.push(ChunkOp {
                         src_buf: BufRef::Scratch,
                         src_off: base + at,
