@@ -12,6 +12,52 @@ use switchyard::compiler::Topology;
 /// A chunk of 450 kB: 1 us on a 450 GB/s NVLink port; 4 chunks a call.
 const U: u64 = 450_000;
 
+/// The ignored sweeps' skewed matrices (docs/benchmarks.md): name, pattern
+/// and matrix (seeds 1-5, 256 KiB mean pair, 512 tokens per rank) on
+/// `topo`; `XSIM_PATTERNS` (names or their prefixes, any case) narrows them.
+fn sweep_matrices(
+    topo: &Topology,
+) -> Vec<(
+    &'static str,
+    switchyard::compiler::generate::Pattern,
+    switchyard::compiler::TrafficMatrix,
+)> {
+    use switchyard::compiler::generate::{generate, Pattern, TrafficSpec};
+    let only = std::env::var("XSIM_PATTERNS")
+        .ok()
+        .map(|v| v.to_lowercase());
+    [
+        ("moe", 1, Pattern::Moe),
+        ("zipf", 2, Pattern::Zipf(1.2)),
+        ("lognormal", 3, Pattern::Lognormal(1.0)),
+        ("hotspot", 4, Pattern::Hotspot(0.3)),
+        ("intraskew", 5, Pattern::IntraSkew(1.2)),
+    ]
+    .into_iter()
+    .filter(|(name, _, _)| {
+        only.as_ref()
+            .is_none_or(|v| v.split(',').any(|p| name.starts_with(p)))
+    })
+    .map(|(name, seed, pattern)| {
+        let mut spec = TrafficSpec::new(topo.ranks(), pattern);
+        spec.seed = seed;
+        spec.bytes = 256 << 10;
+        spec.moe.tokens_per_rank = 512;
+        (name, pattern, generate(&spec).unwrap())
+    })
+    .collect()
+}
+
+/// The schedulers' options of the ignored sweeps: plans that fit a file's
+/// lanes, `lp` cut at 20 s.
+fn sweep_sched() -> switchyard::compiler::sched::Options {
+    switchyard::compiler::sched::Options {
+        max_lanes_per_gpu: Some(switchyard::compiler::msccl::PLAN_LANES_PER_GPU),
+        time_limit_s: 20.0,
+        ..switchyard::compiler::sched::Options::default()
+    }
+}
+
 fn step(
     s: usize,
     ty: &str,
@@ -208,40 +254,19 @@ fn waits_the_executor_does_not_hold_are_counted() {
 #[test]
 #[ignore]
 fn executor_rule_sweep() {
-    use switchyard::compiler::generate::{generate, Pattern, TrafficSpec};
     use switchyard::compiler::msccl::chunk::base_chunk_bytes;
     use switchyard::compiler::msccl::xsim::simulate_executor;
-    use switchyard::compiler::msccl::{to_xml, Layout, Pacing, XmlOptions, PLAN_LANES_PER_GPU};
-    use switchyard::compiler::sched::{schedule, Options};
+    use switchyard::compiler::msccl::{to_xml, Layout, Pacing, XmlOptions};
+    use switchyard::compiler::sched::schedule;
     use switchyard::compiler::Algorithm;
     let sim = SimOptions::default();
-    let sched = Options {
-        max_lanes_per_gpu: Some(PLAN_LANES_PER_GPU),
-        time_limit_s: 20.0,
-        ..Options::default()
-    };
+    let sched = sweep_sched();
     let nodes: Vec<usize> = std::env::var("XSIM_NODES").ok().map_or(vec![2, 4, 8], |v| {
         v.split(',').map(|x| x.parse().unwrap()).collect()
     });
     for nodes in nodes {
         let topo = Topology::preset("dgx-h100", nodes, None).unwrap();
-        for (seed, pattern) in [
-            (1, Pattern::Moe),
-            (2, Pattern::Zipf(1.2)),
-            (3, Pattern::Lognormal(1.0)),
-            (4, Pattern::Hotspot(0.3)),
-            (5, Pattern::IntraSkew(1.2)),
-        ] {
-            if std::env::var("XSIM_PATTERNS")
-                .is_ok_and(|v| !v.split(',').any(|p| format!("{pattern:?}").starts_with(p)))
-            {
-                continue;
-            }
-            let mut spec = TrafficSpec::new(topo.ranks(), pattern);
-            spec.seed = seed;
-            spec.bytes = 256 << 10;
-            spec.moe.tokens_per_rank = 512;
-            let m = generate(&spec).unwrap();
+        for (_, pattern, m) in sweep_matrices(&topo) {
             for &alg in Algorithm::ALL {
                 if nodes == 8 && alg == Algorithm::Lp
                     || std::env::var("XSIM_ALGS")
@@ -506,18 +531,13 @@ fn spread_xml_runs_as_planned() {
 #[test]
 #[ignore]
 fn executor_rule_links() {
-    use switchyard::compiler::generate::{generate, Pattern, TrafficSpec};
     use switchyard::compiler::msccl::chunk::base_chunk_bytes;
     use switchyard::compiler::msccl::xsim::simulate_executor;
-    use switchyard::compiler::msccl::{to_xml, Layout, XmlOptions, PLAN_LANES_PER_GPU};
-    use switchyard::compiler::sched::{schedule, Options};
+    use switchyard::compiler::msccl::{to_xml, Layout, XmlOptions};
+    use switchyard::compiler::sched::schedule;
     use switchyard::compiler::Algorithm;
     let sim = SimOptions::default();
-    let sched = Options {
-        max_lanes_per_gpu: Some(PLAN_LANES_PER_GPU),
-        time_limit_s: 20.0,
-        ..Options::default()
-    };
+    let sched = sweep_sched();
     let env_list = |k: &str| std::env::var(k).ok();
     let nodes: usize = env_list("XSIM_NODES").map_or(8, |v| v.parse().unwrap());
     let layout = match env_list("XSIM_LAYOUT").as_deref() {
@@ -528,21 +548,7 @@ fn executor_rule_links() {
     // padding (the default before `msccl::chunk`).
     let base = env_list("XSIM_BASE_CHUNK").is_some();
     let topo = Topology::preset("dgx-h100", nodes, None).unwrap();
-    for (name, seed, pattern) in [
-        ("moe", 1, Pattern::Moe),
-        ("zipf", 2, Pattern::Zipf(1.2)),
-        ("lognormal", 3, Pattern::Lognormal(1.0)),
-        ("hotspot", 4, Pattern::Hotspot(0.3)),
-        ("intra", 5, Pattern::IntraSkew(1.2)),
-    ] {
-        if env_list("XSIM_PATTERNS").is_some_and(|v| !v.split(',').any(|p| p == name)) {
-            continue;
-        }
-        let mut spec = TrafficSpec::new(topo.ranks(), pattern);
-        spec.seed = seed;
-        spec.bytes = 256 << 10;
-        spec.moe.tokens_per_rank = 512;
-        let m = generate(&spec).unwrap();
+    for (name, _, m) in sweep_matrices(&topo) {
         for &alg in Algorithm::ALL {
             if env_list("XSIM_ALGS").is_some_and(|v| !v.split(',').any(|a| a == alg.name())) {
                 continue;
