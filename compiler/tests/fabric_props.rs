@@ -215,6 +215,18 @@ proptest! {
 /// uplinks idle in every stage that paired nodes inside their leaves (8x8
 /// fat-tree 2:1 intra-node skew: 1.39x the bound); the layered stages keep
 /// them busy throughout.
+/// 8x8 DGX-H100 on `fabric` with intra-node-skewed traffic (1.2, seed 1):
+/// the case where oversubscribed uplinks bind.
+fn intra_skew_8x8(fabric: FabricSpec) -> (Topology, TrafficMatrix) {
+    let mut spec = TopologySpec::preset("dgx-h100", 8, None).unwrap();
+    spec.fabric = Some(fabric);
+    let topo = Topology::from_spec(spec, "leaves").unwrap();
+    let mut spec = TrafficSpec::new(topo.ranks(), Pattern::IntraSkew(1.2));
+    spec.seed = 1;
+    let m = generate(&spec).unwrap();
+    (topo, m)
+}
+
 #[test]
 fn fast_keeps_oversubscribed_uplinks_busy() {
     for (over, fabric) in [
@@ -222,12 +234,7 @@ fn fast_keeps_oversubscribed_uplinks_busy() {
         (4.0, FabricSpec::fat_tree(4, 4.0, 1.0)),
         (2.0, FabricSpec::rail_optimized(Some(4), 2.0, 1.0)),
     ] {
-        let mut spec = TopologySpec::preset("dgx-h100", 8, None).unwrap();
-        spec.fabric = Some(fabric);
-        let topo = Topology::from_spec(spec, "leaves").unwrap();
-        let mut spec = TrafficSpec::new(topo.ranks(), Pattern::IntraSkew(1.2));
-        spec.seed = 1;
-        let m = generate(&spec).unwrap();
+        let (topo, m) = intra_skew_8x8(fabric);
         let lb = cut_bound(&topo, &m);
         assert!(
             lb.cut.contains("uplink"),
@@ -292,12 +299,7 @@ fn fast_planned_for_calibrated_stays_near_the_bound_where_uplinks_bind() {
         FabricSpec::fat_tree(4, 2.0, 1.0),
         FabricSpec::rail_optimized(Some(4), 2.0, 1.0),
     ] {
-        let mut spec = TopologySpec::preset("dgx-h100", 8, None).unwrap();
-        spec.fabric = Some(fabric);
-        let topo = Topology::from_spec(spec, "leaves").unwrap();
-        let mut spec = TrafficSpec::new(topo.ranks(), Pattern::IntraSkew(1.2));
-        spec.seed = 1;
-        let m = generate(&spec).unwrap();
+        let (topo, m) = intra_skew_8x8(fabric);
         let bound = cut_bound_goodput(&topo, &m, cal.nic_goodput()).best_us();
         let ratio = |opts: PlannerOptions| {
             let plan = Planner::fast(&topo, opts).unwrap().plan(&m).unwrap();
