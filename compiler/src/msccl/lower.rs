@@ -265,10 +265,15 @@ pub fn to_xml(
     }
     let sim = SimOptions::default();
     let price = |p: &XmlPlan| -> Result<f64> {
-        let trace = exec::run(&p.algo, "<written XML>")?;
-        let mut e = super::xsim::executor_plan(&p.algo, &trace, p.chunk_bytes);
-        super::assign_paths(&mut e.plan, topo);
-        Ok(simulate(topo, &e.plan, &sim)?.completion_us)
+        let (us, _) = super::xsim::simulate_algo(
+            &p.algo,
+            "<written XML>",
+            Some(p.chunk_bytes),
+            traffic,
+            topo,
+            &sim,
+        )?;
+        Ok(us)
     };
     let (px, py) = (price(&x)?, price(&y)?);
     laps.lap("pricing the finer chunk");

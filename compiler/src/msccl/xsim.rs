@@ -393,13 +393,25 @@ pub fn simulate_executor(
     opts: &crate::sim::SimOptions,
 ) -> crate::error::Result<(f64, ExecutorPlan)> {
     let algo = super::parse_algo(text, file)?;
-    let trace = super::exec::run(&algo, file)?;
+    simulate_algo(&algo, file, None, traffic, topo, opts)
+}
+
+/// [`simulate_executor`] of a parsed file; `chunk_bytes` where the caller
+/// knows it (else the file's, else the largest entry over its chunks).
+pub fn simulate_algo(
+    algo: &Algo,
+    file: &str,
+    chunk_bytes: Option<u64>,
+    traffic: &crate::TrafficMatrix,
+    topo: &crate::Topology,
+    opts: &crate::sim::SimOptions,
+) -> crate::error::Result<(f64, ExecutorPlan)> {
+    let trace = super::exec::run(algo, file)?;
     let b = u64::from(trace.map.k.iter().copied().max().unwrap_or(1).max(1));
-    let u = trace
-        .facts
-        .chunk_bytes
+    let u = chunk_bytes
+        .or(trace.facts.chunk_bytes)
         .unwrap_or_else(|| traffic.max_entry().div_ceil(b).max(1));
-    let mut x = executor_plan(&algo, &trace, u);
+    let mut x = executor_plan(algo, &trace, u);
     super::assign_paths(&mut x.plan, topo);
     let r = crate::sim::simulate(topo, &x.plan, opts)?;
     Ok((r.completion_us, x))
