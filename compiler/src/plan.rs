@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 
 use crate::error::{check_no_bom, clip, json_error, read_file, InputError, Result};
+use crate::topology::Topology;
 
 /// A rank's buffers. `input` and `output` follow the all-to-all(v) layout
 /// ([`crate::traffic::Layout`]); `scratch` holds relayed data.
@@ -418,6 +419,20 @@ impl DepGraph {
                 .unwrap_or(0);
         }
         Ok(level)
+    }
+}
+
+/// The path a direct transfer from `src` to `dst` takes: local, NVLink inside
+/// a node, or RDMA through the sender's rail NIC.
+pub fn path_between(topo: &Topology, src: usize, dst: usize) -> Path {
+    if src == dst {
+        Path::Local
+    } else if topo.node_of(src) == topo.node_of(dst) {
+        Path::Nvlink
+    } else {
+        Path::Rdma {
+            nic: topo.rail_of(src) as u32,
+        }
     }
 }
 

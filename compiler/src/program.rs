@@ -32,18 +32,7 @@ use serde::Serialize;
 use crate::error::{Error, InputError, Result};
 use crate::plan::{Buffer, DepGraph, Path, Plan};
 use crate::rank::LocalProgram;
-
-/// What a rank does in one operation.
-#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[serde(rename_all = "lowercase")]
-pub enum OpKind {
-    /// Send `bytes` from `src_buf` at `src_off` of this rank to `peer`.
-    Send,
-    /// Receive `bytes` from `peer` into `dst_buf` at `dst_off` of this rank.
-    Recv,
-    /// Copy `bytes` inside this rank's memory (`peer` is the rank itself).
-    Copy,
-}
+pub use crate::rank::OpKind;
 
 /// One operation of a rank: one side of a plan transfer, or a whole local copy.
 /// Both ends of the transfer are given on both sides, so either side can

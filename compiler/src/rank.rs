@@ -38,9 +38,20 @@ use smallvec::SmallVec;
 
 use crate::error::{InputError, Result};
 use crate::plan::{Buffer, Deps, Path, Plan, Transfer};
-use crate::program::OpKind;
 use crate::topology::Topology;
 use crate::traffic::TrafficMatrix;
+
+/// What a rank does in one operation.
+#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum OpKind {
+    /// Send `bytes` from `src_buf` at `src_off` of this rank to `peer`.
+    Send,
+    /// Receive `bytes` from `peer` into `dst_buf` at `dst_off` of this rank.
+    Recv,
+    /// Copy `bytes` inside this rank's memory (`peer` is the rank itself).
+    Copy,
+}
 
 /// The name of a transfer both its ends know: the place it writes.
 #[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -688,7 +699,7 @@ pub(crate) fn hierarchical_local(topo: &Topology, t: &LocalTraffic, out: &mut Lo
     out.reset("hierarchical", t.rank, n, g);
     let x = t.rank;
     let (a, j) = (x / g, x % g);
-    let path = |s: usize, d: usize| crate::sched::path_between(topo, s, d);
+    let path = |s: usize, d: usize| crate::plan::path_between(topo, s, d);
     // Offset of node `b`'s region in the scratch of the relays of the
     // rank's own node: `regions[rail * nodes + b]`, and the rank's scratch.
     let mut regions = vec![0u64; g * nodes];

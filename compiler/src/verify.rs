@@ -10,80 +10,11 @@
 
 use std::collections::BTreeMap;
 
-use thiserror::Error;
-
 use crate::plan::{Buffer, DepGraph, Path, Plan, Transfer};
 use crate::topology::Topology;
 use crate::traffic::{Layout, TrafficMatrix};
 
-/// Why a plan is not a correct all-to-all.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum VerifyError {
-    #[error("plan is for {plan} ranks but the traffic has {traffic}")]
-    Ranks { plan: usize, traffic: usize },
-    #[error("transfer {index}: {reason}")]
-    Transfer { index: usize, reason: String },
-    #[error("dependency cycle through transfers {}", fmt_cycle(.cycle))]
-    Cycle { cycle: Vec<usize> },
-    #[error("transfer {reader} reads bytes {start}..{end} of {buffer} of rank {rank} {why}")]
-    ReadBeforeWrite {
-        reader: usize,
-        rank: usize,
-        buffer: &'static str,
-        start: u64,
-        end: u64,
-        why: String,
-    },
-    #[error(
-        "transfers {first} and {second} both write bytes {start}..{end} of {buffer} of rank {rank}"
-    )]
-    DoubleWrite {
-        first: usize,
-        second: usize,
-        rank: usize,
-        buffer: &'static str,
-        start: u64,
-        end: u64,
-    },
-    #[error(
-        "bytes {start}..{end} of output of rank {rank} (data from rank {src}) are never written"
-    )]
-    Missing {
-        rank: usize,
-        src: usize,
-        start: u64,
-        end: u64,
-    },
-    #[error(
-        "transfer {writer} puts input bytes {origin_start}..{} of rank {origin_rank} at output bytes {start}..{end} of rank {rank}, where input bytes {expected_start}.. of rank {expected_rank} belong",
-        origin_start + (end - start)
-    )]
-    Misplaced {
-        writer: usize,
-        rank: usize,
-        start: u64,
-        end: u64,
-        origin_rank: usize,
-        origin_start: u64,
-        expected_rank: usize,
-        expected_start: u64,
-    },
-    /// A well-formed MSCCL XML file that is not a correct all-to-all: its run
-    /// deadlocks or reads a chunk nobody wrote, or an output chunk is never
-    /// written or gets another chunk. Found by the symbolic executor, which
-    /// names the file's line.
-    #[error("{file}: line {line}: {reason}")]
-    Xml {
-        file: String,
-        line: usize,
-        reason: String,
-    },
-}
-
-fn fmt_cycle(c: &[usize]) -> String {
-    let parts: Vec<String> = c.iter().map(usize::to_string).collect();
-    parts.join(" -> ")
-}
+pub use crate::error::VerifyError;
 
 /// What a verified plan does, for reports.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

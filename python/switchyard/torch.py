@@ -458,6 +458,7 @@ class AllToAll:
         self._l_into = self._planner.algorithm == "deepep"
         self._l_splits = self._planner.algorithm in ("fast", "spray")
         extra = g + 4 + (g if self._l_into else 0) + (2 * n + 1 if self._l_splits else 0)
+        self._l_width = extra
         sizes = [_LHEADER + extra + (w if p // g == a else g) for p in range(w)]
         starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
         self._l_sizes = sizes
@@ -498,8 +499,7 @@ class AllToAll:
         a = self.rank // g
         row_nodes = row.reshape(n, g)
         col_nodes = col.reshape(n, g).sum(axis=1)
-        width = g + 4 + (g if self._l_into else 0) + (2 * n + 1 if self._l_splits else 0)
-        out = np.zeros((n, width), dtype=np.int64)
+        out = np.zeros((n, self._l_width), dtype=np.int64)
         out[1:, 0] = np.cumsum(col_nodes)[:-1]
         out[1:, 1] = np.cumsum(row_nodes.sum(axis=1))[:-1]
         out[:, 2 : 2 + g] = self._rails_before(row)

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::Args;
+use switchyard::compiler::import::is_import;
 use switchyard::compiler::import::ImportOptions;
 use switchyard::compiler::lp::{lower_bound, LpOptions, SolveStatus};
 use switchyard::compiler::msccl::laps::Laps;
@@ -19,7 +20,6 @@ use switchyard::compiler::report::Report;
 use switchyard::compiler::sched::auto::choose;
 use switchyard::compiler::sched::{auto, lp_with_report, schedule, Options};
 use switchyard::compiler::sim::{Network, SimOptions};
-use switchyard::compiler::topology::is_import;
 use switchyard::compiler::{verify_on, Algorithm, Error, Plan, Topology, TrafficMatrix};
 
 use super::progress::SimProgress;

@@ -98,7 +98,7 @@ pub fn xml_traffic(text: &str, file: &str) -> Result<TrafficMatrix> {
 pub fn assign_paths(plan: &mut Plan, topo: &Topology) {
     plan.gpus_per_node = topo.gpus_per_node() as u32;
     for t in &mut plan.transfers {
-        t.path = crate::sched::path_between(topo, t.src as usize, t.dst as usize);
+        t.path = crate::plan::path_between(topo, t.src as usize, t.dst as usize);
     }
 }
 

@@ -380,7 +380,7 @@ fn build(
         Algorithm::Fast => super::fast::fast_with(
             topo,
             traffic,
-            crate::planner::PlannerOptions::for_network(network),
+            crate::sched::fast::emit::PlannerOptions::for_network(network),
         )?,
         Algorithm::Spray => spray(topo, traffic)?,
         _ => direct(topo, traffic),

@@ -1,7 +1,8 @@
 //! `direct`: every rank sends to every peer at once over its own rail, the
 //! schedule NCCL's grouped send/recv produces. The baseline.
 
-use crate::plan::{Buffer, Deps, Path, Plan, Transfer};
+pub use crate::plan::path_between;
+use crate::plan::{Buffer, Deps, Plan, Transfer};
 use crate::topology::Topology;
 use crate::traffic::{Layout, TrafficMatrix};
 
@@ -44,20 +45,6 @@ pub fn block_transfer(
         path: path_between(topo, s, d),
         step,
         deps,
-    }
-}
-
-/// The path a direct transfer from `src` to `dst` takes: local, NVLink inside
-/// a node, or RDMA through the sender's rail NIC.
-pub fn path_between(topo: &Topology, src: usize, dst: usize) -> Path {
-    if src == dst {
-        Path::Local
-    } else if topo.node_of(src) == topo.node_of(dst) {
-        Path::Nvlink
-    } else {
-        Path::Rdma {
-            nic: topo.rail_of(src) as u32,
-        }
     }
 }
 

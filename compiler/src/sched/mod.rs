@@ -170,7 +170,7 @@ pub fn schedule(
         Algorithm::Fast => fast::fast_with(
             topo,
             traffic,
-            crate::planner::PlannerOptions::for_network(opts.network),
+            crate::sched::fast::emit::PlannerOptions::for_network(opts.network),
         ),
         Algorithm::Spray => spray(topo, traffic),
         Algorithm::Pxn => Ok(pxn(topo, traffic)),
