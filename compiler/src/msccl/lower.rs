@@ -1093,13 +1093,22 @@ fn cut_for_pacing(ops: Vec<ChunkOp>, window: u32) -> Paced {
         let start = out.len() as u32;
         let mut at = 0;
         let tail_from = sizes.len() - trail[i] as usize;
+        let cut = sizes.len() > 1;
         for (k, (c, is_head)) in sizes.into_iter().enumerate() {
+            let piece = if is_head { &held } else { &deps };
+            // A piece of a cut operation waits only for the data it reads
+            // (`own_data`), not for what writes the other pieces' chunks.
+            let piece = if cut {
+                own_data(op, op.src_off + at, c, piece, &out)
+            } else {
+                piece.clone()
+            };
             is_tail.push(k >= tail_from);
             out.push(ChunkOp {
                 src_off: op.src_off + at,
                 dst_off: op.dst_off + at,
                 cnt: c,
-                deps: if is_head { held.clone() } else { deps.clone() },
+                deps: piece,
                 recv_deps: if is_head { recv.clone() } else { Vec::new() },
                 ..op.clone()
             });
@@ -1122,6 +1131,30 @@ fn cut_for_pacing(ops: Vec<ChunkOp>, window: u32) -> Paced {
         unheld: Some(unheld.len()),
         pinned,
     }
+}
+
+/// The deps (operations of `out`) of a piece of `op` that reads chunks
+/// `off..off + cnt` of its source: all of `deps` but those that write, on
+/// `op`'s sending gpu, only chunks `op` reads and the piece does not (the
+/// data of `op`'s other pieces). A head then leaves once its own chunks are
+/// there, as the plan's transfer starts with the data that is: with every
+/// data dep of its transfer, a forward's head left only with the body's
+/// data, and the body paid the head's flight after it (4x8 log-normal
+/// padded: 3.8 us on the critical path); and a body no longer waits for
+/// the tail of the transfer that brought a tail's chunks.
+fn own_data(op: &ChunkOp, off: u32, cnt: u32, deps: &[u32], out: &[ChunkOp]) -> Vec<u32> {
+    let overlaps = |a: u32, n: u32, b: u32, m: u32| a < b + m && b < a + n;
+    deps.iter()
+        .copied()
+        .filter(|&p| {
+            let w = &out[p as usize];
+            let other_data = w.dst == op.src
+                && w.dst_buf == op.src_buf
+                && overlaps(w.dst_off, w.cnt, op.src_off, op.cnt)
+                && !overlaps(w.dst_off, w.cnt, off, cnt);
+            !other_data
+        })
+        .collect()
 }
 
 /// Whether `op` must wait for the tail step `t` (a one-chunk step an
