@@ -1588,10 +1588,17 @@ fn assign_lanes(
     groups: &[u32],
     max_per_conn: u32,
 ) -> Lanes {
-    // Source transfers in order, with the ops of each.
+    // Source transfers in the order of their remote operations (then those
+    // with local copies only), with the ops of each: the copies that gather
+    // a send's runs come first in `ops` (`super::gather`) but do not move
+    // their transfer ahead of the others here.
     let mut order: Vec<u32> = Vec::new();
     let mut dense: HashMap<u32, usize> = HashMap::new();
-    for op in ops {
+    let remote_first = ops
+        .iter()
+        .filter(|o| o.src != o.dst)
+        .chain(ops.iter().filter(|o| o.src == o.dst));
+    for op in remote_first {
         if let Entry::Vacant(e) = dense.entry(op.from) {
             e.insert(order.len());
             order.push(op.from);
