@@ -1830,6 +1830,45 @@ mod tests {
     use crate::verify::verify_on;
 
     #[test]
+    fn cut_pieces_wait_only_for_their_own_data() {
+        let op = |src, src_buf, src_off, dst, dst_off, cnt, deps: Vec<u32>, from| ChunkOp {
+            src,
+            src_buf,
+            src_off,
+            dst,
+            dst_buf: BufRef::Scratch,
+            dst_off,
+            cnt,
+            deps,
+            recv_deps: Vec::new(),
+            from,
+        };
+        let ops = vec![
+            // Gpu 0's scratch 0..2 from gpu 1, 2..10 from gpu 2.
+            op(1, BufRef::Input, 0, 0, 0, 2, vec![], 0),
+            op(2, BufRef::Input, 0, 0, 2, 8, vec![], 1),
+            // A transfer into gpu 5, which the forward's receiver waits for.
+            op(4, BufRef::Input, 0, 5, 0, 5, vec![], 2),
+            // The forward of gpu 0's scratch 0..10 to gpu 5: a head of two
+            // one-chunk steps (Simple's window) carries the receiver's wait.
+            op(0, BufRef::Scratch, 0, 5, 5, 10, vec![0, 1, 2], 3),
+        ];
+        let paced = cut_for_pacing(ops, 2);
+        let fwd: Vec<&ChunkOp> = paced.ops.iter().filter(|o| o.from == 3).collect();
+        assert_eq!(fwd.iter().map(|o| o.cnt).collect::<Vec<_>>(), vec![1, 1, 8]);
+        // The head steps read chunks 0 and 1, written by operation 0 only:
+        // they leave once those are there, not with the body's data.
+        for h in &fwd[..2] {
+            assert_eq!(h.deps, vec![0]);
+            assert_eq!(h.recv_deps, vec![2]);
+        }
+        // The body reads chunks 2..10 (operation 1) and keeps the wait on
+        // gpu 5's transfer; it does not wait for the head's data.
+        assert_eq!(fwd[2].deps, vec![1, 2]);
+        assert!(fwd[2].recv_deps.is_empty());
+    }
+
+    #[test]
     fn direct_uniform_lowers_and_reads_back() {
         let topo = Topology::preset("dgx-h100", 2, Some(4)).unwrap();
         let m = TrafficMatrix::uniform(8, 4096);
