@@ -525,9 +525,6 @@ impl Emitter {
         );
         self.decomposer
             .order_light_first(&mut self.stages, 0, self.stage_count);
-        if let Some(leaves) = self.leaf_stages.as_mut() {
-            leaves.spread_hot_local(&mut self.stages, self.stage_count);
-        }
     }
 }
 

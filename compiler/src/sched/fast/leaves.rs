@@ -63,15 +63,6 @@ pub(crate) struct LeafStages {
     out_load: Vec<u64>,
     in_load: Vec<u64>,
     line: Vec<u64>,
-    /// Set by [`LeafStages::decompose`] when it keeps the plain stages
-    /// although the uplinks are near the cut (a hot node): that node, and
-    /// whether its busiest line is what it receives.
-    hot: Option<(usize, bool)>,
-    /// Buffers of [`LeafStages::spread_hot_local`].
-    stage_at: Vec<usize>,
-    local: Vec<bool>,
-    order: Vec<u32>,
-    reordered: Vec<StagePair>,
 }
 
 impl LeafStages {
@@ -116,11 +107,6 @@ impl LeafStages {
             out_load: vec![0; leaves],
             in_load: vec![0; leaves],
             line: Vec::new(),
-            hot: None,
-            stage_at: Vec::new(),
-            local: Vec::new(),
-            order: Vec::new(),
-            reordered: Vec::new(),
         })
     }
 
@@ -177,23 +163,11 @@ impl LeafStages {
         part: u64,
         out: &mut Vec<StagePair>,
     ) -> Option<u32> {
-        self.hot = None;
         if n != self.leaf.len() {
             return None;
         }
         let (pressure, skew) = self.pressure(n, t);
-        if pressure < MIN_PRESSURE {
-            return None;
-        }
-        if skew > MAX_SKEW {
-            // The busiest line (the first of equals), for `spread_hot_local`.
-            let mut at = 0;
-            for (i, &x) in self.line.iter().enumerate() {
-                if x > self.line[at] {
-                    at = i;
-                }
-            }
-            self.hot = Some((at % n, at >= n));
+        if pressure < MIN_PRESSURE || skew > MAX_SKEW {
             return None;
         }
         // Peers of a node in each layer, at most: the floors' divisors.
@@ -247,87 +221,6 @@ impl LeafStages {
             self.time = time;
         }
         Some(self.interleave(out))
-    }
-
-    /// After [`LeafStages::decompose`] kept the plain stages for a hot node
-    /// (uplinks near the cut): spreads the stages in which that node takes
-    /// bytes from its own leaf (or, if its busiest line is what it sends,
-    /// sends bytes into it) evenly over the exchange, the others keeping
-    /// their order. `stages` holds `count` stages numbered `0..count` in
-    /// order; they are renumbered. Does nothing otherwise.
-    ///
-    /// In those stages the hot node's own bytes do not cross its leaf's
-    /// downlink, which then carries only what its leaf-mates receive from
-    /// outside. The leaf-mates are lighter and run ahead of the hot node in
-    /// the pipeline, so their crossing bytes come early; with the hot
-    /// node's in-leaf stages last (the light-first order puts its heavy
-    /// in-leaf pairs there) the downlink ran at 0.4-0.6 of its rate for
-    /// the last sixth of the exchange (fat-tree 4:1, 16x8 MoE Zipf 1.2).
-    /// Spread, each in-leaf stage falls where the leaf-mates still have
-    /// crossing bytes to fill the downlink (docs/algorithms.md, 2b).
-    pub fn spread_hot_local(&mut self, stages: &mut Vec<StagePair>, count: u32) {
-        let Some((hot, receives)) = self.hot else {
-            return;
-        };
-        let k = count as usize;
-        if k < 2 {
-            return;
-        }
-        self.stage_at.clear();
-        self.stage_at.resize(k + 1, 0);
-        self.local.clear();
-        self.local.resize(k, false);
-        for p in stages.iter() {
-            let s = p.stage as usize;
-            if s >= k {
-                return;
-            }
-            self.stage_at[s + 1] += 1;
-            let (a, b) = (p.src_node as usize, p.dst_node as usize);
-            let me = if receives { b } else { a };
-            if me == hot && !self.crosses(a, b) {
-                self.local[s] = true;
-            }
-        }
-        for s in 0..k {
-            self.stage_at[s + 1] += self.stage_at[s];
-        }
-        let local = self.local.iter().filter(|&&f| f).count();
-        if local == 0 || local == k {
-            return;
-        }
-        // Local stage `j` at position `floor((2j + 1) k / 2 local)`, the
-        // others in their order at the remaining positions.
-        let rest = k - local;
-        let (mut li, mut ri, mut j, mut r) = (0, 0, 0, 0);
-        self.order.clear();
-        for pos in 0..k {
-            if j < local && (pos == (2 * j + 1) * k / (2 * local) || r == rest) {
-                while !self.local[li] {
-                    li += 1;
-                }
-                self.order.push(li as u32);
-                li += 1;
-                j += 1;
-            } else {
-                while self.local[ri] {
-                    ri += 1;
-                }
-                self.order.push(ri as u32);
-                ri += 1;
-                r += 1;
-            }
-        }
-        self.reordered.clear();
-        for (new, &s) in self.order.iter().enumerate() {
-            let (lo, hi) = (self.stage_at[s as usize], self.stage_at[s as usize + 1]);
-            self.reordered
-                .extend(stages[lo..hi].iter().map(|p| StagePair {
-                    stage: new as u32,
-                    ..*p
-                }));
-        }
-        std::mem::swap(stages, &mut self.reordered);
     }
 
     /// Estimated duration of each stage of `pairs` (numbered `0..count`),
@@ -561,60 +454,5 @@ mod tests {
         let got = ls.decompose(&mut Decomposer::default(), n, &t, 4.0, 8 << 20, &mut out);
         assert_eq!(got, None);
         assert!(out.is_empty());
-    }
-
-    #[test]
-    fn a_hot_receivers_in_leaf_stages_are_spread() {
-        // Node 0 receives 64 MB from everyone, the other pairs 16 MB;
-        // fat-tree 4:1 with two leaves: its leaf's downlink carries as much
-        // as its NICs (pressure 1.0), its line is 2.9x the mean.
-        let topo = cluster(8, Some(FabricSpec::fat_tree(4, 4.0, 1.0)));
-        let mut ls = LeafStages::from_topology(&topo, NODE_RATE).unwrap();
-        let n = 8;
-        let t: Vec<u64> = (0..n * n)
-            .map(|i| match (i / n, i % n) {
-                (a, b) if a == b => 0,
-                (_, 0) => 64 << 20,
-                _ => 16 << 20,
-            })
-            .collect();
-        let mut dec = Decomposer::default();
-        let mut out = Vec::new();
-        let got = ls.decompose(&mut dec, n, &t, 4.0, 8 << 20, &mut out);
-        assert_eq!(got, None, "a hot node keeps the plain stages");
-        assert_eq!(ls.hot, Some((0, true)));
-        let count = dec.decompose(n, &t, |m| (m as f64 / 28.0).ceil() as u64, &mut out);
-        dec.order_light_first(&mut out, 0, count);
-        let before = out.clone();
-        ls.spread_hot_local(&mut out, count);
-        check_partial_permutation(&out, n).unwrap();
-        assert_eq!(covered(n, &out), t);
-        assert_eq!(out.last().map(|p| p.stage + 1), Some(count));
-        let stage = |v: &[StagePair], s: u32| -> Vec<(u32, u32, u64)> {
-            v.iter()
-                .filter(|p| p.stage == s)
-                .map(|p| (p.src_node, p.dst_node, p.bytes))
-                .collect()
-        };
-        let local = |v: &[StagePair], s: u32| {
-            v.iter()
-                .any(|p| p.stage == s && p.dst_node == 0 && p.src_node < 4)
-        };
-        let at: Vec<u32> = (0..count).filter(|&s| local(&out, s)).collect();
-        let l = at.len() as u32;
-        assert!(l > 0 && l < count, "{l} of {count}");
-        assert_eq!(l, (0..count).filter(|&s| local(&before, s)).count() as u32);
-        // Evenly spread: one in each `count / l` stretch.
-        for (j, &s) in at.iter().enumerate() {
-            assert_eq!(s, (2 * j as u32 + 1) * count / (2 * l), "{at:?} of {count}");
-        }
-        // The other stages keep their order.
-        let rest = |v: &[StagePair]| -> Vec<Vec<(u32, u32, u64)>> {
-            (0..count)
-                .filter(|&s| !local(v, s))
-                .map(|s| stage(v, s))
-                .collect()
-        };
-        assert_eq!(rest(&out), rest(&before));
     }
 }
