@@ -113,11 +113,16 @@ fn main() -> Res<()> {
                         } else {
                             format!("{a}@{}", net.name())
                         };
-                        format!("{}\t{pattern:?}\t{}\t{}\t{a}", topo.name(), spec.seed, net.name())
+                        format!(
+                            "{}\t{pattern:?}\t{}\t{}\t{a}",
+                            topo.name(),
+                            spec.seed,
+                            net.name()
+                        )
                     };
-                    let cached = modes.iter().all(|&net| {
-                        names.iter().all(|a| cache.contains_key(&key(net, a)))
-                    });
+                    let cached = modes
+                        .iter()
+                        .all(|&net| names.iter().all(|a| cache.contains_key(&key(net, a))));
                     let mut build_us = vec![0.0; names.len()];
                     let plans: Vec<_> = if cached {
                         Vec::new()
@@ -140,8 +145,11 @@ fn main() -> Res<()> {
                             names.iter().map(|a| cache[&key(net, a)]).collect()
                         } else {
                             let mut t = Vec::with_capacity(plans.len());
-                            for (((p, us), a), alg) in
-                                plans.iter().zip(sim_us.iter_mut()).zip(&names).zip(CANDIDATES)
+                            for (((p, us), a), alg) in plans
+                                .iter()
+                                .zip(sim_us.iter_mut())
+                                .zip(&names)
+                                .zip(CANDIDATES)
                             {
                                 // `fast` as `auto` builds it: planned for the mode.
                                 let own = if ideal_plans || *a != "fast" || net == Network::Ideal {
@@ -154,7 +162,8 @@ fn main() -> Res<()> {
                                     Some(schedule(*alg, &topo, &m, &o)?)
                                 };
                                 let t0 = Instant::now();
-                                let r = simulate(&topo, own.as_ref().unwrap_or(p), &opts)?.completion_us;
+                                let r = simulate(&topo, own.as_ref().unwrap_or(p), &opts)?
+                                    .completion_us;
                                 *us = t0.elapsed().as_secs_f64() * 1e6;
                                 if let Some(f) = cache_out.as_mut() {
                                     writeln!(f, "{}\t{r}", key(net, a))?;
