@@ -774,13 +774,10 @@ impl<'a> Estimator<'a> {
                 // the NVLink links, rather than the old `½ X_fwd / b_gpu`.
                 let (fwd, fwd_link) = self.deepep_forwards(c.net);
                 let base = c.net.max(c.intra);
-                let limit = match fwd_link {
-                    Some(l) if fwd > base => format!(
-                        "forwards on {} end at {:.1} us",
-                        self.topo.link_name(l),
-                        fwd
-                    ),
-                    _ => self.limit_of(&c),
+                let limit = if fwd > base {
+                    format!("forwards on {fwd_link} end at {fwd:.1} us")
+                } else {
+                    self.limit_of(&c)
                 };
                 (base.max(fwd) + inter + hop, limit)
             }
@@ -956,8 +953,9 @@ impl<'a> Estimator<'a> {
             .collect();
         let mut t = 0.0;
         let mut rate = Vec::with_capacity(groups.len());
+        // Capped first: the order stays as groups end (`retain` keeps it).
+        groups.sort_unstable_by(|a, b| (a.2 / a.1).total_cmp(&(b.2 / b.1)));
         while !groups.is_empty() {
-            groups.sort_unstable_by(|a, b| (a.2 / a.1).total_cmp(&(b.2 / b.1)));
             let (mut left, mut w) = (cap, groups.iter().map(|g| g.1).sum::<f64>());
             rate.clear();
             for g in &groups {
@@ -986,7 +984,7 @@ impl<'a> Estimator<'a> {
 
     /// `deepep`'s forwards, each released when the write it comes in
     /// lands: the time the last one ends, us, and the NVLink link it ends
-    /// on. A write (all a GPU sends to one other node) shares its sending
+    /// on, in words. A write (all a GPU sends to one other node) shares its sending
     /// and its receiving NIC with the other writes there as max-min
     /// fairness shares them (processor sharing: with durations `d_1 <= ..
     /// <= d_m` on one NIC, the `j`-th ends at `d_1 + .. + d_(j-1) + (m - j
@@ -998,7 +996,7 @@ impl<'a> Estimator<'a> {
     /// released at once, included): a link ends at the largest `r +
     /// (bytes released at r or later) / bandwidth`, exact for one link fed
     /// by jobs with release times.
-    fn deepep_forwards(&mut self, net_busy: f64) -> (f64, Option<LinkId>) {
+    fn deepep_forwards(&self, net_busy: f64) -> (f64, String) {
         let (g, p, nodes) = (self.g, self.p, self.nodes);
         let n = g * nodes;
         // Writes `s * nodes + b`: duration on the sending and receiving NIC.
@@ -1044,49 +1042,73 @@ impl<'a> Estimator<'a> {
             let stretch = net_busy / latest;
             land.iter_mut().for_each(|t| *t *= stretch);
         }
-        // (link, release, bytes) of every forward and intra-node block.
-        let mut jobs: Vec<(LinkId, f64, f64)> = Vec::new();
-        if let Some(blocks) = &self.intra_blocks {
-            jobs.extend(blocks.iter().map(|&(l, b)| (l, 0.0, b)));
-        }
-        for q in 0..n {
-            let bn = q / g;
-            for d in (bn * g..(bn + 1) * g).filter(|&d| d != q) {
-                self.path.clear();
-                self.topo.path_into(q, d, &mut self.path);
-                for a in (0..nodes).filter(|&a| a != bn) {
-                    let s = a * g + q % g;
-                    let bytes = self.traffic.get(s, d);
-                    if bytes == 0 {
-                        continue;
+        // Each NVLink link's queue, one link at a time and without a path
+        // walk: on a switch, GPU `x`'s ingress (the forwards into `x` from
+        // every peer) and its egress as a peer (its forwards); on a mesh,
+        // the link from peer `x` to `d`. A link ends at the largest `r +
+        // (bytes released at r or later) / bandwidth`: every node's writes
+        // are sorted by landing once, latest first, and each link takes
+        // its own from that order; the intra-node blocks, released at
+        // once, come last.
+        let bw = self.topo.intra_bandwidth().max(f64::MIN_POSITIVE);
+        let (mut end, mut at) = (0.0f64, String::new());
+        let mut writes: Vec<(f64, usize)> = Vec::with_capacity(n);
+        for bn in 0..nodes {
+            writes.clear();
+            writes.extend(
+                (0..n)
+                    .filter(|&s| s / g != bn && self.to_node[s * nodes + bn] > 0.0)
+                    .map(|s| (land[s * nodes + bn], s)),
+            );
+            writes.sort_unstable_by(|u, v| v.0.total_cmp(&u.0));
+            let node = bn * g..(bn + 1) * g;
+            // The queue's end on one link: `fwd(s)` bytes of write `s`,
+            // then `at_once` bytes released at 0.
+            let queue = |fwd: &dyn Fn(usize) -> u64, at_once: u64| {
+                let (mut queued, mut t) = (0.0, 0.0f64);
+                for &(r, s) in &writes {
+                    let b = fwd(s);
+                    if b > 0 {
+                        queued += b as f64;
+                        t = t.max(r + queued / bw);
                     }
-                    let t = land[s * nodes + bn];
-                    for &l in &self.path {
-                        if matches!(
-                            self.topo.link(l).class,
-                            LinkClass::NvlinkIn | LinkClass::NvlinkOut
-                        ) {
-                            jobs.push((l, t, bytes as f64));
+                }
+                t.max((queued + at_once as f64) / bw)
+            };
+            let tm = self.traffic;
+            for x in node.clone() {
+                let peer = |s: usize| bn * g + s % g;
+                if self.mesh {
+                    for d in node.clone().filter(|&d| d != x) {
+                        let t = queue(
+                            &|s| if peer(s) == x { tm.get(s, d) } else { 0 },
+                            tm.get(x, d),
+                        );
+                        if t > end {
+                            (end, at) = (t, format!("gpu{x}->gpu{d}"));
                         }
                     }
+                    continue;
                 }
-            }
-        }
-        jobs.sort_unstable_by(|u, v| u.0.cmp(&v.0).then(v.1.total_cmp(&u.1)));
-        let (mut end, mut at) = (0.0f64, None);
-        let mut i = 0;
-        while i < jobs.len() {
-            let l = jobs[i].0;
-            let bw = self.topo.link(l).bandwidth;
-            let mut queued = 0.0;
-            while i < jobs.len() && jobs[i].0 == l {
-                queued += jobs[i].2;
-                let t = jobs[i].1 + queued / bw;
+                let into: u64 = node.clone().filter(|&q| q != x).map(|q| tm.get(q, x)).sum();
+                let t = queue(&|s| if peer(s) != x { tm.get(s, x) } else { 0 }, into);
                 if t > end {
-                    end = t;
-                    at = Some(l);
+                    (end, at) = (t, format!("NVLink into gpu{x}"));
                 }
-                i += 1;
+                let out: u64 = node.clone().filter(|&d| d != x).map(|d| tm.get(x, d)).sum();
+                let t = queue(
+                    &|s| {
+                        if peer(s) == x {
+                            node.clone().filter(|&d| d != x).map(|d| tm.get(s, d)).sum()
+                        } else {
+                            0
+                        }
+                    },
+                    out,
+                );
+                if t > end {
+                    (end, at) = (t, format!("NVLink out of gpu{x}"));
+                }
             }
         }
         (end, at)
