@@ -984,18 +984,18 @@ impl<'a> Estimator<'a> {
 
     /// `deepep`'s forwards, each released when the write it comes in
     /// lands: the time the last one ends, us, and the NVLink link it ends
-    /// on, in words. A write (all a GPU sends to one other node) shares its sending
-    /// and its receiving NIC with the other writes there as max-min
-    /// fairness shares them (processor sharing: with durations `d_1 <= ..
-    /// <= d_m` on one NIC, the `j`-th ends at `d_1 + .. + d_(j-1) + (m - j
-    /// + 1) d_j`), and lands when both have carried it; where a fabric
-    /// link or incast makes the network slower than the NICs
-    /// (`net_busy`, the busiest network link's time), every landing is
-    /// stretched as much. The forwards then queue on each NVLink link
-    /// behind what was released there no earlier (the intra-node blocks,
-    /// released at once, included): a link ends at the largest `r +
-    /// (bytes released at r or later) / bandwidth`, exact for one link fed
-    /// by jobs with release times.
+    /// on, in words. A write (all a GPU sends to one other node) shares
+    /// its sending and its receiving NIC with the other writes there as
+    /// max-min fairness shares one link (processor sharing: with
+    /// durations `d_1 <= .. <= d_m` on one NIC, the `j`-th ends at
+    /// `d_1 + .. + d_(j-1) + (m - j + 1) d_j`), and lands when both have
+    /// carried it; where a fabric link or incast makes the network slower
+    /// than the NICs (`net_busy`, the busiest network link's time), every
+    /// landing is stretched as much. The forwards then queue on each
+    /// NVLink link behind what was released there no earlier (the
+    /// intra-node blocks, released at once, included): a link ends at the
+    /// largest `r + (bytes released at r or later) / bandwidth`, exact for
+    /// one link fed by jobs with release times.
     fn deepep_forwards(&self, net_busy: f64) -> (f64, String) {
         let (g, p, nodes) = (self.g, self.p, self.nodes);
         let n = g * nodes;
