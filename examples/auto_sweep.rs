@@ -10,12 +10,24 @@
 //!
 //! cargo run --release --example auto_sweep -- [--quick] [--nodes 2,4,8,16] [--presets dgx-h100,mi300x]
 //!     [--fabrics full,fat-tree,rail] [--patterns zipf:0,...]
-//!     [--modes ideal,calibrated,congested,stress] [--estimates]
+//!     [--modes ideal,calibrated,congested,stress] [--estimates] [--seed 7]
+//!     [--sim-cache FILE] [--ideal-plans]
+//!
+//! In each mode the candidates are the plans `auto` builds for that mode
+//! (`fast` planned for its per-message cost outside `ideal`);
+//! `--ideal-plans` simulates the ideal network's plans in every mode instead.
+//! `--seed S`: pattern `i` is drawn with seed `S + i` (7 by default; another
+//! base gives held-out matrices). `--sim-cache FILE`: the candidates'
+//! simulated times are read from FILE where it has them (same cluster,
+//! pattern, seed and mode) and the ones simulated are appended to it, so a
+//! rerun after a change to the estimates alone prices only the estimates
+//! (the plans and the simulator must be unchanged for the cache to hold).
 //!
 //! One line per case and mode: cluster, pattern, mode, each candidate's
 //! completion over the cut bound, auto's pick, auto / best.
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::time::Instant;
 
 use switchyard::compiler::bound::cut_bound;
@@ -43,6 +55,35 @@ fn main() -> Res<()> {
         "zipf:0,zipf:0.5,zipf:1.0,zipf:1.5,lognormal:1.0,hotspot:0.3,intra-skew:1.2",
     )?;
     let modes: Vec<Network> = parsed(&args, "--modes", "ideal,calibrated,congested,stress")?;
+    let seed: u64 = parsed(&args, "--seed", "7")?[0];
+    // `fast` in every mode planned for the ideal network (the sweep before
+    // issue 20's per-batch round) instead of for the mode, as `auto` builds it.
+    let ideal_plans = args.iter().any(|a| a == "--ideal-plans");
+    let cache_path = args
+        .iter()
+        .position(|a| a == "--sim-cache")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
+    // (cluster, pattern, seed, mode, candidate) -> simulated us.
+    let mut cache: BTreeMap<String, f64> = BTreeMap::new();
+    if let Some(path) = &cache_path {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            for line in text.lines() {
+                if let Some((k, v)) = line.rsplit_once('\t') {
+                    cache.insert(k.to_string(), v.parse()?);
+                }
+            }
+        }
+    }
+    let mut cache_out = match &cache_path {
+        Some(path) => Some(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)?,
+        ),
+        None => None,
+    };
     let names: Vec<&str> = CANDIDATES.iter().map(|a| a.name()).collect();
     println!(
         "cluster\tpattern\tmode\t{}\tauto\tauto/best",
@@ -59,34 +100,78 @@ fn main() -> Res<()> {
                 let topo = cluster(preset, n, fabric)?;
                 for (i, pattern) in patterns.iter().enumerate() {
                     let mut spec = TrafficSpec::new(topo.ranks(), *pattern);
-                    spec.seed = 7 + i as u64;
+                    spec.seed = seed + i as u64;
                     spec.gpus_per_node = topo.gpus_per_node();
                     spec.bytes = 1 << 20;
                     spec.moe.tokens_per_rank = 1024;
                     let m = generate(&spec)?;
                     let bound = cut_bound(&topo, &m).best_us();
-                    let mut build_us = Vec::new();
-                    let plans: Vec<_> = CANDIDATES
+                    // A plan built for `net` is keyed `name@mode`.
+                    let key = |net: Network, a: &str| {
+                        let a = if ideal_plans || a != "fast" || net == Network::Ideal {
+                            a.to_string()
+                        } else {
+                            format!("{a}@{}", net.name())
+                        };
+                        format!(
+                            "{}\t{pattern:?}\t{}\t{}\t{a}",
+                            topo.name(),
+                            spec.seed,
+                            net.name()
+                        )
+                    };
+                    let cached = modes
                         .iter()
-                        .map(|&a| {
-                            let t0 = Instant::now();
-                            let p = schedule(a, &topo, &m, &Options::default());
-                            build_us.push(t0.elapsed().as_secs_f64() * 1e6);
-                            p
-                        })
-                        .collect::<Result<_, _>>()?;
+                        .all(|&net| names.iter().all(|a| cache.contains_key(&key(net, a))));
+                    let mut build_us = vec![0.0; names.len()];
+                    let plans: Vec<_> = if cached {
+                        Vec::new()
+                    } else {
+                        CANDIDATES
+                            .iter()
+                            .zip(build_us.iter_mut())
+                            .map(|(&a, us)| {
+                                let t0 = Instant::now();
+                                let p = schedule(a, &topo, &m, &Options::default());
+                                *us = t0.elapsed().as_secs_f64() * 1e6;
+                                p
+                            })
+                            .collect::<Result<_, _>>()?
+                    };
                     for &net in &modes {
                         let opts = SimOptions::new(net);
-                        let mut sim_us = Vec::new();
-                        let times: Vec<f64> = plans
-                            .iter()
-                            .map(|p| {
+                        let mut sim_us = vec![0.0; names.len()];
+                        let times: Vec<f64> = if cached {
+                            names.iter().map(|a| cache[&key(net, a)]).collect()
+                        } else {
+                            let mut t = Vec::with_capacity(plans.len());
+                            for (((p, us), a), alg) in plans
+                                .iter()
+                                .zip(sim_us.iter_mut())
+                                .zip(&names)
+                                .zip(CANDIDATES)
+                            {
+                                // `fast` as `auto` builds it: planned for the mode.
+                                let own = if ideal_plans || *a != "fast" || net == Network::Ideal {
+                                    None
+                                } else {
+                                    let o = Options {
+                                        network: net,
+                                        ..Options::default()
+                                    };
+                                    Some(schedule(*alg, &topo, &m, &o)?)
+                                };
                                 let t0 = Instant::now();
-                                let r = simulate(&topo, p, &opts).map(|r| r.completion_us);
-                                sim_us.push(t0.elapsed().as_secs_f64() * 1e6);
-                                r
-                            })
-                            .collect::<Result<_, _>>()?;
+                                let r = simulate(&topo, own.as_ref().unwrap_or(p), &opts)?
+                                    .completion_us;
+                                *us = t0.elapsed().as_secs_f64() * 1e6;
+                                if let Some(f) = cache_out.as_mut() {
+                                    writeln!(f, "{}\t{r}", key(net, a))?;
+                                }
+                                t.push(r);
+                            }
+                            t
+                        };
                         let t0 = Instant::now();
                         let mut pick = choose(&topo, &m, net);
                         choose_us.push(t0.elapsed().as_secs_f64() * 1e6);
