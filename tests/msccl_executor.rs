@@ -48,6 +48,24 @@ fn sweep_matrices(
     .collect()
 }
 
+/// The diagnostics' knobs: `XSIM_NODES` (else `default_nodes`) and
+/// `XSIM_LAYOUT` (`packed`, else padded).
+fn diag_shape(default_nodes: usize) -> (usize, switchyard::compiler::msccl::Layout) {
+    use switchyard::compiler::msccl::Layout;
+    let env = |k: &str| std::env::var(k).ok();
+    let nodes = env("XSIM_NODES").map_or(default_nodes, |v| v.parse().unwrap());
+    let layout = match env("XSIM_LAYOUT").as_deref() {
+        Some("packed") => Layout::Packed,
+        _ => Layout::Padded,
+    };
+    (nodes, layout)
+}
+
+/// Whether `XSIM_ALGS` (comma-separated names; unset: all) asks for `alg`.
+fn diag_wants(alg: switchyard::compiler::Algorithm) -> bool {
+    std::env::var("XSIM_ALGS").map_or(true, |v| v.split(',').any(|a| a == alg.name()))
+}
+
 /// The schedulers' options of the ignored sweeps: plans that fit a file's
 /// lanes, `lp` cut at 20 s.
 fn sweep_sched() -> switchyard::compiler::sched::Options {
@@ -541,24 +559,20 @@ fn spread_xml_runs_as_planned() {
 fn executor_rule_links() {
     use switchyard::compiler::msccl::chunk::base_chunk_bytes;
     use switchyard::compiler::msccl::xsim::simulate_executor;
-    use switchyard::compiler::msccl::{to_xml, Layout, XmlOptions};
+    use switchyard::compiler::msccl::{to_xml, XmlOptions};
     use switchyard::compiler::sched::schedule;
     use switchyard::compiler::Algorithm;
     let sim = SimOptions::default();
     let sched = sweep_sched();
     let env_list = |k: &str| std::env::var(k).ok();
-    let nodes: usize = env_list("XSIM_NODES").map_or(8, |v| v.parse().unwrap());
-    let layout = match env_list("XSIM_LAYOUT").as_deref() {
-        Some("packed") => Layout::Packed,
-        _ => Layout::Padded,
-    };
+    let (nodes, layout) = diag_shape(8);
     // `XSIM_BASE_CHUNK=1`: the largest pair in 284 chunks whatever the
     // padding (the default before `msccl::chunk`).
     let base = env_list("XSIM_BASE_CHUNK").is_some();
     let topo = Topology::preset("dgx-h100", nodes, None).unwrap();
     for (name, _, m) in sweep_matrices(&topo) {
         for &alg in Algorithm::ALL {
-            if env_list("XSIM_ALGS").is_some_and(|v| !v.split(',').any(|a| a == alg.name())) {
+            if !diag_wants(alg) {
                 continue;
             }
             let plan = schedule(alg, &topo, &m, &sched).unwrap();
@@ -646,21 +660,17 @@ fn fine_chunks_hold_8x8_lognormal() {
 #[ignore]
 fn executor_rule_path() {
     use switchyard::compiler::msccl::xsim::simulate_executor;
-    use switchyard::compiler::msccl::{to_xml, Layout, XmlOptions};
+    use switchyard::compiler::msccl::{to_xml, XmlOptions};
     use switchyard::compiler::sched::schedule;
     use switchyard::compiler::Algorithm;
     let sim = SimOptions::default();
     let sched = sweep_sched();
     let env = |k: &str| std::env::var(k).ok();
-    let nodes: usize = env("XSIM_NODES").map_or(4, |v| v.parse().unwrap());
-    let layout = match env("XSIM_LAYOUT").as_deref() {
-        Some("packed") => Layout::Packed,
-        _ => Layout::Padded,
-    };
+    let (nodes, layout) = diag_shape(4);
     let topo = Topology::preset("dgx-h100", nodes, None).unwrap();
     for (name, _, m) in sweep_matrices(&topo) {
         for &alg in Algorithm::ALL {
-            if env("XSIM_ALGS").is_some_and(|v| !v.split(',').any(|a| a == alg.name())) {
+            if !diag_wants(alg) {
                 continue;
             }
             let plan = schedule(alg, &topo, &m, &sched).unwrap();
