@@ -7,7 +7,7 @@
 //! as an assumption, in words), and the rail map from "closest NIC" data.
 //! It knows nothing of graphs, traffic or plans: the spec it returns goes
 //! through [`Topology::from_spec`](crate::Topology::from_spec) like any file.
-//! [`load`] gives `Topology` its constructors from files of every form
+//! Its private `load` module gives `Topology` its constructors from files of every form
 //! (`Topology::load`, `load_sized`, `from_text`, `from_json_str`,
 //! `from_nccl`), so the topology model itself never calls the import.
 //! docs/formats.md ("Importing a topology") states the rules.
