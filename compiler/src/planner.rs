@@ -41,7 +41,7 @@ use crate::sched::{
     Algorithm, Options,
 };
 use crate::sim::Network;
-use crate::topology::Topology;
+use crate::topology::{IntraKind, Topology};
 use crate::traffic::TrafficMatrix;
 
 /// Reusable planner for one topology: build it once per cluster, then call
@@ -474,6 +474,29 @@ impl Planner {
         }
     }
 
+    /// True when [`Planner::program_local`] can plan one rank from its
+    /// [`LocalTraffic`] alone with this planner: `direct`, `hierarchical`,
+    /// `pxn` and `deepep` always; `fast` and `spray` on nodes that are not a
+    /// mesh (for every matrix but those whose node pairs all go direct,
+    /// which `program_local` reports per call); never `auto` (its choice
+    /// compares whole-plan estimates) or the algorithms without a per-batch
+    /// planner. Callers that gather traffic (`switchyard.torch.AllToAll`)
+    /// ask this before choosing what to gather.
+    pub fn plans_locally(&self) -> bool {
+        if self.auto.is_some() {
+            return false;
+        }
+        match self.algorithm {
+            Algorithm::Direct | Algorithm::Hierarchical | Algorithm::Pxn | Algorithm::Deepep => {
+                true
+            }
+            Algorithm::Fast | Algorithm::Spray => {
+                self.emitter.is_some() && self.topo.intra_kind() != Some(IntraKind::Mesh)
+            }
+            _ => false,
+        }
+    }
+
     /// True when the last plan was latency-bound, and so sent as one merged
     /// stage of direct sends.
     pub fn latency_bound(&self) -> bool {
@@ -526,6 +549,31 @@ impl Planner {
 mod tests {
     use super::*;
     use crate::generate::{generate, Pattern, TrafficSpec};
+
+    /// `plans_locally` says exactly when `program_local` answers: on a
+    /// switch node and a mesh node, for every algorithm with a per-batch
+    /// planner, on a skewed matrix (not one whose node pairs all go direct).
+    #[test]
+    fn plans_locally_is_what_program_local_does() {
+        for (preset, gpus) in [("dgx-h100", 4), ("mi300x", 4)] {
+            let topo = Topology::preset(preset, 2, Some(gpus)).unwrap();
+            let mut spec = TrafficSpec::new(topo.ranks(), Pattern::Zipf(1.0));
+            spec.seed = 3;
+            let m = generate(&spec).unwrap();
+            let local = LocalTraffic::from_matrix(&m, 1, &topo).unwrap();
+            let mut checked = 0;
+            for alg in Algorithm::ALL {
+                let Ok(mut p) = Planner::for_algorithm(&topo, *alg, PlannerOptions::default())
+                else {
+                    continue;
+                };
+                let answered = p.program_local(&local).is_ok();
+                assert_eq!(p.plans_locally(), answered, "{preset} {}", alg.name());
+                checked += 1;
+            }
+            assert!(checked >= 7, "{preset}: {checked} planners");
+        }
+    }
 
     /// `auto`'s own programs, when the estimates decide, come from the
     /// chosen algorithm's per-rank planner: the whole plan is never built

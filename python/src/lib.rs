@@ -20,12 +20,11 @@ use switchyard_compiler::import::ImportOptions;
 use switchyard_compiler::lp::{lower_bound, LpOptions};
 use switchyard_compiler::msccl::{to_xml, Layout, Protocol, XmlOptions, MAX_CHUNK_BYTES};
 use switchyard_compiler::planner::{Planner as FastPlanner, PlannerOptions, Settle};
-use switchyard_compiler::program::{from_local, program, steps_are_levels, OpKind, RankProgram};
+use switchyard_compiler::program::{from_local, program, OpKind, RankProgram};
 use switchyard_compiler::rank::{LocalTraffic, NodeSplits};
 use switchyard_compiler::report::Report;
 use switchyard_compiler::sched::{schedule, Options};
 use switchyard_compiler::sim::{Network, SimOptions};
-use switchyard_compiler::topology::IntraKind;
 use switchyard_compiler::{
     verify_on, Algorithm, Buffer, Error, InputError, Plan, Topology, TopologySpec, TrafficMatrix,
 };
@@ -562,20 +561,16 @@ impl PyPlanner {
     }
 
     /// True when this planner plans each rank's program from that rank's
-    /// own gathered traffic (`direct`, `hierarchical`, `pxn`, `deepep`
-    /// whatever the matrix; `fast` and `spray` on nodes that are not a
-    /// mesh, given `node_splits`, for every matrix but those whose node
-    /// pairs all go direct: `_program_local_tuples` says so per call).
+    /// own gathered traffic: the compiler's `Planner::plans_locally` for
+    /// this topology and algorithm (`_program_local_tuples` still says, per
+    /// call, when a matrix needs the whole of it).
     fn _plans_locally(&self) -> bool {
-        match self.algorithm {
-            Algorithm::Direct | Algorithm::Hierarchical | Algorithm::Pxn | Algorithm::Deepep => {
-                steps_are_levels(self.algorithm.name())
+        match &self.engine {
+            Engine::Reusable(p) => p.plans_locally(),
+            Engine::OneShot(_) => {
+                FastPlanner::for_algorithm(&self.topo, self.algorithm, PlannerOptions::default())
+                    .is_ok_and(|p| p.plans_locally())
             }
-            Algorithm::Fast | Algorithm::Spray => {
-                matches!(self.engine, Engine::Reusable(_))
-                    && self.topo.intra_kind() != Some(IntraKind::Mesh)
-            }
-            _ => false,
         }
     }
 
