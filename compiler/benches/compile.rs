@@ -32,8 +32,12 @@
 //! `auto_choose` and `auto` (8x8 only): `auto`'s estimates alone, and
 //! estimates plus the chosen plan through `Planner::auto`.
 //!
-//! cargo bench -p switchyard-compiler --bench compile
-//! cargo bench -p switchyard-compiler --bench compile -- rank_program
+//! cargo bench --workspace --bench compile
+//! cargo bench --workspace --bench compile -- rank_program
+//!
+//! (`--workspace` keeps the workspace's feature set, so HiGHS is not built
+//! again; from the root a plain `cargo bench --bench compile` finds no
+//! such bench in the CLI package.)
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use switchyard_compiler::generate::{generate, Pattern, TrafficSpec};
