@@ -545,6 +545,30 @@ fn spread_xml_runs_as_planned() {
     }
 }
 
+/// Issue 22 item 2: 4x8 MoE `deepep`'s long inter-node writes, spread one
+/// lane per FIFO window's worth of calls, took several max-min shares of
+/// the NICs their node's other writes share: +4.25% (padded) and +4.14%
+/// (packed) over the plan. `to_xml` also prices files whose streams get
+/// only the lanes their planned rate needs (`msccl::spread::rate_lanes`)
+/// and keeps the fastest: within 3% in both layouts.
+#[test]
+fn rate_lanes_hold_4x8_moe_deepep() {
+    use switchyard::compiler::generate::Pattern;
+    use switchyard::compiler::msccl::{Layout, XmlOptions};
+    use switchyard::compiler::Algorithm;
+    for layout in [Layout::Padded, Layout::Packed] {
+        let opts = XmlOptions {
+            layout,
+            ..XmlOptions::default()
+        };
+        let r = executor_over_plan(4, 1, Pattern::Moe, Algorithm::Deepep, &opts);
+        assert!(
+            (0.97..=1.03).contains(&r),
+            "4x8 MoE deepep {layout}: executor/plan {r:.4}"
+        );
+    }
+}
+
 /// Where an executor-rule file loses time against its plan, link by link:
 /// for the links the executor keeps busiest, the bytes and busy time of
 /// the plan's simulation against those of the file under the executor's

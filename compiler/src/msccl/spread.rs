@@ -5,7 +5,11 @@
 //! executor's rules"). Its operations are cut into groups of at most the
 //! window's calls, and the groups go on lanes (channels) of their own, each
 //! one connection with its own window, where the threadblock budget has
-//! room after every lane the plan's own concurrency wants.
+//! room after every lane the plan's own concurrency wants. How many
+//! groups: one per window's worth of calls, or only as many as the rate
+//! the plan gives the transfer needs ([`rate_lanes`]: more lanes than that
+//! take more max-min shares of links the plan shares with other
+//! transfers); `to_xml` prices both and keeps the faster.
 
 use std::collections::{BinaryHeap, HashMap};
 
@@ -23,16 +27,17 @@ pub(super) struct OpCalls {
 
 /// The group of each operation within its transfer (operations of one
 /// transfer are consecutive). A transfer of `c` calls on a connection whose
-/// FIFO holds `window` calls gets `min(ceil(c / window), cap)` groups of
-/// consecutive operations, balanced by calls, when `worth(transfer,
-/// rounds)` says the `rounds = ceil(c / window)` round trips one connection
-/// would take cost it enough; one that fits the window, or is pinned, is
-/// one group (0).
+/// FIFO holds `window` calls would take `rounds = ceil(c / window)` round
+/// trips on one connection; `lanes(transfer, rounds)` says how many groups
+/// it wants (`rounds`: one lane per window's worth of calls; fewer: the
+/// lanes its planned rate needs, [`rate_lanes`]), and it gets
+/// `min(lanes, rounds, cap)` groups of consecutive operations, balanced by
+/// calls. One that fits the window, or is pinned, is one group (0).
 pub(super) fn stream_groups(
     ops: &[OpCalls],
     window: u64,
     cap: u32,
-    worth: impl Fn(u32, u64) -> bool,
+    lanes: impl Fn(u32, u64) -> u64,
 ) -> Vec<u32> {
     let mut group = vec![0u32; ops.len()];
     let mut i = 0;
@@ -44,9 +49,15 @@ pub(super) fn stream_groups(
         let run = &ops[i..j];
         let total: u64 = run.iter().map(|o| o.calls).sum();
         let rounds = total.div_ceil(window.max(1));
-        let want = rounds.min(u64::from(cap.max(1)));
-        if want > 1 && run.len() > 1 && !run.iter().any(|o| o.pinned) && worth(ops[i].from, rounds)
-        {
+        let pinned = run.iter().any(|o| o.pinned);
+        let want = if rounds > 1 && run.len() > 1 && !pinned {
+            lanes(ops[i].from, rounds)
+                .min(rounds)
+                .min(u64::from(cap.max(1)))
+        } else {
+            1
+        };
+        if want > 1 {
             // Group k takes the operations whose calls start in its share
             // `[k * total / want, (k + 1) * total / want)`.
             let mut before = 0u64;
@@ -58,6 +69,20 @@ pub(super) fn stream_groups(
         i = j;
     }
     group
+}
+
+/// Lanes a stream of `rounds` FIFO windows needs to keep the rate its plan
+/// gives it: one connection delivers a window's calls per round trip (the
+/// path's `latency_us`, then the window's bytes at the stream's rate), so
+/// a transfer the plan runs in `planned_us` needs `rounds * latency_us /
+/// planned_us` windows in flight beyond the one that streams. A transfer
+/// the plan gives no time (or no latency) to hides nothing: `rounds`.
+pub(super) fn rate_lanes(rounds: u64, latency_us: f64, planned_us: f64) -> u64 {
+    if !(planned_us > 0.0 && latency_us > 0.0) {
+        return rounds;
+    }
+    let extra = (rounds as f64 * latency_us / planned_us).ceil();
+    (extra as u64).saturating_add(1).min(rounds)
 }
 
 /// Gives the groups of [`stream_groups`] lanes of their own: each
@@ -156,16 +181,35 @@ mod tests {
             pinned: true,
             ..op(2, 1)
         }));
-        let all = |_, _| true;
+        let all = |_, rounds| rounds;
         let g = stream_groups(&ops, 2, 32, all);
         assert_eq!(g, vec![0, 0, 1, 1, 2, 0, 0, 0, 0, 0, 0]);
         // The cap bounds the groups.
         assert_eq!(stream_groups(&ops[..5], 2, 2, all), vec![0, 0, 0, 1, 1]);
         // Not worth it: one group.
-        let three = |_, rounds| rounds > 3;
-        assert_eq!(stream_groups(&ops[..5], 2, 32, three), vec![0; 5]);
+        let one = |_, _| 1;
+        assert_eq!(stream_groups(&ops[..5], 2, 32, one), vec![0; 5]);
+        // Two lanes asked for: two groups balanced by calls.
+        let two = |_, _| 2;
+        assert_eq!(stream_groups(&ops[..5], 2, 32, two), vec![0, 0, 0, 1, 1]);
+        // More than the rounds: one group per round at most.
+        let many = |_, _| 99;
+        assert_eq!(stream_groups(&ops[..5], 2, 32, many), g[..5].to_vec());
         // One operation of many calls stays whole.
         assert_eq!(stream_groups(&[op(0, 9)], 2, 32, all), vec![0]);
+    }
+
+    #[test]
+    fn rate_lanes_cover_the_round_trips() {
+        // 10 rounds of 4 us in a transfer planned for 20 us: 2 windows of
+        // latency to hide, plus the one that streams.
+        assert_eq!(rate_lanes(10, 4.0, 20.0), 3);
+        // Planned slowly enough that one window keeps up (+1 for the ceil).
+        assert_eq!(rate_lanes(10, 1.0, 100.0), 2);
+        // Never more than one lane per round.
+        assert_eq!(rate_lanes(3, 4.0, 1.0), 3);
+        // No planned time: one lane per round.
+        assert_eq!(rate_lanes(5, 4.0, 0.0), 5);
     }
 
     #[test]
