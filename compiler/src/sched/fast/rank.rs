@@ -174,12 +174,12 @@ impl Emitter {
                 );
             }
             let total = self.node_bytes[a * nn + b];
-            for l in 0..g {
+            for (l, other) in tmp.iter().enumerate() {
                 let c = a * g + l;
                 let len = if mine {
                     self.lanes[rank_lane_index(nn, g, node, rail, a, b, l)].len()
                 } else {
-                    tmp[l].len()
+                    other.len()
                 };
                 let (from, to) = lane_slice(before, after, total, len);
                 if self.first_slice[c] == NONE && to > from {

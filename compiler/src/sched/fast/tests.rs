@@ -795,7 +795,11 @@ fn rank_lanes_match_the_whole(t: &Topology, m: &TrafficMatrix, opts: &PlannerOpt
         for a in 0..nn {
             // A node's lanes to itself are empty and never read.
             for b in (0..nn).filter(|&b| b != a) {
-                let lanes = if a == node || b == node { 0..g } else { rail..rail + 1 };
+                let lanes = if a == node || b == node {
+                    0..g
+                } else {
+                    rail..rail + 1
+                };
                 for l in lanes {
                     let x = e.lanes[rank_lane_index(nn, g, node, rail, a, b, l)];
                     let y = whole.lanes[whole.lane_index(a, b, l)];
