@@ -120,14 +120,18 @@ pub(crate) struct Emitter {
     pub(super) whole: WholeBlocks,
     /// Block offsets one rank's program reads (`rank.rs`).
     pub(super) rank_bufs: RankBuffers,
-    /// The scratch sizes of a rank's program's plan (`rank.rs`).
-    pub(super) rank_scratch: Vec<u64>,
     /// Keys of the transfers a rank's program emits (`rank.rs`).
     pub(super) rank_sink: RankSink,
     pub(super) node_bytes: Vec<u64>,
     /// Non-empty blocks between different nodes.
     pub(super) inter_blocks: u64,
+    /// The lanes of every node pair, `(a, b, l)` at `(a N + b) G + l`; for
+    /// a rank's program only those it reads (`rank_lane_index`).
     pub(super) lanes: Vec<Lane>,
+    /// A rank's program: running sums per GPU that place the lanes it
+    /// keeps, and one pair's lanes that it does not keep.
+    pub(super) rank_sums: Vec<u64>,
+    pub(super) lane_tmp: Vec<Lane>,
     pub(super) pieces: Vec<Piece>,
     pub(super) sent: Vec<u64>,
     pub(super) targets: Vec<u64>,
@@ -262,11 +266,12 @@ impl Emitter {
             mesh: topo.intra_kind() == Some(IntraKind::Mesh),
             whole: WholeBlocks::default(),
             rank_bufs: RankBuffers::default(),
-            rank_scratch: Vec::new(),
             rank_sink: RankSink::default(),
             node_bytes: Vec::with_capacity(nodes * nodes),
             inter_blocks: 0,
-            lanes: Vec::with_capacity(nodes * nodes * gpus),
+            lanes: Vec::new(),
+            rank_sums: Vec::new(),
+            lane_tmp: Vec::new(),
             pieces: Vec::new(),
             sent: Vec::with_capacity(gpus),
             targets: Vec::with_capacity(gpus),
@@ -357,7 +362,7 @@ impl Emitter {
             self.whole = whole;
             return Ok(());
         }
-        self.balance(&whole, None);
+        self.balance(&whole);
         self.layout_scratch(&mut out.scratch);
         self.decompose();
         self.emit_inter_node(&whole, &mut emit);
@@ -560,6 +565,9 @@ pub(super) trait Sink {
     /// The lanes of node pair `(a, b)` to emit (all `0..g` for a whole
     /// plan). A lane is emitted in every stage or in none.
     fn lanes(&self, a: usize, b: usize, g: usize) -> Range<usize>;
+    /// Where lane `l` of node pair `(a, b)` sits in the emitter's `lanes`
+    /// (of `nodes` nodes of `g` GPUs), for a lane [`Sink::lanes`] names.
+    fn lane_index(&self, nodes: usize, g: usize, a: usize, b: usize, l: usize) -> usize;
     /// Whether to emit the forwards at node `b` (the receiving node).
     fn forwards_at(&self, b: usize) -> bool;
     /// The nodes whose intra-node blocks to emit.
@@ -583,6 +591,11 @@ impl Sink for Emit<'_> {
     #[inline(always)]
     fn lanes(&self, _: usize, _: usize, g: usize) -> Range<usize> {
         0..g
+    }
+
+    #[inline(always)]
+    fn lane_index(&self, nodes: usize, g: usize, a: usize, b: usize, l: usize) -> usize {
+        (a * nodes + b) * g + l
     }
 
     #[inline(always)]

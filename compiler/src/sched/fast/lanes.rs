@@ -32,23 +32,19 @@ impl Emitter {
         (a * self.nodes + b) * self.gpus + l
     }
 
-    /// Balances every node pair (module [`crate::sched::fast::balance`]).
-    /// With `node` (a rank's program), the pairs away from that node get
-    /// their lanes' bytes but no pieces: the program emits none of their
-    /// moves, only sends of theirs that its chains wait on.
-    pub(super) fn balance(&mut self, v: &impl Blocks, node: Option<usize>) {
-        let (nn, g) = (self.nodes, self.gpus);
-        // Every lane is written below (those of a node to itself as empty):
-        // the previous plan's are overwritten rather than cleared first (at
-        // 512x8 the lanes take 100 MB).
-        self.lanes.resize(nn * nn * g, Lane::default());
-        self.pieces.clear();
-        // A move is worth it when it saves more than the extra NVLink hop costs.
-        let min_gain = if self.opts.balance {
+    /// A balancing move is worth it when it saves more than the extra
+    /// NVLink hop costs (never, without balancing).
+    pub(super) fn min_gain(&self) -> f64 {
+        if self.opts.balance {
             self.intra_latency
         } else {
             f64::INFINITY
-        };
+        }
+    }
+
+    /// Whether every node pair goes direct (see [`Emitter::balance`]).
+    fn pairs_all_direct(&mut self, v: &impl Blocks, min_gain: f64) -> bool {
+        let (nn, g) = (self.nodes, self.gpus);
         // Direct sends only when every pair qualifies: a direct pair's lanes
         // are not rail-aligned, and next to balanced pairs (pipelined into
         // the same NICs) they made incast (congested 4x8 hotspot: 1.03x ->
@@ -85,6 +81,19 @@ impl Emitter {
                     self.sent.iter().all(|&x| x == 0) || self.direct_is_enough(v, a, b, min_gain);
             }
         }
+        all_direct
+    }
+
+    /// Balances every node pair (module [`crate::sched::fast::balance`]).
+    pub(super) fn balance(&mut self, v: &impl Blocks) {
+        let (nn, g) = (self.nodes, self.gpus);
+        // Every lane is written below (those of a node to itself as empty):
+        // the previous plan's are overwritten rather than cleared first (at
+        // 512x8 the lanes take 100 MB).
+        self.lanes.resize(nn * nn * g, Lane::default());
+        self.pieces.clear();
+        let min_gain = self.min_gain();
+        let all_direct = self.pairs_all_direct(v, min_gain);
         self.all_direct = all_direct;
         for a in 0..nn {
             for b in 0..nn {
@@ -118,13 +127,154 @@ impl Emitter {
                     self.nic_rate,
                     min_gain,
                     self.mesh,
-                    node.is_some_and(|n| a != n && b != n),
+                    false,
                     &mut self.lanes[at..at + g],
                     &mut self.pieces,
                     &mut self.targets,
                 );
             }
         }
+    }
+
+    /// The lanes rank `(node, rail)`'s program reads, balanced and laid out
+    /// as [`Emitter::balance`] and [`Emitter::layout_scratch`] would, into
+    /// `self.lanes` indexed by [`rank_lane_index`]: every lane of its node's
+    /// pairs (with their pieces) and lane `rail` of the other pairs (their
+    /// own and gathered bytes, no pieces), `N² + 2 N G` lanes instead of
+    /// `N² G`. Every other lane is balanced too, for its bytes only, which
+    /// place the landing and gather regions (running sums per GPU, `R`
+    /// numbers). Returns the rank's scratch bytes, or `None` (nothing
+    /// balanced) when every pair goes direct. Not on a mesh (`spread`).
+    pub(super) fn balance_rank(
+        &mut self,
+        v: &impl Blocks,
+        node: usize,
+        rail: usize,
+    ) -> Option<u64> {
+        let (nn, g) = (self.nodes, self.gpus);
+        let n = nn * g;
+        debug_assert!(!self.mesh, "a mesh's lanes spread: no rank programs");
+        self.pieces.clear();
+        let min_gain = self.min_gain();
+        self.all_direct = self.pairs_all_direct(v, min_gain);
+        if self.all_direct {
+            return None;
+        }
+        self.lanes.clear();
+        self.lanes.resize(nn * nn + 2 * nn * g, Lane::default());
+        let idx = |a: usize, b: usize, l: usize| rank_lane_index(nn, g, node, rail, a, b, l);
+        // Per GPU: the bytes it gathers in all (`gather`); before column
+        // `node` of its row (`gather_before`, the gather base of its lane
+        // into the node); what lanes of the nodes before `node` land in it
+        // (`land_before`, the landing base of the node's lanes into it).
+        // `land`: a running sum per node (below).
+        let mut sums = std::mem::take(&mut self.rank_sums);
+        sums.clear();
+        sums.resize(3 * n + nn, 0);
+        let (gather, rest) = sums.split_at_mut(n);
+        let (gather_before, rest) = rest.split_at_mut(n);
+        let (land_before, land) = rest.split_at_mut(n);
+        let mut tmp = std::mem::take(&mut self.lane_tmp);
+        tmp.clear();
+        tmp.resize(g, Lane::default());
+        for a in 0..nn {
+            // Running gather base of lane `rail` of row `a`.
+            let mut rail_gather = 0u64;
+            for b in 0..nn {
+                if a == b {
+                    // Empty (as cleared above), as in the whole layout.
+                    continue;
+                }
+                self.sent.clear();
+                for l in 0..g {
+                    let x = v.to_node(a * g + l, b);
+                    self.sent.push(x);
+                }
+                let mine = a == node || b == node;
+                let lanes = if mine {
+                    let at = idx(a, b, 0);
+                    &mut self.lanes[at..at + g]
+                } else {
+                    &mut tmp[..]
+                };
+                balance_pair(
+                    &self.sent,
+                    (a * g) as u32,
+                    &self.weights,
+                    self.nic_rate,
+                    min_gain,
+                    false,
+                    !mine,
+                    lanes,
+                    &mut self.pieces,
+                    &mut self.targets,
+                );
+                for (l, lane) in lanes.iter().enumerate() {
+                    gather[a * g + l] += lane.gathered;
+                    if b < node {
+                        gather_before[a * g + l] += lane.gathered;
+                    }
+                    if a < node {
+                        land_before[b * g + l] += lane.len();
+                    }
+                }
+                let rail_gathered = lanes[rail].gathered;
+                if !mine {
+                    let lane = &mut self.lanes[idx(a, b, rail)];
+                    *lane = tmp[rail];
+                    lane.gather_base = rail_gather;
+                }
+                rail_gather += rail_gathered;
+            }
+        }
+        // Landing regions: after the GPU's gather regions, in the order of
+        // the sending node. Lane `rail` of the pairs away from `node`, by
+        // column (`node`'s row among them); `land` is each column's
+        // running sum.
+        for a in 0..nn {
+            for b in (0..nn).filter(|&b| b != node && b != a) {
+                let lane = &mut self.lanes[idx(a, b, rail)];
+                if a != node {
+                    lane.recv_base = gather[b * g + rail] + land[b];
+                }
+                land[b] += lane.len();
+            }
+        }
+        // The pairs of `node` keep their bases in full.
+        let land_before = &sums[2 * n..3 * n];
+        let gather = &sums[..n];
+        let gather_before = &sums[n..2 * n];
+        // Its row: gather regions in the order of `b`, landing after the
+        // nodes before `node`.
+        for l in 0..g {
+            let mut at = 0u64;
+            for b in 0..nn {
+                let lane = &mut self.lanes[idx(node, b, l)];
+                lane.gather_base = at;
+                at += lane.gathered;
+                lane.recv_base = gather[b * g + l] + land_before[b * g + l];
+            }
+        }
+        // Its column: each sending GPU's gather regions before `node`'s, and
+        // the landing regions in `node`'s GPUs in the order of `a`.
+        let mut scratch = 0;
+        for l in 0..g {
+            let mut at = gather[node * g + l];
+            for a in 0..nn {
+                let lane = &mut self.lanes[idx(a, node, l)];
+                if a != node {
+                    lane.gather_base = gather_before[a * g + l];
+                }
+                lane.recv_base = at;
+                at += lane.len();
+            }
+            if l == rail {
+                scratch = at;
+            }
+        }
+        self.rank_sums = sums;
+        self.lane_tmp = tmp;
+        Some(scratch)
     }
 
     /// True when sending pair (a, b) directly, block by block from source
@@ -158,5 +308,29 @@ impl Emitter {
         }
         let excess = (worst - balanced.min(worst)) as f64;
         excess / self.nic_rate <= min_gain && excess <= DIRECT_SLACK * balanced as f64
+    }
+}
+
+/// Where lane `l` of node pair `(a, b)` sits in the lanes of rank
+/// `(node, rail)`'s program ([`Emitter::balance_rank`]): its node's row
+/// (`(node, b, l)`) and column (`(a, node, l)`) after the `N²` lanes
+/// `rail` of every pair (at `a N + b`). Other lanes are not kept.
+#[inline(always)]
+pub(super) fn rank_lane_index(
+    nodes: usize,
+    gpus: usize,
+    node: usize,
+    rail: usize,
+    a: usize,
+    b: usize,
+    l: usize,
+) -> usize {
+    if a == node {
+        nodes * nodes + b * gpus + l
+    } else if b == node {
+        nodes * nodes + (nodes + a) * gpus + l
+    } else {
+        debug_assert_eq!(l, rail, "lane {l} of ({a}, {b}) is not kept");
+        a * nodes + b
     }
 }

@@ -11,8 +11,12 @@
 
 use std::ops::Range;
 
+use super::balance::balance_pair;
+use super::blocks::Blocks;
 use super::emit::{Emitter, Sink};
+use super::lanes::rank_lane_index;
 use super::sends::lane_slice;
+use super::slots::NONE;
 use crate::error::{Error, Result};
 use crate::plan::{Path, Transfer};
 use crate::rank::{direct_local, LocalProgram, LocalTraffic, TransferKey};
@@ -89,35 +93,106 @@ impl Emitter {
         self.node_bytes.clear();
         self.node_bytes.extend_from_slice(&t.node_bytes);
         self.inter_blocks = splits.inter_blocks;
+        let (node, rail) = (t.rank / g, t.rank % g);
         let mut bufs = std::mem::take(&mut self.rank_bufs);
         let v = bufs.view(t, splits);
-        self.balance(&v, Some(t.rank / g));
-        if self.all_direct {
+        let Some(scratch) = self.balance_rank(&v, node, rail) else {
             self.rank_bufs = bufs;
             return refuse(
                 "every node pair is sent directly, and a direct lane's receives wait on \
                  the chains of every rail",
             );
-        }
-        let mut scratch = std::mem::take(&mut self.rank_scratch);
-        self.layout_scratch(&mut scratch);
+        };
         self.decompose();
         let mut sink = std::mem::take(&mut self.rank_sink);
         sink.reset(t.rank, g);
         self.prepare_sends();
-        self.rank_pairs(t.rank / g, t.rank % g, &mut sink.pairs);
+        self.first_slices_rank(&v, node, rail);
+        self.rank_pairs(node, rail, &mut sink.pairs);
         for k in 0..sink.pairs.pairs.len() {
             let (i, before) = sink.pairs.pairs[k];
             self.emit_pair(&v, &mut sink, i as usize, before);
         }
         self.emit_intra_node(&v, &mut sink);
         out.reset(name, t.rank, t.ranks(), g);
-        out.scratch_bytes = scratch.get(t.rank).copied().unwrap_or(0);
+        out.scratch_bytes = scratch;
         sink.finish(out);
         self.rank_sink = sink;
-        self.rank_scratch = scratch;
         self.rank_bufs = bufs;
         Ok(())
+    }
+}
+
+impl Emitter {
+    /// [`Emitter::first_slices`] over the lanes of rank `(node, rail)`'s
+    /// program ([`Emitter::balance_rank`]): the lanes it does not keep are
+    /// balanced again, for their bytes, where the walk needs them (until
+    /// every GPU has found its first slice, usually in the first stages).
+    pub(super) fn first_slices_rank(&mut self, v: &impl Blocks, node: usize, rail: usize) {
+        let (nn, g) = (self.nodes, self.gpus);
+        let min_gain = self.min_gain();
+        self.first_slice.clear();
+        self.first_slice.resize(self.ranks(), NONE);
+        self.taken.clear();
+        self.taken.resize(nn * nn, 0);
+        // GPUs of each node still without a slice; nodes still with one.
+        let mut left = std::mem::take(&mut self.rank_sums);
+        left.clear();
+        left.resize(nn, g as u64);
+        let mut tmp = std::mem::take(&mut self.lane_tmp);
+        tmp.resize(g, Default::default());
+        let mut nodes_left = nn;
+        for (i, p) in self.stages.iter().enumerate() {
+            if nodes_left == 0 {
+                break;
+            }
+            let (a, b) = (p.src_node as usize, p.dst_node as usize);
+            let before = self.taken[a * nn + b];
+            let after = before + p.bytes;
+            self.taken[a * nn + b] = after;
+            if left[a] == 0 {
+                continue;
+            }
+            let mine = a == node || b == node;
+            if !mine {
+                self.sent.clear();
+                for l in 0..g {
+                    let x = v.to_node(a * g + l, b);
+                    self.sent.push(x);
+                }
+                balance_pair(
+                    &self.sent,
+                    (a * g) as u32,
+                    &self.weights,
+                    self.nic_rate,
+                    min_gain,
+                    false,
+                    true,
+                    &mut tmp,
+                    &mut self.pieces,
+                    &mut self.targets,
+                );
+            }
+            let total = self.node_bytes[a * nn + b];
+            for (l, other) in tmp.iter().enumerate() {
+                let c = a * g + l;
+                let len = if mine {
+                    self.lanes[rank_lane_index(nn, g, node, rail, a, b, l)].len()
+                } else {
+                    other.len()
+                };
+                let (from, to) = lane_slice(before, after, total, len);
+                if self.first_slice[c] == NONE && to > from {
+                    self.first_slice[c] = i as u32;
+                    left[a] -= 1;
+                    if left[a] == 0 {
+                        nodes_left -= 1;
+                    }
+                }
+            }
+        }
+        self.rank_sums = left;
+        self.lane_tmp = tmp;
     }
 }
 
@@ -199,7 +274,8 @@ impl Emitter {
         }
         rp.node_pairs.clear();
         rp.node_pairs.extend((0..nn * nn).map(|ab| {
-            let len = self.lanes.get(ab * g + j).map_or(0, |lane| lane.len());
+            let (s, d) = (ab / nn, ab % nn);
+            let len = self.lanes[rank_lane_index(nn, g, a, j, s, d, j)].len();
             [0, len, self.node_bytes[ab]]
         }));
         for (i, p) in self.stages.iter().enumerate() {
@@ -313,6 +389,11 @@ impl Sink for RankSink {
         } else {
             self.rail..self.rail + 1
         }
+    }
+
+    #[inline]
+    fn lane_index(&self, nodes: usize, g: usize, a: usize, b: usize, l: usize) -> usize {
+        rank_lane_index(nodes, g, self.node, self.rail, a, b, l)
     }
 
     fn forwards_at(&self, b: usize) -> bool {

@@ -14,6 +14,7 @@ use crate::plan::{Buffer, Path, Transfer};
 impl Emitter {
     pub(super) fn emit_inter_node(&mut self, v: &impl Blocks, out: &mut impl Sink) {
         self.prepare_sends();
+        self.first_slices();
         let nn = self.nodes;
         self.taken.clear();
         self.taken.resize(nn * nn, 0);
@@ -27,8 +28,9 @@ impl Emitter {
     }
 
     /// What the sends of every stage pair share: the chunk size, the depth,
-    /// the window unit, empty chains, the last pair of each node and each
-    /// GPU's first slice.
+    /// the window unit, empty chains and the last pair of each node (then
+    /// each GPU's first slice: [`Emitter::first_slices`], or for one
+    /// rank's lanes `first_slices_rank`).
     pub(super) fn prepare_sends(&mut self) {
         let nn = self.nodes;
         // The chunk size and the window unit both follow from them.
@@ -63,7 +65,6 @@ impl Emitter {
             self.last_pair[p.src_node as usize] = i;
             self.last_pair[nn + p.dst_node as usize] = i;
         }
-        self.first_slices();
     }
 
     /// The sends of stage pair `i` (index in `stages`), whose node pair has
@@ -84,7 +85,7 @@ impl Emitter {
         let after = before + p.bytes;
         let total = self.node_bytes[a * nn + b];
         for l in out.lanes(a, b, self.gpus) {
-            let li = self.lane_index(a, b, l);
+            let li = out.lane_index(nn, self.gpus, a, b, l);
             let lane = self.lanes[li];
             let (from, to) = lane_slice(before, after, total, lane.len());
             let c = a * self.gpus + l;
@@ -114,7 +115,7 @@ impl Emitter {
     /// of a GPU is split (`cut_chunks`). A function of the stages and the
     /// lanes alone, so a rank's program finds it for GPUs whose earlier
     /// slices it does not emit.
-    fn first_slices(&mut self) {
+    pub(super) fn first_slices(&mut self) {
         let (nn, g) = (self.nodes, self.gpus);
         self.first_slice.clear();
         self.first_slice.resize(self.ranks(), NONE);

@@ -756,3 +756,100 @@ fn per_message_cost_coarsens_the_sends() {
         ));
     }
 }
+
+/// What a rank's program reads of the lanes ([`Emitter::balance_rank`]:
+/// its node's row and column in full, lane `rail` of every other pair, and
+/// each GPU's first slice) is the whole plan's (`balance`,
+/// `layout_scratch`, `first_slices`), field for field; and so is the rank's
+/// scratch size. Pieces are compared by content (their indices differ:
+/// the rank keeps only its node's).
+fn rank_lanes_match_the_whole(t: &Topology, m: &TrafficMatrix, opts: &PlannerOptions) {
+    use super::blocks::{RankBuffers, WholeBlocks};
+    use super::lanes::rank_lane_index;
+    use crate::rank::LocalTraffic;
+    let (nn, g) = (t.nodes(), t.gpus_per_node());
+    let mut whole = Emitter::new(t, opts.clone()).unwrap();
+    let mut w = WholeBlocks::default();
+    whole.offsets(m, &mut w);
+    whole.balance(&w);
+    let mut scratch = Vec::new();
+    whole.layout_scratch(&mut scratch);
+    whole.decompose();
+    whole.prepare_sends();
+    whole.first_slices();
+    let mut e = Emitter::new(t, opts.clone()).unwrap();
+    let mut bufs = RankBuffers::default();
+    for rank in 0..nn * g {
+        let (node, rail) = (rank / g, rank % g);
+        let lt = LocalTraffic::from_matrix(m, rank, t).unwrap();
+        let splits = lt.node_splits.as_ref().unwrap();
+        e.node_bytes.clone_from(&lt.node_bytes);
+        e.inter_blocks = splits.inter_blocks;
+        let v = bufs.view(&lt, splits);
+        let got = e.balance_rank(&v, node, rail);
+        assert_eq!(e.all_direct, whole.all_direct);
+        let Some(got) = got else {
+            continue;
+        };
+        assert_eq!(got, scratch.get(rank).copied().unwrap_or(0), "rank {rank}");
+        for a in 0..nn {
+            // A node's lanes to itself are empty and never read.
+            for b in (0..nn).filter(|&b| b != a) {
+                let lanes = if a == node || b == node {
+                    0..g
+                } else {
+                    rail..rail + 1
+                };
+                for l in lanes {
+                    let x = e.lanes[rank_lane_index(nn, g, node, rail, a, b, l)];
+                    let y = whole.lanes[whole.lane_index(a, b, l)];
+                    let pieces = |e: &Emitter, x: &super::balance::Lane| {
+                        e.pieces[x.pieces_start as usize..x.pieces_end as usize].to_vec()
+                    };
+                    let mine = a == node || b == node;
+                    assert_eq!(
+                        (x.own, x.gathered, x.recv_base, x.gather_base, x.direct),
+                        (y.own, y.gathered, y.recv_base, y.gather_base, y.direct),
+                        "rank {rank}, lane {l} of ({a}, {b})"
+                    );
+                    if mine {
+                        assert_eq!(pieces(&e, &x), pieces(&whole, &y), "rank {rank}");
+                    }
+                }
+            }
+        }
+        e.decompose();
+        e.prepare_sends();
+        e.first_slices_rank(&v, node, rail);
+        assert_eq!(e.first_slice, whole.first_slice, "rank {rank}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    #[test]
+    fn a_ranks_lanes_are_the_whole_plans(
+        (n, g, p, _mesh, cells) in arb_case(),
+        balance in any::<bool>(),
+        per_message in any::<bool>(),
+    ) {
+        let t = topo(n, g, p, IntraKind::Switch);
+        let r = n * g;
+        let m = TrafficMatrix::from_rows(cells.chunks(r).map(<[u64]>::to_vec).collect());
+        let opts = PlannerOptions {
+            balance,
+            per_message_us: if per_message { 3.0 } else { 0.0 },
+            ..PlannerOptions::default()
+        };
+        rank_lanes_match_the_whole(&t, &m, &opts);
+    }
+}
+
+#[test]
+fn a_ranks_lanes_are_the_whole_plans_on_moe_traffic() {
+    for (nodes, nics) in [(6, 8), (5, 4), (7, 2)] {
+        let t = topo(nodes, 8, nics, IntraKind::Switch);
+        let m = moe(nodes * 8, nodes as u64);
+        rank_lanes_match_the_whole(&t, &m, &PlannerOptions::default());
+    }
+}

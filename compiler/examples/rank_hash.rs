@@ -1,0 +1,137 @@
+//! One rank's staged `fast` program (`Planner::program_local_into`) on a
+//! DGX-H100 cluster with `generate` seed 1: a hash of every op and
+//! dependency of the program, the peak bytes the planner and its first
+//! call allocate beyond what is live before them (a counting allocator),
+//! and the time per call.
+//! Issue 25 checks that its changes keep the programs byte for byte
+//! (docs/benchmarks.md records the output).
+//!
+//! `cargo run --release -p switchyard-compiler --example rank_hash -- [nodes...] [--calls K] [--ranks middle|all3]`
+//!
+//! Prints one line per case: nodes, pattern, rank, ops, scratch bytes,
+//! hash, first-call peak allocation, median time of the calls after the
+//! first.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use switchyard_compiler::generate::{generate, Pattern, TrafficSpec};
+use switchyard_compiler::planner::{Planner, PlannerOptions};
+use switchyard_compiler::rank::{LocalProgram, LocalTraffic};
+use switchyard_compiler::{Algorithm, Topology};
+
+/// The system allocator, counting the bytes live and their peak.
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+fn note(add: usize, sub: usize) {
+    let live = LIVE.fetch_add(add, Ordering::Relaxed) + add - sub;
+    LIVE.fetch_sub(sub, Ordering::Relaxed);
+    PEAK.fetch_max(live, Ordering::Relaxed);
+}
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note(layout.size(), 0);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        note(0, layout.size());
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        note(layout.size(), 0);
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note(new_size, layout.size());
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+fn program_hash(p: &LocalProgram) -> u64 {
+    let mut h = DefaultHasher::new();
+    (p.rank, p.ranks, p.gpus_per_node, p.scratch_bytes).hash(&mut h);
+    p.algorithm.hash(&mut h);
+    for op in &p.ops {
+        // Every field of the op and every dependency, through its JSON.
+        serde_json::to_string(op)
+            .expect("an op serialises")
+            .hash(&mut h);
+    }
+    h.finish()
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut nodes = Vec::new();
+    let mut calls = 3usize;
+    let mut all3 = false;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--calls" => calls = args.next().ok_or("--calls K")?.parse()?,
+            "--ranks" => all3 = args.next().ok_or("--ranks middle|all3")? == "all3",
+            _ => nodes.push(a.parse::<usize>()?),
+        }
+    }
+    if nodes.is_empty() {
+        nodes = vec![128, 512];
+    }
+    for &nn in &nodes {
+        let topo = Topology::preset("dgx-h100", nn, None)?;
+        let n = topo.ranks();
+        let ranks = if all3 {
+            vec![0, n / 2, n - 1]
+        } else {
+            vec![n / 2]
+        };
+        for (pattern, name) in [
+            (Pattern::Zipf(1.0), "zipf1.0"),
+            (Pattern::Lognormal(1.0), "lognormal1.0"),
+        ] {
+            let mut spec = TrafficSpec::new(n, pattern);
+            spec.seed = 1;
+            let traffic = generate(&spec)?;
+            for &rank in &ranks {
+                let local = LocalTraffic::from_matrix(&traffic, rank, &topo)?;
+                // The planner's own buffers count (some are sized when
+                // it is made).
+                let base = LIVE.load(Ordering::Relaxed);
+                PEAK.store(base, Ordering::Relaxed);
+                let mut planner =
+                    Planner::for_algorithm(&topo, Algorithm::Fast, PlannerOptions::default())?;
+                let mut prog = LocalProgram::default();
+                let t0 = Instant::now();
+                planner.program_local_into(&local, &mut prog)?;
+                let first = t0.elapsed().as_secs_f64();
+                let peak = PEAK.load(Ordering::Relaxed) - base;
+                let mut times = Vec::new();
+                for _ in 1..calls {
+                    let t0 = Instant::now();
+                    planner.program_local_into(&local, &mut prog)?;
+                    times.push(t0.elapsed().as_secs_f64());
+                }
+                times.sort_by(f64::total_cmp);
+                let median = times.get(times.len() / 2).copied().unwrap_or(first);
+                println!(
+                    "{nn}x8 {name} rank {rank}: {} ops, scratch {}, hash {:016x}, peak alloc {:.2} MB, first {:.1} ms, median {:.2} ms",
+                    prog.ops.len(),
+                    prog.scratch_bytes,
+                    program_hash(&prog),
+                    peak as f64 / 1e6,
+                    first * 1e3,
+                    median * 1e3,
+                );
+            }
+        }
+    }
+    Ok(())
+}
