@@ -1691,9 +1691,10 @@ mod tests {
     /// DGX-H100, near-uniform MoE traffic (the sweep's Zipf 0), its ~25
     /// stages send ~12% more NIC time in messages in the calibrated mode
     /// than the node pairs sent in one piece would. Without that term the
-    /// estimate was 0.89 of the simulated time (the sweep's `fast`
-    /// chosen over `deepep`, 1.25x); with it, within 4%. In `ideal` there
-    /// is no per-message cost and the term is 0.
+    /// estimate was 0.89 of the simulated time (where `fast` is 1.25x
+    /// `deepep`: an estimate that low can rank it first); with it,
+    /// within 4%. In `ideal` there is no per-message cost and the term
+    /// is 0.
     #[test]
     fn fast_pays_a_message_per_lane_and_stage() {
         let topo = Topology::preset("dgx-h100", 8, None).unwrap();
