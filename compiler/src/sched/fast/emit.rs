@@ -136,9 +136,8 @@ pub(crate) struct Emitter {
     pub(super) sent: Vec<u64>,
     pub(super) targets: Vec<u64>,
     pub(super) scratch_gather: Vec<u64>,
-    pub(super) decomposer: Decomposer,
-    /// The fabric's leaves, where their uplinks can be the cut (leaves.rs).
-    pub(super) leaf_stages: Option<LeafStages>,
+    /// The node-stage decomposition (stages.rs, leaves.rs).
+    pub(super) node_stages: NodeStages,
     pub(super) stages: Vec<StagePair>,
     pub(super) stage_count: u32,
     pub(super) depth: u32,
@@ -276,8 +275,7 @@ impl Emitter {
             sent: Vec::with_capacity(gpus),
             targets: Vec::with_capacity(gpus),
             scratch_gather: Vec::with_capacity(ranks),
-            decomposer: Decomposer::default(),
-            leaf_stages: LeafStages::from_topology(topo, nic_rate * rails),
+            node_stages: NodeStages::new(topo),
             stages: Vec::new(),
             stage_count: 0,
             depth: 1,
@@ -509,28 +507,81 @@ impl Emitter {
         let part = self
             .chunk_size(self.chunk_bounds())
             .saturating_mul(self.gpus as u64);
-        if let Some(leaves) = self.leaf_stages.as_mut() {
-            let s = self.opts.stages_per_node;
-            let (dec, t) = (&mut self.decomposer, &self.node_bytes);
-            if let Some(count) = leaves.decompose(dec, nn, t, s, part, &mut self.stages) {
-                self.stage_count = count;
-                return;
+        self.stage_count =
+            self.node_stages
+                .decompose(nn, &self.node_bytes, &self.opts, part, &mut self.stages);
+    }
+}
+
+/// `fast`'s node-stage decomposition on one topology, given the node
+/// matrix alone: the layered stages of leaves.rs where the fabric's
+/// uplinks are (near) the cut, else the plain coarsened Birkhoff–von
+/// Neumann stages of stages.rs, lightest first. [`Emitter::decompose`]
+/// plans with it, and `auto`'s estimate of `fast` (sched/auto.rs) prices
+/// the same stages, so the two cannot drift apart.
+#[derive(Clone, Debug)]
+pub(crate) struct NodeStages {
+    decomposer: Decomposer,
+    /// The fabric's leaves, where their uplinks can be the cut (leaves.rs).
+    leaves: Option<LeafStages>,
+    /// Bytes/us of one node's NICs together (its distinct rails).
+    node_rate: f64,
+}
+
+impl NodeStages {
+    pub(crate) fn new(topo: &Topology) -> NodeStages {
+        let node_rate = node_rate(topo);
+        NodeStages {
+            decomposer: Decomposer::default(),
+            leaves: LeafStages::from_topology(topo, node_rate),
+            node_rate,
+        }
+    }
+
+    /// Decomposes the `nn x nn` node matrix `t` (row-major, the diagonal
+    /// ignored) into stages appended to `out` (which must hold no stages
+    /// yet), numbered from 0 in the order they run; `part` is about one
+    /// send per lane (the layered stages are cut into parts of it).
+    /// Returns the stage count.
+    pub(crate) fn decompose(
+        &mut self,
+        nn: usize,
+        t: &[u64],
+        opts: &PlannerOptions,
+        part: u64,
+        out: &mut Vec<StagePair>,
+    ) -> u32 {
+        if let Some(leaves) = self.leaves.as_mut() {
+            let s = opts.stages_per_node;
+            if let Some(count) = leaves.decompose(&mut self.decomposer, nn, t, s, part, out) {
+                return count;
             }
         }
-        let per = self.opts.stages_per_node * (nn.saturating_sub(1)).max(1) as f64;
+        let per = opts.stages_per_node * (nn.saturating_sub(1)).max(1) as f64;
         // With a per-message cost `p`, no stage is lighter than a node pair
         // whose lanes each send for STAGE_MESSAGES `p`: every stage costs each
         // lane at least one message (docs/algorithms.md, eq. 3').
-        let by_message = STAGE_MESSAGES * self.opts.per_message_us * self.node_rate;
-        self.stage_count = self.decomposer.decompose(
+        let by_message = STAGE_MESSAGES * opts.per_message_us * self.node_rate;
+        let start = out.len();
+        let count = self.decomposer.decompose(
             nn,
-            &self.node_bytes,
+            t,
             |m| (m as f64 / per).max(by_message).ceil() as u64,
-            &mut self.stages,
+            out,
         );
-        self.decomposer
-            .order_light_first(&mut self.stages, 0, self.stage_count);
+        self.decomposer.order_light_first(out, start, count);
+        count
     }
+}
+
+/// Bytes/us of one node's NICs together: one NIC's rate times the distinct
+/// rails its GPUs use (`Topology::rail_of`).
+pub(crate) fn node_rate(topo: &Topology) -> f64 {
+    let rails = (0..topo.gpus_per_node())
+        .map(|l| topo.rail_of(l))
+        .collect::<std::collections::BTreeSet<_>>()
+        .len() as f64;
+    topo.nic_bandwidth().max(f64::MIN_POSITIVE) * rails
 }
 
 /// The transfers of the plan being written, over those of the previous
