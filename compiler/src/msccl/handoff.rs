@@ -30,6 +30,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::lower::{ChunkOp, Part};
+use super::MAX_CNT;
 use crate::sim::TransferTime;
 
 /// Slack on the plan's times when checking that `B`'s head data was there
@@ -98,6 +99,11 @@ pub(super) fn hand_off(
                 prev = t;
                 ok
             });
+            // Whole, the operation is one step of at most `MAX_CNT` chunks.
+            let whole = ao.cnt + tail.iter().map(|&t| ops[t].cnt).sum::<u32>();
+            if whole > MAX_CNT {
+                continue;
+            }
             // Whole, the operation waits only for what its body did.
             let same_data = tail
                 .iter()
@@ -206,8 +212,8 @@ pub(super) fn hand_off(
         after.entry(f.slot).or_default().extend(&f.head);
     }
     let mut order: Vec<usize> = Vec::with_capacity(ops.len());
-    for i in 0..ops.len() {
-        if !skip[i] {
+    for (i, &moved_or_gone) in skip.iter().enumerate() {
+        if !moved_or_gone {
             order.push(i);
         }
         if let Some(v) = after.get_mut(&i) {
@@ -354,7 +360,7 @@ mod tests {
     }
 
     #[test]
-    fn no_hand_off_where_the_head_data_came_late() {
+    fn no_hand_off_where_the_head_data_came_late_or_the_step_is_too_long() {
         let (mut ops, parts) = case();
         let lanes = vec![0; ops.len()];
         // B's head reads what Z brings, which ends after A in the plan.
@@ -362,6 +368,14 @@ mod tests {
         ops[4].deps = vec![3];
         ops[4].recv_deps = vec![];
         let tl = vec![at(10.0), at(20.0), at(11.0), at(15.0), at(12.0)];
+        assert!(hand_off(&ops, &parts, 2, &lanes, &tl).is_none());
+        // A's body and tail would be a step of more than 71 chunks.
+        let (mut ops, parts) = case();
+        ops[0].cnt = 70;
+        ops[1].src_off = 70;
+        ops[1].dst_off = 70;
+        ops[2].src_off = 71;
+        ops[2].dst_off = 71;
         assert!(hand_off(&ops, &parts, 2, &lanes, &tl).is_none());
         // On another lane B does not follow A: nothing to hand off either.
         let (ops, parts) = case();
