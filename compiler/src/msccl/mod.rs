@@ -23,6 +23,7 @@ pub mod chunk;
 pub mod exec;
 pub mod fit;
 mod gather;
+mod handoff;
 pub mod laps;
 pub mod lower;
 mod pack;
