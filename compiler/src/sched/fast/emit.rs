@@ -517,12 +517,30 @@ impl Emitter {
         // whose lanes each send for STAGE_MESSAGES `p`: every stage costs each
         // lane at least one message (docs/algorithms.md, eq. 3').
         let by_message = STAGE_MESSAGES * self.opts.per_message_us * self.node_rate;
-        self.stage_count = self.decomposer.decompose(
-            nn,
-            &self.node_bytes,
-            |m| (m as f64 / per).max(by_message).ceil() as u64,
-            &mut self.stages,
-        );
+        let floor = |m: u64| (m as f64 / per).max(by_message).ceil() as u64;
+        // A hot receiver whose leaf's downlink binds too: its in-leaf
+        // receipts, paired with its leaf-mates' crossing receipts, run first,
+        // then the rest (leaves.rs, `hot_receiver_split`); both with the
+        // floor of the whole matrix.
+        if let Some(leaves) = self.leaf_stages.as_mut() {
+            if let Some((m, rest, paired)) = leaves.hot_receiver_split(nn, &self.node_bytes) {
+                let theta = floor(m);
+                let dec = &mut self.decomposer;
+                let first = dec.decompose(nn, paired, |_| theta, &mut self.stages);
+                dec.order_light_first(&mut self.stages, 0, first);
+                let start = self.stages.len();
+                let second = dec.decompose(nn, rest, |_| theta, &mut self.stages);
+                dec.order_light_first(&mut self.stages, start, second);
+                for p in &mut self.stages[start..] {
+                    p.stage += first;
+                }
+                self.stage_count = first + second;
+                return;
+            }
+        }
+        self.stage_count = self
+            .decomposer
+            .decompose(nn, &self.node_bytes, floor, &mut self.stages);
         self.decomposer
             .order_light_first(&mut self.stages, 0, self.stage_count);
     }
