@@ -562,13 +562,28 @@ impl NodeStages {
         // whose lanes each send for STAGE_MESSAGES `p`: every stage costs each
         // lane at least one message (docs/algorithms.md, eq. 3').
         let by_message = STAGE_MESSAGES * opts.per_message_us * self.node_rate;
+        let floor = |m: u64| (m as f64 / per).max(by_message).ceil() as u64;
         let start = out.len();
-        let count = self.decomposer.decompose(
-            nn,
-            t,
-            |m| (m as f64 / per).max(by_message).ceil() as u64,
-            out,
-        );
+        // A hot receiver whose leaf's downlink binds too: its in-leaf
+        // receipts, paired with its leaf-mates' crossing receipts, run first,
+        // then the rest (leaves.rs, `hot_receiver_split`); both with the
+        // floor of the whole matrix.
+        if let Some(leaves) = self.leaves.as_mut() {
+            if let Some((m, rest, paired)) = leaves.hot_receiver_split(nn, t) {
+                let theta = floor(m);
+                let dec = &mut self.decomposer;
+                let first = dec.decompose(nn, paired, |_| theta, out);
+                dec.order_light_first(out, start, first);
+                let mid = out.len();
+                let second = dec.decompose(nn, rest, |_| theta, out);
+                dec.order_light_first(out, mid, second);
+                for p in &mut out[mid..] {
+                    p.stage += first;
+                }
+                return first + second;
+            }
+        }
+        let count = self.decomposer.decompose(nn, t, floor, out);
         self.decomposer.order_light_first(out, start, count);
         count
     }
