@@ -42,6 +42,45 @@ impl Emitter {
         }
     }
 
+    /// What each GPU of node `a` sends node `b`, into `self.sent`.
+    pub(super) fn sent_to(&mut self, v: &impl Blocks, a: usize, b: usize) {
+        self.sent.clear();
+        self.sent
+            .extend((0..self.gpus).map(|l| v.to_node(a * self.gpus + l, b)));
+    }
+
+    /// Balances the node pair whose bytes [`Emitter::sent_to`] put in
+    /// `self.sent` (sent by node `a`; module
+    /// [`crate::sched::fast::balance`]) into the lanes at `self.lanes[at..]`
+    /// (`at` given) or into `tmp`; `bytes_only`: the lanes' bytes, no
+    /// pieces.
+    pub(super) fn balance_sent(
+        &mut self,
+        a: usize,
+        min_gain: f64,
+        bytes_only: bool,
+        at: Option<usize>,
+        tmp: &mut [Lane],
+    ) {
+        let g = self.gpus;
+        let lanes = match at {
+            Some(at) => &mut self.lanes[at..at + g],
+            None => tmp,
+        };
+        balance_pair(
+            &self.sent,
+            (a * g) as u32,
+            &self.weights,
+            self.nic_rate,
+            min_gain,
+            self.mesh,
+            bytes_only,
+            lanes,
+            &mut self.pieces,
+            &mut self.targets,
+        );
+    }
+
     /// Whether every node pair goes direct (see [`Emitter::balance`]).
     fn pairs_all_direct(&mut self, v: &impl Blocks, min_gain: f64) -> bool {
         let (nn, g) = (self.nodes, self.gpus);
@@ -72,11 +111,7 @@ impl Emitter {
                 if !all_direct {
                     break 'pairs;
                 }
-                self.sent.clear();
-                for l in 0..g {
-                    let x = v.to_node(a * g + l, b);
-                    self.sent.push(x);
-                }
+                self.sent_to(v, a, b);
                 all_direct =
                     self.sent.iter().all(|&x| x == 0) || self.direct_is_enough(v, a, b, min_gain);
             }
@@ -102,11 +137,7 @@ impl Emitter {
                     self.lanes[at..at + g].fill(Lane::default());
                     continue;
                 }
-                self.sent.clear();
-                for l in 0..g {
-                    let x = v.to_node(a * g + l, b);
-                    self.sent.push(x);
-                }
+                self.sent_to(v, a, b);
                 let at = self.lane_index(a, b, 0);
                 if all_direct {
                     for (l, lane) in self.lanes[at..at + g].iter_mut().enumerate() {
@@ -120,18 +151,7 @@ impl Emitter {
                     }
                     continue;
                 }
-                balance_pair(
-                    &self.sent,
-                    (a * g) as u32,
-                    &self.weights,
-                    self.nic_rate,
-                    min_gain,
-                    self.mesh,
-                    false,
-                    &mut self.lanes[at..at + g],
-                    &mut self.pieces,
-                    &mut self.targets,
-                );
+                self.balance_sent(a, min_gain, false, Some(at), &mut []);
             }
         }
     }
@@ -185,30 +205,14 @@ impl Emitter {
                     // Empty (as cleared above), as in the whole layout.
                     continue;
                 }
-                self.sent.clear();
-                for l in 0..g {
-                    let x = v.to_node(a * g + l, b);
-                    self.sent.push(x);
-                }
+                self.sent_to(v, a, b);
                 let mine = a == node || b == node;
-                let lanes = if mine {
-                    let at = idx(a, b, 0);
-                    &mut self.lanes[at..at + g]
-                } else {
-                    &mut tmp[..]
+                let at = mine.then(|| idx(a, b, 0));
+                self.balance_sent(a, min_gain, !mine, at, &mut tmp);
+                let lanes = match at {
+                    Some(at) => &self.lanes[at..at + g],
+                    None => &tmp[..],
                 };
-                balance_pair(
-                    &self.sent,
-                    (a * g) as u32,
-                    &self.weights,
-                    self.nic_rate,
-                    min_gain,
-                    false,
-                    !mine,
-                    lanes,
-                    &mut self.pieces,
-                    &mut self.targets,
-                );
                 for (l, lane) in lanes.iter().enumerate() {
                     gather[a * g + l] += lane.gathered;
                     if b < node {

@@ -11,7 +11,6 @@
 
 use std::ops::Range;
 
-use super::balance::balance_pair;
 use super::blocks::Blocks;
 use super::emit::{Emitter, Sink};
 use super::lanes::rank_lane_index;
@@ -142,7 +141,9 @@ impl Emitter {
         let mut tmp = std::mem::take(&mut self.lane_tmp);
         tmp.resize(g, Default::default());
         let mut nodes_left = nn;
-        for (i, p) in self.stages.iter().enumerate() {
+        // The stages are read while pairs are balanced (which needs `self`).
+        let stages = std::mem::take(&mut self.stages);
+        for (i, p) in stages.iter().enumerate() {
             if nodes_left == 0 {
                 break;
             }
@@ -155,23 +156,8 @@ impl Emitter {
             }
             let mine = a == node || b == node;
             if !mine {
-                self.sent.clear();
-                for l in 0..g {
-                    let x = v.to_node(a * g + l, b);
-                    self.sent.push(x);
-                }
-                balance_pair(
-                    &self.sent,
-                    (a * g) as u32,
-                    &self.weights,
-                    self.nic_rate,
-                    min_gain,
-                    false,
-                    true,
-                    &mut tmp,
-                    &mut self.pieces,
-                    &mut self.targets,
-                );
+                self.sent_to(v, a, b);
+                self.balance_sent(a, min_gain, true, None, &mut tmp);
             }
             let total = self.node_bytes[a * nn + b];
             for (l, other) in tmp.iter().enumerate() {
@@ -191,6 +177,7 @@ impl Emitter {
                 }
             }
         }
+        self.stages = stages;
         self.rank_sums = left;
         self.lane_tmp = tmp;
     }
