@@ -844,23 +844,23 @@ impl<'a> Estimator<'a> {
                     (0.0, 0.0)
                 };
                 let busy = (base + stage_messages) * (1.0 + overhead);
-                let limit = if flow > busy {
-                    format!("stages' chains end at {flow:.1} us")
+                let messages = if stage_messages > 0.0 {
+                    format!(", +{stage_messages:.1} us stage messages")
                 } else {
+                    String::new()
+                };
+                let limit = if flow > busy {
+                    format!("stages' chains end at {flow:.1} us{messages}")
+                } else {
+                    let why = if staged {
+                        "pipeline ends"
+                    } else {
+                        "receiver skew"
+                    };
                     format!(
-                        "{} (+{:.0}% {}{})",
+                        "{} (+{:.0}% {why}{messages})",
                         self.limit_of(&c),
-                        overhead * 100.0,
-                        if staged {
-                            "pipeline ends"
-                        } else {
-                            "receiver skew"
-                        },
-                        if stage_messages > 0.0 {
-                            format!(", +{stage_messages:.1} us stage messages")
-                        } else {
-                            String::new()
-                        }
+                        overhead * 100.0
                     )
                 };
                 (busy.max(flow) + inter + 2.0 * hop, limit)
@@ -1816,6 +1816,55 @@ mod tests {
         );
     }
 
+    /// A residual of the per-batch choice pinned (issue 20 §5): on the
+    /// sweep's 4x8 DGX-H100 fat-tree 2:1 with two nodes per leaf (Zipf
+    /// 0.5, ideal), `fast`'s estimate carried a fixed +15% for leaf
+    /// uplinks that bind (1.18x its busiest link, simulated 1.04x), so the
+    /// estimates alone chose `deepep`, 1.034x the best. `fast`'s layered
+    /// stages balance the uplinks; its estimate now follows its stages'
+    /// chains, and the estimates alone pick within 1% of the best.
+    #[test]
+    fn fast_on_leaf_pairs_is_estimated_by_its_stages() {
+        use crate::topology::{FabricSpec, TopologySpec};
+        let mut spec = TopologySpec::preset("dgx-h100", 4, None).unwrap();
+        spec.fabric = Some(FabricSpec::fat_tree(2, 2.0, 1.0));
+        let topo = Topology::from_spec(spec, "t").unwrap();
+        let m = sweep_traffic(&topo, Pattern::Zipf(0.5), 8);
+        let opts = SimOptions::new(Network::Ideal);
+        let best = best_candidate_us(&topo, &m, &opts);
+        let alone = choose(&topo, &m, Network::Ideal);
+        let got = simulated_us(&topo, &m, &opts, alone.algorithm());
+        assert!(got <= best * 1.01, "{} {got} vs best {best}", alone.chosen);
+        let (est, sim) = estimated_and_simulated(&topo, &m, Network::Ideal, Algorithm::Fast);
+        assert!(
+            (sim / est - 1.0).abs() < 0.05,
+            "fast: estimated {est}, simulated {sim}"
+        );
+    }
+
+    /// A residual pinned: on the sweep's 2x8 MI300X (calibrated, Zipf 0),
+    /// `hierarchical`'s relay lag counted only the relayed bytes, while its
+    /// phase 1 shares each mesh link with the intra-node block sent at
+    /// once: estimated 0.92x its simulated time, it was chosen at 1.072x
+    /// the best. With the intra-node blocks in the lag it is within 5%,
+    /// and the estimates alone pick within 1% of the best.
+    #[test]
+    fn relay_lag_counts_the_intra_node_blocks() {
+        let topo = Topology::preset("mi300x", 2, None).unwrap();
+        let m = sweep_traffic(&topo, Pattern::Zipf(0.0), 7);
+        let net = Network::Calibrated;
+        let opts = SimOptions::new(net);
+        let best = best_candidate_us(&topo, &m, &opts);
+        let alone = choose(&topo, &m, net);
+        let got = simulated_us(&topo, &m, &opts, alone.algorithm());
+        assert!(got <= best * 1.01, "{} {got} vs best {best}", alone.chosen);
+        let (est, sim) = estimated_and_simulated(&topo, &m, net, Algorithm::Hierarchical);
+        assert!(
+            (sim / est - 1.0).abs() < 0.05,
+            "hierarchical: estimated {est}, simulated {sim}"
+        );
+    }
+
     /// The sweep's traffic (examples/auto_sweep.rs): 8 GPUs per node,
     /// 1 MiB per pair on average, 1024 MoE tokens per rank.
     fn sweep_traffic(topo: &Topology, pattern: Pattern, seed: u64) -> TrafficMatrix {
@@ -1828,14 +1877,14 @@ mod tests {
     }
 
     /// Regressions (the sweep's misses by the estimates alone, 4x8
-    /// DGX-H100): on a fat-tree 2:1 with two nodes per leaf, `deepep`
-    /// estimated ahead where `fast` wins (Zipf 0.5, ideal: 1.035x the
-    /// best) and `fast` where `spray` wins (log-normal, calibrated:
-    /// 1.028x); with full bisection, `fast` over `deepep` in the
-    /// calibrated mode (Zipf 0.5: 1.019x); intra-skew on the fat-tree
-    /// (calibrated). The estimates put these within [`TIE_MARGIN`]; the
-    /// contenders' plans, simulated, settle them. At least two cases must
-    /// need the tie-break (else this test tests nothing).
+    /// DGX-H100, calibrated): on a fat-tree 2:1 with two nodes per leaf,
+    /// `fast` estimated ahead where `deepep` wins (Zipf 0.5: 1.031x the
+    /// best) and where `spray` wins (log-normal: 1.028x); with full
+    /// bisection, `fast` over `deepep` (Zipf 0.5, seeds 8 and 108: up to
+    /// 1.013x); intra-skew on the fat-tree. The estimates put these
+    /// within [`TIE_MARGIN`]; the contenders' plans, simulated, settle
+    /// them. At least two cases must need the tie-break (else this test
+    /// tests nothing).
     #[test]
     fn close_calls_are_settled_by_simulating_the_plans() {
         use crate::topology::{FabricSpec, TopologySpec};
@@ -1845,7 +1894,12 @@ mod tests {
             Topology::from_spec(spec, "t").unwrap()
         };
         let cases = [
-            (cluster(4, Some(2)), Pattern::Zipf(0.5), 8, Network::Ideal),
+            (
+                cluster(4, Some(2)),
+                Pattern::Zipf(0.5),
+                8,
+                Network::Calibrated,
+            ),
             (
                 cluster(4, Some(2)),
                 Pattern::Lognormal(1.0),
@@ -1859,6 +1913,12 @@ mod tests {
                 Network::Calibrated,
             ),
             (cluster(4, None), Pattern::Zipf(0.5), 8, Network::Calibrated),
+            (
+                cluster(4, None),
+                Pattern::Zipf(0.5),
+                108,
+                Network::Calibrated,
+            ),
         ];
         let mut settled = 0;
         for (topo, pattern, seed, net) in cases {
@@ -1894,11 +1954,12 @@ mod tests {
         use crate::planner::{Planner, PlannerOptions, Settle};
         use crate::topology::{FabricSpec, TopologySpec};
         // A close call the estimates alone get wrong (the sweep's 4x8
-        // fat-tree 2:1, Zipf 0.5: `deepep` estimated ahead, `fast` best).
-        let mut spec = TopologySpec::preset("dgx-h100", 4, None).unwrap();
-        spec.fabric = Some(FabricSpec::fat_tree(2, 2.0, 1.0));
+        // MI300X, rail-optimized 2:1, Zipf 0, ideal: `fast` estimated
+        // ahead, `pxn` best by 0.7%).
+        let mut spec = TopologySpec::preset("mi300x", 4, None).unwrap();
+        spec.fabric = Some(FabricSpec::rail_optimized(None, 2.0, 1.0));
         let topo = Topology::from_spec(spec, "t").unwrap();
-        let m = sweep_traffic(&topo, Pattern::Zipf(0.5), 8);
+        let m = sweep_traffic(&topo, Pattern::Zipf(0.0), 7);
         let mut plan = Plan::new("", 0, 0);
         let mut alone_planner = Planner::new(&topo, PlannerOptions::default()).unwrap();
         assert_eq!(alone_planner.algorithm(), Algorithm::Auto);
