@@ -832,8 +832,8 @@ impl<'a> Estimator<'a> {
                     0.05 + SPRAY_RX_SKEW * self.rx_skew.ln() + if incast { 0.1 } else { 0.0 }
                 };
                 // Stages cost messages the routing above does not count,
-                // and they run as a dataflow whose chains can leave nodes
-                // and leaf uplinks waiting (`fast_stage_flow`).
+                // and they run as a dataflow whose chains can leave a node
+                // waiting for its next partner (`fast_stage_flow`).
                 let (stage_messages, flow) = if staged && nodes > 1 {
                     let pairs = self.fast_stages();
                     (
@@ -934,10 +934,10 @@ impl<'a> Estimator<'a> {
     /// `ideal`, a message per lane and chunk. The stages are
     /// [`NodeStages`]' own (the decomposition `fast`'s planner emits for
     /// this node matrix and this mode's per-message cost,
-    /// [`Self::fast_stages`]), in their order. Returns the critical path of those chains, us: where a stage's
-    /// pairs are uneven, a node that ends early waits for its next
-    /// partner, and the exchange ends later than the busiest link says.
-    /// One pass over the stages' pairs.
+    /// [`Self::fast_stages`]), in their order. Returns the critical path
+    /// of those chains, us: where a stage's pairs are uneven, a node that
+    /// ends early waits for its next partner, and the exchange ends later
+    /// than the busiest link says. One pass over the stages' pairs.
     fn fast_stage_flow(&self, pairs: &[StagePair]) -> f64 {
         let (g, nodes) = (self.g as f64, self.nodes);
         if nodes < 2 {
