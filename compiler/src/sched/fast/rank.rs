@@ -14,6 +14,7 @@ use std::ops::Range;
 use super::blocks::Blocks;
 use super::emit::{Emitter, Sink};
 use super::lanes::rank_lane_index;
+use super::mul_div;
 use super::sends::lane_slice;
 use super::slots::NONE;
 use crate::error::{Error, Result};
@@ -195,8 +196,10 @@ pub(crate) struct RankPairs {
     /// Index in `stages` of each pair to emit, in stage order, and the bytes
     /// its node pair sent in the stage pairs before it.
     pub(super) pairs: Vec<(u32, u64)>,
-    /// Per node pair: bytes sent so far, its lane on the rank's rail, its total.
-    node_pairs: Vec<[u64; 3]>,
+    /// Per node pair: bytes sent so far, its lane on the rank's rail, its
+    /// total, and where the lane's slice of its last stage pair ended (the
+    /// next one starts there: one division per stage pair, not two).
+    node_pairs: Vec<[u64; 4]>,
     /// Per stage pair: the bytes its node pair sent before it.
     before: Vec<u64>,
     /// Bit `i`: stage pair `i` is emitted (a pair can be picked several
@@ -292,13 +295,19 @@ impl Emitter {
         rp.node_pairs.extend((0..nn * nn).map(|ab| {
             let (s, d) = (ab / nn, ab % nn);
             let len = self.lanes[rank_lane_index(nn, g, a, j, s, d, j)].len();
-            [0, len, self.node_bytes[ab]]
+            [0, len, self.node_bytes[ab], 0]
         }));
         for (i, p) in self.stages.iter().enumerate() {
             let (s, d) = (p.src_node as usize, p.dst_node as usize);
-            let [before, len, total] = rp.node_pairs[s * nn + d];
+            let [before, len, total, from] = rp.node_pairs[s * nn + d];
             let after = before + p.bytes;
-            rp.node_pairs[s * nn + d][0] = after;
+            // `lane_slice(before, after, total, len)`, its start carried over.
+            let to = if after == total {
+                len
+            } else {
+                mul_div(after, len, total)
+            };
+            rp.node_pairs[s * nn + d] = [after, len, total, to];
             rp.before.push(before);
             let i = i as u32;
             if s == a || d == a {
@@ -307,7 +316,6 @@ impl Emitter {
             if !chains {
                 continue;
             }
-            let (from, to) = lane_slice(before, after, total, len);
             if to <= from {
                 continue;
             }
