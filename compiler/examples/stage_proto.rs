@@ -133,8 +133,8 @@ fn proto_decompose(n: usize, t: &[u64], per: f64) -> (Vec<(u32, u32, u32, u64)>,
             .unwrap_or(u64::MAX)
             .max(theta);
         let mut any = false;
-        for a in 0..n {
-            let b = mr[a];
+        for (a, row_match) in mr.iter_mut().enumerate() {
+            let b = *row_match;
             if b == NONE {
                 continue;
             }
@@ -144,7 +144,7 @@ fn proto_decompose(n: usize, t: &[u64], per: f64) -> (Vec<(u32, u32, u32, u64)>,
             pad[i] -= pad[i].min(w - r);
             real_left -= r;
             if real[i] + pad[i] == 0 {
-                mr[a] = NONE;
+                *row_match = NONE;
                 mc[b] = NONE;
             }
             if r > 0 {
