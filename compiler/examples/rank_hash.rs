@@ -6,7 +6,7 @@
 //! Issue 25 checks that its changes keep the programs byte for byte
 //! (docs/benchmarks.md records the output).
 //!
-//! `cargo run --release -p switchyard-compiler --example rank_hash -- [nodes...] [--calls K] [--ranks middle|all3]`
+//! `cargo run --release -p switchyard-compiler --example rank_hash -- [nodes...] [--calls K] [--ranks middle|all3] [--pattern zipf|lognormal]`
 //!
 //! Prints one line per case: nodes, pattern, rank, ops, scratch bytes,
 //! hash, first-call peak allocation, median time of the calls after the
@@ -74,11 +74,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut nodes = Vec::new();
     let mut calls = 3usize;
     let mut all3 = false;
+    let mut only: Option<String> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--calls" => calls = args.next().ok_or("--calls K")?.parse()?,
             "--ranks" => all3 = args.next().ok_or("--ranks middle|all3")? == "all3",
+            "--pattern" => only = Some(args.next().ok_or("--pattern zipf|lognormal")?),
             _ => nodes.push(a.parse::<usize>()?),
         }
     }
@@ -97,6 +99,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             (Pattern::Zipf(1.0), "zipf1.0"),
             (Pattern::Lognormal(1.0), "lognormal1.0"),
         ] {
+            if only.as_ref().is_some_and(|p| !name.starts_with(p.as_str())) {
+                continue;
+            }
             let mut spec = TrafficSpec::new(n, pattern);
             spec.seed = 1;
             let traffic = generate(&spec)?;

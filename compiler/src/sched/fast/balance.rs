@@ -230,6 +230,37 @@ pub(crate) fn balance_pair(
     }
 }
 
+/// The `own` and `gathered` bytes of each lane (into `out`, one per GPU)
+/// that [`balance_pair`] gives with `lens_only` and without `spread`, with
+/// no buffer: a rank's program needs these of every node pair (they place
+/// the gather and landing regions), N² G lanes, so this runs in one pass.
+#[inline]
+pub(crate) fn pair_lens(
+    sent: &[u64],
+    weights: &LaneWeights,
+    nic_rate: f64,
+    min_gain_us: f64,
+    out: &mut [(u64, u64)],
+) {
+    let total: u64 = sent.iter().sum();
+    let (mut busiest, mut busiest_target) = (0u64, 0u64);
+    let mut prev = 0;
+    for (l, ((&x, &c), slot)) in sent.iter().zip(&weights.sharing).zip(&mut *out).enumerate() {
+        let at = weights.upto(total, l + 1);
+        let target = at - prev;
+        prev = at;
+        busiest = busiest.max(x * c);
+        busiest_target = busiest_target.max(target * c);
+        *slot = (x.min(target), target.saturating_sub(x));
+    }
+    let gain = busiest as f64 / nic_rate - busiest_target as f64 / nic_rate;
+    if gain <= min_gain_us {
+        for (slot, &x) in out.iter_mut().zip(sent) {
+            *slot = (x, 0);
+        }
+    }
+}
+
 /// Proportional balancing (mesh fabrics): every GPU with excess gives each
 /// lane below target a share of it proportional to that lane's need, so the
 /// moves of one GPU spread over all its point-to-point links instead of
@@ -413,5 +444,53 @@ mod tests {
         // More NICs than GPUs: every GPU has its own.
         let w = LaneWeights::new(2, 4);
         assert_eq!(w.sharing, vec![1, 1]);
+    }
+
+    /// `pair_lens` gives the lanes' bytes `balance_pair` gives with
+    /// `lens_only`, balanced or not (the gain decides), on 1-, 2- and
+    /// 8-NIC nodes.
+    #[test]
+    fn pair_lens_are_balance_pairs_lens() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut balanced = [0usize; 2];
+        for case in 0..600 {
+            let g = [8, 4, 2][case % 3];
+            let nics = [1, 2, g][case / 3 % 3];
+            let sent: Vec<u64> = (0..g)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    if x % 5 == 0 {
+                        0
+                    } else {
+                        (x >> 20) % (1 << (x % 30))
+                    }
+                })
+                .collect();
+            let w = LaneWeights::new(g, nics);
+            let gain = [0.0, 1.0, 50.0][case % 7 % 3];
+            let mut lanes = vec![Lane::default(); g];
+            let (mut pieces, mut targets) = (vec![], vec![]);
+            balance_pair(
+                &sent,
+                0,
+                &w,
+                50_000.0,
+                gain,
+                false,
+                true,
+                &mut lanes,
+                &mut pieces,
+                &mut targets,
+            );
+            let mut lens = vec![(0, 0); g];
+            pair_lens(&sent, &w, 50_000.0, gain, &mut lens);
+            let want: Vec<(u64, u64)> = lanes.iter().map(|l| (l.own, l.gathered)).collect();
+            assert_eq!(lens, want, "{sent:?} on {nics} NICs, gain {gain}");
+            balanced[usize::from(lens.iter().any(|l| l.1 > 0))] += 1;
+        }
+        // Both outcomes of the gain test were exercised.
+        assert!(balanced[0] > 50 && balanced[1] > 50, "{balanced:?}");
     }
 }

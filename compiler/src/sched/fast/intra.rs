@@ -27,6 +27,7 @@ impl Emitter {
     /// once: 4x72 Zipf 1.0 1.411 -> 1.128 of the bound without that wait,
     /// 8x16 Zipf 1.0 1.179 -> 1.054, MI300X 2x8 intra-skew 1.2 at 64 KB
     /// 2.093 -> 1.579 (docs/algorithms.md, section 3).
+    #[inline(never)]
     pub(super) fn emit_intra_node(&mut self, v: &impl Blocks, out: &mut impl Sink) {
         let g = self.gpus;
         let mut ids = std::mem::take(&mut self.chain_buf);

@@ -2,7 +2,7 @@
 //! share of what its node sends to another, and the pieces moved to reach
 //! it), or all sent directly when every pair is balanced already.
 
-use super::balance::{balance_pair, Lane};
+use super::balance::{balance_pair, pair_lens, Lane};
 use super::blocks::Blocks;
 use super::emit::Emitter;
 
@@ -165,6 +165,7 @@ impl Emitter {
     /// place the landing and gather regions (running sums per GPU, `R`
     /// numbers). Returns the rank's scratch bytes, or `None` (nothing
     /// balanced) when every pair goes direct. Not on a mesh (`spread`).
+    #[inline(never)]
     pub(super) fn balance_rank(
         &mut self,
         v: &impl Blocks,
@@ -194,9 +195,7 @@ impl Emitter {
         let (gather, rest) = sums.split_at_mut(n);
         let (gather_before, rest) = rest.split_at_mut(n);
         let (land_before, land) = rest.split_at_mut(n);
-        let mut tmp = std::mem::take(&mut self.lane_tmp);
-        tmp.clear();
-        tmp.resize(g, Lane::default());
+        let mut lens = vec![(0u64, 0u64); g];
         for a in 0..nn {
             // Running gather base of lane `rail` of row `a`.
             let mut rail_gather = 0u64;
@@ -207,28 +206,49 @@ impl Emitter {
                 }
                 self.sent_to(v, a, b);
                 let mine = a == node || b == node;
-                let at = mine.then(|| idx(a, b, 0));
-                self.balance_sent(a, min_gain, !mine, at, &mut tmp);
-                let lanes = match at {
-                    Some(at) => &self.lanes[at..at + g],
-                    None => &tmp[..],
-                };
-                for (l, lane) in lanes.iter().enumerate() {
-                    gather[a * g + l] += lane.gathered;
-                    if b < node {
-                        gather_before[a * g + l] += lane.gathered;
+                if mine {
+                    let at = idx(a, b, 0);
+                    self.balance_sent(a, min_gain, false, Some(at), &mut []);
+                    for (l, lane) in self.lanes[at..at + g].iter().enumerate() {
+                        lens[l] = (lane.own, lane.gathered);
                     }
-                    if a < node {
-                        land_before[b * g + l] += lane.len();
+                } else {
+                    // Bytes only, in one pass (most pairs are not the node's).
+                    pair_lens(
+                        &self.sent,
+                        &self.weights,
+                        self.nic_rate,
+                        min_gain,
+                        &mut lens,
+                    );
+                    let at = self.pieces.len() as u32;
+                    let (own, gathered) = lens[rail];
+                    self.lanes[idx(a, b, rail)] = Lane {
+                        own,
+                        gathered,
+                        pieces_start: at,
+                        pieces_end: at,
+                        gather_base: rail_gather,
+                        ..Lane::default()
+                    };
+                }
+                let gathers = &mut gather[a * g..(a + 1) * g];
+                for (sum, &(_, gathered)) in gathers.iter_mut().zip(&lens) {
+                    *sum += gathered;
+                }
+                if b < node {
+                    let before = &mut gather_before[a * g..(a + 1) * g];
+                    for (sum, &(_, gathered)) in before.iter_mut().zip(&lens) {
+                        *sum += gathered;
                     }
                 }
-                let rail_gathered = lanes[rail].gathered;
-                if !mine {
-                    let lane = &mut self.lanes[idx(a, b, rail)];
-                    *lane = tmp[rail];
-                    lane.gather_base = rail_gather;
+                if a < node {
+                    let lands = &mut land_before[b * g..(b + 1) * g];
+                    for (sum, &(own, gathered)) in lands.iter_mut().zip(&lens) {
+                        *sum += own + gathered;
+                    }
                 }
-                rail_gather += rail_gathered;
+                rail_gather += lens[rail].1;
             }
         }
         // Landing regions: after the GPU's gather regions, in the order of
@@ -277,7 +297,6 @@ impl Emitter {
             }
         }
         self.rank_sums = sums;
-        self.lane_tmp = tmp;
         Some(scratch)
     }
 

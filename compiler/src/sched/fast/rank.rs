@@ -14,6 +14,7 @@ use std::ops::Range;
 use super::blocks::Blocks;
 use super::emit::{Emitter, Sink};
 use super::lanes::rank_lane_index;
+use super::mul_div;
 use super::sends::lane_slice;
 use super::slots::NONE;
 use crate::error::{Error, Result};
@@ -127,6 +128,7 @@ impl Emitter {
     /// program ([`Emitter::balance_rank`]): the lanes it does not keep are
     /// balanced again, for their bytes, where the walk needs them (until
     /// every GPU has found its first slice, usually in the first stages).
+    #[inline(never)]
     pub(super) fn first_slices_rank(&mut self, v: &impl Blocks, node: usize, rail: usize) {
         let (nn, g) = (self.nodes, self.gpus);
         let min_gain = self.min_gain();
@@ -194,12 +196,19 @@ pub(crate) struct RankPairs {
     /// Index in `stages` of each pair to emit, in stage order, and the bytes
     /// its node pair sent in the stage pairs before it.
     pub(super) pairs: Vec<(u32, u64)>,
-    /// Per node pair: bytes sent so far, its lane on the rank's rail, its total.
-    node_pairs: Vec<[u64; 3]>,
+    /// Per node pair: bytes sent so far, its lane on the rank's rail, its
+    /// total, and where the lane's slice of its last stage pair ended (the
+    /// next one starts there: one division per stage pair, not two).
+    node_pairs: Vec<[u64; 4]>,
+    /// Per stage pair: the bytes its node pair sent before it.
+    before: Vec<u64>,
+    /// Bit `i`: stage pair `i` is emitted (a pair can be picked several
+    /// times, by its node and by both of its chains).
+    picked: Vec<u64>,
     /// Per chain of the rail (GPU `(a', j)` sending, then GPU `(b, j)`
     /// receiving), its last slices since the rank last met it, a ring of
     /// `window` entries.
-    ring: Vec<(u32, u64)>,
+    ring: Vec<u32>,
     /// Per chain: slices pushed into its ring, and how many of them it holds.
     pushed: Vec<u32>,
     held: Vec<u32>,
@@ -207,11 +216,15 @@ pub(crate) struct RankPairs {
 }
 
 impl RankPairs {
-    fn push(&mut self, chain: usize, entry: (u32, u64)) {
+    fn push(&mut self, chain: usize, i: u32) {
         let w = self.window;
-        self.ring[chain * w + self.pushed[chain] as usize % w] = entry;
+        self.ring[chain * w + self.pushed[chain] as usize % w] = i;
         self.pushed[chain] += 1;
         self.held[chain] = (self.held[chain] + 1).min(w as u32);
+    }
+
+    fn pick(&mut self, i: u32) {
+        self.picked[i as usize / 64] |= 1 << (i % 64);
     }
 
     /// The rank's slice meets `chain`: the slices its ring holds are emitted.
@@ -219,9 +232,23 @@ impl RankPairs {
         let w = self.window;
         let (pushed, held) = (self.pushed[chain] as usize, self.held[chain] as usize);
         for k in pushed - held..pushed {
-            self.pairs.push(self.ring[chain * w + k % w]);
+            let i = self.ring[chain * w + k % w];
+            self.pick(i);
         }
         self.held[chain] = 0;
+    }
+
+    /// The picked pairs into `pairs`, in stage order.
+    fn collect(&mut self) {
+        self.pairs.clear();
+        for (k, &word) in self.picked.iter().enumerate() {
+            let mut bits = word;
+            while bits != 0 {
+                let i = k * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                self.pairs.push((i as u32, self.before[i]));
+            }
+        }
     }
 }
 
@@ -243,6 +270,7 @@ impl Emitter {
     /// (all the checks read). One pass over the stage pairs, with a ring
     /// of the last `2 depth` slices per chain of the rail; `spray` has no
     /// chains and takes its node's pairs only.
+    #[inline(never)]
     pub(super) fn rank_pairs(&self, a: usize, j: usize, rp: &mut RankPairs) {
         let (nn, g) = (self.nodes, self.gpus);
         rp.pairs.clear();
@@ -253,38 +281,46 @@ impl Emitter {
         rp.window = window.clamp(1, MAX_WINDOW);
         if chains && !every {
             rp.ring.clear();
-            rp.ring.resize(2 * nn * rp.window, (0, 0));
+            rp.ring.resize(2 * nn * rp.window, 0);
             rp.pushed.clear();
             rp.pushed.resize(2 * nn, 0);
             rp.held.clear();
             rp.held.resize(2 * nn, 0);
         }
+        rp.picked.clear();
+        rp.picked.resize(self.stages.len().div_ceil(64), 0);
+        rp.before.clear();
+        rp.before.reserve(self.stages.len());
         rp.node_pairs.clear();
         rp.node_pairs.extend((0..nn * nn).map(|ab| {
             let (s, d) = (ab / nn, ab % nn);
             let len = self.lanes[rank_lane_index(nn, g, a, j, s, d, j)].len();
-            [0, len, self.node_bytes[ab]]
+            [0, len, self.node_bytes[ab], 0]
         }));
         for (i, p) in self.stages.iter().enumerate() {
             let (s, d) = (p.src_node as usize, p.dst_node as usize);
-            let [before, len, total] = rp.node_pairs[s * nn + d];
+            let [before, len, total, from] = rp.node_pairs[s * nn + d];
             let after = before + p.bytes;
-            rp.node_pairs[s * nn + d][0] = after;
-            let entry = (i as u32, before);
+            // `lane_slice(before, after, total, len)`, its start carried over.
+            let to = if after == total {
+                len
+            } else {
+                mul_div(after, len, total)
+            };
+            rp.node_pairs[s * nn + d] = [after, len, total, to];
+            rp.before.push(before);
+            let i = i as u32;
             if s == a || d == a {
-                rp.pairs.push(entry);
+                rp.pick(i);
             }
             if !chains {
                 continue;
             }
-            let (from, to) = lane_slice(before, after, total, len);
             if to <= from {
                 continue;
             }
             if every {
-                if s != a && d != a {
-                    rp.pairs.push(entry);
-                }
+                rp.pick(i);
             } else if s == a {
                 // The rank's send into GPU (d, j): its receive chain.
                 rp.meet(nn + d);
@@ -292,12 +328,11 @@ impl Emitter {
                 // A send into the rank from GPU (s, j): its send chain.
                 rp.meet(s);
             } else {
-                rp.push(s, entry);
-                rp.push(nn + d, entry);
+                rp.push(s, i);
+                rp.push(nn + d, i);
             }
         }
-        rp.pairs.sort_unstable_by_key(|&(i, _)| i);
-        rp.pairs.dedup_by_key(|&mut (i, _)| i);
+        rp.collect();
     }
 }
 
@@ -396,35 +431,48 @@ impl Sink for RankSink {
 mod tests {
     use super::RankPairs;
 
-    fn rings(chains: usize, window: usize) -> RankPairs {
+    fn rings(chains: usize, window: usize, stages: usize) -> RankPairs {
         RankPairs {
-            ring: vec![(0, 0); chains * window],
+            ring: vec![0; chains * window],
             pushed: vec![0; chains],
             held: vec![0; chains],
+            picked: vec![0; stages.div_ceil(64)],
+            before: (0..stages as u64).map(|i| 10 * i).collect(),
             window,
             ..RankPairs::default()
         }
     }
 
+    fn picked(rp: &mut RankPairs) -> Vec<(u32, u64)> {
+        rp.collect();
+        std::mem::take(&mut rp.pairs)
+    }
+
     #[test]
     fn a_meeting_takes_the_last_window_of_its_chain_since_the_last() {
-        let mut rp = rings(2, 3);
+        let mut rp = rings(2, 3, 200);
         for i in 0..5 {
-            rp.push(0, (i, 10 * i as u64));
-            rp.push(1, (100 + i, 0));
+            rp.push(0, i);
+            rp.push(1, 100 + i);
         }
-        // Chain 0 held 5 slices: the last 3, oldest first.
+        // Chain 0 held 5 slices: the last 3, with their bytes before.
         rp.meet(0);
-        assert_eq!(rp.pairs, vec![(2, 20), (3, 30), (4, 40)]);
+        assert_eq!(picked(&mut rp), vec![(2, 20), (3, 30), (4, 40)]);
         // Met again with nothing new: nothing more (those are emitted).
         rp.meet(0);
-        assert_eq!(rp.pairs.len(), 3);
-        rp.push(0, (5, 50));
+        assert_eq!(picked(&mut rp).len(), 3);
+        rp.push(0, 5);
         rp.meet(0);
-        assert_eq!(rp.pairs[3..], [(5, 50)]);
-        // The other chain kept its own.
-        rp.pairs.clear();
+        assert_eq!(picked(&mut rp)[3..], [(5, 50)]);
+        // The other chain kept its own; picked twice, a pair is emitted
+        // once, and the pairs come out in stage order.
+        rp.picked.fill(0);
+        rp.pick(103);
         rp.meet(1);
-        assert_eq!(rp.pairs, vec![(102, 0), (103, 0), (104, 0)]);
+        rp.pick(7);
+        assert_eq!(
+            picked(&mut rp),
+            vec![(7, 70), (102, 1020), (103, 1030), (104, 1040)]
+        );
     }
 }

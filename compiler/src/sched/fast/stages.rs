@@ -302,10 +302,19 @@ impl Decomposer {
         }
         // A failed search explores every reachable row, so only one pass
         // through any positive entry: the greedy step already took the heavy ones.
+        // A failed search leaves the matching as it was and marks a closed
+        // set of columns (every live column of their owners is in it, none
+        // free): a later search entering it fails there too, so until a
+        // search succeeds (and changes the matching) the next one skips
+        // those columns instead of exploring them again. It finds the same
+        // path (the same lowest-column-first search, less its dead ends).
         let order = std::mem::take(&mut self.order);
+        let mut stale = true;
         for &a in &order {
-            self.seen.fill(0);
-            self.try_row(a as usize);
+            if stale {
+                self.seen.fill(0);
+            }
+            stale = self.try_row(a as usize);
         }
         self.order = order;
     }
