@@ -2167,7 +2167,7 @@ mod tests {
             start_us,
             end_us: start_us + 1.0,
         };
-        let timeline = vec![at(0.0), at(0.0), at(0.0), at(30.0), at(0.0), at(15.0)];
+        let timeline = [at(0.0), at(0.0), at(0.0), at(30.0), at(0.0), at(15.0)];
         let heads = |release: Option<f64>| {
             let paced = cut_for_pacing(ops.clone(), 2, release.map(|l| (&timeline[..], l)));
             let fwd: Vec<ChunkOp> = paced.ops.into_iter().filter(|o| o.from == 3).collect();
