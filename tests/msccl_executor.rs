@@ -318,10 +318,12 @@ fn executor_rule_sweep() {
                             let (us, _) =
                                 simulate_executor(&x.text, "sweep", &m, &topo, &sim).unwrap();
                             println!(
-                                "{nodes}x8 {pattern:?} {alg} {layout} {pacing:?}: executor/plan {:+.2}% unheld {} handoffs {}",
+                                "{nodes}x8 {pattern:?} {alg} {layout} {pacing:?}: executor/plan {:+.2}% unheld {} handoffs {} released heads {} chunk {} B",
                                 100.0 * (us / want - 1.0),
                                 x.unheld_deps,
-                                x.handoffs
+                                x.handoffs,
+                                x.released_heads,
+                                x.chunk_bytes
                             );
                         }
                         Err(e) => println!("{nodes}x8 {pattern:?} {alg} {layout}: {e}"),
@@ -914,5 +916,231 @@ fn executor_rule_path() {
                 }
             }
         }
+    }
+}
+
+/// Per-NIC timelines of a plan and of its file under the executor's
+/// rules: the file priced with real bytes instead of whole chunks (what
+/// padding costs), and for the inter-node pairs that finish latest against
+/// the plan, when their bytes moved in the plan and in the file and the
+/// mean number of flows moving over their sending and receiving NICs
+/// while busy (the shares a NIC is cut into).
+/// `XSIM_NODES=4 XSIM_ALGS=fast XSIM_PATTERNS=lognormal cargo test --release --workspace --test msccl_executor executor_rule_nics -- --ignored --nocapture`
+/// (`XSIM_LAYOUT=packed`; `XSIM_SHOW=n`: pairs shown, 12 by default;
+/// `XSIM_NIC=g`: every flow leaving gpu g, plan and file; `XSIM_ENDS=1`:
+/// bytes and last end per NIC; `XSIM_CHUNK=bytes`: the file at that chunk).
+#[test]
+#[ignore]
+fn executor_rule_nics() {
+    use std::collections::BTreeMap;
+    use switchyard::compiler::msccl::xsim::simulate_executor;
+    use switchyard::compiler::msccl::{to_xml, XmlOptions};
+    use switchyard::compiler::sched::schedule;
+    use switchyard::compiler::Algorithm;
+    let sim = SimOptions::default();
+    let sched = sweep_sched();
+    let (nodes, layout) = diag_shape(4);
+    let show: usize = std::env::var("XSIM_SHOW").map_or(12, |v| v.parse().unwrap());
+    let topo = Topology::preset("dgx-h100", nodes, None).unwrap();
+    let g = topo.gpus_per_node() as u32;
+    for (name, _, m) in sweep_matrices(&topo) {
+        for &alg in Algorithm::ALL {
+            if !diag_wants(alg) {
+                continue;
+            }
+            let plan = schedule(alg, &topo, &m, &sched).unwrap();
+            let p = simulate(&topo, &plan, &sim).unwrap();
+            // `XSIM_CHUNK=bytes`: that chunk instead of the default.
+            let opts = XmlOptions {
+                layout,
+                chunk_bytes: std::env::var("XSIM_CHUNK").ok().map(|v| v.parse().unwrap()),
+                ..XmlOptions::default()
+            };
+            let x = to_xml(&plan, &topo, &m, &opts).unwrap();
+            let (us, mut xp) = simulate_executor(&x.text, "nics", &m, &topo, &sim).unwrap();
+            assign_paths(&mut xp.plan, &topo);
+            let e = simulate(&topo, &xp.plan, &sim).unwrap();
+            println!(
+                "{nodes}x8 {name} {alg} {layout}: plan {:.1} us, executor {us:.1} us ({:+.2}%)",
+                p.completion_us,
+                100.0 * (us / p.completion_us - 1.0)
+            );
+            {
+                use switchyard::compiler::msccl::xsim::{executor_plan_with, Rules};
+                let algo = parse_algo(&x.text, "nics").unwrap();
+                let trace = run(&algo, "nics").unwrap();
+                let rules = Rules {
+                    real_bytes: Some(&m),
+                    ..Rules::EXECUTOR
+                };
+                let mut rp = executor_plan_with(&algo, &trace, x.chunk_bytes, &rules);
+                assign_paths(&mut rp.plan, &topo);
+                let r = simulate(&topo, &rp.plan, &sim).unwrap().completion_us;
+                println!(
+                    "  executor rules with real bytes (no padding): {r:.1} us ({:+.2}%)",
+                    100.0 * (r / p.completion_us - 1.0)
+                );
+            }
+            // Inter-node flows: (src, dst) -> [(moving from, end, bytes)].
+            type Flows = BTreeMap<(u32, u32), Vec<(f64, f64, u64)>>;
+            let flows = |ts: &[switchyard::compiler::plan::Transfer],
+                         r: &switchyard::compiler::sim::SimResult|
+             -> Flows {
+                let mut f = Flows::new();
+                for (i, t) in ts.iter().enumerate() {
+                    if t.bytes > 0 && t.src / g != t.dst / g {
+                        f.entry((t.src, t.dst)).or_default().push((
+                            r.moving_from_us(i),
+                            r.transfers[i].end_us,
+                            t.bytes,
+                        ));
+                    }
+                }
+                f
+            };
+            let (pf, ef) = (flows(&plan.transfers, &p), flows(&xp.plan.transfers, &e));
+            let span = |v: &[(f64, f64, u64)]| {
+                let a = v.iter().map(|x| x.0).fold(f64::INFINITY, f64::min);
+                let b = v.iter().map(|x| x.1).fold(0.0, f64::max);
+                let by: u64 = v.iter().map(|x| x.2).sum();
+                (a, b, by, v.len())
+            };
+            // Mean flows moving over a set of pairs' NIC while any moves,
+            // and the time some moves.
+            let share = |f: &Flows, keep: &dyn Fn(u32, u32) -> bool| -> (f64, f64) {
+                let mut ev: Vec<(f64, i32)> = Vec::new();
+                for (&(s, d), v) in f {
+                    if keep(s, d) {
+                        for &(a, b, _) in v {
+                            if b > a {
+                                ev.push((a, 1));
+                                ev.push((b, -1));
+                            }
+                        }
+                    }
+                }
+                ev.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                let (mut live, mut last, mut busy, mut area) = (0i32, 0.0, 0.0, 0.0);
+                for (t, k) in ev {
+                    if live > 0 {
+                        busy += t - last;
+                        area += f64::from(live) * (t - last);
+                    }
+                    live += k;
+                    last = t;
+                }
+                (area / busy.max(1e-9), busy)
+            };
+            // `XSIM_NIC=g`: every flow leaving gpu g, in both.
+            if let Some(gs) = std::env::var("XSIM_NIC")
+                .ok()
+                .and_then(|v| v.parse::<u32>().ok())
+            {
+                for (what, f) in [("plan", &pf), ("file", &ef)] {
+                    let mut v: Vec<(f64, f64, u64, u32)> = f
+                        .iter()
+                        .filter(|((s, _), _)| *s == gs)
+                        .flat_map(|((_, d), v)| v.iter().map(move |&(a, b, by)| (a, b, by, *d)))
+                        .collect();
+                    v.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    println!("  {what} flows out of g{gs}:");
+                    for (a, b, by, d) in v {
+                        println!(
+                            "    {a:7.2}..{b:7.2} ->g{d} {by:>8} B {:6.2} GB/s",
+                            by as f64 / (b - a).max(1e-9) / 1e3
+                        );
+                    }
+                }
+            }
+            // Per NIC (tx of a gpu, rx of a gpu): bytes, last end, in both.
+            if std::env::var("XSIM_ENDS").is_ok() {
+                let mut rows = Vec::new();
+                for gpu in 0..topo.ranks() as u32 {
+                    for (dir, keep) in [("tx", 0), ("rx", 1)] {
+                        let end = |f: &Flows| {
+                            let mut by = 0u64;
+                            let mut b = 0.0f64;
+                            for (&(s, d), v) in f {
+                                if (keep == 0 && s == gpu) || (keep == 1 && d == gpu) {
+                                    for x in v {
+                                        by += x.2;
+                                        b = b.max(x.1);
+                                    }
+                                }
+                            }
+                            (by, b)
+                        };
+                        let (pb, pe) = end(&pf);
+                        let (eb, ee) = end(&ef);
+                        rows.push((ee, format!("  {dir} g{gpu}: plan {pb} B end {pe:.1} | file {eb} B ({:+.2}%) end {ee:.1} ({:+.1} us)", 100.0 * (eb as f64 / pb.max(1) as f64 - 1.0), ee - pe)));
+                    }
+                }
+                rows.sort_by(|a, b| b.0.total_cmp(&a.0));
+                for (_, r) in rows.iter().take(12) {
+                    println!("{r}");
+                }
+            }
+            let mut late: Vec<((u32, u32), f64)> = pf
+                .keys()
+                .filter_map(|k| {
+                    let (_, pb, _, _) = span(&pf[k]);
+                    let (_, eb, _, _) = span(ef.get(k)?);
+                    Some((*k, eb - pb))
+                })
+                .collect();
+            late.sort_by(|a, b| b.1.total_cmp(&a.1));
+            for &((s, d), dl) in late.iter().take(show) {
+                let (pa, pb, pby, pn) = span(&pf[&(s, d)]);
+                let (ea, eb, eby, en) = span(&ef[&(s, d)]);
+                let (ptx, ptb) = share(&pf, &|a, _| a == s);
+                let (etx, etb) = share(&ef, &|a, _| a == s);
+                let (prx, prb) = share(&pf, &|_, b| b == d);
+                let (erx, erb) = share(&ef, &|_, b| b == d);
+                println!(
+                    "  g{s}->g{d} late {dl:+6.1} us | plan {pa:6.1}..{pb:6.1} {pby} B in {pn} | file {ea:6.1}..{eb:6.1} {eby} B in {en} | tx flows {ptx:.2}/{ptb:.0}us -> {etx:.2}/{etb:.0}us, rx flows {prx:.2}/{prb:.0}us -> {erx:.2}/{erb:.0}us"
+                );
+            }
+        }
+    }
+}
+
+/// Issue 22 item 2: `fast`'s 4x8 log-normal files ran +4.63% (padded) and
+/// +4.79% (packed) over their plan under the executor's rules: their
+/// paced heads left as soon as their data was there, taking NIC shares
+/// from the bodies the plan runs then, and every pair's last chunk moved
+/// whole (2 of the points; `executor_rule_nics`). `to_xml` also prices
+/// files whose heads wait until shortly before their transfer's planned
+/// start (`HEAD_LEAD_US`), at the base and a quarter-finer chunk, and
+/// keeps the fastest: within 3% in both layouts, with released heads.
+#[test]
+fn released_heads_hold_4x8_lognormal() {
+    use switchyard::compiler::generate::{generate, Pattern, TrafficSpec};
+    use switchyard::compiler::msccl::xsim::simulate_executor;
+    use switchyard::compiler::msccl::{to_xml, Layout, XmlOptions};
+    use switchyard::compiler::sched::schedule;
+    use switchyard::compiler::Algorithm;
+    let sim = SimOptions::default();
+    let topo = Topology::preset("dgx-h100", 4, None).unwrap();
+    let mut spec = TrafficSpec::new(topo.ranks(), Pattern::Lognormal(1.0));
+    spec.seed = 3;
+    spec.bytes = 256 << 10;
+    spec.moe.tokens_per_rank = 512;
+    let m = generate(&spec).unwrap();
+    let plan = schedule(Algorithm::Fast, &topo, &m, &sweep_sched()).unwrap();
+    let want = simulate(&topo, &plan, &sim).unwrap().completion_us;
+    for layout in [Layout::Padded, Layout::Packed] {
+        let opts = XmlOptions {
+            layout,
+            ..XmlOptions::default()
+        };
+        let x = to_xml(&plan, &topo, &m, &opts).unwrap();
+        assert!(x.released_heads > 0, "{layout}: no head released");
+        assert_eq!(x.report_json()["released_heads"], x.released_heads);
+        let (us, _) = simulate_executor(&x.text, "case", &m, &topo, &sim).unwrap();
+        let r = us / want;
+        assert!(
+            (0.97..=1.03).contains(&r),
+            "4x8 log-normal fast {layout}: executor/plan {r:.4}"
+        );
     }
 }

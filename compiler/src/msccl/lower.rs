@@ -137,6 +137,10 @@ pub struct XmlPlan {
     /// Tails of paced transfers handed to the head that follows them on
     /// their lane (`super::handoff`), each `window` steps fewer.
     pub handoffs: usize,
+    /// Paced heads (operations) held back until shortly before their
+    /// transfer's planned start ([`HEAD_LEAD_US`]; 0 unless `fast`'s
+    /// released-head file was kept).
+    pub released_heads: usize,
     /// Transfers the plan runs at once that the file runs one after another
     /// on a shared lane, because the threadblock budget has no lane left
     /// for them (0: the file runs at once all the plan runs at once).
@@ -170,11 +174,20 @@ impl XmlPlan {
             "unheld_deps": self.unheld_deps,
             "pacing_steps": self.pacing_steps,
             "handoffs": self.handoffs,
+            "released_heads": self.released_heads,
             "lanes_short": self.lanes_short,
             "tbs_wanted": self.tbs_wanted,
         })
     }
 }
+
+/// How long before its transfer's planned start a paced head may leave
+/// in `fast`'s released-head candidate (`cut_for_pacing`): it waits for
+/// the send of its gpu whose planned start is at least this much earlier.
+/// Measured on 4x8 log-normal (padded): 2 us +17.5%, 5 us +8.2%, 10 us
+/// +4.3%, 20 us +3.4%, 30 us +3.4%, 40 us +5.3%, 60 us +4.6% over the
+/// plan, against +4.6% with heads leaving at once.
+pub const HEAD_LEAD_US: f64 = 20.0;
 
 fn unsupported(reason: String) -> Error {
     Error::Unsupported {
@@ -222,11 +235,20 @@ pub fn to_xml(
     let timeline = simulate(topo, plan, &SimOptions::default())?.transfers;
     laps.lap("ideal simulation of the plan");
     let lower_from =
-        |start: u64, streams: Streams, handoff: bool, laps: &mut Laps| -> Result<Lowered> {
+        |start: u64, handoff: bool, lead: Option<f64>, laps: &mut Laps| -> Result<Lowered> {
             let mut u = start;
             loop {
                 match lower_with(
-                    plan, topo, traffic, opts, u, &timeline, streams, laps, handoff,
+                    plan,
+                    topo,
+                    traffic,
+                    opts,
+                    u,
+                    &timeline,
+                    Streams::Window,
+                    laps,
+                    handoff,
+                    lead,
                 ) {
                     Err(LowerError::Limit(why))
                         if opts.chunk_bytes.is_none()
@@ -248,7 +270,7 @@ pub fn to_xml(
         };
     // Every file the executor's rules price against this one: finer
     // chunks, and rate lanes where a stream was spread (below).
-    let first = lower_from(base, Streams::Window, true, &mut laps)?;
+    let first = lower_from(base, true, None, &mut laps)?;
     let mut cands: Vec<XmlPlan> = Vec::new();
     // Tails handed to the next head (`super::handoff`) start the heads'
     // bodies a latency earlier, which moves the bandwidth shares the plan's
@@ -256,7 +278,7 @@ pub fn to_xml(
     // hotspot +3.0% -> +4.0% (docs/benchmarks.md, issue 22). Where there
     // are any, the file without them is priced too (first: it wins a tie).
     if first.x.handoffs > 0 && n <= super::chunk::MAX_RANKS_PRICED {
-        if let Ok(plain) = lower_from(base, Streams::Window, false, &mut laps) {
+        if let Ok(plain) = lower_from(base, false, None, &mut laps) {
             cands.push(plain.x);
         }
     }
@@ -284,6 +306,7 @@ pub fn to_xml(
                 Streams::Rate(c),
                 laps,
                 true,
+                None,
             );
             if let Ok(r) = r {
                 if cands.iter().all(|y| y.text != r.x.text) {
@@ -304,14 +327,43 @@ pub fn to_xml(
     // sized in chunks, and finer chunks moved `spray`'s 8x8 files further
     // from their plans as often as closer (docs/benchmarks.md, issue 22).
     let fine = super::chunk::default_chunk_bytes(traffic, opts.layout, true);
+    let is_fast = plan.algorithm == "fast";
     if !(opts.chunk_bytes.is_some()
         || n > super::chunk::MAX_RANKS_PRICED
         || fine >= base_u
-        || matches!(plan.algorithm.as_str(), "fast" | "spray"))
+        || is_fast
+        || plan.algorithm == "spray")
     {
-        if let Ok(y) = lower_from(fine, Streams::Window, true, &mut laps) {
+        if let Ok(y) = lower_from(fine, true, None, &mut laps) {
             if y.x.chunk_bytes < base_u {
                 with_rates(y, &mut cands, &mut laps);
+            }
+        }
+    }
+    // `fast`'s paced files: heads held back to shortly before their
+    // transfer's planned start, at the base chunk and, where padding costs,
+    // at a quarter and a half finer ones (docs/msccl.md, "Pacing", "Heads released
+    // near their start"). Their NICs are the plan's bottleneck: a head sent
+    // at once takes shares from the bodies the plan runs then, and every
+    // pair's last chunk moves whole (4x8 log-normal: +2 of the +4.6 points).
+    if is_fast && opts.pacing == Pacing::Cut && n <= super::chunk::MAX_RANKS_PRICED {
+        let mut chunks = vec![base_u];
+        if opts.chunk_bytes.is_none() {
+            chunks.extend(super::chunk::near_chunk_bytes(traffic, opts.layout));
+        }
+        for (k, &u) in chunks.iter().enumerate() {
+            // The finer chunks with heads as they are, too.
+            let leads: &[Option<f64>] = if k == 0 {
+                &[Some(HEAD_LEAD_US)]
+            } else {
+                &[None, Some(HEAD_LEAD_US)]
+            };
+            for &lead in leads {
+                if let Ok(y) = lower_from(u, true, lead, &mut laps) {
+                    if y.x.chunk_bytes == u && cands.iter().all(|c| c.text != y.x.text) {
+                        cands.push(y.x);
+                    }
+                }
             }
         }
     }
@@ -471,6 +523,7 @@ fn lower_with(
     streams: Streams,
     laps: &mut Laps,
     handoff: bool,
+    head_lead_us: Option<f64>,
 ) -> std::result::Result<Lowered, LowerError> {
     let n = traffic.ranks();
     let k: Vec<Vec<u32>> = (0..n)
@@ -546,10 +599,11 @@ fn lower_with(
                 && exact_matrix
                 && proto.fifo_depth() > Protocol::Simple.fifo_depth())
             .then(|| ops.clone());
-            let first = cut_for_pacing(ops, proto.fifo_depth() as u32);
+            let release = head_lead_us.map(|l| (timeline, l));
+            let first = cut_for_pacing(ops, proto.fifo_depth() as u32, release);
             match retry {
                 Some(ops) if first.unheld.unwrap_or(0) > 0 => {
-                    let simple = cut_for_pacing(ops, Protocol::Simple.fifo_depth() as u32);
+                    let simple = cut_for_pacing(ops, Protocol::Simple.fifo_depth() as u32, release);
                     if simple.unheld < first.unheld {
                         proto = Protocol::Simple;
                         simple
@@ -566,6 +620,7 @@ fn lower_with(
             steps: 0,
             unheld: None,
             pinned: std::collections::HashSet::new(),
+            released: 0,
         },
     };
     let ops = paced.ops;
@@ -739,6 +794,7 @@ fn lower_with(
         unheld_deps: built.unheld,
         pacing_steps: paced.steps - built.handoffs * fifo as usize,
         handoffs: built.handoffs,
+        released_heads: paced.released,
         lanes_short: built.lanes_short,
         tbs_wanted: built.tbs_wanted,
         plan: encoded,
@@ -1046,6 +1102,9 @@ struct Paced {
     unheld: Option<usize>,
     /// Transfers cut here: their operations stay on one connection.
     pinned: std::collections::HashSet<u32>,
+    /// Operations whose head steps got a wait that holds them until
+    /// shortly before their transfer's planned start (`release`).
+    released: usize,
 }
 
 /// Makes the executor hold the waits it would not (docs/msccl.md,
@@ -1063,7 +1122,17 @@ struct Paced {
 ///
 /// The leak is `window` chunks each way. Operations keep their transfer
 /// (`from`), so lanes keep them together and a reader streams them as one.
-fn cut_for_pacing(ops: Vec<ChunkOp>, window: u32) -> Paced {
+///
+/// `release = Some((timeline, lead_us))` (the plan's timeline): a head
+/// also waits for the latest earlier send of its gpu that the plan starts
+/// at least `lead_us` before the head's transfer, so it leaves shortly
+/// before its body's planned start rather than as soon as its data is
+/// there, when it takes NIC shares from the bodies the plan runs then.
+fn cut_for_pacing(
+    ops: Vec<ChunkOp>,
+    window: u32,
+    release: Option<(&[TransferTime], f64)>,
+) -> Paced {
     let n = ops.len();
     let remote = |o: &ChunkOp| o.src != o.dst;
     // Transfers: runs of operations with the same `from`.
@@ -1193,6 +1262,20 @@ fn cut_for_pacing(ops: Vec<ChunkOp>, window: u32) -> Paced {
     let mut is_tail: Vec<bool> = Vec::with_capacity(n);
     let mut parts: Vec<Part> = Vec::with_capacity(n);
     let mut steps = 0;
+    let mut released = 0;
+    // Per gpu, the first operations of its remote transfers, in order.
+    let mut sends_of: Vec<Vec<usize>> = Vec::new();
+    if release.is_some() {
+        for (i, o) in ops.iter().enumerate() {
+            if first[i] == i && remote(o) {
+                let g = o.src as usize;
+                if sends_of.len() <= g {
+                    sends_of.resize(g + 1, Vec::new());
+                }
+                sends_of[g].push(i);
+            }
+        }
+    }
     for (i, op) in ops.iter().enumerate() {
         // Deps on a tail step only where they need it (`tail_dep_needed`).
         let map = |d: &[u32]| -> Vec<u32> {
@@ -1212,7 +1295,30 @@ fn cut_for_pacing(ops: Vec<ChunkOp>, window: u32) -> Paced {
                 .copied()
                 .filter(|d| !r.contains(d) && !sent.contains(d))
                 .collect();
-            (map(&held), map(r))
+            let mut held = map(&held);
+            // Released heads: also wait for the latest earlier send of this
+            // gpu that the plan starts `lead_us` or more before this
+            // transfer (a send is done once staged, so about when it
+            // starts): the head leaves about `lead_us` before its body's
+            // planned start instead of at once.
+            if let Some(z) = release.and_then(|(tl, lead_us)| {
+                let start = tl.get(op.from as usize)?.start_us - lead_us;
+                let mine = &sends_of[op.src as usize];
+                let before = mine.partition_point(|&z| z < f);
+                mine[..before].iter().rev().copied().find(|&z| {
+                    ops[z].from != op.from
+                        && tl
+                            .get(ops[z].from as usize)
+                            .is_some_and(|t| t.start_us <= start)
+                })
+            }) {
+                let p = new_of[z].start;
+                if !held.contains(&p) {
+                    held.push(p);
+                    released += 1;
+                }
+            }
+            (held, map(r))
         } else {
             (deps.clone(), Vec::new())
         };
@@ -1273,6 +1379,7 @@ fn cut_for_pacing(ops: Vec<ChunkOp>, window: u32) -> Paced {
         steps,
         unheld: Some(unheld.len()),
         pinned,
+        released,
     }
 }
 
@@ -2016,7 +2123,7 @@ mod tests {
             // one-chunk steps (Simple's window) carries the receiver's wait.
             op(0, BufRef::Scratch, 0, 5, 5, 10, vec![0, 1, 2], 3),
         ];
-        let paced = cut_for_pacing(ops, 2);
+        let paced = cut_for_pacing(ops, 2, None);
         let fwd: Vec<&ChunkOp> = paced.ops.iter().filter(|o| o.from == 3).collect();
         assert_eq!(fwd.iter().map(|o| o.cnt).collect::<Vec<_>>(), vec![1, 1, 8]);
         // The head steps read chunks 0 and 1, written by operation 0 only:
@@ -2029,6 +2136,57 @@ mod tests {
         // gpu 5's transfer; it does not wait for the head's data.
         assert_eq!(fwd[2].deps, vec![1, 2]);
         assert!(fwd[2].recv_deps.is_empty());
+    }
+
+    #[test]
+    fn released_heads_wait_for_a_send_planned_lead_us_earlier() {
+        let op = |src, src_buf, src_off, dst, dst_off, cnt, deps: Vec<u32>, from| ChunkOp {
+            src,
+            src_buf,
+            src_off,
+            dst,
+            dst_buf: BufRef::Scratch,
+            dst_off,
+            cnt,
+            deps,
+            recv_deps: Vec::new(),
+            from,
+        };
+        let ops = vec![
+            // Two earlier sends of gpu 0, planned at 0 and 15 us.
+            op(0, BufRef::Input, 0, 6, 0, 4, vec![], 4),
+            op(0, BufRef::Input, 4, 7, 0, 4, vec![], 5),
+            // Gpu 0's scratch from gpus 1 and 2; a transfer into gpu 5.
+            op(1, BufRef::Input, 0, 0, 0, 2, vec![], 0),
+            op(2, BufRef::Input, 0, 0, 2, 8, vec![], 1),
+            op(4, BufRef::Input, 0, 5, 0, 5, vec![], 2),
+            // The forward to gpu 5, planned at 30 us: a head of two steps.
+            op(0, BufRef::Scratch, 0, 5, 5, 10, vec![2, 3, 4], 3),
+        ];
+        let at = |start_us| TransferTime {
+            start_us,
+            end_us: start_us + 1.0,
+        };
+        let timeline = [at(0.0), at(0.0), at(0.0), at(30.0), at(0.0), at(15.0)];
+        let heads = |release: Option<f64>| {
+            let paced = cut_for_pacing(ops.clone(), 2, release.map(|l| (&timeline[..], l)));
+            let fwd: Vec<ChunkOp> = paced.ops.into_iter().filter(|o| o.from == 3).collect();
+            assert_eq!(fwd.iter().map(|o| o.cnt).collect::<Vec<_>>(), vec![1, 1, 8]);
+            // The body never gets the release wait.
+            assert_eq!(fwd[2].deps, vec![3, 4]);
+            let mut d = fwd[0].deps.clone();
+            d.sort_unstable();
+            assert_eq!(fwd[1].deps.len(), d.len());
+            (d, paced.released)
+        };
+        // As before: the head waits only for its data.
+        assert_eq!(heads(None), (vec![2], 0));
+        // 20 us ahead: the send planned at 0 (the one at 15 is too late).
+        assert_eq!(heads(Some(20.0)), (vec![0, 2], 1));
+        // 10 us ahead: the latest send planned by 20 us, the one at 15.
+        assert_eq!(heads(Some(10.0)), (vec![1, 2], 1));
+        // Nothing planned 40 us ahead: no wait added.
+        assert_eq!(heads(Some(40.0)), (vec![2], 0));
     }
 
     #[test]
