@@ -61,6 +61,11 @@ pub(crate) struct Filler {
     touched: Vec<LinkId>,
     /// Flow positions grouped by link (CSR over `start`).
     link_flows: Vec<u32>,
+    /// The indexed flows' links by position, contiguous
+    /// (`pos_links[pos_off[pos]..pos_off[pos + 1]]`): the fill walks them
+    /// in position order, not the transfers' scattered order.
+    pos_off: Vec<u32>,
+    pos_links: Vec<LinkId>,
     frozen: Vec<bool>,
     heap: BinaryHeap<Reverse<(Key, LinkId)>>,
     capped: Vec<(f64, u32)>,
@@ -74,6 +79,7 @@ impl Filler {
             start: vec![0; num_links],
             rem_cap: vec![0.0; num_links],
             unfrozen: vec![0; num_links],
+            pos_off: vec![0],
             ..Filler::default()
         }
     }
@@ -100,13 +106,18 @@ impl Filler {
             self.count[l as usize] = 0;
         }
         self.touched.clear();
+        self.pos_off.clear();
+        self.pos_links.clear();
+        self.pos_off.push(0);
         for &t in flows {
             for &l in paths.of(t) {
                 if self.count[l as usize] == 0 {
                     self.touched.push(l);
                 }
                 self.count[l as usize] += 1;
+                self.pos_links.push(l);
             }
+            self.pos_off.push(self.pos_links.len() as u32);
         }
         let mut acc = 0u32;
         for &l in &self.touched {
@@ -120,8 +131,9 @@ impl Filler {
         for &l in &self.touched {
             self.unfrozen[l as usize] = 0;
         }
-        for (pos, &t) in flows.iter().enumerate() {
-            for &l in paths.of(t) {
+        for pos in 0..flows.len() {
+            let (a, b) = (self.pos_off[pos] as usize, self.pos_off[pos + 1] as usize);
+            for &l in &self.pos_links[a..b] {
                 let k = self.start[l as usize] + self.unfrozen[l as usize];
                 self.link_flows[k as usize] = pos as u32;
                 self.unfrozen[l as usize] += 1;
@@ -129,10 +141,14 @@ impl Filler {
         }
     }
 
-    /// Takes an indexed flow (transfer `t`) out of the link counts without
+    /// Takes the indexed flow at `pos` out of the link counts without
     /// re-indexing: the caller marks its position dead for [`Filler::fill`].
-    pub fn remove(&mut self, t: u32, paths: &Paths) {
-        for &l in paths.of(t) {
+    pub fn remove(&mut self, pos: u32) {
+        let (a, b) = (
+            self.pos_off[pos as usize] as usize,
+            self.pos_off[pos as usize + 1] as usize,
+        );
+        for &l in &self.pos_links[a..b] {
             self.alive[l as usize] -= 1;
         }
     }
@@ -142,14 +158,12 @@ impl Filler {
     /// `flow_cap[pos]` when given. Positions marked `dead` get rate 0.
     pub fn fill(
         &mut self,
-        flows: &[u32],
-        paths: &Paths,
         cap: &[f64],
         flow_cap: Option<&[f64]>,
         dead: &[bool],
         rate: &mut Vec<f64>,
     ) {
-        let n = flows.len();
+        let n = self.pos_off.len() - 1;
         rate.clear();
         rate.resize(n, 0.0);
         self.frozen.clear();
@@ -187,8 +201,11 @@ impl Filler {
                 }
                 let cur = (self.rem_cap[l as usize] / u as f64).max(0.0);
                 if cur > key * (1.0 + 1e-12) {
-                    self.heap.pop();
-                    self.heap.push(Reverse((Key(cur), l)));
+                    // Raise the stale key in place: one sift-down, and the
+                    // same order as a pop and a push (keys are unique pairs).
+                    if let Some(mut top) = self.heap.peek_mut() {
+                        *top = Reverse((Key(cur), l));
+                    }
                     continue;
                 }
                 break Some((cur, l));
@@ -200,11 +217,11 @@ impl Filler {
             match (link, cap_next) {
                 (None, None) => break,
                 (Some((share, _)), Some((c, pos))) if c <= share => {
-                    self.freeze(pos, c, flows, paths, rate);
+                    self.freeze(pos, c, rate);
                     ci += 1;
                 }
                 (None, Some((c, pos))) => {
-                    self.freeze(pos, c, flows, paths, rate);
+                    self.freeze(pos, c, rate);
                     ci += 1;
                 }
                 (Some((share, l)), _) => {
@@ -213,7 +230,7 @@ impl Filler {
                     for k in s..s + self.count[l as usize] as usize {
                         let pos = self.link_flows[k];
                         if !self.frozen[pos as usize] {
-                            self.freeze(pos, share, flows, paths, rate);
+                            self.freeze(pos, share, rate);
                         }
                     }
                 }
@@ -221,10 +238,14 @@ impl Filler {
         }
     }
 
-    fn freeze(&mut self, pos: u32, r: f64, flows: &[u32], paths: &Paths, rate: &mut [f64]) {
+    fn freeze(&mut self, pos: u32, r: f64, rate: &mut [f64]) {
         self.frozen[pos as usize] = true;
         rate[pos as usize] = r;
-        for &l in paths.of(flows[pos as usize]) {
+        let (a, b) = (
+            self.pos_off[pos as usize] as usize,
+            self.pos_off[pos as usize + 1] as usize,
+        );
+        for &l in &self.pos_links[a..b] {
             self.rem_cap[l as usize] -= r;
             self.unfrozen[l as usize] -= 1;
         }
@@ -256,13 +277,11 @@ mod tests {
         let mut f = Filler::new(2);
         let mut rate = Vec::new();
         f.index(&flows, &p);
-        f.fill(&flows, &p, &[1.0, 2.0], None, &[false; 3], &mut rate);
+        f.fill(&[1.0, 2.0], None, &[false; 3], &mut rate);
         assert_eq!(rate, [0.5, 0.5, 1.5]);
         assert!((f.used(1, 2.0) - 2.0).abs() < 1e-12);
         // A cap on flow 0 frees link 0 for flow 1, which then splits link 1 evenly.
         f.fill(
-            &flows,
-            &p,
             &[1.0, 2.0],
             Some(&[0.2, f64::INFINITY, f64::INFINITY]),
             &[false; 3],
@@ -281,14 +300,14 @@ mod tests {
         f.index(&[0, 1, 2], &p);
         f.index(&[1, 2], &p);
         assert_eq!(f.flows_on(0), &[0]);
-        f.fill(&[1, 2], &p, &[1.0, 2.0], None, &[false; 2], &mut rate);
+        f.fill(&[1.0, 2.0], None, &[false; 2], &mut rate);
         assert_eq!(rate, [1.0, 1.0]);
         // Removing flow 2 without re-indexing frees link 1 for flow 1 alone.
-        f.remove(2, &p);
-        f.fill(&[1, 2], &p, &[1.0, 2.0], None, &[false, true], &mut rate);
+        f.remove(1);
+        f.fill(&[1.0, 2.0], None, &[false, true], &mut rate);
         assert_eq!(rate, [1.0, 0.0]);
-        f.remove(1, &p);
-        f.fill(&[1, 2], &p, &[1.0, 2.0], None, &[true, true], &mut rate);
+        f.remove(0);
+        f.fill(&[1.0, 2.0], None, &[true, true], &mut rate);
         assert_eq!(rate, [0.0, 0.0]);
         assert_eq!(f.used(0, 1.0), 0.0);
     }

@@ -442,6 +442,7 @@ struct Sim<'a> {
     filler: Filler,
     congestion: Option<Congestion>,
     times: Vec<TransferTime>,
+    /// Bytes each transfer moves at its rate: its data plus `overhead`.
     remaining: Vec<f64>,
     arrivals: BinaryHeap<Arrival>,
     finished: usize,
@@ -569,6 +570,10 @@ impl<'a> Sim<'a> {
         // Moving transfers; finished ones stay as dead entries until the
         // next re-index, so a finish alone does not rebuild the link index.
         let mut active: Vec<u32> = Vec::new();
+        // By position beside `active`: bytes left and start time, kept
+        // contiguous so the per-event sweeps read them in order.
+        let mut rem: Vec<f64> = Vec::new();
+        let mut start: Vec<f64> = Vec::new();
         let mut dead: Vec<bool> = Vec::new();
         let mut n_dead = 0usize;
         let mut reindex = false;
@@ -587,6 +592,8 @@ impl<'a> Sim<'a> {
                     self.finish(t, at);
                 } else {
                     active.push(t);
+                    rem.push(self.remaining[t as usize]);
+                    start.push(self.times[t as usize].start_us);
                     dead.push(false);
                     changed = true;
                     reindex = true;
@@ -597,10 +604,14 @@ impl<'a> Sim<'a> {
                 for pos in 0..active.len() {
                     if !dead[pos] {
                         active[keep] = active[pos];
+                        rem[keep] = rem[pos];
+                        start[keep] = start[pos];
                         keep += 1;
                     }
                 }
                 active.truncate(keep);
+                rem.truncate(keep);
+                start.truncate(keep);
                 dead.clear();
                 dead.resize(keep, false);
                 n_dead = 0;
@@ -615,6 +626,9 @@ impl<'a> Sim<'a> {
                     None => break,
                 }
             }
+            // A re-index renumbers positions: the filler must see it
+            // before the next removal (arrivals and finishes set `changed`).
+            debug_assert!(changed || !reindex);
             if changed {
                 self.recompute(&active, &dead, reindex, &mut rate);
                 self.events += 1;
@@ -630,19 +644,19 @@ impl<'a> Sim<'a> {
             // transfer by more than eps of its own duration.
             finish_at.clear();
             let mut limit = next_arrival;
-            for (pos, &t) in active.iter().enumerate() {
+            for pos in 0..active.len() {
                 if dead[pos] {
                     finish_at.push(f64::INFINITY);
                     continue;
                 }
                 let r = rate[pos];
                 let f = if r > 0.0 {
-                    now + self.remaining[t as usize] / r
+                    now + rem[pos] / r
                 } else {
                     f64::INFINITY
                 };
                 finish_at.push(f);
-                let slack = self.eps * (f - self.times[t as usize].start_us);
+                let slack = self.eps * (f - start[pos]);
                 limit = limit.min(f + slack);
             }
             // Near-ties (rounding) finish together rather than one by one.
@@ -685,19 +699,19 @@ impl<'a> Sim<'a> {
                 let moved = rate[pos] * dt;
                 if finish_at[pos] <= limit {
                     // Credit back what the flow did not need.
-                    let over = moved - self.remaining[t as usize];
+                    let over = moved - rem[pos];
                     if over != 0.0 {
                         for &l in self.paths.of(t) {
                             self.links[l as usize].bytes -= over;
                         }
                     }
-                    self.remaining[t as usize] = 0.0;
+                    rem[pos] = 0.0;
                     dead[pos] = true;
                     n_dead += 1;
-                    self.filler.remove(t, &self.paths);
+                    self.filler.remove(pos as u32);
                     stack.push((t, tau));
                 } else {
-                    self.remaining[t as usize] -= moved;
+                    rem[pos] -= moved;
                 }
             }
             now = tau;
@@ -754,10 +768,8 @@ impl<'a> Sim<'a> {
             self.filler.index(active, &self.paths);
         }
         match &mut self.congestion {
-            Some(c) => c.fill(&mut self.filler, active, &self.paths, &self.cap, dead, rate),
-            None => self
-                .filler
-                .fill(active, &self.paths, &self.cap, None, dead, rate),
+            Some(c) => c.fill(&mut self.filler, active, &self.cap, dead, rate),
+            None => self.filler.fill(&self.cap, None, dead, rate),
         }
     }
 }
