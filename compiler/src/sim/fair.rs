@@ -5,8 +5,11 @@
 //! own cap) saturates, freezing the flows it carries, and repeating. Buffers
 //! are kept between calls: a recompute allocates nothing once warm.
 //!
-//! Cost per call: O(F·p) to index and freeze F flows of p links each, plus
-//! O(L log L) heap work over the L links in use. Link shares only grow as
+//! Cost per call: O(F·p) to freeze F flows of p links each (walking each
+//! flow's links from a per-position copy, not the transfers' scattered
+//! paths), O(A·p) to append the A flows that arrived (the whole index is
+//! rebuilt only when the caller compacts its list), plus O(L log L) heap
+//! work over the L links in use. Link shares only grow as
 //! flows freeze (a flow frozen at the smallest share s takes at most s from a
 //! link whose share is at least s), so stale heap keys are refreshed lazily
 //! when popped instead of on every update.
@@ -49,18 +52,15 @@ impl Ord for Key {
 /// the active list passed to [`Filler::index`].
 #[derive(Debug, Default)]
 pub(crate) struct Filler {
-    /// Per link: indexed flows crossing it, and where they sit in `link_flows`.
-    count: Vec<u32>,
-    /// Per link: indexed flows not removed since (see [`Filler::remove`]).
+    /// Per link: indexed flows crossing it, by position (dead ones too,
+    /// until the next [`Filler::index`]), and how many are not removed.
+    on: Vec<Vec<u32>>,
     alive: Vec<u32>,
-    start: Vec<u32>,
     /// Per link during a fill: capacity not yet given out, flows not yet frozen.
     rem_cap: Vec<f64>,
     unfrozen: Vec<u32>,
-    /// Links with at least one active flow, in first-seen order.
+    /// Links with at least one indexed flow, in first-seen order.
     touched: Vec<LinkId>,
-    /// Flow positions grouped by link (CSR over `start`).
-    link_flows: Vec<u32>,
     /// The indexed flows' links by position, contiguous
     /// (`pos_links[pos_off[pos]..pos_off[pos + 1]]`): the fill walks them
     /// in position order, not the transfers' scattered order.
@@ -74,9 +74,8 @@ pub(crate) struct Filler {
 impl Filler {
     pub fn new(num_links: usize) -> Self {
         Filler {
-            count: vec![0; num_links],
+            on: vec![Vec::new(); num_links],
             alive: vec![0; num_links],
-            start: vec![0; num_links],
             rem_cap: vec![0.0; num_links],
             unfrozen: vec![0; num_links],
             pos_off: vec![0],
@@ -84,15 +83,14 @@ impl Filler {
         }
     }
 
-    /// Links carrying at least one active flow (valid after [`Filler::index`]).
+    /// Links carrying at least one indexed flow (valid after [`Filler::index`]).
     pub fn touched(&self) -> &[LinkId] {
         &self.touched
     }
 
-    /// Positions of the active flows crossing link `l`.
+    /// Positions of the indexed flows crossing link `l`, in position order.
     pub fn flows_on(&self, l: LinkId) -> &[u32] {
-        let s = self.start[l as usize] as usize;
-        &self.link_flows[s..s + self.count[l as usize] as usize]
+        &self.on[l as usize]
     }
 
     /// Rate in use on link `l` after the last fill: capacity minus what is left.
@@ -103,41 +101,31 @@ impl Filler {
     /// Groups the active flows (transfer ids) by the links they cross.
     pub fn index(&mut self, flows: &[u32], paths: &Paths) {
         for &l in &self.touched {
-            self.count[l as usize] = 0;
+            self.on[l as usize].clear();
+            self.alive[l as usize] = 0;
         }
         self.touched.clear();
         self.pos_off.clear();
         self.pos_links.clear();
         self.pos_off.push(0);
-        for &t in flows {
+        self.append(flows, 0, paths);
+    }
+
+    /// Adds the flows at positions `from..` (arrived since the last index)
+    /// to the index; the earlier positions keep their entries.
+    pub fn append(&mut self, flows: &[u32], from: usize, paths: &Paths) {
+        debug_assert_eq!(self.pos_off.len(), from + 1);
+        for (pos, &t) in flows.iter().enumerate().skip(from) {
             for &l in paths.of(t) {
-                if self.count[l as usize] == 0 {
+                let on = &mut self.on[l as usize];
+                if on.is_empty() {
                     self.touched.push(l);
                 }
-                self.count[l as usize] += 1;
+                on.push(pos as u32);
+                self.alive[l as usize] += 1;
                 self.pos_links.push(l);
             }
             self.pos_off.push(self.pos_links.len() as u32);
-        }
-        let mut acc = 0u32;
-        for &l in &self.touched {
-            self.start[l as usize] = acc;
-            self.alive[l as usize] = self.count[l as usize];
-            acc += self.count[l as usize];
-        }
-        self.link_flows.clear();
-        self.link_flows.resize(acc as usize, 0);
-        // `unfrozen` doubles as the fill cursor here; fill() resets it.
-        for &l in &self.touched {
-            self.unfrozen[l as usize] = 0;
-        }
-        for pos in 0..flows.len() {
-            let (a, b) = (self.pos_off[pos] as usize, self.pos_off[pos + 1] as usize);
-            for &l in &self.pos_links[a..b] {
-                let k = self.start[l as usize] + self.unfrozen[l as usize];
-                self.link_flows[k as usize] = pos as u32;
-                self.unfrozen[l as usize] += 1;
-            }
         }
     }
 
@@ -226,13 +214,13 @@ impl Filler {
                 }
                 (Some((share, l)), _) => {
                     self.heap.pop();
-                    let s = self.start[l as usize] as usize;
-                    for k in s..s + self.count[l as usize] as usize {
-                        let pos = self.link_flows[k];
+                    let on = std::mem::take(&mut self.on[l as usize]);
+                    for &pos in &on {
                         if !self.frozen[pos as usize] {
                             self.freeze(pos, share, rate);
                         }
                     }
+                    self.on[l as usize] = on;
                 }
             }
         }

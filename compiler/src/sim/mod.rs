@@ -567,8 +567,9 @@ impl<'a> Sim<'a> {
         for (t, time) in std::mem::take(&mut stack) {
             self.finish(t, time);
         }
-        // Moving transfers; finished ones stay as dead entries until the
-        // next re-index, so a finish alone does not rebuild the link index.
+        // Moving transfers; finished ones stay as dead entries until half
+        // are dead, so neither a finish nor an arrival rebuilds the link
+        // index (arrivals are appended to it).
         let mut active: Vec<u32> = Vec::new();
         // By position beside `active`: bytes left and start time, kept
         // contiguous so the per-event sweeps read them in order.
@@ -577,6 +578,8 @@ impl<'a> Sim<'a> {
         let mut dead: Vec<bool> = Vec::new();
         let mut n_dead = 0usize;
         let mut reindex = false;
+        // First position the filler has not indexed yet.
+        let mut fresh = 0usize;
         let mut rate: Vec<f64> = Vec::new();
         let mut finish_at: Vec<f64> = Vec::new();
         let mut now = 0.0f64;
@@ -596,10 +599,9 @@ impl<'a> Sim<'a> {
                     start.push(self.times[t as usize].start_us);
                     dead.push(false);
                     changed = true;
-                    reindex = true;
                 }
             }
-            if reindex || n_dead * 2 > active.len() {
+            if n_dead * 2 > active.len() {
                 let mut keep = 0;
                 for pos in 0..active.len() {
                     if !dead[pos] {
@@ -630,7 +632,8 @@ impl<'a> Sim<'a> {
             // before the next removal (arrivals and finishes set `changed`).
             debug_assert!(changed || !reindex);
             if changed {
-                self.recompute(&active, &dead, reindex, &mut rate);
+                self.recompute(&active, &dead, reindex, fresh, &mut rate);
+                fresh = active.len();
                 self.events += 1;
                 progress(self.finished, n);
                 changed = false;
@@ -643,24 +646,26 @@ impl<'a> Sim<'a> {
             // Projected finishes, and the latest instant that delays no
             // transfer by more than eps of its own duration.
             finish_at.clear();
+            finish_at.resize(active.len(), f64::INFINITY);
             let mut limit = next_arrival;
-            for pos in 0..active.len() {
-                if dead[pos] {
-                    finish_at.push(f64::INFINITY);
+            let mut first = f64::INFINITY;
+            let eps = self.eps;
+            for ((((f_at, &d), &r), &left), &s0) in finish_at
+                .iter_mut()
+                .zip(&dead)
+                .zip(&rate)
+                .zip(&rem)
+                .zip(&start)
+            {
+                if d || r <= 0.0 {
                     continue;
                 }
-                let r = rate[pos];
-                let f = if r > 0.0 {
-                    now + rem[pos] / r
-                } else {
-                    f64::INFINITY
-                };
-                finish_at.push(f);
-                let slack = self.eps * (f - start[pos]);
-                limit = limit.min(f + slack);
+                let f = now + left / r;
+                *f_at = f;
+                first = first.min(f);
+                limit = limit.min(f + eps * (f - s0));
             }
             // Near-ties (rounding) finish together rather than one by one.
-            let first = finish_at.iter().copied().fold(f64::INFINITY, f64::min);
             if first < next_arrival {
                 limit = limit.max(first + first.abs() * 1e-12).min(next_arrival);
             }
@@ -761,11 +766,21 @@ impl<'a> Sim<'a> {
         self.filler.used(l, cap)
     }
 
-    /// Rates of the moving transfers; `reindex` after arrivals (the link
-    /// index gains flows), otherwise finished flows were only removed.
-    fn recompute(&mut self, active: &[u32], dead: &[bool], reindex: bool, rate: &mut Vec<f64>) {
+    /// Rates of the moving transfers; `reindex` after the active list was
+    /// compacted (positions renumbered), otherwise the positions from
+    /// `fresh` on arrived since the last call and are appended to the index.
+    fn recompute(
+        &mut self,
+        active: &[u32],
+        dead: &[bool],
+        reindex: bool,
+        fresh: usize,
+        rate: &mut Vec<f64>,
+    ) {
         if reindex {
             self.filler.index(active, &self.paths);
+        } else if fresh < active.len() {
+            self.filler.append(active, fresh, &self.paths);
         }
         match &mut self.congestion {
             Some(c) => c.fill(&mut self.filler, active, &self.cap, dead, rate),
