@@ -67,6 +67,8 @@ pub(crate) struct Filler {
     pos_off: Vec<u32>,
     pos_links: Vec<LinkId>,
     frozen: Vec<bool>,
+    /// Flows not yet frozen during a fill.
+    left: usize,
     heap: BinaryHeap<Reverse<(Key, LinkId)>>,
     capped: Vec<(f64, u32)>,
 }
@@ -156,15 +158,20 @@ impl Filler {
         rate.resize(n, 0.0);
         self.frozen.clear();
         self.frozen.extend_from_slice(dead);
-        self.heap.clear();
+        self.left = dead.iter().filter(|&&d| !d).count();
+        // Built whole (O(L)), not pushed one by one: the pops depend only
+        // on the set of (share, link) keys.
+        let mut keys = std::mem::take(&mut self.heap).into_vec();
+        keys.clear();
         for &l in &self.touched {
             let (c, k) = (cap[l as usize], self.alive[l as usize]);
             self.rem_cap[l as usize] = c;
             self.unfrozen[l as usize] = k;
             if k > 0 {
-                self.heap.push(Reverse((Key(c / k as f64), l)));
+                keys.push(Reverse((Key(c / k as f64), l)));
             }
         }
+        self.heap = BinaryHeap::from(keys);
         self.capped.clear();
         if let Some(fc) = flow_cap {
             self.capped.extend(
@@ -176,7 +183,9 @@ impl Filler {
             self.capped.sort_by(|a, b| a.0.total_cmp(&b.0));
         }
         let mut ci = 0;
-        loop {
+        // Once every flow is frozen, what is left in the heap are links
+        // with no unfrozen flow, which the loop would only discard.
+        while self.left > 0 {
             // The smallest current link share, refreshing stale keys.
             let link = loop {
                 let Some(&Reverse((Key(key), l))) = self.heap.peek() else {
@@ -228,6 +237,7 @@ impl Filler {
 
     fn freeze(&mut self, pos: u32, r: f64, rate: &mut [f64]) {
         self.frozen[pos as usize] = true;
+        self.left -= 1;
         rate[pos as usize] = r;
         let (a, b) = (
             self.pos_off[pos as usize] as usize,
@@ -243,6 +253,7 @@ impl Filler {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn paths(ps: &[&[LinkId]]) -> Paths {
         let mut p = Paths {
@@ -298,5 +309,118 @@ mod tests {
         f.fill(&[1.0, 2.0], None, &[true, true], &mut rate);
         assert_eq!(rate, [0.0, 0.0]);
         assert_eq!(f.used(0, 1.0), 0.0);
+    }
+
+    /// Textbook progressive filling over the live flows: raise every
+    /// unfrozen flow to the lowest link share or own cap, freeze what that
+    /// saturates, repeat. O(F² L); the reference for [`Filler::fill`].
+    fn plain_fill(ps: &[Vec<LinkId>], cap: &[f64], fcap: &[f64], dead: &[bool]) -> Vec<f64> {
+        let n = ps.len();
+        let mut rate = vec![0.0; n];
+        let mut frozen = dead.to_vec();
+        let mut rem = cap.to_vec();
+        while frozen.iter().any(|&f| !f) {
+            let users = |l: usize, frozen: &[bool]| {
+                (0..n)
+                    .filter(|&j| !frozen[j] && ps[j].contains(&(l as LinkId)))
+                    .count()
+            };
+            let mut x = f64::INFINITY;
+            for l in 0..cap.len() {
+                let u = users(l, &frozen);
+                if u > 0 {
+                    x = x.min((rem[l] / u as f64).max(0.0));
+                }
+            }
+            for j in 0..n {
+                if !frozen[j] {
+                    x = x.min(fcap[j]);
+                }
+            }
+            let near = |v: f64| v <= x * (1.0 + 1e-12);
+            let mut take: Vec<usize> = (0..n).filter(|&j| !frozen[j] && near(fcap[j])).collect();
+            if take.is_empty() {
+                for l in 0..cap.len() {
+                    let u = users(l, &frozen);
+                    if u > 0 && near((rem[l] / u as f64).max(0.0)) {
+                        take.extend(
+                            (0..n).filter(|&j| !frozen[j] && ps[j].contains(&(l as LinkId))),
+                        );
+                    }
+                }
+                take.sort_unstable();
+                take.dedup();
+            }
+            for j in take {
+                let r = fcap[j].min(x);
+                rate[j] = r;
+                frozen[j] = true;
+                for &l in &ps[j] {
+                    rem[l as usize] -= r;
+                }
+            }
+        }
+        rate
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// The filler (per-position link copies, appended arrivals, lazy
+        /// heap keys) gives the rates of a plain progressive filling, with
+        /// and without per-flow caps, after appends and removals.
+        #[test]
+        fn fill_matches_plain_progressive_filling(
+            caps in proptest::collection::vec(1u32..=20, 1..=6),
+            flows in proptest::collection::vec(
+                (proptest::collection::vec(0usize..6, 1..=3), prop::option::of(1u32..=12), any::<bool>()),
+                1..=24,
+            ),
+            split in 0usize..=24,
+        ) {
+            let nl = caps.len();
+            let cap: Vec<f64> = caps.iter().map(|&c| c as f64 / 4.0).collect();
+            let ps: Vec<Vec<LinkId>> = flows
+                .iter()
+                .map(|(ls, _, _)| {
+                    let mut v: Vec<LinkId> = ls.iter().map(|&l| (l % nl) as LinkId).collect();
+                    v.sort_unstable();
+                    v.dedup();
+                    v
+                })
+                .collect();
+            let fcap: Vec<f64> = flows
+                .iter()
+                .map(|(_, c, _)| c.map_or(f64::INFINITY, |c| c as f64 / 8.0))
+                .collect();
+            let refs: Vec<&[LinkId]> = ps.iter().map(|v| v.as_slice()).collect();
+            let p = paths(&refs);
+            let ids: Vec<u32> = (0..ps.len() as u32).collect();
+            let mut f = Filler::new(nl);
+            // A stale index first, then the real one, part of it appended.
+            f.index(&ids[..1], &p);
+            let split = split.min(ids.len());
+            f.index(&ids[..split], &p);
+            f.append(&ids, split, &p);
+            let mut dead = vec![false; ids.len()];
+            for (pos, (_, _, gone)) in flows.iter().enumerate() {
+                if *gone {
+                    f.remove(pos as u32);
+                    dead[pos] = true;
+                }
+            }
+            let mut rate = Vec::new();
+            for with_caps in [false, true] {
+                let fc = if with_caps { fcap.clone() } else { vec![f64::INFINITY; ids.len()] };
+                f.fill(&cap, with_caps.then_some(fc.as_slice()), &dead, &mut rate);
+                let want = plain_fill(&ps, &cap, &fc, &dead);
+                for j in 0..ids.len() {
+                    prop_assert!(
+                        (rate[j] - want[j]).abs() <= 1e-9 * want[j].max(1.0),
+                        "flow {j}: {} against {} (caps {with_caps})", rate[j], want[j]
+                    );
+                }
+            }
+        }
     }
 }
