@@ -326,10 +326,10 @@ mod tests {
                     .count()
             };
             let mut x = f64::INFINITY;
-            for l in 0..cap.len() {
+            for (l, &left) in rem.iter().enumerate() {
                 let u = users(l, &frozen);
                 if u > 0 {
-                    x = x.min((rem[l] / u as f64).max(0.0));
+                    x = x.min((left / u as f64).max(0.0));
                 }
             }
             for j in 0..n {
@@ -340,9 +340,9 @@ mod tests {
             let near = |v: f64| v <= x * (1.0 + 1e-12);
             let mut take: Vec<usize> = (0..n).filter(|&j| !frozen[j] && near(fcap[j])).collect();
             if take.is_empty() {
-                for l in 0..cap.len() {
+                for (l, &left) in rem.iter().enumerate() {
                     let u = users(l, &frozen);
-                    if u > 0 && near((rem[l] / u as f64).max(0.0)) {
+                    if u > 0 && near((left / u as f64).max(0.0)) {
                         take.extend(
                             (0..n).filter(|&j| !frozen[j] && ps[j].contains(&(l as LinkId))),
                         );
