@@ -129,7 +129,6 @@ impl Congestion {
         &mut self,
         filler: &mut Filler,
         flows: &[u32],
-        paths: &Paths,
         base: &[f64],
         dead: &[bool],
         rate: &mut Vec<f64>,
@@ -160,7 +159,7 @@ impl Congestion {
                 self.congested.push(l);
             }
         }
-        filler.fill(flows, paths, &self.cap, None, dead, rate);
+        filler.fill(&self.cap, None, dead, rate);
         if !self.model.head_of_line || self.congested.is_empty() {
             return;
         }
@@ -190,7 +189,7 @@ impl Congestion {
             self.hol[tx as usize] = f64::INFINITY;
         }
         self.hol_set.clear();
-        filler.fill(flows, paths, &self.cap, Some(&self.flow_cap), dead, rate);
+        filler.fill(&self.cap, Some(&self.flow_cap), dead, rate);
     }
 }
 

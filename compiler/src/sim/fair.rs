@@ -5,8 +5,11 @@
 //! own cap) saturates, freezing the flows it carries, and repeating. Buffers
 //! are kept between calls: a recompute allocates nothing once warm.
 //!
-//! Cost per call: O(F·p) to index and freeze F flows of p links each, plus
-//! O(L log L) heap work over the L links in use. Link shares only grow as
+//! Cost per call: O(F·p) to freeze F flows of p links each (walking each
+//! flow's links from a per-position copy, not the transfers' scattered
+//! paths), O(A·p) to append the A flows that arrived (the whole index is
+//! rebuilt only when the caller compacts its list), plus O(L log L) heap
+//! work over the L links in use. Link shares only grow as
 //! flows freeze (a flow frozen at the smallest share s takes at most s from a
 //! link whose share is at least s), so stale heap keys are refreshed lazily
 //! when popped instead of on every update.
@@ -49,19 +52,23 @@ impl Ord for Key {
 /// the active list passed to [`Filler::index`].
 #[derive(Debug, Default)]
 pub(crate) struct Filler {
-    /// Per link: indexed flows crossing it, and where they sit in `link_flows`.
-    count: Vec<u32>,
-    /// Per link: indexed flows not removed since (see [`Filler::remove`]).
+    /// Per link: indexed flows crossing it, by position (dead ones too,
+    /// until the next [`Filler::index`]), and how many are not removed.
+    on: Vec<Vec<u32>>,
     alive: Vec<u32>,
-    start: Vec<u32>,
     /// Per link during a fill: capacity not yet given out, flows not yet frozen.
     rem_cap: Vec<f64>,
     unfrozen: Vec<u32>,
-    /// Links with at least one active flow, in first-seen order.
+    /// Links with at least one indexed flow, in first-seen order.
     touched: Vec<LinkId>,
-    /// Flow positions grouped by link (CSR over `start`).
-    link_flows: Vec<u32>,
+    /// The indexed flows' links by position, contiguous
+    /// (`pos_links[pos_off[pos]..pos_off[pos + 1]]`): the fill walks them
+    /// in position order, not the transfers' scattered order.
+    pos_off: Vec<u32>,
+    pos_links: Vec<LinkId>,
     frozen: Vec<bool>,
+    /// Flows not yet frozen during a fill.
+    left: usize,
     heap: BinaryHeap<Reverse<(Key, LinkId)>>,
     capped: Vec<(f64, u32)>,
 }
@@ -69,24 +76,23 @@ pub(crate) struct Filler {
 impl Filler {
     pub fn new(num_links: usize) -> Self {
         Filler {
-            count: vec![0; num_links],
+            on: vec![Vec::new(); num_links],
             alive: vec![0; num_links],
-            start: vec![0; num_links],
             rem_cap: vec![0.0; num_links],
             unfrozen: vec![0; num_links],
+            pos_off: vec![0],
             ..Filler::default()
         }
     }
 
-    /// Links carrying at least one active flow (valid after [`Filler::index`]).
+    /// Links carrying at least one indexed flow (valid after [`Filler::index`]).
     pub fn touched(&self) -> &[LinkId] {
         &self.touched
     }
 
-    /// Positions of the active flows crossing link `l`.
+    /// Positions of the indexed flows crossing link `l`, in position order.
     pub fn flows_on(&self, l: LinkId) -> &[u32] {
-        let s = self.start[l as usize] as usize;
-        &self.link_flows[s..s + self.count[l as usize] as usize]
+        &self.on[l as usize]
     }
 
     /// Rate in use on link `l` after the last fill: capacity minus what is left.
@@ -97,42 +103,42 @@ impl Filler {
     /// Groups the active flows (transfer ids) by the links they cross.
     pub fn index(&mut self, flows: &[u32], paths: &Paths) {
         for &l in &self.touched {
-            self.count[l as usize] = 0;
+            self.on[l as usize].clear();
+            self.alive[l as usize] = 0;
         }
         self.touched.clear();
-        for &t in flows {
+        self.pos_off.clear();
+        self.pos_links.clear();
+        self.pos_off.push(0);
+        self.append(flows, 0, paths);
+    }
+
+    /// Adds the flows at positions `from..` (arrived since the last index)
+    /// to the index; the earlier positions keep their entries.
+    pub fn append(&mut self, flows: &[u32], from: usize, paths: &Paths) {
+        debug_assert_eq!(self.pos_off.len(), from + 1);
+        for (pos, &t) in flows.iter().enumerate().skip(from) {
             for &l in paths.of(t) {
-                if self.count[l as usize] == 0 {
+                let on = &mut self.on[l as usize];
+                if on.is_empty() {
                     self.touched.push(l);
                 }
-                self.count[l as usize] += 1;
+                on.push(pos as u32);
+                self.alive[l as usize] += 1;
+                self.pos_links.push(l);
             }
-        }
-        let mut acc = 0u32;
-        for &l in &self.touched {
-            self.start[l as usize] = acc;
-            self.alive[l as usize] = self.count[l as usize];
-            acc += self.count[l as usize];
-        }
-        self.link_flows.clear();
-        self.link_flows.resize(acc as usize, 0);
-        // `unfrozen` doubles as the fill cursor here; fill() resets it.
-        for &l in &self.touched {
-            self.unfrozen[l as usize] = 0;
-        }
-        for (pos, &t) in flows.iter().enumerate() {
-            for &l in paths.of(t) {
-                let k = self.start[l as usize] + self.unfrozen[l as usize];
-                self.link_flows[k as usize] = pos as u32;
-                self.unfrozen[l as usize] += 1;
-            }
+            self.pos_off.push(self.pos_links.len() as u32);
         }
     }
 
-    /// Takes an indexed flow (transfer `t`) out of the link counts without
+    /// Takes the indexed flow at `pos` out of the link counts without
     /// re-indexing: the caller marks its position dead for [`Filler::fill`].
-    pub fn remove(&mut self, t: u32, paths: &Paths) {
-        for &l in paths.of(t) {
+    pub fn remove(&mut self, pos: u32) {
+        let (a, b) = (
+            self.pos_off[pos as usize] as usize,
+            self.pos_off[pos as usize + 1] as usize,
+        );
+        for &l in &self.pos_links[a..b] {
             self.alive[l as usize] -= 1;
         }
     }
@@ -142,27 +148,30 @@ impl Filler {
     /// `flow_cap[pos]` when given. Positions marked `dead` get rate 0.
     pub fn fill(
         &mut self,
-        flows: &[u32],
-        paths: &Paths,
         cap: &[f64],
         flow_cap: Option<&[f64]>,
         dead: &[bool],
         rate: &mut Vec<f64>,
     ) {
-        let n = flows.len();
+        let n = self.pos_off.len() - 1;
         rate.clear();
         rate.resize(n, 0.0);
         self.frozen.clear();
         self.frozen.extend_from_slice(dead);
-        self.heap.clear();
+        self.left = dead.iter().filter(|&&d| !d).count();
+        // Built whole (O(L)), not pushed one by one: the pops depend only
+        // on the set of (share, link) keys.
+        let mut keys = std::mem::take(&mut self.heap).into_vec();
+        keys.clear();
         for &l in &self.touched {
             let (c, k) = (cap[l as usize], self.alive[l as usize]);
             self.rem_cap[l as usize] = c;
             self.unfrozen[l as usize] = k;
             if k > 0 {
-                self.heap.push(Reverse((Key(c / k as f64), l)));
+                keys.push(Reverse((Key(c / k as f64), l)));
             }
         }
+        self.heap = BinaryHeap::from(keys);
         self.capped.clear();
         if let Some(fc) = flow_cap {
             self.capped.extend(
@@ -174,7 +183,9 @@ impl Filler {
             self.capped.sort_by(|a, b| a.0.total_cmp(&b.0));
         }
         let mut ci = 0;
-        loop {
+        // Once every flow is frozen, what is left in the heap are links
+        // with no unfrozen flow, which the loop would only discard.
+        while self.left > 0 {
             // The smallest current link share, refreshing stale keys.
             let link = loop {
                 let Some(&Reverse((Key(key), l))) = self.heap.peek() else {
@@ -187,8 +198,11 @@ impl Filler {
                 }
                 let cur = (self.rem_cap[l as usize] / u as f64).max(0.0);
                 if cur > key * (1.0 + 1e-12) {
-                    self.heap.pop();
-                    self.heap.push(Reverse((Key(cur), l)));
+                    // Raise the stale key in place: one sift-down, and the
+                    // same order as a pop and a push (keys are unique pairs).
+                    if let Some(mut top) = self.heap.peek_mut() {
+                        *top = Reverse((Key(cur), l));
+                    }
                     continue;
                 }
                 break Some((cur, l));
@@ -200,31 +214,36 @@ impl Filler {
             match (link, cap_next) {
                 (None, None) => break,
                 (Some((share, _)), Some((c, pos))) if c <= share => {
-                    self.freeze(pos, c, flows, paths, rate);
+                    self.freeze(pos, c, rate);
                     ci += 1;
                 }
                 (None, Some((c, pos))) => {
-                    self.freeze(pos, c, flows, paths, rate);
+                    self.freeze(pos, c, rate);
                     ci += 1;
                 }
                 (Some((share, l)), _) => {
                     self.heap.pop();
-                    let s = self.start[l as usize] as usize;
-                    for k in s..s + self.count[l as usize] as usize {
-                        let pos = self.link_flows[k];
+                    let on = std::mem::take(&mut self.on[l as usize]);
+                    for &pos in &on {
                         if !self.frozen[pos as usize] {
-                            self.freeze(pos, share, flows, paths, rate);
+                            self.freeze(pos, share, rate);
                         }
                     }
+                    self.on[l as usize] = on;
                 }
             }
         }
     }
 
-    fn freeze(&mut self, pos: u32, r: f64, flows: &[u32], paths: &Paths, rate: &mut [f64]) {
+    fn freeze(&mut self, pos: u32, r: f64, rate: &mut [f64]) {
         self.frozen[pos as usize] = true;
+        self.left -= 1;
         rate[pos as usize] = r;
-        for &l in paths.of(flows[pos as usize]) {
+        let (a, b) = (
+            self.pos_off[pos as usize] as usize,
+            self.pos_off[pos as usize + 1] as usize,
+        );
+        for &l in &self.pos_links[a..b] {
             self.rem_cap[l as usize] -= r;
             self.unfrozen[l as usize] -= 1;
         }
@@ -234,6 +253,7 @@ impl Filler {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn paths(ps: &[&[LinkId]]) -> Paths {
         let mut p = Paths {
@@ -256,13 +276,11 @@ mod tests {
         let mut f = Filler::new(2);
         let mut rate = Vec::new();
         f.index(&flows, &p);
-        f.fill(&flows, &p, &[1.0, 2.0], None, &[false; 3], &mut rate);
+        f.fill(&[1.0, 2.0], None, &[false; 3], &mut rate);
         assert_eq!(rate, [0.5, 0.5, 1.5]);
         assert!((f.used(1, 2.0) - 2.0).abs() < 1e-12);
         // A cap on flow 0 frees link 0 for flow 1, which then splits link 1 evenly.
         f.fill(
-            &flows,
-            &p,
             &[1.0, 2.0],
             Some(&[0.2, f64::INFINITY, f64::INFINITY]),
             &[false; 3],
@@ -281,15 +299,128 @@ mod tests {
         f.index(&[0, 1, 2], &p);
         f.index(&[1, 2], &p);
         assert_eq!(f.flows_on(0), &[0]);
-        f.fill(&[1, 2], &p, &[1.0, 2.0], None, &[false; 2], &mut rate);
+        f.fill(&[1.0, 2.0], None, &[false; 2], &mut rate);
         assert_eq!(rate, [1.0, 1.0]);
         // Removing flow 2 without re-indexing frees link 1 for flow 1 alone.
-        f.remove(2, &p);
-        f.fill(&[1, 2], &p, &[1.0, 2.0], None, &[false, true], &mut rate);
+        f.remove(1);
+        f.fill(&[1.0, 2.0], None, &[false, true], &mut rate);
         assert_eq!(rate, [1.0, 0.0]);
-        f.remove(1, &p);
-        f.fill(&[1, 2], &p, &[1.0, 2.0], None, &[true, true], &mut rate);
+        f.remove(0);
+        f.fill(&[1.0, 2.0], None, &[true, true], &mut rate);
         assert_eq!(rate, [0.0, 0.0]);
         assert_eq!(f.used(0, 1.0), 0.0);
+    }
+
+    /// Textbook progressive filling over the live flows: raise every
+    /// unfrozen flow to the lowest link share or own cap, freeze what that
+    /// saturates, repeat. O(F² L); the reference for [`Filler::fill`].
+    fn plain_fill(ps: &[Vec<LinkId>], cap: &[f64], fcap: &[f64], dead: &[bool]) -> Vec<f64> {
+        let n = ps.len();
+        let mut rate = vec![0.0; n];
+        let mut frozen = dead.to_vec();
+        let mut rem = cap.to_vec();
+        while frozen.iter().any(|&f| !f) {
+            let users = |l: usize, frozen: &[bool]| {
+                (0..n)
+                    .filter(|&j| !frozen[j] && ps[j].contains(&(l as LinkId)))
+                    .count()
+            };
+            let mut x = f64::INFINITY;
+            for (l, &left) in rem.iter().enumerate() {
+                let u = users(l, &frozen);
+                if u > 0 {
+                    x = x.min((left / u as f64).max(0.0));
+                }
+            }
+            for j in 0..n {
+                if !frozen[j] {
+                    x = x.min(fcap[j]);
+                }
+            }
+            let near = |v: f64| v <= x * (1.0 + 1e-12);
+            let mut take: Vec<usize> = (0..n).filter(|&j| !frozen[j] && near(fcap[j])).collect();
+            if take.is_empty() {
+                for (l, &left) in rem.iter().enumerate() {
+                    let u = users(l, &frozen);
+                    if u > 0 && near((left / u as f64).max(0.0)) {
+                        take.extend(
+                            (0..n).filter(|&j| !frozen[j] && ps[j].contains(&(l as LinkId))),
+                        );
+                    }
+                }
+                take.sort_unstable();
+                take.dedup();
+            }
+            for j in take {
+                let r = fcap[j].min(x);
+                rate[j] = r;
+                frozen[j] = true;
+                for &l in &ps[j] {
+                    rem[l as usize] -= r;
+                }
+            }
+        }
+        rate
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// The filler (per-position link copies, appended arrivals, lazy
+        /// heap keys) gives the rates of a plain progressive filling, with
+        /// and without per-flow caps, after appends and removals.
+        #[test]
+        fn fill_matches_plain_progressive_filling(
+            caps in proptest::collection::vec(1u32..=20, 1..=6),
+            flows in proptest::collection::vec(
+                (proptest::collection::vec(0usize..6, 1..=3), prop::option::of(1u32..=12), any::<bool>()),
+                1..=24,
+            ),
+            split in 0usize..=24,
+        ) {
+            let nl = caps.len();
+            let cap: Vec<f64> = caps.iter().map(|&c| c as f64 / 4.0).collect();
+            let ps: Vec<Vec<LinkId>> = flows
+                .iter()
+                .map(|(ls, _, _)| {
+                    let mut v: Vec<LinkId> = ls.iter().map(|&l| (l % nl) as LinkId).collect();
+                    v.sort_unstable();
+                    v.dedup();
+                    v
+                })
+                .collect();
+            let fcap: Vec<f64> = flows
+                .iter()
+                .map(|(_, c, _)| c.map_or(f64::INFINITY, |c| c as f64 / 8.0))
+                .collect();
+            let refs: Vec<&[LinkId]> = ps.iter().map(|v| v.as_slice()).collect();
+            let p = paths(&refs);
+            let ids: Vec<u32> = (0..ps.len() as u32).collect();
+            let mut f = Filler::new(nl);
+            // A stale index first, then the real one, part of it appended.
+            f.index(&ids[..1], &p);
+            let split = split.min(ids.len());
+            f.index(&ids[..split], &p);
+            f.append(&ids, split, &p);
+            let mut dead = vec![false; ids.len()];
+            for (pos, (_, _, gone)) in flows.iter().enumerate() {
+                if *gone {
+                    f.remove(pos as u32);
+                    dead[pos] = true;
+                }
+            }
+            let mut rate = Vec::new();
+            for with_caps in [false, true] {
+                let fc = if with_caps { fcap.clone() } else { vec![f64::INFINITY; ids.len()] };
+                f.fill(&cap, with_caps.then_some(fc.as_slice()), &dead, &mut rate);
+                let want = plain_fill(&ps, &cap, &fc, &dead);
+                for j in 0..ids.len() {
+                    prop_assert!(
+                        (rate[j] - want[j]).abs() <= 1e-9 * want[j].max(1.0),
+                        "flow {j}: {} against {} (caps {with_caps})", rate[j], want[j]
+                    );
+                }
+            }
+        }
     }
 }

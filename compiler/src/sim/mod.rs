@@ -442,6 +442,7 @@ struct Sim<'a> {
     filler: Filler,
     congestion: Option<Congestion>,
     times: Vec<TransferTime>,
+    /// Bytes each transfer moves at its rate: its data plus `overhead`.
     remaining: Vec<f64>,
     arrivals: BinaryHeap<Arrival>,
     finished: usize,
@@ -566,12 +567,19 @@ impl<'a> Sim<'a> {
         for (t, time) in std::mem::take(&mut stack) {
             self.finish(t, time);
         }
-        // Moving transfers; finished ones stay as dead entries until the
-        // next re-index, so a finish alone does not rebuild the link index.
+        // Moving transfers; finished ones stay as dead entries until half
+        // are dead, so neither a finish nor an arrival rebuilds the link
+        // index (arrivals are appended to it).
         let mut active: Vec<u32> = Vec::new();
+        // By position beside `active`: bytes left and start time, kept
+        // contiguous so the per-event sweeps read them in order.
+        let mut rem: Vec<f64> = Vec::new();
+        let mut start: Vec<f64> = Vec::new();
         let mut dead: Vec<bool> = Vec::new();
         let mut n_dead = 0usize;
         let mut reindex = false;
+        // First position the filler has not indexed yet.
+        let mut fresh = 0usize;
         let mut rate: Vec<f64> = Vec::new();
         let mut finish_at: Vec<f64> = Vec::new();
         let mut now = 0.0f64;
@@ -587,20 +595,25 @@ impl<'a> Sim<'a> {
                     self.finish(t, at);
                 } else {
                     active.push(t);
+                    rem.push(self.remaining[t as usize]);
+                    start.push(self.times[t as usize].start_us);
                     dead.push(false);
                     changed = true;
-                    reindex = true;
                 }
             }
-            if reindex || n_dead * 2 > active.len() {
+            if n_dead * 2 > active.len() {
                 let mut keep = 0;
                 for pos in 0..active.len() {
                     if !dead[pos] {
                         active[keep] = active[pos];
+                        rem[keep] = rem[pos];
+                        start[keep] = start[pos];
                         keep += 1;
                     }
                 }
                 active.truncate(keep);
+                rem.truncate(keep);
+                start.truncate(keep);
                 dead.clear();
                 dead.resize(keep, false);
                 n_dead = 0;
@@ -615,8 +628,12 @@ impl<'a> Sim<'a> {
                     None => break,
                 }
             }
+            // A re-index renumbers positions: the filler must see it
+            // before the next removal (arrivals and finishes set `changed`).
+            debug_assert!(changed || !reindex);
             if changed {
-                self.recompute(&active, &dead, reindex, &mut rate);
+                self.recompute(&active, &dead, reindex, fresh, &mut rate);
+                fresh = active.len();
                 self.events += 1;
                 progress(self.finished, n);
                 changed = false;
@@ -629,24 +646,26 @@ impl<'a> Sim<'a> {
             // Projected finishes, and the latest instant that delays no
             // transfer by more than eps of its own duration.
             finish_at.clear();
+            finish_at.resize(active.len(), f64::INFINITY);
             let mut limit = next_arrival;
-            for (pos, &t) in active.iter().enumerate() {
-                if dead[pos] {
-                    finish_at.push(f64::INFINITY);
+            let mut first = f64::INFINITY;
+            let eps = self.eps;
+            for ((((f_at, &d), &r), &left), &s0) in finish_at
+                .iter_mut()
+                .zip(&dead)
+                .zip(&rate)
+                .zip(&rem)
+                .zip(&start)
+            {
+                if d || r <= 0.0 {
                     continue;
                 }
-                let r = rate[pos];
-                let f = if r > 0.0 {
-                    now + self.remaining[t as usize] / r
-                } else {
-                    f64::INFINITY
-                };
-                finish_at.push(f);
-                let slack = self.eps * (f - self.times[t as usize].start_us);
-                limit = limit.min(f + slack);
+                let f = now + left / r;
+                *f_at = f;
+                first = first.min(f);
+                limit = limit.min(f + eps * (f - s0));
             }
             // Near-ties (rounding) finish together rather than one by one.
-            let first = finish_at.iter().copied().fold(f64::INFINITY, f64::min);
             if first < next_arrival {
                 limit = limit.max(first + first.abs() * 1e-12).min(next_arrival);
             }
@@ -685,19 +704,19 @@ impl<'a> Sim<'a> {
                 let moved = rate[pos] * dt;
                 if finish_at[pos] <= limit {
                     // Credit back what the flow did not need.
-                    let over = moved - self.remaining[t as usize];
+                    let over = moved - rem[pos];
                     if over != 0.0 {
                         for &l in self.paths.of(t) {
                             self.links[l as usize].bytes -= over;
                         }
                     }
-                    self.remaining[t as usize] = 0.0;
+                    rem[pos] = 0.0;
                     dead[pos] = true;
                     n_dead += 1;
-                    self.filler.remove(t, &self.paths);
+                    self.filler.remove(pos as u32);
                     stack.push((t, tau));
                 } else {
-                    self.remaining[t as usize] -= moved;
+                    rem[pos] -= moved;
                 }
             }
             now = tau;
@@ -747,17 +766,25 @@ impl<'a> Sim<'a> {
         self.filler.used(l, cap)
     }
 
-    /// Rates of the moving transfers; `reindex` after arrivals (the link
-    /// index gains flows), otherwise finished flows were only removed.
-    fn recompute(&mut self, active: &[u32], dead: &[bool], reindex: bool, rate: &mut Vec<f64>) {
+    /// Rates of the moving transfers; `reindex` after the active list was
+    /// compacted (positions renumbered), otherwise the positions from
+    /// `fresh` on arrived since the last call and are appended to the index.
+    fn recompute(
+        &mut self,
+        active: &[u32],
+        dead: &[bool],
+        reindex: bool,
+        fresh: usize,
+        rate: &mut Vec<f64>,
+    ) {
         if reindex {
             self.filler.index(active, &self.paths);
+        } else if fresh < active.len() {
+            self.filler.append(active, fresh, &self.paths);
         }
         match &mut self.congestion {
-            Some(c) => c.fill(&mut self.filler, active, &self.paths, &self.cap, dead, rate),
-            None => self
-                .filler
-                .fill(active, &self.paths, &self.cap, None, dead, rate),
+            Some(c) => c.fill(&mut self.filler, active, &self.cap, dead, rate),
+            None => self.filler.fill(&self.cap, None, dead, rate),
         }
     }
 }
