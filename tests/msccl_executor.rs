@@ -68,6 +68,30 @@ fn diag_wants(alg: switchyard::compiler::Algorithm) -> bool {
 
 /// The schedulers' options of the ignored sweeps: plans that fit a file's
 /// lanes, `lp` cut at 20 s.
+/// `fast`'s plan of the sweep's 4x8 log-normal case (seed 3, 256 KiB
+/// mean pair) and its simulated time, for the tests of its files.
+fn fast_4x8_lognormal() -> (
+    SimOptions,
+    Topology,
+    switchyard::compiler::TrafficMatrix,
+    switchyard::compiler::Plan,
+    f64,
+) {
+    use switchyard::compiler::generate::{generate, Pattern, TrafficSpec};
+    use switchyard::compiler::sched::schedule;
+    use switchyard::compiler::Algorithm;
+    let sim = SimOptions::default();
+    let topo = Topology::preset("dgx-h100", 4, None).unwrap();
+    let mut spec = TrafficSpec::new(topo.ranks(), Pattern::Lognormal(1.0));
+    spec.seed = 3;
+    spec.bytes = 256 << 10;
+    spec.moe.tokens_per_rank = 512;
+    let m = generate(&spec).unwrap();
+    let plan = schedule(Algorithm::Fast, &topo, &m, &sweep_sched()).unwrap();
+    let want = simulate(&topo, &plan, &sim).unwrap().completion_us;
+    (sim, topo, m, plan, want)
+}
+
 fn sweep_sched() -> switchyard::compiler::sched::Options {
     switchyard::compiler::sched::Options {
         max_lanes_per_gpu: Some(switchyard::compiler::msccl::PLAN_LANES_PER_GPU),
@@ -519,20 +543,9 @@ fn paced_xml_runs_as_planned() {
 /// file the executor's rules price faster than the one without them.
 #[test]
 fn handed_off_tails_shorten_4x8_lognormal() {
-    use switchyard::compiler::generate::{generate, Pattern, TrafficSpec};
     use switchyard::compiler::msccl::xsim::simulate_executor;
     use switchyard::compiler::msccl::{to_xml, XmlOptions};
-    use switchyard::compiler::sched::schedule;
-    use switchyard::compiler::Algorithm;
-    let sim = SimOptions::default();
-    let topo = Topology::preset("dgx-h100", 4, None).unwrap();
-    let mut spec = TrafficSpec::new(topo.ranks(), Pattern::Lognormal(1.0));
-    spec.seed = 3;
-    spec.bytes = 256 << 10;
-    spec.moe.tokens_per_rank = 512;
-    let m = generate(&spec).unwrap();
-    let plan = schedule(Algorithm::Fast, &topo, &m, &sweep_sched()).unwrap();
-    let want = simulate(&topo, &plan, &sim).unwrap().completion_us;
+    let (sim, topo, m, plan, want) = fast_4x8_lognormal();
     let x = to_xml(&plan, &topo, &m, &XmlOptions::default()).unwrap();
     assert!(x.handoffs > 0, "no tail handed off");
     assert_eq!(x.report_json()["handoffs"], x.handoffs);
@@ -1114,20 +1127,9 @@ fn executor_rule_nics() {
 /// keeps the fastest: within 3% in both layouts, with released heads.
 #[test]
 fn released_heads_hold_4x8_lognormal() {
-    use switchyard::compiler::generate::{generate, Pattern, TrafficSpec};
     use switchyard::compiler::msccl::xsim::simulate_executor;
     use switchyard::compiler::msccl::{to_xml, Layout, XmlOptions};
-    use switchyard::compiler::sched::schedule;
-    use switchyard::compiler::Algorithm;
-    let sim = SimOptions::default();
-    let topo = Topology::preset("dgx-h100", 4, None).unwrap();
-    let mut spec = TrafficSpec::new(topo.ranks(), Pattern::Lognormal(1.0));
-    spec.seed = 3;
-    spec.bytes = 256 << 10;
-    spec.moe.tokens_per_rank = 512;
-    let m = generate(&spec).unwrap();
-    let plan = schedule(Algorithm::Fast, &topo, &m, &sweep_sched()).unwrap();
-    let want = simulate(&topo, &plan, &sim).unwrap().completion_us;
+    let (sim, topo, m, plan, want) = fast_4x8_lognormal();
     for layout in [Layout::Padded, Layout::Packed] {
         let opts = XmlOptions {
             layout,

@@ -158,18 +158,7 @@ mod tests {
     use super::*;
 
     fn op(src_off: u32, dst_off: u32, cnt: u32, deps: Vec<u32>, from: u32) -> ChunkOp {
-        ChunkOp {
-            src: 0,
-            src_buf: BufRef::Input,
-            src_off,
-            dst: 1,
-            dst_buf: BufRef::Scratch,
-            dst_off,
-            cnt,
-            deps,
-            recv_deps: Vec::new(),
-            from,
-        }
+        ChunkOp::test(0, src_off, 1, dst_off, cnt, from).after(deps, Vec::new())
     }
 
     #[test]

@@ -280,7 +280,6 @@ pub(super) fn hand_off(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::msccl::BufRef;
 
     #[allow(clippy::too_many_arguments)]
     fn op(
@@ -293,18 +292,7 @@ mod tests {
         recv_deps: Vec<u32>,
         from: u32,
     ) -> ChunkOp {
-        ChunkOp {
-            src,
-            src_buf: BufRef::Input,
-            src_off,
-            dst,
-            dst_buf: BufRef::Scratch,
-            dst_off,
-            cnt,
-            deps,
-            recv_deps,
-            from,
-        }
+        ChunkOp::test(src, src_off, dst, dst_off, cnt, from).after(deps, recv_deps)
     }
 
     fn at(end_us: f64) -> TransferTime {

@@ -484,6 +484,48 @@ pub(super) struct ChunkOp {
     pub(super) from: u32,
 }
 
+/// Test operations: `cnt` chunks from `src`'s input at `src_off` into
+/// `dst`'s scratch at `dst_off`, for plan transfer `from`, waiting for
+/// nothing until told.
+#[cfg(test)]
+impl ChunkOp {
+    pub(super) fn test(
+        src: u32,
+        src_off: u32,
+        dst: u32,
+        dst_off: u32,
+        cnt: u32,
+        from: u32,
+    ) -> Self {
+        ChunkOp {
+            src,
+            src_buf: BufRef::Input,
+            src_off,
+            dst,
+            dst_buf: BufRef::Scratch,
+            dst_off,
+            cnt,
+            deps: Vec::new(),
+            recv_deps: Vec::new(),
+            from,
+        }
+    }
+
+    /// The same operation reading `buf` instead of the input.
+    pub(super) fn reading(mut self, buf: BufRef) -> Self {
+        self.src_buf = buf;
+        self
+    }
+
+    /// The same operation waiting for `deps` (both sides) and `recv_deps`
+    /// (the receiving side only).
+    pub(super) fn after(mut self, deps: Vec<u32>, recv_deps: Vec<u32>) -> Self {
+        self.deps = deps;
+        self.recv_deps = recv_deps;
+        self
+    }
+}
+
 fn bufref(b: Buffer) -> BufRef {
     match b {
         Buffer::Input => BufRef::Input,
@@ -2099,20 +2141,24 @@ mod tests {
     use crate::sched::direct;
     use crate::verify::verify_on;
 
+    #[allow(clippy::too_many_arguments)]
+    fn op(
+        src: u32,
+        src_buf: BufRef,
+        src_off: u32,
+        dst: u32,
+        dst_off: u32,
+        cnt: u32,
+        deps: Vec<u32>,
+        from: u32,
+    ) -> ChunkOp {
+        ChunkOp::test(src, src_off, dst, dst_off, cnt, from)
+            .reading(src_buf)
+            .after(deps, Vec::new())
+    }
+
     #[test]
     fn cut_pieces_wait_only_for_their_own_data() {
-        let op = |src, src_buf, src_off, dst, dst_off, cnt, deps: Vec<u32>, from| ChunkOp {
-            src,
-            src_buf,
-            src_off,
-            dst,
-            dst_buf: BufRef::Scratch,
-            dst_off,
-            cnt,
-            deps,
-            recv_deps: Vec::new(),
-            from,
-        };
         let ops = vec![
             // Gpu 0's scratch 0..2 from gpu 1, 2..10 from gpu 2.
             op(1, BufRef::Input, 0, 0, 0, 2, vec![], 0),
@@ -2140,18 +2186,6 @@ mod tests {
 
     #[test]
     fn released_heads_wait_for_a_send_planned_lead_us_earlier() {
-        let op = |src, src_buf, src_off, dst, dst_off, cnt, deps: Vec<u32>, from| ChunkOp {
-            src,
-            src_buf,
-            src_off,
-            dst,
-            dst_buf: BufRef::Scratch,
-            dst_off,
-            cnt,
-            deps,
-            recv_deps: Vec::new(),
-            from,
-        };
         let ops = vec![
             // Two earlier sends of gpu 0, planned at 0 and 15 us.
             op(0, BufRef::Input, 0, 6, 0, 4, vec![], 4),
