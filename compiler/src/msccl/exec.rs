@@ -21,7 +21,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use super::{read, Algo, BufRef, ChunkMap, Layout, NameFacts, Protocol, StepKind};
+use super::{parse, Algo, BufRef, ChunkMap, Layout, NameFacts, Protocol, StepKind};
 use super::{MAX_CHANNELS_ANY, MAX_CNT, MAX_NODES, MAX_OFFSET, MAX_PEER_TBS_PER_CHANNEL};
 use super::{MAX_STEPS_PER_TB, MAX_TBS_PER_GPU};
 use crate::error::{InputError, Result};
@@ -52,180 +52,6 @@ pub struct ExecReport {
     pub chunks_moved: u64,
     /// Harmless oddities (a `hasdep` nobody waits for, many threadblocks).
     pub warnings: Vec<String>,
-}
-
-/// Checks a file with every rule the executor applies and runs it
-/// symbolically; the error names the line, gpu, threadblock and step. A
-/// malformed file is an [`InputError`]; a well-formed one whose run fails
-/// or that is not the all-to-all is a [`VerifyError::Xml`].
-pub fn check_executable(text: &str) -> Result<ExecReport> {
-    check_executable_with(text, "<xml>")
-}
-
-/// [`check_executable`] with the file's name for messages.
-pub fn check_executable_with(text: &str, file: &str) -> Result<ExecReport> {
-    let algo = read::parse_algo(text, file)?;
-    let trace = run(&algo, file)?;
-    // Ordering (spec §14 item 8): the verifier proves every read of a chunk
-    // depends on its write and no chunk is written twice, at one byte a chunk.
-    let (plan, traffic) = read::trace_to_plan(&algo, &trace, None, Some(1), file)?;
-    crate::verify::verify(&plan, &traffic).map_err(|e| {
-        InputError::new(
-            file,
-            format!(
-                "{e} (transfers are the file's operations in execution order, one byte per chunk)"
-            ),
-        )
-    })?;
-    Ok(trace.report)
-}
-
-/// Lexical rules of the executor's reader plus Switchyard's writing rules.
-pub fn check_lexical(text: &str, file: &str) -> Result<()> {
-    let bad = |line: usize, reason: String| -> crate::error::Error {
-        InputError::at(file, format!("line {line}"), reason).into()
-    };
-    if text.starts_with('\u{feff}') {
-        return Err(bad(
-            1,
-            "byte-order mark: the executor expects '<' first".into(),
-        ));
-    }
-    let mut seen_element = false;
-    for (i, raw) in text.split('\n').enumerate() {
-        let line = i + 1;
-        let l = raw.strip_suffix('\r').unwrap_or(raw);
-        if let Some(col) = l.find('\t') {
-            return Err(bad(
-                line,
-                format!(
-                    "tab at column {}: the executor's reader rejects tabs",
-                    col + 1
-                ),
-            ));
-        }
-        let body = l.trim_start_matches(' ');
-        if body.is_empty() {
-            continue;
-        }
-        if body.starts_with("<?") {
-            return Err(bad(
-                line,
-                "XML prolog `<?...?>`: the executor reads it as an element and fails; write none"
-                    .into(),
-            ));
-        }
-        if !body.starts_with('<') {
-            return Err(bad(line, format!("text `{}` between elements", clip(body))));
-        }
-        if body.ends_with(' ') {
-            return Err(bad(line, "trailing space after the tag".into()));
-        }
-        if let Some(c) = body.strip_prefix("<!--") {
-            let Some(inner) = c.strip_suffix("-->") else {
-                return Err(bad(
-                    line,
-                    "a comment must open and close on one line".into(),
-                ));
-            };
-            let first = inner
-                .trim_start_matches(' ')
-                .split(' ')
-                .next()
-                .unwrap_or("");
-            if !c.starts_with(' ') || first.contains('=') || inner.contains("--") {
-                return Err(bad(line, "comment the executor misreads: start it with a space, no `=` in its first word, no `--` inside".into()));
-            }
-            continue;
-        }
-        if body.starts_with("<!") {
-            return Err(bad(
-                line,
-                "DOCTYPE or CDATA: the executor's reader has none".into(),
-            ));
-        }
-        lex_tag(body).map_err(|r| bad(line, r))?;
-        seen_element = true;
-    }
-    if !seen_element {
-        return Err(bad(1, "no element".into()));
-    }
-    Ok(())
-}
-
-/// One line holding exactly one tag: `<name( key="value")*/?>` or `</name>`.
-fn lex_tag(body: &str) -> std::result::Result<(), String> {
-    let is_name = |s: &str| {
-        !s.is_empty()
-            && s.len() < 255
-            && s.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
-    };
-    if let Some(rest) = body.strip_prefix("</") {
-        let name = rest
-            .strip_suffix('>')
-            .ok_or("closing tag must end the line with `>` (one tag per line)")?;
-        return if is_name(name) {
-            Ok(())
-        } else {
-            Err(format!("bad closing tag `{}`", clip(body)))
-        };
-    }
-    let inner = body[1..]
-        .strip_suffix("/>")
-        .or_else(|| body[1..].strip_suffix('>'))
-        .ok_or("the tag must end the line with `>` or `/>` (one tag per line)")?;
-    let (name, mut attrs) = inner.split_once(' ').unwrap_or((inner, ""));
-    if !is_name(name) {
-        return Err(format!("bad element name in `{}`", clip(body)));
-    }
-    let mut count = 0;
-    while !attrs.is_empty() {
-        let (key, rest) = attrs
-            .split_once('=')
-            .ok_or_else(|| format!("attribute `{}` has no value", clip(attrs)))?;
-        if !is_name(key) {
-            return Err(format!("bad attribute name `{}` (attributes are separated by exactly one space, no spaces around `=`)", clip(key)));
-        }
-        let rest = rest
-            .strip_prefix('"')
-            .ok_or_else(|| format!("value of `{key}` must be in double quotes"))?;
-        let (value, rest) = rest
-            .split_once('"')
-            .ok_or_else(|| format!("attribute `{key}` has no closing quote"))?;
-        if value.len() > 255 {
-            return Err(format!(
-                "value of `{key}` is longer than the executor's 256-byte buffer"
-            ));
-        }
-        if value.contains('&') || value.contains('<') {
-            return Err(format!(
-                "value of `{key}` holds `&` or `<`: the executor decodes no entities"
-            ));
-        }
-        count += 1;
-        attrs = match rest.strip_prefix(' ') {
-            Some(r) if !r.is_empty() && !r.starts_with(' ') => r,
-            None if rest.is_empty() => "",
-            _ => {
-                return Err(format!(
-                    "unexpected `{}` after `{key}` (one tag per line, attributes separated by exactly one space)",
-                    clip(rest)
-                ))
-            }
-        };
-    }
-    if count > super::MAX_ATTRS {
-        return Err(format!(
-            "{count} attributes: the executor keeps only the first {} per element",
-            super::MAX_ATTRS
-        ));
-    }
-    Ok(())
-}
-
-fn clip(s: &str) -> String {
-    s.chars().take(40).collect()
 }
 
 /// Which input chunk a buffer chunk holds.
@@ -465,7 +291,7 @@ fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
             "inplace=\"0\" and outofplace=\"0\": no call can use the plan".into(),
         ));
     }
-    let map = read::chunk_map(algo, file)?;
+    let map = parse::chunk_map(algo, file)?;
     // gpus: ids exactly 0..n-1, sorted by id for indexing.
     let mut gpu_at = vec![usize::MAX; n as usize];
     for (gi, g) in algo.gpus.iter().enumerate() {
@@ -1461,6 +1287,7 @@ fn check_outputs(l: &Loaded<'_>) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::msccl::check_executable;
 
     const TINY: &str = r#"<algo name="t" proto="Simple" nchannels="1" nchunksperloop="2" ngpus="2" coll="alltoall" inplace="0" outofplace="1" minBytes="0" maxBytes="0">
   <gpu id="0" i_chunks="2" o_chunks="2" s_chunks="0">
@@ -1575,7 +1402,7 @@ mod tests {
 
     /// What a run leaves: each operation's dependencies and data, or the error.
     fn outcome(text: &str, order: Order) -> std::result::Result<Outcome, String> {
-        let algo = read::parse_algo(text, "t.xml").map_err(|e| e.to_string())?;
+        let algo = parse::parse_algo(text, "t.xml").map_err(|e| e.to_string())?;
         let l = loaded_run(&algo, "t.xml", order).map_err(|e| e.to_string())?;
         Ok(l.ops.into_iter().map(|o| (o.deps, o.data)).collect())
     }

@@ -32,7 +32,8 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap};
 
 use super::exec;
 use super::laps::Laps;
-use super::read::{parse_algo, trace_to_plan};
+use super::parse::parse_algo;
+use super::read::trace_to_plan;
 use super::spread::{rate_lanes, spread_lanes, stream_groups, OpCalls};
 use super::write::write_algo;
 use super::{fit, pack};

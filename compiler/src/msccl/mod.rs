@@ -27,6 +27,7 @@ mod handoff;
 pub mod laps;
 pub mod lower;
 mod pack;
+pub mod parse;
 pub mod read;
 pub mod schedules;
 mod spread;
@@ -36,9 +37,11 @@ pub mod xsim;
 use std::fmt;
 use std::str::FromStr;
 
-pub use exec::{check_executable, check_executable_with, ExecReport};
+pub use exec::ExecReport;
 pub use lower::{to_xml, to_xml_windows, Pacing, XmlOptions, XmlPlan};
-pub use read::{assign_paths, parse_algo, parse_xml, parse_xml_implied, xml_traffic};
+pub use parse::parse_algo;
+pub use read::{assign_paths, parse_xml, parse_xml_implied, xml_traffic};
+pub use read::{check_executable, check_executable_with};
 
 /// Steps per threadblock the executor accepts (`MSCCL_MAX_NUM_STEPS`).
 pub const MAX_STEPS_PER_TB: usize = 64;

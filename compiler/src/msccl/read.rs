@@ -1,25 +1,17 @@
-//! The reader: MSCCL XML (Switchyard's and other tools') into an [`Algo`],
-//! and through a symbolic run into the Plan IR.
-//!
-//! A file must first pass the executor reader's lexical rules
-//! ([`super::exec::check_lexical`]: no prolog, BOM, tab, DOCTYPE or entity,
-//! one tag per line, ...), on read as on write, since one file the executor
-//! refuses disables MSCCL for every communicator. The element tree is then
-//! read with quick-xml; numbers must be plain decimal, since the executor
-//! would read `010` as 8.
-//! A plan's transfers are the file's operations (a send met by its receive,
-//! or a local copy), found by [`super::exec::run`], with byte ranges from the
-//! chunk size and the traffic matrix.
+//! The reader: an MSCCL XML file (Switchyard's and other tools') into the
+//! Plan IR. The file is parsed ([`super::parse`]: the executor reader's
+//! lexical rules, then the element tree), run symbolically
+//! ([`super::exec::run`]), and the run's operations (a send met by its
+//! receive, or a local copy) become the plan's transfers, with byte ranges
+//! from the chunk size and the traffic matrix.
 
 use std::collections::HashMap;
 
-use quick_xml::events::{BytesStart, Event};
-use quick_xml::Reader;
-
-use super::exec::{self, Trace};
-use super::{Algo, BufRef, ChunkMap, Gpu, NameFacts, Protocol, Step, StepKind, Tb};
-use super::{MAX_CHUNK_BYTES, MAX_NODES, MAX_OFFSET};
-use crate::error::{clip, InputError, Result};
+use super::exec::{self, ExecReport, Trace};
+use super::parse::{chunk_map, parse_algo};
+use super::MAX_CHUNK_BYTES;
+use super::{Algo, BufRef, ChunkMap};
+use crate::error::{InputError, Result};
 use crate::plan::{Buffer, Chunking, Deps, Path, Plan, Transfer};
 use crate::topology::Topology;
 use crate::traffic::{Layout as ByteLayout, TrafficMatrix, MAX_TOTAL_BYTES};
@@ -148,56 +140,30 @@ fn default_chunk_bytes(algo: &Algo, map: &ChunkMap) -> u64 {
     (DEFAULT_BLOCK_BYTES / b).max(1)
 }
 
-/// Chunks per pair and where they sit: from the file's chunk comments and
-/// the layout in its name, else the uniform all-to-all.
-pub(crate) fn chunk_map(algo: &Algo, file: &str) -> Result<ChunkMap> {
-    let bad = |reason: String| -> crate::error::Error {
-        InputError::at(file, format!("line {}", algo.line), reason).into()
-    };
-    // Bounds first: the map holds ngpus^2 counts, and offsets are int16.
-    let n = algo.ngpus;
-    if n < 1 || n > MAX_NODES as i64 {
-        return Err(bad(format!(
-            "ngpus=\"{n}\" must be in 1..={MAX_NODES} (the executor loads at most {MAX_NODES} elements)"
-        )));
-    }
-    if algo.nchunksperloop < 1 || algo.nchunksperloop > MAX_OFFSET + 1 {
-        return Err(bad(format!(
-            "nchunksperloop=\"{}\" must be in 1..={}",
-            algo.nchunksperloop,
-            MAX_OFFSET + 1
-        )));
-    }
-    let layout = algo.facts().layout.unwrap_or_default();
-    match &algo.chunks {
-        Some(rows) => {
-            if rows.len() != n as usize || rows.iter().any(|r| r.len() != n as usize) {
-                return Err(bad(format!(
-                    "the chunk comments must give {n} rows of {n} counts"
-                )));
-            }
-            let m = ChunkMap::new(rows.clone(), layout);
-            if m.nchunksperloop as i64 != algo.nchunksperloop {
-                return Err(bad(format!(
-                    "nchunksperloop=\"{}\" but the chunk comments in {layout} layout need {}",
-                    algo.nchunksperloop, m.nchunksperloop
-                )));
-            }
-            Ok(m)
-        }
-        None => {
-            if algo.nchunksperloop < 1 || algo.nchunksperloop % n != 0 {
-                return Err(bad(format!(
-                    "nchunksperloop=\"{}\" is not a positive multiple of ngpus=\"{n}\": all-to-all blocks would split chunks",
-                    algo.nchunksperloop
-                )));
-            }
-            Ok(ChunkMap::uniform(
-                n as usize,
-                (algo.nchunksperloop / n) as u32,
-            ))
-        }
-    }
+/// Checks a file with every rule the executor applies and runs it
+/// symbolically; the error names the line, gpu, threadblock and step. A
+/// malformed file is an [`InputError`]; a well-formed one whose run fails
+/// or that is not the all-to-all is a [`crate::verify::VerifyError::Xml`].
+pub fn check_executable(text: &str) -> Result<ExecReport> {
+    check_executable_with(text, "<xml>")
+}
+
+/// [`check_executable`] with the file's name for messages.
+pub fn check_executable_with(text: &str, file: &str) -> Result<ExecReport> {
+    let algo = parse_algo(text, file)?;
+    let trace = exec::run(&algo, file)?;
+    // Ordering (spec §14 item 8): the verifier proves every read of a chunk
+    // depends on its write and no chunk is written twice, at one byte a chunk.
+    let (plan, traffic) = trace_to_plan(&algo, &trace, None, Some(1), file)?;
+    crate::verify::verify(&plan, &traffic).map_err(|e| {
+        InputError::new(
+            file,
+            format!(
+                "{e} (transfers are the file's operations in execution order, one byte per chunk)"
+            ),
+        )
+    })?;
+    Ok(trace.report)
 }
 
 /// Converts a checked run into a plan (and the matrix it is a plan for).
@@ -544,363 +510,6 @@ fn op_pieces(
         }
     }
     Ok(out)
-}
-
-/// Checks the executor's lexical rules ([`super::exec::check_lexical`])
-/// and reads the element tree. Other elements are skipped with their
-/// content, as the executor does; a missing attribute, a non-decimal
-/// number or an element left open is an error with its line.
-pub fn parse_algo(text: &str, file: &str) -> Result<Algo> {
-    exec::check_lexical(text, file)?;
-    let lines = LineIndex::new(text);
-    let mut r = Reader::from_str(text);
-    r.config_mut().trim_text(true);
-    let mut algo: Option<Algo> = None;
-    // Depth of the handled path: 0 outside, 1 algo, 2 gpu, 3 tb; `skip`
-    // counts open unknown elements.
-    let mut depth = 0usize;
-    let mut skip = 0usize;
-    let mut chunk_rows: Vec<(usize, Vec<u32>)> = Vec::new();
-    // Elements not yet closed, with their lines: the executor's reader
-    // fails at the end of a file that leaves one open.
-    let mut open: Vec<(String, usize)> = Vec::new();
-    loop {
-        let before = r.buffer_position() as usize;
-        let ev = r.read_event().map_err(|e| {
-            let pos = r.error_position() as usize;
-            InputError::at(
-                file,
-                format!("line {}", lines.line_of(text, pos)),
-                format!("not well-formed XML: {e}"),
-            )
-        })?;
-        let line = lines.line_of(text, before);
-        let bad = |reason: String| -> crate::error::Error {
-            InputError::at(file, format!("line {line}"), reason).into()
-        };
-        match ev {
-            Event::Eof => break,
-            Event::Start(ref e) | Event::Empty(ref e) => {
-                let empty = matches!(ev, Event::Empty(_));
-                let name = e.name();
-                let name = name.as_ref().to_string();
-                if !empty {
-                    open.push((name.clone(), line));
-                }
-                if skip > 0 {
-                    if !empty {
-                        skip += 1;
-                    }
-                    continue;
-                }
-                let attrs = Attrs::new(e, line, file)?;
-                match (depth, name.as_str()) {
-                    (0, "algo") => {
-                        if algo.is_some() {
-                            return Err(bad("a second <algo>: one file holds one".into()));
-                        }
-                        algo = Some(read_algo_attrs(&attrs)?);
-                    }
-                    (1, "gpu") => {
-                        let a = algo.as_mut().expect("depth 1 is inside algo");
-                        a.gpus.push(Gpu {
-                            id: attrs.int("id")?,
-                            i_chunks: attrs.int("i_chunks")?,
-                            o_chunks: attrs.int("o_chunks")?,
-                            s_chunks: attrs.int("s_chunks")?,
-                            tbs: Vec::new(),
-                            line,
-                        });
-                    }
-                    (2, "tb") => {
-                        let gpu = last_gpu(&mut algo);
-                        gpu.tbs.push(Tb {
-                            id: attrs.int("id")?,
-                            send: attrs.int("send")?,
-                            recv: attrs.int("recv")?,
-                            chan: attrs.int("chan")?,
-                            steps: Vec::new(),
-                            line,
-                        });
-                    }
-                    (3, "step") => {
-                        if !empty {
-                            return Err(bad("<step> must be empty (`<step .../>`): the executor crashes on children of a step".into()));
-                        }
-                        let step = read_step(&attrs)?;
-                        let tb = last_gpu(&mut algo)
-                            .tbs
-                            .last_mut()
-                            .expect("depth 3 is inside tb");
-                        tb.steps.push(step);
-                        continue;
-                    }
-                    (0, _) => {
-                        return Err(bad(format!("the first element is <{name}>, not <algo>")))
-                    }
-                    _ => {
-                        if !empty {
-                            skip = 1;
-                        }
-                        continue;
-                    }
-                }
-                if empty {
-                    continue;
-                }
-                depth += 1;
-            }
-            Event::End(_) => {
-                open.pop();
-                if skip > 0 {
-                    skip -= 1;
-                } else {
-                    depth = depth.saturating_sub(1);
-                }
-            }
-            Event::Comment(c) => {
-                let body: &str = &c;
-                if let Some(row) = parse_chunk_comment(body) {
-                    let row = row.map_err(bad)?;
-                    chunk_rows.push((line, row.1));
-                    if row.0 != chunk_rows.len() - 1 {
-                        return Err(bad(format!(
-                            "chunk comment for rank {} where rank {} was expected",
-                            row.0,
-                            chunk_rows.len() - 1
-                        )));
-                    }
-                }
-            }
-            Event::Text(t) => {
-                if skip == 0 && !t.chars().all(char::is_whitespace) {
-                    return Err(bad(
-                        "text between elements: the executor's reader rejects it".into(),
-                    ));
-                }
-            }
-            Event::CData(_) => return Err(bad("CDATA: the executor's reader has none".into())),
-            Event::Decl(_) | Event::PI(_) | Event::DocType(_) | Event::GeneralRef(_) => {}
-        }
-    }
-    if let Some((name, line)) = open.last() {
-        return Err(InputError::at(
-            file,
-            format!("line {line}"),
-            format!("<{name}> is never closed (the file ends first)"),
-        )
-        .into());
-    }
-    let mut algo = algo.ok_or_else(|| InputError::new(file, "no <algo> element"))?;
-    if !chunk_rows.is_empty() {
-        algo.chunks = Some(chunk_rows.into_iter().map(|(_, r)| r).collect());
-    }
-    Ok(algo)
-}
-
-fn last_gpu(algo: &mut Option<Algo>) -> &mut Gpu {
-    algo.as_mut()
-        .and_then(|a| a.gpus.last_mut())
-        .expect("depth 2 is inside gpu")
-}
-
-/// ` chunks from S: k0 k1 ... ` → `(S, [k...])`; `None` for any other
-/// comment. A comment that starts like one but does not parse, or counts
-/// more chunks than offsets address, is an error: it is a damaged file, and
-/// reading it as uniform would check the wrong all-to-all.
-fn parse_chunk_comment(body: &str) -> Option<std::result::Result<(usize, Vec<u32>), String>> {
-    let rest = body.trim().strip_prefix("chunks from ")?;
-    let malformed = || format!("malformed chunk comment `{}`", clip(body.trim()));
-    let Some((s, cells)) = rest.split_once(':') else {
-        return Some(Err(malformed()));
-    };
-    let Ok(s) = s.parse::<usize>() else {
-        return Some(Err(malformed()));
-    };
-    let mut row = Vec::new();
-    for c in cells.split_whitespace() {
-        match c.parse::<u32>() {
-            Ok(k) if i64::from(k) <= MAX_OFFSET + 1 => row.push(k),
-            Ok(_) => {
-                return Some(Err(format!(
-                    "chunk comment for rank {s}: {k} chunks, more than offsets address ({})",
-                    MAX_OFFSET + 1,
-                    k = clip(c)
-                )))
-            }
-            Err(_) => return Some(Err(malformed())),
-        }
-    }
-    Some(Ok((s, row)))
-}
-
-fn read_algo_attrs(a: &Attrs) -> Result<Algo> {
-    let proto = a.get("proto")?;
-    let proto: Protocol = proto.parse().map_err(|e: String| a.bad(e))?;
-    let name = a.opt("name").unwrap_or_default();
-    let facts = NameFacts::parse(name).map_err(|e| a.bad(e))?;
-    let ngpus = a.int("ngpus")?;
-    if let Some(g) = facts.gpus_per_node.filter(|_| ngpus >= 1) {
-        if ngpus % i64::from(g) != 0 {
-            return Err(a
-                .bad(format!(
-                    "gpus_per_node={g} in the name does not split ngpus=\"{ngpus}\" into whole nodes"
-                ))
-                .into());
-        }
-    }
-    Ok(Algo {
-        name: name.to_string(),
-        proto,
-        nchannels: a.int("nchannels")?,
-        nchunksperloop: a.int("nchunksperloop")?,
-        ngpus,
-        coll: a.get("coll")?.to_string(),
-        inplace: a.flag("inplace")?,
-        outofplace: a.flag("outofplace")?,
-        min_bytes: a.int("minBytes")?,
-        max_bytes: a.int("maxBytes")?,
-        gpus: Vec::new(),
-        chunks: None,
-        line: a.line,
-    })
-}
-
-fn read_step(a: &Attrs) -> Result<Step> {
-    let kind = a.get("type")?;
-    let kind = StepKind::parse(kind).ok_or_else(|| {
-        a.bad(format!(
-            "type=\"{}\" is not a step type (s r rcs rrs rrc rrcs cpy re nop)",
-            clip(kind)
-        ))
-    })?;
-    let buf = |key: &str| -> Result<BufRef> {
-        let v = a.get(key)?;
-        BufRef::parse(v).ok_or_else(|| {
-            a.bad(format!("{key}=\"{}\" must be i, o or s", clip(v)))
-                .into()
-        })
-    };
-    Ok(Step {
-        s: a.int("s")?,
-        kind,
-        srcbuf: buf("srcbuf")?,
-        srcoff: a.int("srcoff")?,
-        dstbuf: buf("dstbuf")?,
-        dstoff: a.int("dstoff")?,
-        cnt: a.int("cnt")?,
-        depid: a.int("depid")?,
-        deps: a.int("deps")?,
-        hasdep: a.flag("hasdep")?,
-        line: a.line,
-    })
-}
-
-/// An element's attributes as raw strings (no entity decoding, as the
-/// executor), first occurrence wins.
-struct Attrs<'f> {
-    element: String,
-    pairs: Vec<(String, String)>,
-    line: usize,
-    file: &'f str,
-}
-
-impl<'f> Attrs<'f> {
-    fn new(e: &BytesStart<'_>, line: usize, file: &'f str) -> Result<Attrs<'f>> {
-        let element = e.name().as_ref().to_string();
-        let mut pairs = Vec::new();
-        for a in e.attributes() {
-            let a = a.map_err(|err| {
-                InputError::at(
-                    file,
-                    format!("line {line}"),
-                    format!("<{element}>: bad attribute: {err}"),
-                )
-            })?;
-            pairs.push((a.key.as_ref().to_string(), a.value.to_string()));
-        }
-        Ok(Attrs {
-            element,
-            pairs,
-            line,
-            file,
-        })
-    }
-
-    fn bad(&self, reason: String) -> InputError {
-        InputError::at(
-            self.file,
-            format!("line {}", self.line),
-            format!("<{}>: {reason}", self.element),
-        )
-    }
-
-    fn opt(&self, key: &str) -> Option<&str> {
-        self.pairs
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn get(&self, key: &str) -> Result<&str> {
-        self.opt(key).ok_or_else(|| {
-            self.bad(format!(
-                "lacks attribute `{key}`, which the executor requires"
-            ))
-            .into()
-        })
-    }
-
-    /// A plain decimal integer: `strtol` would read `010` as octal and
-    /// `0x10` as hex, and junk as 0 without complaint.
-    fn int(&self, key: &str) -> Result<i64> {
-        let v = self.get(key)?;
-        let digits = v.strip_prefix('-').unwrap_or(v);
-        let plain = !digits.is_empty()
-            && digits.bytes().all(|b| b.is_ascii_digit())
-            && (digits == "0" || !digits.starts_with('0'));
-        match v.parse::<i64>() {
-            Ok(x) if plain => Ok(x),
-            _ => Err(self
-                .bad(format!(
-                    "{key}=\"{}\" is not a plain decimal number (the executor reads numbers with strtol)",
-                    clip(v)
-                ))
-                .into()),
-        }
-    }
-
-    fn flag(&self, key: &str) -> Result<bool> {
-        match self.get(key)? {
-            "0" => Ok(false),
-            "1" => Ok(true),
-            v => Err(self
-                .bad(format!("{key}=\"{}\" must be 0 or 1", clip(v)))
-                .into()),
-        }
-    }
-}
-
-/// Byte offset to line number.
-struct LineIndex {
-    starts: Vec<usize>,
-}
-
-impl LineIndex {
-    fn new(text: &str) -> Self {
-        let mut starts = vec![0];
-        starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
-        LineIndex { starts }
-    }
-
-    /// The line of the first non-blank byte at or after `pos`.
-    fn line_of(&self, text: &str, pos: usize) -> usize {
-        let skip = text
-            .get(pos..)
-            .map_or(0, |t| t.len() - t.trim_start().len());
-        let p = pos + skip;
-        self.starts.partition_point(|&s| s <= p).max(1)
-    }
 }
 
 #[cfg(test)]
