@@ -39,7 +39,7 @@ use super::{fit, pack};
 use super::{Algo, BufRef, ChunkMap, Gpu, Layout, NameFacts, Protocol, Step, StepKind, Tb};
 use super::{Executor, MAX_CNT, MAX_NODES, MAX_OFFSET};
 use super::{MAX_CHUNK_BYTES, MAX_STEPS_PER_TB};
-use crate::error::{Error, Result};
+use crate::error::{Error, InputError, Result};
 use crate::plan::{Buffer, Plan};
 use crate::sim::{simulate, SimOptions, TransferTime};
 use crate::topology::Topology;
@@ -213,10 +213,16 @@ pub fn to_xml(
         )));
     }
     let base = match opts.chunk_bytes {
-        Some(0) => return Err(unsupported("chunk size of 0 bytes".into())),
+        Some(0) => {
+            return Err(Error::Input(InputError::new(
+                "--chunk-bytes",
+                "chunk size of 0 bytes",
+            )))
+        }
         Some(u) if u > MAX_CHUNK_BYTES => {
-            return Err(unsupported(format!(
-                "chunk size of {u} bytes; at most 2^38 bytes (256 GB)"
+            return Err(Error::Input(InputError::new(
+                "--chunk-bytes",
+                format!("chunk size of {u} bytes; at most 2^38 bytes (256 GB)"),
             )))
         }
         Some(u) => u,
@@ -234,11 +240,14 @@ pub fn to_xml(
     fit::check_plan(plan, topo, traffic, opts.executor)?;
     let timeline = simulate(topo, plan, &SimOptions::default())?.transfers;
     laps.lap("ideal simulation of the plan");
-    let lower_from =
-        |start: u64, handoff: bool, lead: Option<f64>, laps: &mut Laps| -> Result<Lowered> {
-            let mut u = start;
-            loop {
-                match lower_with(
+    let lower_from = |start: u64,
+                      handoff: bool,
+                      lead: Option<f64>,
+                      laps: &mut Laps|
+     -> Result<Lowered> {
+        let mut u = start;
+        loop {
+            match lower_with(
                     plan,
                     topo,
                     traffic,
@@ -258,6 +267,17 @@ pub fn to_xml(
                         let _ = why;
                         u *= 2;
                     }
+                    // The caller's chunk size is too small for the
+                    // executor: bad input.
+                    Err(LowerError::Limit(why)) if opts.chunk_bytes.is_some() => {
+                        return Err(Error::Input(InputError::new(
+                            "--chunk-bytes",
+                            format!(
+                                "{u}-byte chunks are too small for {}: {why}; try a larger --chunk-bytes (or none: the default is doubled until the file fits)",
+                                opts.executor
+                            ),
+                        )))
+                    }
                     Err(LowerError::Limit(why)) => {
                         return Err(unsupported(format!(
                             "{why} (chunk size {u} bytes); try a larger --chunk-bytes"
@@ -266,8 +286,8 @@ pub fn to_xml(
                     Err(LowerError::Other(e)) => return Err(e),
                     Ok(x) => return Ok(x),
                 }
-            }
-        };
+        }
+    };
     // Every file the executor's rules price against this one: finer
     // chunks, and rate lanes where a stream was spread (below).
     let first = lower_from(base, true, None, &mut laps)?;
@@ -454,6 +474,12 @@ pub fn protocol_for(nbytes: u64, n: u64) -> Protocol {
         .unwrap_or(Protocol::Simple)
 }
 
+/// Why a lowering failed. Limits that no chunk size fixes (threadblocks
+/// for a gpu's peers, channel groups, the parse budget's steps that every
+/// connection needs) are refused before any tracing (`fit::check_plan`);
+/// a fresh tb always holds its waits (`drop_oldest_waits`), so what is
+/// left here is what fewer, larger chunks can fix, and `to_xml` retries
+/// only these.
 enum LowerError {
     /// An executor limit: a larger chunk may help.
     Limit(String),
@@ -1646,10 +1672,23 @@ fn build_tbs(
                     latest.retain(|tb, pos| w.get(tb).is_none_or(|&p| p < *pos));
                 }
                 let len = own.map_or(0, |t| tbs[gi][t as usize].steps.len());
+                // Many waits, or more than the tb holds: first those the
+                // gpu's own order already implies go (each costs a step,
+                // and long tbs cannot be packed), then (a fresh tb that
+                // still cannot hold them) the oldest, dropped and counted.
+                let mut lost = 0;
+                if latest.len() > MAX_WAITS_UNREDUCED
+                    || len + latest.len().max(1) > MAX_STEPS_PER_TB
+                {
+                    drop_implied_waits(&tbs[gi], own, &mut latest);
+                    if own.is_none() {
+                        lost = drop_oldest_waits(&tbs[gi], &mut latest, MAX_STEPS_PER_TB);
+                    }
+                }
                 if len + latest.len().max(1) > MAX_STEPS_PER_TB {
                     fits = false;
                 }
-                plans.push((gi, key, latest));
+                plans.push((gi, key, latest, lost));
             }
             if !fits {
                 if op.src == op.dst {
@@ -1660,7 +1699,8 @@ fn build_tbs(
                 }
                 continue;
             }
-            for (side, (gi, key, latest)) in plans.into_iter().enumerate() {
+            for (side, (gi, key, latest, lost)) in plans.into_iter().enumerate() {
+                dropped += lost;
                 let t = match tb_index[gi].get(&key) {
                     Some(&t) => t,
                     None => {
@@ -1797,6 +1837,72 @@ fn build_tbs(
     })
 }
 
+/// Removes from `latest` (the waits of a step about to go on tb `own` of
+/// one gpu, or on a new tb: awaited tb -> position) every wait the gpu's
+/// own order already holds: the tb's earlier steps, the other awaited
+/// steps' predecessors in their tbs, and, transitively, whatever those
+/// steps waited for. The executor holds each removed wait through the
+/// ones kept; nothing across gpus is assumed. One walk over the gpu's
+/// steps, at most once each.
+fn drop_implied_waits(drafts: &[TbDraft], own: Option<u32>, latest: &mut BTreeMap<u32, u32>) {
+    // Per tb, the last step known to be done before the new step.
+    let mut done: Vec<i64> = vec![-1; drafts.len()];
+    let mut stack: Vec<(u32, u32)> = Vec::new();
+    let seed = |tb: u32, pos: u32, stack: &mut Vec<(u32, u32)>| {
+        let st = &drafts[tb as usize].steps[pos as usize];
+        if pos > 0 {
+            stack.push((tb, pos - 1));
+        }
+        if st.depid >= 0 {
+            stack.push((st.depid as u32, st.deps as u32));
+        }
+    };
+    if let Some(t) = own {
+        let len = drafts[t as usize].steps.len() as u32;
+        if len > 0 {
+            stack.push((t, len - 1));
+        }
+    }
+    for (&tb, &pos) in latest.iter() {
+        seed(tb, pos, &mut stack);
+    }
+    while let Some((t, p)) = stack.pop() {
+        let from = done[t as usize] + 1;
+        if i64::from(p) < from {
+            continue;
+        }
+        for st in &drafts[t as usize].steps[from as usize..=p as usize] {
+            if st.depid >= 0 {
+                stack.push((st.depid as u32, st.deps as u32));
+            }
+        }
+        done[t as usize] = i64::from(p);
+    }
+    latest.retain(|&tb, &mut pos| done[tb as usize] < i64::from(pos));
+}
+
+/// Keeps the `max` waits of `latest` on the latest operations (in the
+/// global order) and drops the rest, returning how many were dropped:
+/// what a fresh tb of `max` steps cannot hold. `pairwise`'s first
+/// operation of a connection on 16 x 8 waits for 65 tbs, its stage
+/// barriers reaching this gpu through other gpus' rounds; the executor
+/// then starts it as soon as its latest predecessors on this gpu are done.
+fn drop_oldest_waits(drafts: &[TbDraft], latest: &mut BTreeMap<u32, u32>, max: usize) -> usize {
+    if latest.len() <= max {
+        return 0;
+    }
+    let mut by_op: Vec<(u32, u32)> = latest
+        .iter()
+        .map(|(&tb, &pos)| (drafts[tb as usize].ops[pos as usize], tb))
+        .collect();
+    by_op.sort_unstable();
+    let extra = latest.len() - max;
+    for &(_, tb) in &by_op[..extra] {
+        latest.remove(&tb);
+    }
+    extra
+}
+
 /// The operations on each of `gpus` (an operation's sending gpu first)
 /// that `op` must follow, sorted: its deps walked back to the operations
 /// that touch each gpu. A dep found on neither counts as dropped; a send's
@@ -1852,6 +1958,14 @@ fn walk_deps(
     }
     need
 }
+
+/// A step with more waits than this has those its gpu's own order
+/// implies removed (`drop_implied_waits`). `pairwise`'s stage barriers
+/// reach a gpu through every other gpu's earlier rounds: at 16 x 8 its
+/// operations wait for up to 65 tbs, all but a few implied by the waits
+/// of the gpu's previous round, and tbs that long cannot be packed two
+/// to a threadblock (143 tbs on rank 0 against `msccl`'s 128).
+const MAX_WAITS_UNREDUCED: usize = 8;
 
 /// Threadblocks per gpu the lowering may build before packing: the
 /// loader's array of them (`MSCCL_MAX_NUM_THREAD_BLOCKS`, 32 per channel
