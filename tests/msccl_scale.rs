@@ -130,6 +130,29 @@ fn direct_at_16x8_packs_into_nccl_msccls_threadblocks() {
 }
 
 #[test]
+fn pairwise_whose_barriers_reach_more_tbs_than_a_tb_has_steps_lowers() {
+    // 5 x 8, log-normal: the first operation of a late round's connection
+    // waits, through the other gpus' rounds, for more tbs than a tb has
+    // steps (64). This failed after ten chunk sizes with "needs more than
+    // 32 channels of 64 steps"; the waits its gpu's previous round implies
+    // are dropped now, and none of the plan's own.
+    let topo = Topology::preset("dgx-h100", 5, None).unwrap();
+    let mut spec = TrafficSpec::new(topo.ranks(), Pattern::Lognormal(1.0));
+    spec.seed = 3;
+    spec.bytes = 64 << 10;
+    let m = generate(&spec).unwrap();
+    let plan = schedule(Algorithm::Pairwise, &topo, &m, &Options::default()).unwrap();
+    let x = to_xml(&plan, &topo, &m, &XmlOptions::default()).unwrap();
+    assert!(Executor::Msccl.check(&x.report).is_ok());
+    assert_eq!(x.dropped_deps, 0);
+    // A step waits for its own tb's previous step and a few others, not
+    // for one tb per earlier round.
+    assert!(x.max_steps_per_tb < 64, "{}", x.max_steps_per_tb);
+    check_executable(&x.text).unwrap();
+    verify_on(&x.plan, &m, &topo).unwrap();
+}
+
+#[test]
 #[ignore = "minutes in the dev profile; docs/benchmarks.md has release figures"]
 fn every_algorithm_that_fits_lowers_at_16x8() {
     for executor in Executor::ALL {

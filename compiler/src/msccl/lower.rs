@@ -1550,6 +1550,26 @@ fn build_tbs(
             .map(|o| (o.src as usize, o.dst as usize)),
     );
     let groups = cg.groups;
+    // Gpus with more single-direction tbs than the profile loads: their
+    // tbs are packed two to one (`super::pack`) only where both are
+    // short, so their steps' waits are reduced (step 4) even when they fit.
+    let packed: Vec<bool> = {
+        let mut conns: Vec<(u32, u32)> = ops
+            .iter()
+            .filter(|o| o.src != o.dst)
+            .map(|o| (o.src, o.dst))
+            .collect();
+        conns.sort_unstable();
+        conns.dedup();
+        let mut tbs = vec![0usize; n];
+        for &(s, d) in &conns {
+            tbs[s as usize] += 1;
+            tbs[d as usize] += 1;
+        }
+        tbs.iter()
+            .map(|&t| t + 1 > executor.max_tbs_per_gpu())
+            .collect()
+    };
     let mut tbs: Vec<Vec<TbDraft>> = (0..n).map(|_| Vec::new()).collect();
     let mut tb_index: Vec<HashMap<TbKey, u32>> = vec![HashMap::new(); n];
     // Lanes a connection may have in all: half the channels its group can
@@ -1677,7 +1697,7 @@ fn build_tbs(
                 // and long tbs cannot be packed), then (a fresh tb that
                 // still cannot hold them) the oldest, dropped and counted.
                 let mut lost = 0;
-                if latest.len() > MAX_WAITS_UNREDUCED
+                if (packed[gi] && latest.len() > MAX_WAITS_UNREDUCED)
                     || len + latest.len().max(1) > MAX_STEPS_PER_TB
                 {
                     drop_implied_waits(&tbs[gi], own, &mut latest);
@@ -1866,11 +1886,18 @@ fn drop_implied_waits(drafts: &[TbDraft], own: Option<u32>, latest: &mut BTreeMa
     for (&tb, &pos) in latest.iter() {
         seed(tb, pos, &mut stack);
     }
+    // A walk cut short implies less: sound, only fewer waits go.
+    let mut budget = DFS_STEPS;
     while let Some((t, p)) = stack.pop() {
         let from = done[t as usize] + 1;
         if i64::from(p) < from {
             continue;
         }
+        let span = (i64::from(p) + 1 - from) as usize;
+        if span > budget {
+            break;
+        }
+        budget -= span;
         for st in &drafts[t as usize].steps[from as usize..=p as usize] {
             if st.depid >= 0 {
                 stack.push((st.depid as u32, st.deps as u32));
@@ -1880,6 +1907,10 @@ fn drop_implied_waits(drafts: &[TbDraft], own: Option<u32>, latest: &mut BTreeMa
     }
     latest.retain(|&tb, &mut pos| done[tb as usize] < i64::from(pos));
 }
+
+/// Steps one `drop_implied_waits` walk visits at most (a 16 x 8
+/// `pairwise` gpu has about 1300).
+const DFS_STEPS: usize = 1 << 14;
 
 /// Keeps the `max` waits of `latest` on the latest operations (in the
 /// global order) and drops the rest, returning how many were dropped:
@@ -1959,8 +1990,9 @@ fn walk_deps(
     need
 }
 
-/// A step with more waits than this has those its gpu's own order
-/// implies removed (`drop_implied_waits`). `pairwise`'s stage barriers
+/// A step with more waits than this, on a gpu whose tbs will be packed,
+/// has those its gpu's own order implies removed (`drop_implied_waits`;
+/// on other gpus only when they overflow the tb). `pairwise`'s stage barriers
 /// reach a gpu through every other gpu's earlier rounds: at 16 x 8 its
 /// operations wait for up to 65 tbs, all but a few implied by the waits
 /// of the gpu's previous round, and tbs that long cannot be packed two
