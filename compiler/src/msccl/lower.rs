@@ -2287,6 +2287,62 @@ mod tests {
     use crate::sched::direct;
     use crate::verify::verify_on;
 
+    /// A draft tb whose steps wait as `waits` says (`None`: no wait) and
+    /// belong to operations `ops`.
+    fn draft(waits: &[Option<(u32, u32)>], ops: &[u32]) -> TbDraft {
+        let steps = waits
+            .iter()
+            .enumerate()
+            .map(|(i, w)| Step {
+                s: i as i64,
+                kind: StepKind::Send,
+                srcbuf: BufRef::Input,
+                srcoff: 0,
+                dstbuf: BufRef::Output,
+                dstoff: 0,
+                cnt: 1,
+                depid: w.map_or(-1, |w| i64::from(w.0)),
+                deps: w.map_or(-1, |w| i64::from(w.1)),
+                hasdep: false,
+                line: 0,
+            })
+            .collect();
+        TbDraft {
+            key: TbKey::Local { k: 0 },
+            steps,
+            ops: ops.to_vec(),
+            waited: HashMap::new(),
+        }
+    }
+
+    #[test]
+    fn waits_the_gpus_own_order_holds_are_dropped() {
+        // tb 1's step 1 waits for tb 0's step 0; tb 2's step 0 for tb 1's
+        // step 0 only. A step waiting for (0, 0), (1, 1) and (2, 0) needs
+        // only the last two: (1, 1) holds (0, 0).
+        let drafts = vec![
+            draft(&[None, None], &[0, 3]),
+            draft(&[None, Some((0, 0))], &[1, 2]),
+            draft(&[Some((1, 0))], &[4]),
+        ];
+        let mut latest: BTreeMap<u32, u32> = [(0, 0), (1, 1), (2, 0)].into();
+        drop_implied_waits(&drafts, None, &mut latest);
+        assert_eq!(latest, [(1, 1), (2, 0)].into());
+        // tb 0's step 1 is not held by anything: it stays.
+        let mut latest: BTreeMap<u32, u32> = [(0, 1), (1, 1)].into();
+        drop_implied_waits(&drafts, None, &mut latest);
+        assert_eq!(latest, [(0, 1), (1, 1)].into());
+        // On tb 2 itself, after its step 0 (which waited for (1, 0)):
+        // a wait for (1, 0) is held by program order and that wait.
+        let mut latest: BTreeMap<u32, u32> = [(1, 0), (0, 1)].into();
+        drop_implied_waits(&drafts, Some(2), &mut latest);
+        assert_eq!(latest, [(0, 1)].into());
+        // A fresh tb of 2 steps keeps the waits on the latest operations.
+        let mut latest: BTreeMap<u32, u32> = [(0, 1), (1, 1), (2, 0)].into();
+        assert_eq!(drop_oldest_waits(&drafts, &mut latest, 2), 1);
+        assert_eq!(latest, [(0, 1), (2, 0)].into());
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn op(
         src: u32,
