@@ -240,14 +240,11 @@ pub fn to_xml(
     fit::check_plan(plan, topo, traffic, opts.executor)?;
     let timeline = simulate(topo, plan, &SimOptions::default())?.transfers;
     laps.lap("ideal simulation of the plan");
-    let lower_from = |start: u64,
-                      handoff: bool,
-                      lead: Option<f64>,
-                      laps: &mut Laps|
-     -> Result<Lowered> {
-        let mut u = start;
-        loop {
-            match lower_with(
+    let lower_from =
+        |start: u64, handoff: bool, lead: Option<f64>, laps: &mut Laps| -> Result<Lowered> {
+            let mut u = start;
+            loop {
+                match lower_with(
                     plan,
                     topo,
                     traffic,
@@ -270,13 +267,7 @@ pub fn to_xml(
                     // The caller's chunk size is too small for the
                     // executor: bad input.
                     Err(LowerError::Limit(why)) if opts.chunk_bytes.is_some() => {
-                        return Err(Error::Input(InputError::new(
-                            "--chunk-bytes",
-                            format!(
-                                "{u}-byte chunks are too small for {}: {why}; try a larger --chunk-bytes (or none: the default is doubled until the file fits)",
-                                opts.executor
-                            ),
-                        )))
+                        return Err(chunk_too_small(u, opts.executor, &why))
                     }
                     Err(LowerError::Limit(why)) => {
                         return Err(unsupported(format!(
@@ -286,8 +277,8 @@ pub fn to_xml(
                     Err(LowerError::Other(e)) => return Err(e),
                     Ok(x) => return Ok(x),
                 }
-        }
-    };
+            }
+        };
     // Every file the executor's rules price against this one: finer
     // chunks, and rate lanes where a stream was spread (below).
     let first = lower_from(base, true, None, &mut laps)?;
@@ -472,6 +463,18 @@ pub fn protocol_for(nbytes: u64, n: u64) -> Protocol {
             nbytes >= lo && (hi == 0 || nbytes <= hi)
         })
         .unwrap_or(Protocol::Simple)
+}
+
+/// A chunk size the caller chose that the executor's limits cannot take:
+/// bad input (the CLI exits 2), named by the CLI's flag.
+fn chunk_too_small(u: u64, executor: Executor, why: &str) -> Error {
+    Error::Input(InputError::new(
+        "--chunk-bytes",
+        format!(
+            "{u}-byte chunks are too small for {executor}: {why}; try a larger \
+             --chunk-bytes (or none: the default is doubled until the file fits)"
+        ),
+    ))
 }
 
 /// Why a lowering failed. Limits that no chunk size fixes (threadblocks
@@ -1914,10 +1917,10 @@ const DFS_STEPS: usize = 1 << 14;
 
 /// Keeps the `max` waits of `latest` on the latest operations (in the
 /// global order) and drops the rest, returning how many were dropped:
-/// what a fresh tb of `max` steps cannot hold. `pairwise`'s first
-/// operation of a connection on 16 x 8 waits for 65 tbs, its stage
-/// barriers reaching this gpu through other gpus' rounds; the executor
-/// then starts it as soon as its latest predecessors on this gpu are done.
+/// what a fresh tb of `max` steps cannot hold even after
+/// `drop_implied_waits` (none of `pairwise`'s 65-tb barriers at 16 x 8
+/// need it). The step then starts once its latest predecessors on this
+/// gpu are done.
 fn drop_oldest_waits(drafts: &[TbDraft], latest: &mut BTreeMap<u32, u32>, max: usize) -> usize {
     if latest.len() <= max {
         return 0;
