@@ -359,6 +359,32 @@ fn argument_errors_are_one_line() {
             &["--chunk-bytes: must be in 1..=274877906944"],
         );
     }
+    // A chunk too small for the executor's offsets is the caller's choice:
+    // bad input, said once, without the default's retries (was exit 1).
+    let big = write(
+        &dir,
+        "big.json",
+        r#"{"ranks":2,"matrix":[[0,40000],[10,0]]}"#,
+    );
+    expect_input_error(
+        &[
+            "compile",
+            "--topology",
+            &topo,
+            "--traffic",
+            &big,
+            "--algorithm",
+            "direct",
+            "--out",
+            &xml,
+            "--chunk-bytes",
+            "1",
+        ],
+        &[
+            "--chunk-bytes: 1-byte chunks are too small for msccl",
+            "more chunks than offsets can address",
+        ],
+    );
     // The whole suite (or the solver) ran before the path was found unwritable.
     expect_input_error(
         &["bench", "--quick", "--json", "/nonexistent/dir/b.json"],

@@ -274,7 +274,10 @@ fn protocol_windows_and_forced_chunks() {
         chunk_bytes: Some(1),
         ..Default::default()
     };
-    let e = to_xml(&plan, &topo, &m, &tiny).unwrap_err().to_string();
+    let e = to_xml(&plan, &topo, &m, &tiny).unwrap_err();
+    // The caller chose it: bad input (the CLI exits 2).
+    assert!(e.is_bad_input(), "{e}");
+    let e = e.to_string();
     assert!(e.contains("try a larger --chunk-bytes"), "{e}");
 }
 

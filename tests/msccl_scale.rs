@@ -67,6 +67,40 @@ fn a_cluster_too_large_is_refused_before_planning() {
 }
 
 #[test]
+fn a_limit_no_chunk_fixes_is_refused_before_tracing() {
+    // 138 x 8 ranks, rank s sending only to 2s + 1: two peers a gpu, but
+    // 1103 ring distances, 35 channel groups of 32 peers: more than
+    // NCCL-MSCCL's 32 channels whatever the chunk size. Before, `to_xml`
+    // simulated and traced the plan at ten chunk sizes and then said
+    // "needs more than 32 channels of 64 steps ... try a larger
+    // --chunk-bytes"; now the fit check says so before any of it.
+    let topo = Topology::preset("dgx-h100", 138, None).unwrap();
+    let n = topo.ranks();
+    let mut m = TrafficMatrix::zeros(n);
+    for s in 0..n - 1 {
+        m.set(s, (2 * s + 1) % n, 4096);
+    }
+    let e = check_before_planning(Algorithm::Direct, &topo, &m, Executor::Msccl)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("span 1103 ring distances, so its file needs at least 35 channels"),
+        "{e}"
+    );
+    assert!(e.contains("msccl has 32 (at most 1024 distances)"), "{e}");
+    assert!(e.contains("--executor rccl loads it"), "{e}");
+    // `to_xml` refuses the plan itself the same way, before simulating it.
+    let plan = schedule(Algorithm::Direct, &topo, &m, &Options::default()).unwrap();
+    let t0 = Instant::now();
+    let e = to_xml(&plan, &topo, &m, &XmlOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("needs at least 35 channels"), "{e}");
+    let took = t0.elapsed().as_secs_f64();
+    assert!(took < 5.0, "the refusal took {took:.2} s");
+}
+
+#[test]
 fn the_peer_model_covers_every_plan() {
     // The refusal above rests on the model: no plan may talk to a peer the
     // model leaves out, or a cluster could be refused that would fit.
@@ -127,6 +161,48 @@ fn direct_at_16x8_packs_into_nccl_msccls_threadblocks() {
     assert!(tbs <= 128, "{tbs}");
     assert!(tbs >= 127, "{tbs}: one per peer at least");
     eprintln!("16x8 direct: {tbs} tbs, lowered in {took:.1} s");
+}
+
+#[test]
+fn pairwise_whose_barriers_reach_more_tbs_than_a_tb_has_steps_lowers() {
+    // 5 x 8, log-normal: the first operation of a late round's connection
+    // waits, through the other gpus' rounds, for more tbs than a tb has
+    // steps (64). This failed after ten chunk sizes with "needs more than
+    // 32 channels of 64 steps" (rccl: 128); the waits the gpu's own order
+    // implies are dropped now, and none of the plan's own. With rccl its
+    // 79 single-direction tbs are packed into 64, which needs short tbs.
+    let topo = Topology::preset("dgx-h100", 5, None).unwrap();
+    let mut spec = TrafficSpec::new(topo.ranks(), Pattern::Lognormal(1.0));
+    spec.seed = 3;
+    spec.bytes = 64 << 10;
+    let m = generate(&spec).unwrap();
+    let plan = schedule(Algorithm::Pairwise, &topo, &m, &Options::default()).unwrap();
+    for executor in Executor::ALL {
+        let opts = XmlOptions {
+            executor,
+            ..XmlOptions::default()
+        };
+        let x = to_xml(&plan, &topo, &m, &opts).unwrap_or_else(|e| panic!("{executor}: {e}"));
+        assert!(executor.check(&x.report).is_ok());
+        assert_eq!(x.dropped_deps, 0, "{executor}");
+        if executor == Executor::Rccl {
+            assert_eq!(x.max_tbs_per_gpu, 64);
+            // A step waits for a few tbs, not one per earlier round.
+            assert!(x.max_steps_per_tb <= 16, "{}", x.max_steps_per_tb);
+        }
+        check_executable(&x.text).unwrap();
+        verify_on(&x.plan, &m, &topo).unwrap();
+    }
+}
+
+#[test]
+#[ignore = "a minute in the dev profile; run with --release"]
+fn pairwise_at_16x8_packs_into_nccl_msccls_threadblocks() {
+    // 127 peers each way and barriers reaching 65 tbs: refused after
+    // ten chunk sizes before (docs/benchmarks.md, issue 22 item 5).
+    let (tbs, took) = lowers(Algorithm::Pairwise, 16, Executor::Msccl);
+    assert!(tbs <= 128, "{tbs}");
+    eprintln!("16x8 pairwise: {tbs} tbs, lowered in {took:.1} s");
 }
 
 #[test]

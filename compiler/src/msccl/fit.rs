@@ -20,7 +20,7 @@ use crate::sched::Algorithm;
 use crate::topology::Topology;
 use crate::traffic::TrafficMatrix;
 
-use super::MAX_PEER_TBS_PER_CHANNEL;
+use super::{MAX_NODES, MAX_PEER_TBS_PER_CHANNEL};
 
 /// Channel groups: the ring distances `(dst - src) mod n` the connections
 /// use, numbered in order, 32 to a group, so no gpu has more than 32 send
@@ -169,23 +169,66 @@ fn refused(reason: String) -> Error {
     }
 }
 
+/// The least a file of these peers needs that no chunk size changes,
+/// against `executor`'s limits: `None` when it fits, else why not (the
+/// first limit it misses, in the order threadblocks, channels, elements).
+fn unmet(peers: &Peers, executor: Executor) -> Option<Unmet> {
+    let n = peers.local.len();
+    let need = peers.tbs_needed();
+    let (g, &t) = need
+        .iter()
+        .enumerate()
+        .max_by_key(|&(g, &t)| (t, std::cmp::Reverse(g)))?;
+    if t > executor.max_tbs_per_gpu() {
+        return Some(Unmet::Tbs { gpu: g, tbs: t });
+    }
+    // Channel groups: one channel each at least, whatever the chunk.
+    let cg = ChannelGroups::new(n, peers.conns.iter().copied());
+    if cg.groups > executor.max_channels() {
+        let mut used = vec![false; n];
+        for &(s, d) in &peers.conns {
+            used[(d + n - s) % n] = true;
+        }
+        return Some(Unmet::Channels {
+            distances: used.iter().filter(|&&u| u).count(),
+            groups: cg.groups,
+        });
+    }
+    // Elements of one gpu's parse: the `<algo>`, every `<gpu>`, its tbs,
+    // and at least one step per connection it sends or receives on (and
+    // one for its local copies), however large the chunks.
+    let mut steps: Vec<usize> = peers.local.iter().map(|&l| usize::from(l)).collect();
+    for &(s, d) in &peers.conns {
+        steps[s] += 1;
+        steps[d] += 1;
+    }
+    let (g, elements) = (0..n)
+        .map(|g| (g, 1 + n + need[g] + steps[g]))
+        .max_by_key(|&(g, e)| (e, std::cmp::Reverse(g)))?;
+    (elements > MAX_NODES).then_some(Unmet::Elements { gpu: g, elements })
+}
+
+/// A limit no chunk size meets.
+enum Unmet {
+    Tbs { gpu: usize, tbs: usize },
+    Channels { distances: usize, groups: u32 },
+    Elements { gpu: usize, elements: usize },
+}
+
 /// The algorithms whose plan's file fits `executor` on this cluster by
 /// their peer model, in `Algorithm::ALL`'s order.
 pub fn fitting(topo: &Topology, traffic: &TrafficMatrix, executor: Executor) -> Vec<Algorithm> {
     Algorithm::ALL
         .iter()
         .copied()
-        .filter(|&a| {
-            Peers::model(a, topo, traffic).is_some_and(|p| {
-                p.tbs_needed().into_iter().max().unwrap_or(0) <= executor.max_tbs_per_gpu()
-            })
-        })
+        .filter(|&a| Peers::model(a, topo, traffic).is_some_and(|p| unmet(&p, executor).is_none()))
         .collect()
 }
 
-/// Refuses `peers` (of `alg`'s plan, or its model) when some gpu needs
-/// more threadblocks than `executor` loads, naming the limit and what
-/// fits this cluster instead.
+/// Refuses `peers` (of `alg`'s plan, or its model) when its file would
+/// miss a limit of `executor` that no chunk size changes (threadblocks
+/// for its peers, channel groups for its ring distances, the parse's
+/// elements), naming the limit and what fits this cluster instead.
 pub fn check(
     peers: &Peers,
     alg: &str,
@@ -193,20 +236,9 @@ pub fn check(
     traffic: &TrafficMatrix,
     executor: Executor,
 ) -> Result<()> {
-    let need = peers.tbs_needed();
-    let max = executor.max_tbs_per_gpu();
-    let Some((g, &t)) = need
-        .iter()
-        .enumerate()
-        .max_by_key(|&(g, &t)| (t, std::cmp::Reverse(g)))
-    else {
+    let Some(why) = unmet(peers, executor) else {
         return Ok(());
     };
-    if t <= max {
-        return Ok(());
-    }
-    let out = peers.conns.iter().filter(|c| c.0 == g).count();
-    let inn = peers.conns.iter().filter(|c| c.1 == g).count();
     let names = |v: Vec<Algorithm>| -> String {
         if v.is_empty() {
             "none".into()
@@ -217,7 +249,7 @@ pub fn check(
     let here = names(fitting(topo, traffic, executor));
     let others: Vec<String> = Executor::ALL
         .iter()
-        .filter(|&&e| e != executor && e.max_tbs_per_gpu() >= t)
+        .filter(|&&e| e != executor && unmet(peers, e).is_none())
         .map(|e| format!("--executor {e} loads it"))
         .collect();
     let other = if others.is_empty() {
@@ -225,11 +257,33 @@ pub fn check(
     } else {
         format!("; {}", others.join(", "))
     };
+    let n = traffic.ranks();
+    let what = match why {
+        Unmet::Tbs { gpu: g, tbs: t } => {
+            let out = peers.conns.iter().filter(|c| c.0 == g).count();
+            let inn = peers.conns.iter().filter(|c| c.1 == g).count();
+            format!(
+                "rank {g} sends to {out} peers and receives from {inn}, so its file needs at least {t} threadblocks \
+                 (a threadblock has one send and one receive peer, a channel 32 of each); \
+                 {executor} loads at most {} per GPU",
+                executor.max_tbs_per_gpu()
+            )
+        }
+        Unmet::Channels { distances, groups } => format!(
+            "its connections span {distances} ring distances, so its file needs at least {groups} channels \
+             (a channel holds 32 send and 32 receive peers of a GPU, one per distance); \
+             {executor} has {} (at most {} distances)",
+            executor.max_channels(),
+            executor.max_channels() as usize * MAX_PEER_TBS_PER_CHANNEL
+        ),
+        Unmet::Elements { gpu: g, elements } => format!(
+            "rank {g}'s part of the file holds at least {elements} elements \
+             (the <algo>, {n} <gpu>, its threadblocks and a step per connection); \
+             the executor parses at most {MAX_NODES}"
+        ),
+    };
     Err(refused(format!(
-        "`{alg}` on {} ranks: rank {g} sends to {out} peers and receives from {inn}, so its file needs at least {t} threadblocks \
-         (a threadblock has one send and one receive peer, a channel 32 of each); \
-         {executor} loads at most {max} per GPU. Fits this cluster with {executor}: {here}{other}",
-        traffic.ranks()
+        "`{alg}` on {n} ranks: {what}. Fits this cluster with {executor}: {here}{other}"
     )))
 }
 
@@ -287,5 +341,51 @@ mod tests {
         let need = p.tbs_needed();
         // 70 peers each way; the groups cost a few more.
         assert!(need.iter().all(|&t| (71..=80).contains(&t)), "{need:?}");
+    }
+
+    /// Rank `s` sends to the rank `s + 1` further on: one peer each way
+    /// per gpu, but as many ring distances as ranks.
+    fn every_distance_once(n: usize) -> Peers {
+        Peers {
+            conns: (0..n - 1).map(|s| (s, (2 * s + 1) % n)).collect(),
+            local: vec![false; n],
+        }
+    }
+
+    #[test]
+    fn channels_no_chunk_size_can_give_are_refused_by_the_peers_alone() {
+        // 1100 ranks, a few peers per gpu, 1099 distances: 35 channel
+        // groups, more than NCCL-MSCCL's 32 channels; RCCL has 128.
+        let p = every_distance_once(1100);
+        assert!(p.tbs_needed().iter().all(|&t| t <= 4));
+        match unmet(&p, Executor::Msccl) {
+            Some(Unmet::Channels { distances, groups }) => {
+                assert_eq!((distances, groups), (1099, 35));
+            }
+            _ => panic!("channels should be refused"),
+        }
+        assert!(unmet(&p, Executor::Rccl).is_none());
+        // Within 32 groups it fits.
+        assert!(unmet(&every_distance_once(1000), Executor::Msccl).is_none());
+    }
+
+    #[test]
+    fn a_parse_too_large_for_one_step_per_connection_is_refused() {
+        // 4000 ranks: the `<algo>` and 4000 `<gpu>` elements leave 95 for
+        // rank 0's tbs and steps; 60 send peers take 60 tbs and 60 steps.
+        let n = 4000;
+        let mut p = Peers {
+            conns: (1..=60).map(|d| (0, d)).collect(),
+            local: vec![false; n],
+        };
+        match unmet(&p, Executor::Msccl) {
+            Some(Unmet::Elements { gpu, elements }) => {
+                assert_eq!((gpu, elements), (0, 1 + n + 60 + 60));
+            }
+            _ => panic!("the parse budget should be refused"),
+        }
+        // 40 peers: 4081 elements.
+        p.conns.truncate(40);
+        assert!(unmet(&p, Executor::Msccl).is_none());
     }
 }

@@ -40,7 +40,7 @@ use super::{fit, pack};
 use super::{Algo, BufRef, ChunkMap, Gpu, Layout, NameFacts, Protocol, Step, StepKind, Tb};
 use super::{Executor, MAX_CNT, MAX_NODES, MAX_OFFSET};
 use super::{MAX_CHUNK_BYTES, MAX_STEPS_PER_TB};
-use crate::error::{Error, Result};
+use crate::error::{Error, InputError, Result};
 use crate::plan::{Buffer, Plan};
 use crate::sim::{simulate, SimOptions, TransferTime};
 use crate::topology::Topology;
@@ -214,10 +214,16 @@ pub fn to_xml(
         )));
     }
     let base = match opts.chunk_bytes {
-        Some(0) => return Err(unsupported("chunk size of 0 bytes".into())),
+        Some(0) => {
+            return Err(Error::Input(InputError::new(
+                "--chunk-bytes",
+                "chunk size of 0 bytes",
+            )))
+        }
         Some(u) if u > MAX_CHUNK_BYTES => {
-            return Err(unsupported(format!(
-                "chunk size of {u} bytes; at most 2^38 bytes (256 GB)"
+            return Err(Error::Input(InputError::new(
+                "--chunk-bytes",
+                format!("chunk size of {u} bytes; at most 2^38 bytes (256 GB)"),
             )))
         }
         Some(u) => u,
@@ -258,6 +264,11 @@ pub fn to_xml(
                     {
                         let _ = why;
                         u *= 2;
+                    }
+                    // The caller's chunk size is too small for the
+                    // executor: bad input.
+                    Err(LowerError::Limit(why)) if opts.chunk_bytes.is_some() => {
+                        return Err(chunk_too_small(u, opts.executor, &why))
                     }
                     Err(LowerError::Limit(why)) => {
                         return Err(unsupported(format!(
@@ -455,6 +466,24 @@ pub fn protocol_for(nbytes: u64, n: u64) -> Protocol {
         .unwrap_or(Protocol::Simple)
 }
 
+/// A chunk size the caller chose that the executor's limits cannot take:
+/// bad input (the CLI exits 2), named by the CLI's flag.
+fn chunk_too_small(u: u64, executor: Executor, why: &str) -> Error {
+    Error::Input(InputError::new(
+        "--chunk-bytes",
+        format!(
+            "{u}-byte chunks are too small for {executor}: {why}; try a larger \
+             --chunk-bytes (or none: the default is doubled until the file fits)"
+        ),
+    ))
+}
+
+/// Why a lowering failed. Limits that no chunk size fixes (threadblocks
+/// for a gpu's peers, channel groups, the parse budget's steps that every
+/// connection needs) are refused before any tracing (`fit::check_plan`);
+/// a fresh tb always holds its waits (`drop_oldest_waits`), so what is
+/// left here is what fewer, larger chunks can fix, and `to_xml` retries
+/// only these.
 enum LowerError {
     /// An executor limit: a larger chunk may help.
     Limit(String),
@@ -1525,6 +1554,26 @@ fn build_tbs(
             .map(|o| (o.src as usize, o.dst as usize)),
     );
     let groups = cg.groups;
+    // Gpus with more single-direction tbs than the profile loads: their
+    // tbs are packed two to one (`super::pack`) only where both are
+    // short, so their steps' waits are reduced (step 4) even when they fit.
+    let packed: Vec<bool> = {
+        let mut conns: Vec<(u32, u32)> = ops
+            .iter()
+            .filter(|o| o.src != o.dst)
+            .map(|o| (o.src, o.dst))
+            .collect();
+        conns.sort_unstable();
+        conns.dedup();
+        let mut tbs = vec![0usize; n];
+        for &(s, d) in &conns {
+            tbs[s as usize] += 1;
+            tbs[d as usize] += 1;
+        }
+        tbs.iter()
+            .map(|&t| t + 1 > executor.max_tbs_per_gpu())
+            .collect()
+    };
     let mut tbs: Vec<Vec<TbDraft>> = (0..n).map(|_| Vec::new()).collect();
     let mut tb_index: Vec<HashMap<TbKey, u32>> = vec![HashMap::new(); n];
     // Lanes a connection may have in all: half the channels its group can
@@ -1647,10 +1696,23 @@ fn build_tbs(
                     latest.retain(|tb, pos| w.get(tb).is_none_or(|&p| p < *pos));
                 }
                 let len = own.map_or(0, |t| tbs[gi][t as usize].steps.len());
+                // Many waits, or more than the tb holds: first those the
+                // gpu's own order already implies go (each costs a step,
+                // and long tbs cannot be packed), then (a fresh tb that
+                // still cannot hold them) the oldest, dropped and counted.
+                let mut lost = 0;
+                if (packed[gi] && latest.len() > MAX_WAITS_UNREDUCED)
+                    || len + latest.len().max(1) > MAX_STEPS_PER_TB
+                {
+                    drop_implied_waits(&tbs[gi], own, &mut latest);
+                    if own.is_none() {
+                        lost = drop_oldest_waits(&tbs[gi], &mut latest, MAX_STEPS_PER_TB);
+                    }
+                }
                 if len + latest.len().max(1) > MAX_STEPS_PER_TB {
                     fits = false;
                 }
-                plans.push((gi, key, latest));
+                plans.push((gi, key, latest, lost));
             }
             if !fits {
                 if op.src == op.dst {
@@ -1661,7 +1723,8 @@ fn build_tbs(
                 }
                 continue;
             }
-            for (side, (gi, key, latest)) in plans.into_iter().enumerate() {
+            for (side, (gi, key, latest, lost)) in plans.into_iter().enumerate() {
+                dropped += lost;
                 let t = match tb_index[gi].get(&key) {
                     Some(&t) => t,
                     None => {
@@ -1798,6 +1861,83 @@ fn build_tbs(
     })
 }
 
+/// Removes from `latest` (the waits of a step about to go on tb `own` of
+/// one gpu, or on a new tb: awaited tb -> position) every wait the gpu's
+/// own order already holds: the tb's earlier steps, the other awaited
+/// steps' predecessors in their tbs, and, transitively, whatever those
+/// steps waited for. The executor holds each removed wait through the
+/// ones kept; nothing across gpus is assumed. One walk over the gpu's
+/// steps, at most once each.
+fn drop_implied_waits(drafts: &[TbDraft], own: Option<u32>, latest: &mut BTreeMap<u32, u32>) {
+    // Per tb, the last step known to be done before the new step.
+    let mut done: Vec<i64> = vec![-1; drafts.len()];
+    let mut stack: Vec<(u32, u32)> = Vec::new();
+    let seed = |tb: u32, pos: u32, stack: &mut Vec<(u32, u32)>| {
+        let st = &drafts[tb as usize].steps[pos as usize];
+        if pos > 0 {
+            stack.push((tb, pos - 1));
+        }
+        if st.depid >= 0 {
+            stack.push((st.depid as u32, st.deps as u32));
+        }
+    };
+    if let Some(t) = own {
+        let len = drafts[t as usize].steps.len() as u32;
+        if len > 0 {
+            stack.push((t, len - 1));
+        }
+    }
+    for (&tb, &pos) in latest.iter() {
+        seed(tb, pos, &mut stack);
+    }
+    // A walk cut short implies less: sound, only fewer waits go.
+    let mut budget = DFS_STEPS;
+    while let Some((t, p)) = stack.pop() {
+        let from = done[t as usize] + 1;
+        if i64::from(p) < from {
+            continue;
+        }
+        let span = (i64::from(p) + 1 - from) as usize;
+        if span > budget {
+            break;
+        }
+        budget -= span;
+        for st in &drafts[t as usize].steps[from as usize..=p as usize] {
+            if st.depid >= 0 {
+                stack.push((st.depid as u32, st.deps as u32));
+            }
+        }
+        done[t as usize] = i64::from(p);
+    }
+    latest.retain(|&tb, &mut pos| done[tb as usize] < i64::from(pos));
+}
+
+/// Steps one `drop_implied_waits` walk visits at most (a 16 x 8
+/// `pairwise` gpu has about 1300).
+const DFS_STEPS: usize = 1 << 14;
+
+/// Keeps the `max` waits of `latest` on the latest operations (in the
+/// global order) and drops the rest, returning how many were dropped:
+/// what a fresh tb of `max` steps cannot hold even after
+/// `drop_implied_waits` (none of `pairwise`'s 65-tb barriers at 16 x 8
+/// need it). The step then starts once its latest predecessors on this
+/// gpu are done.
+fn drop_oldest_waits(drafts: &[TbDraft], latest: &mut BTreeMap<u32, u32>, max: usize) -> usize {
+    if latest.len() <= max {
+        return 0;
+    }
+    let mut by_op: Vec<(u32, u32)> = latest
+        .iter()
+        .map(|(&tb, &pos)| (drafts[tb as usize].ops[pos as usize], tb))
+        .collect();
+    by_op.sort_unstable();
+    let extra = latest.len() - max;
+    for &(_, tb) in &by_op[..extra] {
+        latest.remove(&tb);
+    }
+    extra
+}
+
 /// The operations on each of `gpus` (an operation's sending gpu first)
 /// that `op` must follow, sorted: its deps walked back to the operations
 /// that touch each gpu. A dep found on neither counts as dropped; a send's
@@ -1853,6 +1993,15 @@ fn walk_deps(
     }
     need
 }
+
+/// A step with more waits than this, on a gpu whose tbs will be packed,
+/// has those its gpu's own order implies removed (`drop_implied_waits`;
+/// on other gpus only when they overflow the tb). `pairwise`'s stage barriers
+/// reach a gpu through every other gpu's earlier rounds: at 16 x 8 its
+/// operations wait for up to 65 tbs, all but a few implied by the waits
+/// of the gpu's previous round, and tbs that long cannot be packed two
+/// to a threadblock (143 tbs on rank 0 against `msccl`'s 128).
+const MAX_WAITS_UNREDUCED: usize = 8;
 
 /// Threadblocks per gpu the lowering may build before packing: the
 /// loader's array of them (`MSCCL_MAX_NUM_THREAD_BLOCKS`, 32 per channel
@@ -2141,6 +2290,62 @@ mod tests {
     use super::*;
     use crate::sched::direct;
     use crate::verify::verify_on;
+
+    /// A draft tb whose steps wait as `waits` says (`None`: no wait) and
+    /// belong to operations `ops`.
+    fn draft(waits: &[Option<(u32, u32)>], ops: &[u32]) -> TbDraft {
+        let steps = waits
+            .iter()
+            .enumerate()
+            .map(|(i, w)| Step {
+                s: i as i64,
+                kind: StepKind::Send,
+                srcbuf: BufRef::Input,
+                srcoff: 0,
+                dstbuf: BufRef::Output,
+                dstoff: 0,
+                cnt: 1,
+                depid: w.map_or(-1, |w| i64::from(w.0)),
+                deps: w.map_or(-1, |w| i64::from(w.1)),
+                hasdep: false,
+                line: 0,
+            })
+            .collect();
+        TbDraft {
+            key: TbKey::Local { k: 0 },
+            steps,
+            ops: ops.to_vec(),
+            waited: HashMap::new(),
+        }
+    }
+
+    #[test]
+    fn waits_the_gpus_own_order_holds_are_dropped() {
+        // tb 1's step 1 waits for tb 0's step 0; tb 2's step 0 for tb 1's
+        // step 0 only. A step waiting for (0, 0), (1, 1) and (2, 0) needs
+        // only the last two: (1, 1) holds (0, 0).
+        let drafts = vec![
+            draft(&[None, None], &[0, 3]),
+            draft(&[None, Some((0, 0))], &[1, 2]),
+            draft(&[Some((1, 0))], &[4]),
+        ];
+        let mut latest: BTreeMap<u32, u32> = [(0, 0), (1, 1), (2, 0)].into();
+        drop_implied_waits(&drafts, None, &mut latest);
+        assert_eq!(latest, [(1, 1), (2, 0)].into());
+        // tb 0's step 1 is not held by anything: it stays.
+        let mut latest: BTreeMap<u32, u32> = [(0, 1), (1, 1)].into();
+        drop_implied_waits(&drafts, None, &mut latest);
+        assert_eq!(latest, [(0, 1), (1, 1)].into());
+        // On tb 2 itself, after its step 0 (which waited for (1, 0)):
+        // a wait for (1, 0) is held by program order and that wait.
+        let mut latest: BTreeMap<u32, u32> = [(1, 0), (0, 1)].into();
+        drop_implied_waits(&drafts, Some(2), &mut latest);
+        assert_eq!(latest, [(0, 1)].into());
+        // A fresh tb of 2 steps keeps the waits on the latest operations.
+        let mut latest: BTreeMap<u32, u32> = [(0, 1), (1, 1), (2, 0)].into();
+        assert_eq!(drop_oldest_waits(&drafts, &mut latest, 2), 1);
+        assert_eq!(latest, [(0, 1), (2, 0)].into());
+    }
 
     #[allow(clippy::too_many_arguments)]
     fn op(
