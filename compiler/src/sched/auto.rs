@@ -1117,7 +1117,7 @@ impl<'a> Estimator<'a> {
     /// `b_i` bytes at `r_i` ends at `max_i (r_i + Σ_{r_j >= r_i} b_j / b)`,
     /// as for `deepep`'s forwards. The receivers a skewed matrix makes hot
     /// take their forwards last: this replaced a constant and a term in
-    /// the log of the receiver skew. `O(N² + G² N)` (N = nodes).
+    /// the log of the receiver skew. `O(N² log N + G N²)` (N = nodes).
     fn spray_forwards(&self, net_busy: f64) -> (f64, String) {
         let (g, nodes) = (self.g, self.nodes);
         let gf = g as f64;
