@@ -44,7 +44,8 @@ fn main() -> Res<()> {
     switchyard::restore_sigpipe();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
-    // Each candidate's estimate over the bound beside its simulated ratio.
+    // Each candidate's estimate over the bound beside its simulated ratio
+    // (`sim~est`), and, in brackets, what sets `spray`'s and `fast`'s.
     let verbose = args.iter().any(|a| a == "--estimates");
     let nodes: Vec<usize> = parsed(&args, "--nodes", if quick { "2,4" } else { "2,4,8,16" })?;
     let presets = list(&args, "--presets", "dgx-h100,mi300x");
@@ -209,7 +210,7 @@ fn main() -> Res<()> {
                                 let e = pick.estimates.iter().find(|e| e.algorithm == *name);
                                 if let Some(e) = e {
                                     c.push_str(&format!("~{:.3}", e.estimate_us / bound));
-                                    if *name == "spray" {
+                                    if *name == "spray" || *name == "fast" {
                                         c.push_str(&format!("[{}]", e.limit));
                                     }
                                 }
