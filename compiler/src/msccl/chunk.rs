@@ -275,7 +275,9 @@ fn costs_of_pieces(
     let n = traffic.ranks();
     let g = (plan.gpus_per_node as usize).max(1);
     // Inter-node transfers' pieces with their block lengths.
-    let inter: Vec<(usize, usize, Vec<(u64, u64, u64)>)> = pieces
+    // (sending rank, receiving rank, (a, b, block length) of each piece).
+    type Inter = (usize, usize, Vec<(u64, u64, u64)>);
+    let inter: Vec<Inter> = pieces
         .iter()
         .filter_map(|(i, ps)| {
             let t = plan.transfers.get(*i)?;
