@@ -1146,3 +1146,100 @@ fn released_heads_hold_4x8_lognormal() {
         );
     }
 }
+
+/// `fast`'s file at forced chunk sizes, each priced by the executor's rules
+/// over its plan (`to_xml` with `chunk_bytes`: the best of its files at
+/// that chunk), to see how the price moves with the chunk.
+/// `XSIM_NODES=8 XSIM_PATTERNS=lognormal XSIM_CHUNKS=14112,14128 cargo test --release --workspace --test msccl_executor executor_rule_chunks -- --ignored --nocapture`
+/// (`XSIM_CHUNKS=lo:hi:step` for a range; `XSIM_LAYOUT=packed`).
+#[test]
+#[ignore]
+fn executor_rule_chunks() {
+    use switchyard::compiler::msccl::xsim::simulate_executor;
+    use switchyard::compiler::msccl::{to_xml, XmlOptions};
+    use switchyard::compiler::sched::schedule;
+    use switchyard::compiler::Algorithm;
+    let sim = SimOptions::default();
+    let sched = sweep_sched();
+    let (nodes, layout) = diag_shape(8);
+    let topo = Topology::preset("dgx-h100", nodes, None).unwrap();
+    let spec = std::env::var("XSIM_CHUNKS").unwrap_or_default();
+    let chunks: Vec<u64> = if let Some((lo, rest)) = spec.split_once(':') {
+        let (hi, step) = rest.split_once(':').unwrap_or((rest, "16"));
+        let (lo, hi, step): (u64, u64, u64) = (
+            lo.parse().unwrap(),
+            hi.parse().unwrap(),
+            step.parse().unwrap(),
+        );
+        (lo..=hi).step_by(step as usize).collect()
+    } else {
+        spec.split(',').filter_map(|v| v.parse().ok()).collect()
+    };
+    for (name, _, m) in sweep_matrices(&topo) {
+        let plan = schedule(Algorithm::Fast, &topo, &m, &sched).unwrap();
+        let want = simulate(&topo, &plan, &sim).unwrap().completion_us;
+        // `XSIM_RUN_BYTES=b`: the score's bytes per extra operation;
+        // `XSIM_BEST=k`: with `XSIM_COSTS_ONLY`, the k best-scored chunks.
+        let run_bytes = std::env::var("XSIM_RUN_BYTES").map_or(0, |v| v.parse().unwrap());
+        let costs =
+            switchyard::compiler::msccl::chunk::chunk_costs(&plan, &m, 2, run_bytes, &chunks)
+                .unwrap();
+        if std::env::var("XSIM_COSTS_ONLY").is_ok() {
+            use switchyard::compiler::msccl::chunk::{
+                base_chunk_bytes, near_chunk_bytes, scored_chunk_bytes,
+            };
+            for layout in [
+                switchyard::compiler::msccl::Layout::Padded,
+                switchyard::compiler::msccl::Layout::Packed,
+            ] {
+                println!(
+                    "{nodes}x8 {name} {layout}: base {} near {:?} scored {:?}",
+                    base_chunk_bytes(&m),
+                    near_chunk_bytes(&m, layout),
+                    scored_chunk_bytes(&plan, &m, layout, 3).unwrap()
+                );
+            }
+        }
+        if let Ok(k) = std::env::var("XSIM_BEST") {
+            let mut c = costs.clone();
+            c.sort_by_key(|c| (c.score, std::cmp::Reverse(c.u)));
+            for c in c.iter().take(k.parse().unwrap()) {
+                println!("{nodes}x8 {name} best: {c:?}");
+            }
+            continue;
+        }
+        for (&u, c) in chunks.iter().zip(&costs) {
+            // `XSIM_COSTS_ONLY=1`: the costs counted from the plan alone.
+            if std::env::var("XSIM_COSTS_ONLY").is_ok() {
+                println!(
+                    "{nodes}x8 {name} fast chunk {u}: nic {} short {} extra runs {} score {}",
+                    c.nic_bytes, c.short, c.extra_runs, c.score
+                );
+                continue;
+            }
+            let t = std::time::Instant::now();
+            let opts = XmlOptions {
+                layout,
+                chunk_bytes: Some(u),
+                ..XmlOptions::default()
+            };
+            match to_xml(&plan, &topo, &m, &opts) {
+                Ok(x) => {
+                    let (us, _) = simulate_executor(&x.text, "chunks", &m, &topo, &sim).unwrap();
+                    println!(
+                        "{nodes}x8 {name} fast {layout} chunk {u}: {:+.2}% released {} handoffs {} unheld {} nic {} short {} extra runs {} ({:.1} s)",
+                        100.0 * (us / want - 1.0),
+                        x.released_heads,
+                        x.handoffs,
+                        x.unheld_deps,
+                        c.nic_bytes,
+                        c.short,
+                        c.extra_runs,
+                        t.elapsed().as_secs_f64()
+                    );
+                }
+                Err(e) => println!("{nodes}x8 {name} fast {layout} chunk {u}: {e}"),
+            }
+        }
+    }
+}

@@ -8,9 +8,21 @@
 //! much more than its plan. A file whose busiest rank pads more than
 //! [`PAD_TARGET`] of its bytes takes finer chunks, as far as the buffer's
 //! chunk offsets (2^15 per buffer) allow.
+//!
+//! `fast`'s files (`lower::to_xml`) try chunks a quarter and a half finer
+//! than the base ([`near_chunk_bytes`]) and, where the best of those is
+//! still more than 3% behind the plan, chunks chosen by a score counted
+//! from the plan alone ([`chunk_costs`], [`scored_chunk_bytes`]): the plan
+//! is traced once in bytes, and each chunk size then costs one pass over
+//! the traced pieces, so hundreds of sizes are scored for the price of
+//! part of one lowering.
 
-use super::lower::{buffer_bytes, CHUNKS_PER_LARGEST_PAIR, CHUNK_ALIGN};
-use super::{Layout, MAX_OFFSET};
+use super::lower::{
+    buffer_bytes, chunks_of, trace_pieces, Piece, CHUNKS_PER_LARGEST_PAIR, CHUNK_ALIGN,
+};
+use super::{Layout, MAX_CNT, MAX_OFFSET};
+use crate::error::Result;
+use crate::plan::Plan;
 use crate::traffic::TrafficMatrix;
 
 /// Padding a rank's sends or receives may carry over their real bytes
@@ -130,6 +142,196 @@ pub fn near_chunk_bytes(traffic: &TrafficMatrix, layout: Layout) -> Vec<u64> {
     out
 }
 
+/// Bytes [`ChunkCost::score`] adds per extra operation of an inter-node
+/// transfer (see [`scored_chunk_bytes`]).
+pub const RUN_BYTES: u64 = 16 << 10;
+/// Finer chunks [`scored_chunk_bytes`] scores: from the base chunk down to
+/// [`MAX_REFINE`] times finer, each this many thousandths finer than the
+/// one before, and the finest of them whose buffer fits.
+pub const SCAN_STEP_PERMILLE: u64 = 5;
+
+/// Chunks finer than the base for `fast`'s files, from the plan alone
+/// ([`chunk_costs`] of every chunk scanned): the best [`ChunkCost::score`]
+/// and then the finest chunk with no more extra operations than that one
+/// (the least padding and fewest transfers too short for a pacing cut
+/// without more calls), at most `keep`, each scoring below the base chunk.
+/// None where the base chunk pads every rank within [`PAD_TARGET`]; only
+/// chunks whose buffer has at most 2^15 chunks. Scored with Simple's
+/// window (`fast`'s paced files take Simple where a cut needs it).
+pub fn scored_chunk_bytes(
+    plan: &Plan,
+    traffic: &TrafficMatrix,
+    layout: Layout,
+    keep: usize,
+) -> Result<Vec<u64>> {
+    let base = base_chunk_bytes(traffic);
+    if keep == 0 || padding_ratio(traffic, base) <= PAD_TARGET {
+        return Ok(Vec::new());
+    }
+    let fits = |u: u64| buffer_bytes(traffic, layout, u) / u <= (MAX_OFFSET + 1) as u64;
+    // The finest chunk scanned: at most MAX_REFINE times finer, and the
+    // finest whose buffer fits (finer chunks only make it longer).
+    let mut finest = aligned_chunk(traffic.max_entry(), CHUNKS_PER_LARGEST_PAIR * MAX_REFINE);
+    if !fits(finest) {
+        let (mut lo, mut hi) = (finest / CHUNK_ALIGN, base / CHUNK_ALIGN);
+        if !fits(hi * CHUNK_ALIGN) {
+            return Ok(Vec::new());
+        }
+        while hi - lo > 1 {
+            let mid = (lo + hi) / 2;
+            if fits(mid * CHUNK_ALIGN) {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        finest = hi * CHUNK_ALIGN;
+    }
+    let mut us = vec![base];
+    let mut u = base;
+    loop {
+        let next = (u * (1000 - SCAN_STEP_PERMILLE) / 1000) / CHUNK_ALIGN * CHUNK_ALIGN;
+        u = next.min(u - CHUNK_ALIGN);
+        if u <= finest {
+            break;
+        }
+        us.push(u);
+    }
+    if finest < base {
+        us.push(finest);
+    }
+    let window = super::Protocol::Simple.fifo_depth() as u64;
+    let costs = chunk_costs(plan, traffic, window, RUN_BYTES, &us)?;
+    Ok(pick_scored(&costs, keep))
+}
+
+/// [`scored_chunk_bytes`]'s choice among `costs`, the base chunk's first.
+fn pick_scored(costs: &[ChunkCost], keep: usize) -> Vec<u64> {
+    let Some((base, finer)) = costs.split_first() else {
+        return Vec::new();
+    };
+    let better = || finer.iter().filter(|c| c.score < base.score);
+    let Some(best) = better().min_by_key(|c| (c.score, std::cmp::Reverse(c.u))) else {
+        return Vec::new();
+    };
+    let mut out = vec![best.u];
+    if let Some(f) = better()
+        .filter(|c| c.extra_runs <= best.extra_runs)
+        .min_by_key(|c| c.u)
+    {
+        if f.u != best.u {
+            out.push(f.u);
+        }
+    }
+    out.truncate(keep);
+    out
+}
+
+/// What chunks of `u` bytes make of a plan's inter-node transfers,
+/// counted from the plan's byte pieces alone, without lowering.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkCost {
+    pub u: u64,
+    /// Bytes the busiest gpu sends or receives between nodes, every
+    /// transfer's chunks whole.
+    pub nic_bytes: u64,
+    /// Inter-node transfers of fewer than `2 window + 1` chunks: too short
+    /// for a full pacing cut (head and tail), so their waits may leak.
+    pub short: usize,
+    /// Operations of inter-node transfers beyond one each: transfers of
+    /// more than [`MAX_CNT`] chunks, each extra operation a step and a
+    /// call of its own.
+    pub extra_runs: usize,
+    /// The score: the most any gpu sends or receives between nodes, whole
+    /// chunks included, with `run_bytes` added per extra operation there.
+    pub score: u64,
+}
+
+/// [`ChunkCost`] of each chunk of `us`, for `plan` on `traffic`, with a
+/// connection window of `window` calls. The plan is traced once, in bytes
+/// (`lower::trace_pieces`); each chunk then costs a pass over the pieces.
+pub fn chunk_costs(
+    plan: &Plan,
+    traffic: &TrafficMatrix,
+    window: u64,
+    run_bytes: u64,
+    us: &[u64],
+) -> Result<Vec<ChunkCost>> {
+    let pieces = trace_pieces(plan, traffic, &[])?;
+    Ok(costs_of_pieces(
+        plan, traffic, &pieces, window, run_bytes, us,
+    ))
+}
+
+/// [`chunk_costs`] of traced pieces.
+fn costs_of_pieces(
+    plan: &Plan,
+    traffic: &TrafficMatrix,
+    pieces: &[(usize, Vec<Piece>)],
+    window: u64,
+    run_bytes: u64,
+    us: &[u64],
+) -> Vec<ChunkCost> {
+    let n = traffic.ranks();
+    let g = (plan.gpus_per_node as usize).max(1);
+    // Inter-node transfers' pieces with their block lengths.
+    // (sending rank, receiving rank, (a, b, block length) of each piece).
+    type Inter = (usize, usize, Vec<(u64, u64, u64)>);
+    let inter: Vec<Inter> = pieces
+        .iter()
+        .filter_map(|(i, ps)| {
+            let t = plan.transfers.get(*i)?;
+            let (s, d) = (t.src as usize, t.dst as usize);
+            (s / g != d / g && s < n && d < n).then(|| {
+                let ps = ps
+                    .iter()
+                    .map(|&(ps, pd, a, b)| (a, b, traffic.get(ps as usize, pd as usize)))
+                    .collect();
+                (s, d, ps)
+            })
+        })
+        .collect();
+    us.iter()
+        .map(|&u| {
+            let u = u.max(1);
+            let mut tx = vec![0u64; n];
+            let mut rx = vec![0u64; n];
+            let mut runs = vec![(0u64, 0u64); n];
+            let (mut short, mut extra_runs) = (0, 0);
+            for (s, d, ps) in &inter {
+                let c: u64 = ps
+                    .iter()
+                    .map(|&(a, b, len)| {
+                        let r = chunks_of(a, b, u, len);
+                        r.end - r.start
+                    })
+                    .sum();
+                if c == 0 {
+                    continue;
+                }
+                tx[*s] += c * u;
+                rx[*d] += c * u;
+                short += usize::from(c < 2 * window + 1);
+                let extra = c.div_ceil(MAX_CNT as u64) - 1;
+                extra_runs += extra as usize;
+                runs[*s].0 += extra;
+                runs[*d].1 += extra;
+            }
+            let score = (0..n)
+                .map(|r| (tx[r] + run_bytes * runs[r].0).max(rx[r] + run_bytes * runs[r].1))
+                .max()
+                .unwrap_or(0);
+            ChunkCost {
+                u,
+                nic_bytes: tx.into_iter().chain(rx).max().unwrap_or(0),
+                short,
+                extra_runs,
+                score,
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,6 +345,62 @@ mod tests {
         let r = padding_ratio(&m, 64);
         assert!((r - 62.0 / 130.0).abs() < 1e-12, "{r}");
         assert_eq!(padding_ratio(&m, 1), 0.0);
+    }
+
+    #[test]
+    fn costs_count_whole_chunks_and_extra_runs_per_gpu() {
+        use crate::sched::{schedule, Options};
+        use crate::topology::Topology;
+        use crate::Algorithm;
+        // 2 x 8 ranks: rank 0 sends 1000 B to rank 8 and 250 B to rank 9
+        // (other node), 300 B to rank 1 (same node: not counted).
+        let topo = Topology::preset("dgx-h100", 2, None).unwrap();
+        let mut rows = vec![vec![0u64; 16]; 16];
+        rows[0][8] = 1000;
+        rows[0][9] = 250;
+        rows[0][1] = 300;
+        let m = TrafficMatrix::from_rows(rows);
+        let plan = schedule(Algorithm::Direct, &topo, &m, &Options::default()).unwrap();
+        let c = chunk_costs(&plan, &m, 2, 100, &[64, 16, 8]).unwrap();
+        // u = 64: 16 + 4 chunks leave rank 0 (1280 B); 250 B is 4 chunks,
+        // short of a head and tail of 2 each (5 chunks).
+        assert_eq!((c[0].u, c[0].nic_bytes, c[0].short), (64, 1280, 1));
+        assert_eq!((c[0].extra_runs, c[0].score), (0, 1280));
+        // u = 16: 63 + 16 chunks, 1264 B.
+        assert_eq!((c[1].nic_bytes, c[1].short, c[1].extra_runs), (1264, 0, 0));
+        // u = 8: 125 + 32 chunks (1256 B); 125 chunks are two operations
+        // (71 at most each), one extra on rank 0's sends and rank 8's
+        // receives: rank 0 scores 1256 + 100, rank 8 1000 + 100.
+        assert_eq!((c[2].nic_bytes, c[2].extra_runs), (1256, 1));
+        assert_eq!(c[2].score, 1356);
+    }
+
+    #[test]
+    fn scored_picks_the_best_score_then_the_finest_without_more_runs() {
+        let c = |u, score, extra_runs| ChunkCost {
+            u,
+            nic_bytes: score,
+            short: 0,
+            extra_runs,
+            score,
+        };
+        // The base chunk (first) scores 1000; 60 scores worse and is never
+        // taken. The best is 80 (two extra runs); the finest with at most
+        // two is 70.
+        let costs = [
+            c(100, 1000, 0),
+            c(90, 990, 0),
+            c(80, 950, 2),
+            c(70, 980, 0),
+            c(60, 1010, 0),
+        ];
+        assert_eq!(pick_scored(&costs, 2), vec![80, 70]);
+        assert_eq!(pick_scored(&costs, 1), vec![80]);
+        // The best without extra runs: 80 (runs 1) is finer but adds one.
+        let costs = [c(100, 1000, 0), c(90, 940, 0), c(85, 990, 0), c(80, 960, 1)];
+        assert_eq!(pick_scored(&costs, 2), vec![90, 85]);
+        // Nothing scores below the base: none.
+        assert!(pick_scored(&[c(100, 1000, 0), c(90, 1000, 0)], 2).is_empty());
     }
 
     #[test]

@@ -190,6 +190,12 @@ impl XmlPlan {
 /// plan, against +4.6% with heads leaving at once.
 pub const HEAD_LEAD_US: f64 = 20.0;
 
+/// A `fast` file priced more than this fraction behind its plan (the
+/// executor's rules against the plan's ideal run) gets the finer chunks of
+/// `chunk::scored_chunk_bytes` tried too (the target of docs/msccl.md:
+/// every file within 3% of its plan).
+pub const SCORED_ABOVE: f64 = 0.03;
+
 fn unsupported(reason: String) -> Error {
     Error::Unsupported {
         algorithm: "msccl-xml".into(),
@@ -283,7 +289,8 @@ pub fn to_xml(
     // Every file the executor's rules price against this one: finer
     // chunks, and rate lanes where a stream was spread (below).
     let first = lower_from(base, true, None, &mut laps)?;
-    let mut cands: Vec<XmlPlan> = Vec::new();
+    // Each with the symbolic executor's run the lowering made of it.
+    let mut cands: Vec<(XmlPlan, exec::Trace)> = Vec::new();
     // Tails handed to the next head (`super::handoff`) start the heads'
     // bodies a latency earlier, which moves the bandwidth shares the plan's
     // other transfers get: 4x8 log-normal +5.3% -> +4.6% of its plan, 4x8
@@ -291,7 +298,7 @@ pub fn to_xml(
     // are any, the file without them is priced too (first: it wins a tie).
     if first.x.handoffs > 0 && n <= super::chunk::MAX_RANKS_PRICED {
         if let Ok(plain) = lower_from(base, false, None, &mut laps) {
-            cands.push(plain.x);
+            cands.push((plain.x, plain.trace));
         }
     }
     // Long streams: one lane per FIFO window's worth of calls keeps every
@@ -300,9 +307,9 @@ pub fn to_xml(
     // docs/benchmarks.md issue 22). Where a stream was spread, files with
     // only the lanes each stream's planned rate needs
     // (`super::spread::rate_lanes`), at two caps, are priced too.
-    let with_rates = |l: Lowered, cands: &mut Vec<XmlPlan>, laps: &mut Laps| {
+    let with_rates = |l: Lowered, cands: &mut Vec<(XmlPlan, exec::Trace)>, laps: &mut Laps| {
         let (u, spread) = (l.x.chunk_bytes, l.spread);
-        cands.push(l.x);
+        cands.push((l.x, l.trace));
         if !spread || opts.pacing != Pacing::Cut || n > super::chunk::MAX_RANKS_PRICED {
             return;
         }
@@ -321,8 +328,8 @@ pub fn to_xml(
                 None,
             );
             if let Ok(r) = r {
-                if cands.iter().all(|y| y.text != r.x.text) {
-                    cands.push(r.x);
+                if cands.iter().all(|y| y.0.text != r.x.text) {
+                    cands.push((r.x, r.trace));
                 }
             }
         }
@@ -358,53 +365,81 @@ pub fn to_xml(
     // near their start"). Their NICs are the plan's bottleneck: a head sent
     // at once takes shares from the bodies the plan runs then, and every
     // pair's last chunk moves whole (4x8 log-normal: +2 of the +4.6 points).
-    if is_fast && opts.pacing == Pacing::Cut && n <= super::chunk::MAX_RANKS_PRICED {
-        let mut chunks = vec![base_u];
-        if opts.chunk_bytes.is_none() {
-            chunks.extend(super::chunk::near_chunk_bytes(traffic, opts.layout));
-        }
-        for (k, &u) in chunks.iter().enumerate() {
-            // The finer chunks with heads as they are, too.
-            let leads: &[Option<f64>] = if k == 0 {
-                &[Some(HEAD_LEAD_US)]
-            } else {
-                &[None, Some(HEAD_LEAD_US)]
-            };
-            for &lead in leads {
-                if let Ok(y) = lower_from(u, true, lead, &mut laps) {
-                    if y.x.chunk_bytes == u && cands.iter().all(|c| c.text != y.x.text) {
-                        cands.push(y.x);
-                    }
+    let fast_priced = is_fast && opts.pacing == Pacing::Cut && n <= super::chunk::MAX_RANKS_PRICED;
+    // (hand-offs, head lead) of a `fast` file.
+    let files_at = |u: u64,
+                    files: &[(bool, Option<f64>)],
+                    cands: &mut Vec<(XmlPlan, exec::Trace)>,
+                    laps: &mut Laps| {
+        for &(handoff, lead) in files {
+            if let Ok(y) = lower_from(u, handoff, lead, laps) {
+                if y.x.chunk_bytes == u && cands.iter().all(|c| c.0.text != y.x.text) {
+                    cands.push((y.x, y.trace));
                 }
+            }
+        }
+    };
+    if fast_priced {
+        files_at(base_u, &[(true, Some(HEAD_LEAD_US))], &mut cands, &mut laps);
+        if opts.chunk_bytes.is_none() {
+            for u in super::chunk::near_chunk_bytes(traffic, opts.layout) {
+                files_at(
+                    u,
+                    &[(true, None), (true, Some(HEAD_LEAD_US))],
+                    &mut cands,
+                    &mut laps,
+                );
             }
         }
     }
     if cands.len() == 1 {
-        return Ok(cands.remove(0));
+        return read_back(cands.remove(0).0, traffic, &mut laps);
     }
     let sim = SimOptions::default();
-    let price = |p: &XmlPlan| -> Result<f64> {
-        let (us, _) = super::xsim::simulate_algo(
-            &p.algo,
-            "<written XML>",
-            Some(p.chunk_bytes),
-            traffic,
-            topo,
-            &sim,
-        )?;
+    let price = |(p, trace): &(XmlPlan, exec::Trace)| -> Result<f64> {
+        let (us, _) = super::xsim::simulate_traced(&p.algo, trace, p.chunk_bytes, topo, &sim)?;
         Ok(us)
     };
     // The fastest; on a tie the earlier (the window file, the base chunk).
     let mut best = 0;
     let mut best_us = f64::INFINITY;
-    for (i, c) in cands.iter().enumerate() {
-        let us = price(c)?;
-        if us < best_us {
-            (best, best_us) = (i, us);
+    let mut priced = 0;
+    let mut price_new =
+        |cands: &[(XmlPlan, exec::Trace)], best: &mut usize, best_us: &mut f64| -> Result<()> {
+            for (i, c) in cands.iter().enumerate().skip(priced) {
+                let us = price(c)?;
+                if us < *best_us {
+                    (*best, *best_us) = (i, us);
+                }
+            }
+            priced = cands.len();
+            Ok(())
+        };
+    price_new(&cands, &mut best, &mut best_us)?;
+    // `fast`'s files still over [`SCORED_ABOVE`] behind the plan: the
+    // finer chunks the plan's inter-node transfers score best at, one
+    // after another while the best file is still over
+    // (`chunk::scored_chunk_bytes`: whole chunks on the busiest NIC,
+    // operations past 71 chunks; 8x8 log-normal, where the base, 5/4 and
+    // 3/2 chunks were +4.8% / +4.5%, docs/benchmarks.md issue 22).
+    if fast_priced && opts.chunk_bytes.is_none() {
+        let plan_us = timeline.iter().map(|t| t.end_us).fold(0.0, f64::max);
+        let done = |us: f64| us <= plan_us * (1.0 + SCORED_ABOVE);
+        if !done(best_us) {
+            let tried: Vec<u64> = cands.iter().map(|c| c.0.chunk_bytes).collect();
+            let scored = super::chunk::scored_chunk_bytes(plan, traffic, opts.layout, 2)?;
+            for u in scored.into_iter().filter(|u| !tried.contains(u)) {
+                if done(best_us) {
+                    break;
+                }
+                let files = [(true, None), (false, None), (true, Some(HEAD_LEAD_US))];
+                files_at(u, &files, &mut cands, &mut laps);
+                price_new(&cands, &mut best, &mut best_us)?;
+            }
         }
     }
     laps.lap("pricing the candidate files");
-    Ok(cands.swap_remove(best))
+    read_back(cands.swap_remove(best).0, traffic, &mut laps)
 }
 
 /// The same schedule for every protocol, each with its size window
@@ -582,6 +617,8 @@ const RATE_CAPS: [u32; 2] = [10, 30];
 struct Lowered {
     x: XmlPlan,
     spread: bool,
+    /// The symbolic executor's run of the written file, for its pricing.
+    trace: exec::Trace,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -830,23 +867,14 @@ fn lower_with(
     let text = write_algo(&algo);
     laps.lap("write");
     let file = "<written XML>";
-    let internal = |e: Error| {
-        unsupported(format!(
-            "internal error, the written XML fails its own check: {e}"
-        ))
-    };
-    let parsed = parse_algo(&text, file).map_err(internal)?;
-    laps.lap("read back");
-    let trace = exec::run(&parsed, file).map_err(internal)?;
+    // The file as written is read back only if it is kept (`read_back`).
+    let trace = exec::run(&algo, file).map_err(internal)?;
     laps.lap("symbolic executor");
     opts.executor.check(&trace.report).map_err(|why| {
         unsupported(format!(
             "internal error, the written XML exceeds the executor's limits: {why}"
         ))
     })?;
-    let (encoded, _) =
-        trace_to_plan(&parsed, &trace, Some(traffic), Some(u), file).map_err(internal)?;
-    laps.lap("encoded plan");
     let count_bytes = nbytes / n as u64;
     let x = XmlPlan {
         text,
@@ -869,11 +897,35 @@ fn lower_with(
         released_heads: paced.released,
         lanes_short: built.lanes_short,
         tbs_wanted: built.tbs_wanted,
-        plan: encoded,
-        report: trace.report,
+        // Filled by `read_back` once the file is kept.
+        plan: Plan::new(&plan.algorithm, 0, 0),
+        report: trace.report.clone(),
         algo,
     };
-    Ok(Lowered { x, spread })
+    Ok(Lowered { x, spread, trace })
+}
+
+fn internal(e: Error) -> Error {
+    unsupported(format!(
+        "internal error, the written XML fails its own check: {e}"
+    ))
+}
+
+/// Checks the kept file as written: its text is read back and run by the
+/// symbolic executor, and the plan it encodes (requantised to its chunks)
+/// becomes `x.plan`. Candidate files are priced from the run of their
+/// lowered form and only the kept one is read back.
+fn read_back(mut x: XmlPlan, traffic: &TrafficMatrix, laps: &mut Laps) -> Result<XmlPlan> {
+    let file = "<written XML>";
+    let parsed = parse_algo(&x.text, file).map_err(internal)?;
+    laps.lap("read back");
+    let trace = exec::run(&parsed, file).map_err(internal)?;
+    laps.lap("symbolic executor (kept file)");
+    let (encoded, _) = trace_to_plan(&parsed, &trace, Some(traffic), Some(x.chunk_bytes), file)
+        .map_err(internal)?;
+    laps.lap("encoded plan");
+    x.plan = encoded;
+    Ok(x)
 }
 
 /// Where a written byte range came from: block `(s, d)`, byte `a` of it.
@@ -886,7 +938,7 @@ struct Seg {
 }
 
 /// Bytes `a..b` of block `(s, d)`.
-type Piece = (u32, u32, u64, u64);
+pub(super) type Piece = (u32, u32, u64, u64);
 
 /// The middle byte of chunk `c` (of a block of `len` bytes, `c*u < len`).
 fn chunk_mid(c: u64, u: u64, len: u64) -> u64 {
@@ -898,7 +950,7 @@ fn chunk_mid(c: u64, u: u64, len: u64) -> u64 {
 /// piece of a block cut into pieces, and a split point moves by at most half
 /// a chunk either way (a chunk going with its first byte would move every
 /// split point later, by half a chunk on average).
-fn chunks_of(a: u64, b: u64, u: u64, len: u64) -> std::ops::Range<u64> {
+pub(super) fn chunks_of(a: u64, b: u64, u: u64, len: u64) -> std::ops::Range<u64> {
     let k = len.div_ceil(u);
     let mid = |c: u64| chunk_mid(c, u, len);
     // First chunk whose middle is at or after byte x; mid(c) lies in chunk c.
@@ -915,22 +967,20 @@ fn chunks_of(a: u64, b: u64, u: u64, len: u64) -> std::ops::Range<u64> {
     first(a)..first(b)
 }
 
-/// Replays the plan and cuts it into chunk operations; returns them (in a
-/// topological order) and the scratch chunks each rank needs.
-fn trace_chunks(
+/// Replays the plan's transfers in the order the lowering lists them
+/// (dependency order, earliest planned start first) and follows every byte
+/// back to its block: each transfer with the origin pieces `(s, d, a, b)`
+/// it carries, in source order. Independent of the chunk size.
+pub(super) fn trace_pieces(
     plan: &Plan,
     traffic: &TrafficMatrix,
-    map: &ChunkMap,
-    u: u64,
     timeline: &[TransferTime],
-) -> std::result::Result<(Vec<ChunkOp>, Vec<u32>), LowerError> {
+) -> Result<Vec<(usize, Vec<Piece>)>> {
     let n = traffic.ranks();
     let layout = ByteLayout::new(traffic);
     let ts = &plan.transfers;
-    let bad = |i: usize, why: String| -> LowerError {
-        LowerError::Other(unsupported(format!(
-            "transfer {i}: {why} (is the plan verified?)"
-        )))
+    let bad = |i: usize, why: String| -> Error {
+        unsupported(format!("transfer {i}: {why} (is the plan verified?)"))
     };
     // Kahn's order, earliest start in the plan's run first (then step,
     // index): the order tbs list steps in. Start times are not negative, so
@@ -952,12 +1002,6 @@ fn trace_chunks(
         .collect();
     // Written output/scratch ranges per (rank, buffer).
     let mut written: HashMap<(u32, Buffer), BTreeMap<u64, Seg>> = HashMap::new();
-    // Scratch chunk holding chunk `c` of block (s, d), per rank.
-    let mut slot: HashMap<(u32, u32, u32, u32), u32> = HashMap::new();
-    let mut scratch = vec![0u32; n];
-    let mut ops: Vec<ChunkOp> = Vec::new();
-    // Operations a transfer stands for (its deps' when it moves no chunk).
-    let mut eff: Vec<Vec<u32>> = vec![Vec::new(); ts.len()];
     let mut done = 0;
     // Transfers in order, with the origin pieces `(s, d, a, b)` they carry.
     let mut traced: Vec<(usize, Vec<Piece>)> = Vec::new();
@@ -1034,10 +1078,34 @@ fn trace_chunks(
         traced.push((i, pieces));
     }
     if done < ts.len() {
-        return Err(LowerError::Other(unsupported(
-            "the plan's dependencies have a cycle".into(),
-        )));
+        return Err(unsupported("the plan's dependencies have a cycle".into()));
     }
+    Ok(traced)
+}
+
+/// Replays the plan and cuts it into chunk operations; returns them (in a
+/// topological order) and the scratch chunks each rank needs.
+fn trace_chunks(
+    plan: &Plan,
+    traffic: &TrafficMatrix,
+    map: &ChunkMap,
+    u: u64,
+    timeline: &[TransferTime],
+) -> std::result::Result<(Vec<ChunkOp>, Vec<u32>), LowerError> {
+    let n = traffic.ranks();
+    let ts = &plan.transfers;
+    let bad = |i: usize, why: String| -> LowerError {
+        LowerError::Other(unsupported(format!(
+            "transfer {i}: {why} (is the plan verified?)"
+        )))
+    };
+    let traced = trace_pieces(plan, traffic, timeline)?;
+    // Scratch chunk holding chunk `c` of block (s, d), per rank.
+    let mut slot: HashMap<(u32, u32, u32, u32), u32> = HashMap::new();
+    let mut scratch = vec![0u32; n];
+    let mut ops: Vec<ChunkOp> = Vec::new();
+    // Operations a transfer stands for (its deps' when it moves no chunk).
+    let mut eff: Vec<Vec<u32>> = vec![Vec::new(); ts.len()];
     // Scratch chunks in the order of the plan's scratch bytes, so a range the
     // plan reads in one piece is one run of chunks.
     let mut writes: Vec<(u32, u64, usize, u32, u32, u32)> = Vec::new();

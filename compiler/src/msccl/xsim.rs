@@ -411,7 +411,19 @@ pub fn simulate_algo(
     let u = chunk_bytes
         .or(trace.facts.chunk_bytes)
         .unwrap_or_else(|| traffic.max_entry().div_ceil(b).max(1));
-    let mut x = executor_plan(algo, &trace, u);
+    simulate_traced(algo, &trace, u, topo, opts)
+}
+
+/// [`simulate_algo`] of a file already run by [`super::exec::run`] (the
+/// lowering keeps its run, so pricing a candidate file does not repeat it).
+pub fn simulate_traced(
+    algo: &Algo,
+    trace: &Trace,
+    chunk_bytes: u64,
+    topo: &crate::Topology,
+    opts: &crate::sim::SimOptions,
+) -> crate::error::Result<(f64, ExecutorPlan)> {
+    let mut x = executor_plan(algo, trace, chunk_bytes);
     super::assign_paths(&mut x.plan, topo);
     let r = crate::sim::simulate(topo, &x.plan, opts)?;
     Ok((r.completion_us, x))
