@@ -937,7 +937,8 @@ impl<'a> Estimator<'a> {
     /// [`Self::fast_stages`]), in their order. Returns the critical path
     /// of those chains, us: where a stage's pairs are uneven, a node that
     /// ends early waits for its next partner, and the exchange ends later
-    /// than the busiest link says. One pass over the stages' pairs.
+    /// than the busiest link says. One pass over the stages' pairs
+    /// ([`StageChains`], which `NodeStages` also picks its stages with).
     fn fast_stage_flow(&self, pairs: &[StagePair]) -> f64 {
         let g = self.g as f64;
         // A lane's message costs its NIC `per_message_us`, and a NIC

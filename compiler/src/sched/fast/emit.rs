@@ -34,11 +34,11 @@ const STAGE_MESSAGES: f64 = 4.0;
 /// node's whole pair to node `(a + k) mod N`) instead of its decomposition's
 /// where their stage chains ([`StageChains`]) end before this fraction of
 /// the decomposition's. Below 1 because the chains rank the two poorly when
-/// they are close: on the fabric sweeps every rotation priced 0.93 to 1 of
-/// the decomposition was as often slower as faster, by up to 12% (4x8
-/// log-normal at 64 KB), while every one priced below 0.93 but one was
-/// faster (docs/algorithms.md, `fast`'s stages; docs/benchmarks.md, issue
-/// 24 follow-up).
+/// they are close: on the dgx-h100 sweeps the rotations priced 0.936 to 1 of
+/// the decomposition were about as often slower as faster, by up to 12%
+/// (4x8 log-normal at 64 KB), while all those priced below 0.93 but one
+/// (+0.6%) were faster (docs/algorithms.md, `fast` (2), "Rotation stages";
+/// docs/benchmarks.md).
 pub(crate) const ROTATION_MARGIN: f64 = 0.93;
 
 /// Knobs of the planner. The defaults are what `fast` uses;
