@@ -3,7 +3,7 @@
 //! in canonical order), for every algorithm with a per-rank planner.
 
 use proptest::prelude::*;
-use switchyard_compiler::planner::{Planner, PlannerOptions};
+use switchyard_compiler::planner::{Planner, PlannerOptions, StagePair};
 use switchyard_compiler::program::OpKind;
 use switchyard_compiler::rank::{canonical, stitch, LocalProgram, LocalTraffic};
 use switchyard_compiler::sched::auto::choose;
@@ -307,6 +307,71 @@ proptest! {
         plan.traffic_fingerprint = None;
         prop_assert_eq!(stitch(&progs).unwrap(), plan, "{}", want.chosen);
     }
+}
+
+/// A matrix whose node pairs carry log-normal weights (`sigma` hundredths
+/// the deviation of their log),
+/// each block of a pair within 10% of the others: a rotation-friendly load
+/// (docs/algorithms.md, `fast`'s stages).
+fn lognormal_nodes(topo: &Topology, seed: u64, sigma: u64) -> TrafficMatrix {
+    let (n, g) = (topo.nodes(), topo.gpus_per_node());
+    let noise = matrix(topo.ranks(), seed, 0, 1000);
+    let weights = matrix(n, seed ^ 0x5eed, 0, 1 << 20);
+    let mut m = TrafficMatrix::zeros(topo.ranks());
+    for s in 0..topo.ranks() {
+        for d in 0..topo.ranks() {
+            // Four uniforms: about normal, mean 2, deviation 1/sqrt(3).
+            let w = weights.get(s / g, d / g);
+            let z = (0..4)
+                .map(|k| ((w >> (5 * k)) & 31) as f64 / 31.0)
+                .sum::<f64>()
+                - 2.0;
+            let scale = (z * 3f64.sqrt() * sigma as f64 / 100.0).exp();
+            let x = (1 << 16) as f64 * scale * (1.0 + (noise.get(s, d) % 100) as f64 / 1000.0);
+            m.set(s, d, x as u64);
+        }
+    }
+    m
+}
+
+/// Whether staged `fast`'s node stages are the rotation: each stage one
+/// diagonal `(a, (a + k) mod N)`, every pair whole in one stage.
+fn is_rotation(stages: &[StagePair], n: usize) -> bool {
+    let diag = |s: &StagePair| (s.dst_node as usize + n - s.src_node as usize) % n;
+    stages.len() == n * (n - 1)
+        && stages.iter().all(|s| {
+            let first = stages.iter().find(|t| t.stage == s.stage).unwrap();
+            diag(s) == diag(first)
+        })
+}
+
+/// Node matrices where `fast` takes the rotation stages (and some where it
+/// does not): every rank's program, planned alone, makes the same choice
+/// and stitches into the whole plan. In `calibrated` the rotation is off.
+#[test]
+fn staged_fast_per_rank_rotation_stages() {
+    let mut rotated = 0;
+    for (i, &(nodes, sigma)) in [(8, 5), (12, 8), (16, 5), (6, 12), (9, 15)]
+        .iter()
+        .enumerate()
+    {
+        let topo = Topology::preset("dgx-h100", nodes, Some(2)).unwrap();
+        let m = lognormal_nodes(&topo, i as u64, sigma);
+        for network in [Network::Ideal, Network::Calibrated] {
+            let opts = PlannerOptions::for_network(network);
+            let per_rank = check_with(&topo, &m, Algorithm::Fast, opts.clone()).unwrap();
+            assert_eq!(per_rank, topo.ranks());
+            let mut p = Planner::for_algorithm(&topo, Algorithm::Fast, opts).unwrap();
+            p.plan(&m).unwrap();
+            let rotation = is_rotation(p.stages(), nodes);
+            assert!(
+                !rotation || network == Network::Ideal,
+                "{nodes} nodes {network:?}"
+            );
+            rotated += usize::from(rotation);
+        }
+    }
+    assert!(rotated > 0, "no case rotated");
 }
 
 /// Up to 32 nodes of 2 GPUs on a layered fat-tree, every rank of staged

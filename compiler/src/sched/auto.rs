@@ -28,7 +28,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::fast::emit::{node_rate, NodeStages, PlannerOptions};
-use super::fast::stages::StagePair;
+use super::fast::stages::{StageChains, StagePair};
 use super::{deepep, direct, hierarchical, pxn, pxn_relay, spray, Algorithm};
 use crate::error::Result;
 use crate::plan::Plan;
@@ -976,36 +976,15 @@ impl<'a> Estimator<'a> {
     /// [`Self::fast_stages`]), in their order. Returns the critical path
     /// of those chains, us: where a stage's pairs are uneven, a node that
     /// ends early waits for its next partner, and the exchange ends later
-    /// than the busiest link says. One pass over the stages' pairs.
+    /// than the busiest link says. One pass over the stages' pairs
+    /// ([`StageChains`], which `NodeStages` also picks its stages with).
     fn fast_stage_flow(&self, pairs: &[StagePair]) -> f64 {
-        let (g, nodes) = (self.g as f64, self.nodes);
-        if nodes < 2 {
-            return 0.0;
-        }
-        let rate = self.node_rate * self.goodput;
+        let g = self.g as f64;
         // A lane's message costs its NIC `per_message_us`, and a NIC
         // carries this many lanes.
         let per_msg = self.per_message_us * g * self.topo.nic_bandwidth() / self.node_rate;
-        let (mut sent, mut recv) = (vec![0.0f64; nodes], vec![0.0f64; nodes]);
-        let mut ends = Vec::with_capacity(nodes);
-        let mut i = 0;
-        while i < pairs.len() {
-            let stage = pairs[i].stage;
-            ends.clear();
-            while i < pairs.len() && pairs[i].stage == stage {
-                let p = pairs[i];
-                let (a, b) = (p.src_node as usize, p.dst_node as usize);
-                let w = p.bytes as f64;
-                let d = w / rate + (w / g / self.chunk).ceil() * per_msg;
-                ends.push((a, b, sent[a].max(recv[b]) + d));
-                i += 1;
-            }
-            for &(a, b, e) in &ends {
-                sent[a] = sent[a].max(e);
-                recv[b] = recv[b].max(e);
-            }
-        }
-        sent.iter().chain(&recv).copied().fold(0.0, f64::max)
+        let rate = self.node_rate * self.goodput;
+        StageChains::default().end(self.nodes, pairs, rate, g, self.chunk, per_msg)
     }
 
     /// The busiest mesh link's time, us, and its name, after `fast`'s (and

@@ -19,7 +19,7 @@ use super::blocks::{Blocks, RankBuffers, WholeBlocks};
 use super::leaves::LeafStages;
 use super::mesh::MeshRelief;
 use super::rank::RankSink;
-use super::stages::{Decomposer, StagePair};
+use super::stages::{Decomposer, StageChains, StagePair};
 use super::window::MIN_DEPTH;
 use crate::error::{num, Error, Result};
 use crate::plan::{Buffer, Deps, Path, Plan, Transfer};
@@ -29,6 +29,17 @@ use crate::traffic::TrafficMatrix;
 /// With a per-message cost `p`, the stage floor `θ` is at least what a
 /// node's lanes send in this many `p` (see [`Emitter::decompose`]).
 const STAGE_MESSAGES: f64 = 4.0;
+
+/// `fast` cuts the node matrix into rotation stages (stage `k` sends every
+/// node's whole pair to node `(a + k) mod N`) instead of its decomposition's
+/// where their stage chains ([`StageChains`]) end before this fraction of
+/// the decomposition's. Below 1 because the chains rank the two poorly when
+/// they are close: on the dgx-h100 sweeps the rotations priced 0.936 to 1 of
+/// the decomposition were about as often slower as faster, by up to 12%
+/// (4x8 log-normal at 64 KB), while all those priced below 0.93 but one
+/// (+0.6%) were faster (docs/algorithms.md, `fast` (2), "Rotation stages";
+/// docs/benchmarks.md).
+pub(crate) const ROTATION_MARGIN: f64 = 0.93;
 
 /// Knobs of the planner. The defaults are what `fast` uses;
 /// `PlannerOptions { staged: false, ..Default::default() }` is `spray`.
@@ -526,6 +537,9 @@ pub(crate) struct NodeStages {
     leaves: Option<LeafStages>,
     /// Bytes/us of one node's NICs together (its distinct rails).
     node_rate: f64,
+    /// The rotation stages, and the pricing of stage lists.
+    rotated: Vec<StagePair>,
+    chains: StageChains,
 }
 
 impl NodeStages {
@@ -535,6 +549,8 @@ impl NodeStages {
             decomposer: Decomposer::default(),
             leaves: LeafStages::from_topology(topo, node_rate),
             node_rate,
+            rotated: Vec::new(),
+            chains: StageChains::default(),
         }
     }
 
@@ -585,6 +601,24 @@ impl NodeStages {
         }
         let count = self.decomposer.decompose(nn, t, floor, out);
         self.decomposer.order_light_first(out, start, count);
+        // The rotation instead, where its stage chains end clearly sooner
+        // (ROTATION_MARGIN): from the node matrix alone, so every rank
+        // makes the same choice as the whole plan. Not where leaves can
+        // bind (their stages above) nor with a per-message cost, where the
+        // chains misprice it (the calibrated sweep had rotations priced at
+        // 0.8 of the decomposition run 12% slower).
+        if self.leaves.is_none() && nn > 2 && opts.per_message_us <= 0.0 {
+            self.rotated.clear();
+            let rotated = self.decomposer.rotate(nn, t, &mut self.rotated);
+            let rate = self.node_rate;
+            let today = self.chains.end(nn, &out[start..], rate, 1.0, 1.0, 0.0);
+            let rotation = self.chains.end(nn, &self.rotated, rate, 1.0, 1.0, 0.0);
+            if rotation < ROTATION_MARGIN * today {
+                out.truncate(start);
+                out.extend_from_slice(&self.rotated);
+                return rotated;
+            }
+        }
         count
     }
 }

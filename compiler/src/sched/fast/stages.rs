@@ -212,6 +212,52 @@ impl Decomposer {
         out.extend_from_slice(&self.reordered);
     }
 
+    /// The rotation stages of the `n x n` node matrix `t` (row-major, the
+    /// diagonal ignored), appended to `out`: stage `k` (for `k` in `1..n`)
+    /// sends every node `a` its whole pair to node `(a + k) mod n`, so each
+    /// stage is a permutation. The rotations run lightest first (by their
+    /// bytes, as [`Decomposer::order_light_first`] orders the
+    /// decomposition's stages); stages without bytes are dropped. O(n²), no
+    /// search. Returns the stage count.
+    pub fn rotate(&mut self, n: usize, t: &[u64], out: &mut Vec<StagePair>) -> u32 {
+        // Each rotation's bytes (stage_bytes, reused), then their order.
+        self.stage_bytes.clear();
+        self.stage_bytes.resize(n, 0);
+        for a in 0..n {
+            for (b, &x) in t[a * n..(a + 1) * n].iter().enumerate() {
+                if b != a {
+                    self.stage_bytes[if b > a { b - a } else { b + n - a }] += x;
+                }
+            }
+        }
+        self.stage_order.clear();
+        self.stage_order.extend(1..n as u32);
+        let bytes = &self.stage_bytes;
+        self.stage_order
+            .sort_unstable_by_key(|&k| (bytes[k as usize], k));
+        let mut stage = 0u32;
+        for &k in &self.stage_order {
+            let k = k as usize;
+            if self.stage_bytes[k] == 0 {
+                continue;
+            }
+            for a in 0..n {
+                let b = if a + k < n { a + k } else { a + k - n };
+                let bytes = t[a * n + b];
+                if bytes > 0 {
+                    out.push(StagePair {
+                        stage,
+                        src_node: a as u32,
+                        dst_node: b as u32,
+                        bytes,
+                    });
+                }
+            }
+            stage += 1;
+        }
+        stage
+    }
+
     fn total(&self, n: usize, a: usize, b: usize) -> u64 {
         let [real, pad] = self.cells[a * n + b];
         real + pad
@@ -342,6 +388,72 @@ impl Decomposer {
             }
         }
         false
+    }
+}
+
+/// When a list of stages ends, run as `fast`'s plan runs them: a dataflow
+/// without barriers (docs/algorithms.md, `fast`: a GPU's send waits for its
+/// own earlier sends and for the earlier sends into its receiver), so node
+/// pair `(a, b)` of a stage starts once `a` has sent its earlier stages and
+/// `b` has received its own, and takes its bytes at a node's `rate`
+/// (bytes/us) plus a message per lane and chunk (`per_msg` us each on a
+/// NIC). Where a stage's pairs are uneven, a node that ends early waits for
+/// its next partner, and the exchange ends later than the busiest line
+/// says. `auto`'s estimate of `fast` prices its stages with this, and
+/// [`super::emit::NodeStages`] picks between its decompositions with it.
+/// Reusable buffers; one pass over the pairs.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct StageChains {
+    sent: Vec<f64>,
+    recv: Vec<f64>,
+    ends: Vec<(usize, usize, f64)>,
+}
+
+impl StageChains {
+    /// The critical path, us, of the stages `pairs` (sorted by stage) of a
+    /// `nodes`-node matrix: a pair of `w` bytes takes `w / rate +
+    /// ceil(w / lanes / chunk) · per_msg` (`lanes` GPUs per node, each
+    /// sending chunks of at most `chunk` bytes).
+    pub fn end(
+        &mut self,
+        nodes: usize,
+        pairs: &[StagePair],
+        rate: f64,
+        lanes: f64,
+        chunk: f64,
+        per_msg: f64,
+    ) -> f64 {
+        if nodes < 2 {
+            return 0.0;
+        }
+        let (sent, recv) = (&mut self.sent, &mut self.recv);
+        sent.clear();
+        sent.resize(nodes, 0.0);
+        recv.clear();
+        recv.resize(nodes, 0.0);
+        let mut i = 0;
+        while i < pairs.len() {
+            let stage = pairs[i].stage;
+            self.ends.clear();
+            while i < pairs.len() && pairs[i].stage == stage {
+                let p = pairs[i];
+                let (a, b) = (p.src_node as usize, p.dst_node as usize);
+                let w = p.bytes as f64;
+                let msgs = if per_msg > 0.0 {
+                    (w / lanes / chunk.max(1.0)).ceil() * per_msg
+                } else {
+                    0.0
+                };
+                let d = w / rate + msgs;
+                self.ends.push((a, b, sent[a].max(recv[b]) + d));
+                i += 1;
+            }
+            for &(a, b, e) in &self.ends {
+                sent[a] = sent[a].max(e);
+                recv[b] = recv[b].max(e);
+            }
+        }
+        sent.iter().chain(recv.iter()).copied().fold(0.0, f64::max)
     }
 }
 
@@ -602,6 +714,92 @@ mod tests {
         weights.sort_unstable();
         assert_eq!(got, weights);
         assert!(after.windows(2).all(|w| w[0].stage <= w[1].stage));
+    }
+
+    /// A hot receiver (node 0 takes `hot` from every node, the rest `1..`):
+    /// its column is the largest line and holds the largest pair of every
+    /// diagonal, so the rotation is perfect.
+    fn hot_receiver(n: usize, hot: u64) -> Vec<u64> {
+        (0..n * n)
+            .map(|i| {
+                if i % n == 0 {
+                    hot
+                } else {
+                    1 + (i as u64 * 7919) % 13
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn rotation_stages_are_whole_pairs_in_permutations_light_first() {
+        let n = 7;
+        let mut t = hot_receiver(n, 1000);
+        t[2 * n + 5] = 0; // a pair without bytes is in no stage
+        let mut d = Decomposer::default();
+        let mut out = Vec::new();
+        let k = d.rotate(n, &t, &mut out);
+        assert_eq!(k as usize, n - 1);
+        check_partial_permutation(&out, n).unwrap();
+        let mut want = t.clone();
+        for a in 0..n {
+            want[a * n + a] = 0;
+        }
+        assert_eq!(covered(n, &out), want);
+        // Each pair once, whole, in the stage of its diagonal (renumbered).
+        assert_eq!(out.len(), n * (n - 1) - 1);
+        let mut diag_stage = vec![u32::MAX; n];
+        for p in &out {
+            let diag = (p.dst_node as usize + n - p.src_node as usize) % n;
+            assert!(diag_stage[diag] == u32::MAX || diag_stage[diag] == p.stage);
+            diag_stage[diag] = p.stage;
+        }
+        let weight = |s: u32| -> u64 { out.iter().filter(|p| p.stage == s).map(|p| p.bytes).sum() };
+        let weights: Vec<u64> = (0..k).map(weight).collect();
+        assert!(weights.windows(2).all(|w| w[0] <= w[1]), "{weights:?}");
+        assert!(out.windows(2).all(|w| w[0].stage <= w[1].stage));
+        // Every stage keeps the hot receiver busy: lock-step time is M.
+        let mut dur = vec![0; k as usize];
+        for p in &out {
+            dur[p.stage as usize] = dur[p.stage as usize].max(p.bytes);
+        }
+        assert_eq!(dur.iter().sum::<u64>(), 1000 * (n as u64 - 1));
+    }
+
+    /// A pair starts once its sender has sent and its receiver has
+    /// received their earlier stages, and pays a message per lane and chunk.
+    #[test]
+    fn stage_chains_wait_for_sender_and_receiver() {
+        let p = |stage, a, b, bytes| StagePair {
+            stage,
+            src_node: a,
+            dst_node: b,
+            bytes,
+        };
+        let mut c = StageChains::default();
+        // Stage 1's pair shares no node with stage 0's: both start at 0.
+        assert_eq!(
+            c.end(3, &[p(0, 0, 1, 10), p(1, 1, 2, 10)], 1.0, 1.0, 1.0, 0.0),
+            10.0
+        );
+        // It shares the sender: it waits for it.
+        assert_eq!(
+            c.end(3, &[p(0, 0, 1, 10), p(1, 0, 2, 10)], 1.0, 1.0, 1.0, 0.0),
+            20.0
+        );
+        // Or the receiver.
+        assert_eq!(
+            c.end(3, &[p(0, 0, 1, 10), p(1, 2, 1, 6)], 2.0, 1.0, 1.0, 0.0),
+            8.0
+        );
+        // 10 bytes over 2 lanes in chunks of 2: 3 messages a lane.
+        assert_eq!(c.end(2, &[p(0, 0, 1, 10)], 1.0, 2.0, 2.0, 0.5), 11.5);
+        // Pairs of one stage run side by side.
+        assert_eq!(
+            c.end(4, &[p(0, 0, 1, 10), p(0, 2, 3, 4)], 1.0, 1.0, 1.0, 0.0),
+            10.0
+        );
+        assert_eq!(c.end(1, &[], 1.0, 1.0, 1.0, 0.0), 0.0);
     }
 
     #[test]

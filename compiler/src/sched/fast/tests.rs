@@ -1,8 +1,8 @@
 //! The emitter's tests: every plan verifies, stages are permutations, and
 //! the measured behaviours of docs/algorithms.md (`fast`) hold.
 
-use super::emit::{Emitter, PlannerOptions};
-use super::stages::{check_partial_permutation, StagePair};
+use super::emit::{node_rate, Emitter, NodeStages, PlannerOptions, ROTATION_MARGIN};
+use super::stages::{check_partial_permutation, Decomposer, StageChains, StagePair};
 use super::window::MIN_DEPTH;
 use crate::bound::cut_bound;
 use crate::error::Error;
@@ -852,4 +852,70 @@ fn a_ranks_lanes_are_the_whole_plans_on_moe_traffic() {
         let m = moe(nodes * 8, nodes as u64);
         rank_lanes_match_the_whole(&t, &m, &PlannerOptions::default());
     }
+}
+
+/// A node matrix of log-normal pairs (`sigma` about the deviation of their
+/// log), from a seed.
+fn lognormal_node_matrix(n: usize, seed: u64, sigma: f64) -> Vec<u64> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut uniform = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 11) as f64 / (1u64 << 53) as f64
+    };
+    (0..n * n)
+        .map(|i| {
+            let z = ((0..4).map(|_| uniform()).sum::<f64>() - 2.0) * 3f64.sqrt();
+            if i / n == i % n {
+                0
+            } else {
+                ((z * sigma).exp() * 1e6) as u64
+            }
+        })
+        .collect()
+}
+
+/// `fast` takes the rotation stages exactly where their stage chains end
+/// before ROTATION_MARGIN of the decomposition's, keeps the decomposition
+/// elsewhere, and never rotates with a per-message cost.
+#[test]
+fn rotation_stages_where_their_chains_end_clearly_sooner() {
+    let (mut rotated, mut kept) = (0, 0);
+    for (i, &n) in [5usize, 8, 12, 16].iter().cycle().take(24).enumerate() {
+        let topo = Topology::preset("dgx-h100", n, Some(2)).unwrap();
+        let t = lognormal_node_matrix(n, i as u64, 0.02 + 0.03 * (i % 6) as f64);
+        let mut stages = NodeStages::new(&topo);
+        let ideal = PlannerOptions::default();
+        let mut got = Vec::new();
+        stages.decompose(n, &t, &ideal, 1 << 20, &mut got);
+        // A per-message cost too small to move the decomposition's floor:
+        // the decomposition alone.
+        let tiny = PlannerOptions {
+            per_message_us: 1e-12,
+            ..PlannerOptions::default()
+        };
+        let mut plain = Vec::new();
+        stages.decompose(n, &t, &tiny, 1 << 20, &mut plain);
+        let mut rotation = Vec::new();
+        Decomposer::default().rotate(n, &t, &mut rotation);
+        let rate = node_rate(&topo);
+        let mut chains = StageChains::default();
+        let plain_end = chains.end(n, &plain, rate, 1.0, 1.0, 0.0);
+        let rotation_end = chains.end(n, &rotation, rate, 1.0, 1.0, 0.0);
+        if rotation_end < ROTATION_MARGIN * plain_end {
+            assert_eq!(got, rotation, "case {i}");
+            rotated += 1;
+        } else {
+            assert_eq!(got, plain, "case {i}");
+            kept += 1;
+        }
+        check_partial_permutation(&got, n).unwrap();
+        // With the calibrated per-message cost: never the rotation.
+        let mut calibrated = Vec::new();
+        let opts = PlannerOptions::for_network(Network::Calibrated);
+        stages.decompose(n, &t, &opts, 1 << 20, &mut calibrated);
+        assert!(calibrated != rotation || n < 3, "case {i}");
+    }
+    assert!(rotated > 0 && kept > 0, "rotated {rotated}, kept {kept}");
 }
