@@ -68,9 +68,11 @@ fn diag_wants(alg: switchyard::compiler::Algorithm) -> bool {
 
 /// The schedulers' options of the ignored sweeps: plans that fit a file's
 /// lanes, `lp` cut at 20 s.
-/// `fast`'s plan of the sweep's 4x8 log-normal case (seed 3, 256 KiB
-/// mean pair) and its simulated time, for the tests of its files.
-fn fast_4x8_lognormal() -> (
+/// `fast`'s plan of the sweep's 4x8 log-normal case (the sweep's seed is
+/// 3; 256 KiB mean pair) and its simulated time, for the tests of its files.
+fn fast_4x8_lognormal(
+    seed: u64,
+) -> (
     SimOptions,
     Topology,
     switchyard::compiler::TrafficMatrix,
@@ -83,7 +85,7 @@ fn fast_4x8_lognormal() -> (
     let sim = SimOptions::default();
     let topo = Topology::preset("dgx-h100", 4, None).unwrap();
     let mut spec = TrafficSpec::new(topo.ranks(), Pattern::Lognormal(1.0));
-    spec.seed = 3;
+    spec.seed = seed;
     spec.bytes = 256 << 10;
     spec.moe.tokens_per_rank = 512;
     let m = generate(&spec).unwrap();
@@ -545,7 +547,7 @@ fn paced_xml_runs_as_planned() {
 fn handed_off_tails_shorten_4x8_lognormal() {
     use switchyard::compiler::msccl::xsim::simulate_executor;
     use switchyard::compiler::msccl::{to_xml, XmlOptions};
-    let (sim, topo, m, plan, want) = fast_4x8_lognormal();
+    let (sim, topo, m, plan, want) = fast_4x8_lognormal(3);
     let x = to_xml(&plan, &topo, &m, &XmlOptions::default()).unwrap();
     assert!(x.handoffs > 0, "no tail handed off");
     assert_eq!(x.report_json()["handoffs"], x.handoffs);
@@ -1123,27 +1125,33 @@ fn executor_rule_nics() {
 /// from the bodies the plan runs then, and every pair's last chunk moved
 /// whole (2 of the points; `executor_rule_nics`). `to_xml` also prices
 /// files whose heads wait until shortly before their transfer's planned
-/// start (`HEAD_LEAD_US`), at the base and a quarter-finer chunk, and
-/// keeps the fastest: within 3% in both layouts, with released heads.
+/// start (`HEAD_LEAD_US`), at the base and finer chunks, and keeps the
+/// fastest. Since `fast` takes rotation stages where they price sooner,
+/// seed 3's plan no longer needs released heads; seed 6's padded file
+/// still keeps them. Both seeds hold within 3% in both layouts.
 #[test]
 fn released_heads_hold_4x8_lognormal() {
     use switchyard::compiler::msccl::xsim::simulate_executor;
     use switchyard::compiler::msccl::{to_xml, Layout, XmlOptions};
-    let (sim, topo, m, plan, want) = fast_4x8_lognormal();
-    for layout in [Layout::Padded, Layout::Packed] {
-        let opts = XmlOptions {
-            layout,
-            ..XmlOptions::default()
-        };
-        let x = to_xml(&plan, &topo, &m, &opts).unwrap();
-        assert!(x.released_heads > 0, "{layout}: no head released");
-        assert_eq!(x.report_json()["released_heads"], x.released_heads);
-        let (us, _) = simulate_executor(&x.text, "case", &m, &topo, &sim).unwrap();
-        let r = us / want;
-        assert!(
-            (0.97..=1.03).contains(&r),
-            "4x8 log-normal fast {layout}: executor/plan {r:.4}"
-        );
+    for seed in [3, 6] {
+        let (sim, topo, m, plan, want) = fast_4x8_lognormal(seed);
+        for layout in [Layout::Padded, Layout::Packed] {
+            let opts = XmlOptions {
+                layout,
+                ..XmlOptions::default()
+            };
+            let x = to_xml(&plan, &topo, &m, &opts).unwrap();
+            assert_eq!(x.report_json()["released_heads"], x.released_heads);
+            if seed == 6 && layout == Layout::Padded {
+                assert!(x.released_heads > 0, "seed 6 {layout}: no head released");
+            }
+            let (us, _) = simulate_executor(&x.text, "case", &m, &topo, &sim).unwrap();
+            let r = us / want;
+            assert!(
+                (0.97..=1.03).contains(&r),
+                "4x8 log-normal seed {seed} fast {layout}: executor/plan {r:.4}"
+            );
+        }
     }
 }
 
