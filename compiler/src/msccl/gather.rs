@@ -10,7 +10,7 @@
 //! the sending gpu, into consecutive scratch chunks, and the transfer
 //! sends them as one run (at most [`MAX_CNT`] chunks per operation).
 
-use super::lower::ChunkOp;
+use super::ops::ChunkOp;
 use super::{BufRef, MAX_CNT};
 
 /// Operations with every remote transfer that reads the input buffer in

@@ -29,7 +29,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::lower::{ChunkOp, Part};
+use super::ops::{ChunkOp, Part};
 use super::MAX_CNT;
 use crate::sim::TransferTime;
 

@@ -32,6 +32,7 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap};
 
 use super::exec;
 use super::laps::Laps;
+use super::ops::{ChunkOp, Part};
 use super::parse::parse_algo;
 use super::read::trace_to_plan;
 use super::spread::{rate_lanes, spread_lanes, stream_groups, OpCalls};
@@ -528,66 +529,6 @@ enum LowerError {
 impl From<Error> for LowerError {
     fn from(e: Error) -> Self {
         LowerError::Other(e)
-    }
-}
-
-/// One MSCCL operation: `cnt` chunks from one buffer place to another.
-#[derive(Clone, Debug)]
-pub(super) struct ChunkOp {
-    pub(super) src: u32,
-    pub(super) src_buf: BufRef,
-    pub(super) src_off: u32,
-    pub(super) dst: u32,
-    pub(super) dst_buf: BufRef,
-    pub(super) dst_off: u32,
-    pub(super) cnt: u32,
-    pub(super) deps: Vec<u32>,
-    /// Operations only the receiving side waits for (a pacing head, see
-    /// [`cut_for_pacing`]); the sending side does not.
-    pub(super) recv_deps: Vec<u32>,
-    /// The plan transfer this operation comes from.
-    pub(super) from: u32,
-}
-
-/// Test operations: `cnt` chunks from `src`'s input at `src_off` into
-/// `dst`'s scratch at `dst_off`, for plan transfer `from`, waiting for
-/// nothing until told.
-#[cfg(test)]
-impl ChunkOp {
-    pub(super) fn test(
-        src: u32,
-        src_off: u32,
-        dst: u32,
-        dst_off: u32,
-        cnt: u32,
-        from: u32,
-    ) -> Self {
-        ChunkOp {
-            src,
-            src_buf: BufRef::Input,
-            src_off,
-            dst,
-            dst_buf: BufRef::Scratch,
-            dst_off,
-            cnt,
-            deps: Vec::new(),
-            recv_deps: Vec::new(),
-            from,
-        }
-    }
-
-    /// The same operation reading `buf` instead of the input.
-    pub(super) fn reading(mut self, buf: BufRef) -> Self {
-        self.src_buf = buf;
-        self
-    }
-
-    /// The same operation waiting for `deps` (both sides) and `recv_deps`
-    /// (the receiving side only).
-    pub(super) fn after(mut self, deps: Vec<u32>, recv_deps: Vec<u32>) -> Self {
-        self.deps = deps;
-        self.recv_deps = recv_deps;
-        self
     }
 }
 
@@ -1215,19 +1156,6 @@ fn trace_chunks(
         }
     }
     Ok((ops, scratch))
-}
-
-/// What part of a cut operation a new operation is ([`cut_for_pacing`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Part {
-    /// Not cut.
-    Whole,
-    /// A one-chunk step of a transfer's head.
-    Head,
-    /// What is left between head and tail.
-    Body,
-    /// A one-chunk step of a transfer's tail.
-    Tail,
 }
 
 /// Operations cut for pacing ([`Pacing::Cut`]).

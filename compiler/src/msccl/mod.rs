@@ -26,6 +26,7 @@ mod gather;
 mod handoff;
 pub mod laps;
 pub mod lower;
+mod ops;
 mod pack;
 pub mod parse;
 pub mod read;
