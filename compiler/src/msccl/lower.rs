@@ -393,7 +393,12 @@ pub fn to_xml(
             }
         }
     }
-    if cands.len() == 1 {
+    // One file and nothing else to try: no pricing.
+    let may_simple = opts.protocol.is_none()
+        && n <= super::chunk::MAX_RANKS_PRICED
+        && plan.algorithm != "pairwise"
+        && cands[0].0.protocol != Protocol::Simple;
+    if cands.len() == 1 && !may_simple {
         return read_back(cands.remove(0).0, traffic, &mut laps);
     }
     let sim = SimOptions::default();
@@ -439,8 +444,67 @@ pub fn to_xml(
             }
         }
     }
+    // A file still over [`SCORED_ABOVE`] whose protocol was chosen by size
+    // (LL128 or LL: every packed file of the sweep's matrices) and whose
+    // window is its own size whatever the protocol: the same lowering in
+    // Simple is priced too (`simple_candidates`; 2x8 log-normal `pxn`
+    // packed, docs/benchmarks.md issue 22 item 2).
+    if let Some(simple) = simple_candidates(plan, &timeline, opts, &cands[best].0, best_us, n) {
+        let u = cands[best].0.chunk_bytes;
+        for streams in [
+            Streams::Window,
+            Streams::Rate(RATE_CAPS[0]),
+            Streams::Rate(RATE_CAPS[1]),
+        ] {
+            let r = lower_with(
+                plan, topo, traffic, &simple, u, &timeline, streams, &mut laps, true, None,
+            );
+            match r {
+                Ok(y) if cands.iter().all(|c| c.0.text != y.x.text) => {
+                    let spread = y.spread;
+                    cands.push((y.x, y.trace));
+                    if !spread {
+                        break;
+                    }
+                }
+                _ => break,
+            }
+        }
+        price_new(&cands, &mut best, &mut best_us)?;
+    }
     laps.lap("pricing the candidate files");
     read_back(cands.swap_remove(best).0, traffic, &mut laps)
+}
+
+/// The options of `to_xml`'s Simple candidate, where the best file so far
+/// (`best`, priced at `best_us`) is more than [`SCORED_ABOVE`] behind the
+/// plan, its protocol (LL or LL128) was chosen by size, its window is its
+/// own buffer size (a file made for one matrix: the window is the same
+/// whatever the protocol) and the cluster has at most
+/// `chunk::MAX_RANKS_PRICED` ranks. LL128's calls are a quarter of
+/// Simple's, so a long relay of a few operations becomes twice as many
+/// calls whose arrivals the forwarding gpu waits for (2x8 log-normal
+/// `pxn` packed: its busiest NIC idled 2.2 us early on that the Simple
+/// file keeps busy). `pairwise`'s files are another change's.
+fn simple_candidates(
+    plan: &Plan,
+    timeline: &[TransferTime],
+    opts: &XmlOptions,
+    best: &XmlPlan,
+    best_us: f64,
+    n: usize,
+) -> Option<XmlOptions> {
+    let plan_us = timeline.iter().map(|t| t.end_us).fold(0.0, f64::max);
+    let wanted = opts.protocol.is_none()
+        && n <= super::chunk::MAX_RANKS_PRICED
+        && plan.algorithm != "pairwise"
+        && best.protocol != Protocol::Simple
+        && best.min_bytes == best.max_bytes
+        && best_us > plan_us * (1.0 + SCORED_ABOVE);
+    wanted.then(|| XmlOptions {
+        protocol: Some(Protocol::Simple),
+        ..opts.clone()
+    })
 }
 
 /// The same schedule for every protocol, each with its size window
