@@ -142,6 +142,34 @@ pub fn near_chunk_bytes(traffic: &TrafficMatrix, layout: Layout) -> Vec<u64> {
     out
 }
 
+/// Chunks `to_xml` tries, in this order, for a file other than `fast`'s
+/// and `pairwise`'s whose best candidate is still more than 3% behind its
+/// plan: the default finer chunk `fine` (which `spray` otherwise skips),
+/// the 5/4 and 3/2 chunks ([`near_chunk_bytes`]) and the two chunks the
+/// plan's inter-node transfers score best at ([`scored_chunk_bytes`]);
+/// each once, and only those finer than the base chunk. None where the
+/// base chunk pads every rank within [`PAD_TARGET`].
+pub fn rescue_chunk_bytes(
+    plan: &Plan,
+    traffic: &TrafficMatrix,
+    layout: Layout,
+    fine: u64,
+) -> Result<Vec<u64>> {
+    let base = base_chunk_bytes(traffic);
+    if padding_ratio(traffic, base) <= PAD_TARGET {
+        return Ok(Vec::new());
+    }
+    let mut out: Vec<u64> = Vec::new();
+    let near = near_chunk_bytes(traffic, layout);
+    let scored = scored_chunk_bytes(plan, traffic, layout, 2)?;
+    for u in std::iter::once(fine).chain(near).chain(scored) {
+        if u < base && !out.contains(&u) {
+            out.push(u);
+        }
+    }
+    Ok(out)
+}
+
 /// Bytes [`ChunkCost::score`] adds per extra operation of an inter-node
 /// transfer (see [`scored_chunk_bytes`]).
 pub const RUN_BYTES: u64 = 16 << 10;
@@ -421,6 +449,43 @@ mod tests {
             ]
         );
         assert!(near[0] < base && near[1] < near[0], "{near:?} vs {base}");
+    }
+
+    #[test]
+    fn rescue_chunks_fine_near_then_scored_each_once_below_the_base() {
+        use crate::sched::{schedule, Options};
+        use crate::topology::Topology;
+        use crate::Algorithm;
+        let topo = Topology::preset("dgx-h100", 2, None).unwrap();
+        let opts = Options::default();
+        // Uniform: nothing pads, nothing to rescue with.
+        let u = TrafficMatrix::uniform(16, 1 << 20);
+        let plan = schedule(Algorithm::Direct, &topo, &u, &opts).unwrap();
+        assert!(rescue_chunk_bytes(&plan, &u, Layout::Packed, 4096)
+            .unwrap()
+            .is_empty());
+        // One large pair (between nodes) and small ones: padding costs.
+        let mut rows = vec![vec![3000u64; 16]; 16];
+        rows[0][9] = 10_000_000;
+        let m = TrafficMatrix::from_rows(rows);
+        let plan = schedule(Algorithm::Direct, &topo, &m, &opts).unwrap();
+        let base = base_chunk_bytes(&m);
+        let fine = default_chunk_bytes(&m, Layout::Packed, true);
+        let near = near_chunk_bytes(&m, Layout::Packed);
+        let scored = scored_chunk_bytes(&plan, &m, Layout::Packed, 2).unwrap();
+        let got = rescue_chunk_bytes(&plan, &m, Layout::Packed, fine).unwrap();
+        let mut want: Vec<u64> = Vec::new();
+        for u in std::iter::once(fine).chain(near).chain(scored) {
+            if u < base && !want.contains(&u) {
+                want.push(u);
+            }
+        }
+        assert!(fine < base && got[0] == fine, "{got:?}, fine {fine}");
+        assert!(got.len() >= 3, "{got:?}");
+        assert_eq!(got, want);
+        // A `fine` no finer than the base is left out.
+        let got = rescue_chunk_bytes(&plan, &m, Layout::Packed, base).unwrap();
+        assert!(!got.contains(&base) && got.iter().all(|&u| u < base));
     }
 
     #[test]
