@@ -142,12 +142,17 @@ pub fn near_chunk_bytes(traffic: &TrafficMatrix, layout: Layout) -> Vec<u64> {
     out
 }
 
+/// The last chunks [`rescue_chunk_bytes`] tries: the base chunk times
+/// these eighths (3/4, 5/8, 1/2 and 3/8 of it).
+pub const RESCUE_EIGHTHS: [u64; 4] = [6, 5, 4, 3];
+
 /// Chunks `to_xml` tries, in this order, for a file other than `fast`'s
 /// and `pairwise`'s whose best candidate is still more than 3% behind its
 /// plan: the default finer chunk `fine` (which `spray` otherwise skips),
-/// the 5/4 and 3/2 chunks ([`near_chunk_bytes`]) and the two chunks the
-/// plan's inter-node transfers score best at ([`scored_chunk_bytes`]);
-/// each once, and only those finer than the base chunk. None where the
+/// the 5/4 and 3/2 chunks ([`near_chunk_bytes`]), the two chunks the
+/// plan's inter-node transfers score best at ([`scored_chunk_bytes`]) and
+/// the grid of [`RESCUE_EIGHTHS`] (whose buffer fits); each once, and only
+/// those finer than the base chunk. None where the
 /// base chunk pads every rank within [`PAD_TARGET`].
 pub fn rescue_chunk_bytes(
     plan: &Plan,
@@ -162,7 +167,12 @@ pub fn rescue_chunk_bytes(
     let mut out: Vec<u64> = Vec::new();
     let near = near_chunk_bytes(traffic, layout);
     let scored = scored_chunk_bytes(plan, traffic, layout, 2)?;
-    for u in std::iter::once(fine).chain(near).chain(scored) {
+    let fits = |u: u64| buffer_bytes(traffic, layout, u) / u <= (MAX_OFFSET + 1) as u64;
+    let grid = RESCUE_EIGHTHS
+        .iter()
+        .map(|&k| aligned_chunk(traffic.max_entry(), CHUNKS_PER_LARGEST_PAIR * 8 / k))
+        .filter(|&u| fits(u));
+    for u in std::iter::once(fine).chain(near).chain(scored).chain(grid) {
         if u < base && !out.contains(&u) {
             out.push(u);
         }
@@ -474,14 +484,19 @@ mod tests {
         let near = near_chunk_bytes(&m, Layout::Packed);
         let scored = scored_chunk_bytes(&plan, &m, Layout::Packed, 2).unwrap();
         let got = rescue_chunk_bytes(&plan, &m, Layout::Packed, fine).unwrap();
+        let grid = RESCUE_EIGHTHS
+            .iter()
+            .map(|&k| aligned_chunk(10_000_000, CHUNKS_PER_LARGEST_PAIR * 8 / k));
         let mut want: Vec<u64> = Vec::new();
-        for u in std::iter::once(fine).chain(near).chain(scored) {
+        for u in std::iter::once(fine).chain(near).chain(scored).chain(grid) {
             if u < base && !want.contains(&u) {
                 want.push(u);
             }
         }
         assert!(fine < base && got[0] == fine, "{got:?}, fine {fine}");
-        assert!(got.len() >= 3, "{got:?}");
+        assert!(got.len() >= 6, "{got:?}");
+        // The grid's last: 3/8 of the base (aligned).
+        assert!(got.contains(&aligned_chunk(10_000_000, CHUNKS_PER_LARGEST_PAIR * 8 / 3)));
         assert_eq!(got, want);
         // A `fine` no finer than the base is left out.
         let got = rescue_chunk_bytes(&plan, &m, Layout::Packed, base).unwrap();

@@ -487,7 +487,8 @@ pub fn to_xml(
     // `pairwise`'s): more chunks, one after another while the best file is
     // still over (`chunk::rescue_chunk_bytes`: `spray`'s finer default,
     // the 5/4 and 3/2 chunks, the two the plan's inter-node transfers score
-    // best at), in Simple where that won above. Neighbouring chunks move
+    // best at, then 3/4, 5/8, 1/2 and 3/8 of the base), in Simple where that
+    // won above. Neighbouring chunks move
     // max-min shares (8x8 Zipf `deepep` packed: +3.99% at 7424 B, +6.05%
     // at 6000, -0.58% at 5296, +3.70% at 4800, +1.29% at 3712), so only the
     // executor's price decides, and files within 3% are not touched
