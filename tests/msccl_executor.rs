@@ -294,7 +294,8 @@ fn waits_the_executor_does_not_hold_are_counted() {
 /// (`XSIM_NODES=2,4`, `XSIM_ALGS=fast,direct`, `XSIM_PATTERNS=Lognormal,Moe`
 /// and `XSIM_PROTO=Simple` narrow it or force a protocol;
 /// `XSIM_CUT_ONLY=1` skips `Pacing::Off`; `XSIM_BASE_CHUNK=1` takes the chunk of the largest pair in 284 chunks,
-/// the default before `msccl::chunk`).
+/// the default before `msccl::chunk`; `lp` runs at 8x8 only when
+/// `XSIM_ALGS` names it).
 #[test]
 #[ignore]
 fn executor_rule_sweep() {
