@@ -767,16 +767,22 @@ impl<'a> Estimator<'a> {
                         }
                     }
                 }
-                let c = self.price();
+                let mut c = self.price();
+                // A shared fabric link (`L'`, as `direct`'s): where it
+                // outlasts the busiest link, the writes land that much later.
+                let (shared, shared_limit) = self.with_fabric_tail(&c);
+                if shared > c.net.max(c.intra) {
+                    c.net = shared;
+                }
                 // Each forward waits for the whole write it comes in:
                 // when the writes land and how the forwards then queue on
                 // the NVLink links, rather than the old `½ X_fwd / b_gpu`.
                 let (fwd, fwd_link) = self.deepep_forwards(c.net);
-                let base = c.net.max(c.intra);
+                let base = shared;
                 let limit = if fwd > base {
                     format!("forwards on {fwd_link} end at {fwd:.1} us")
                 } else {
-                    self.limit_of(&c)
+                    shared_limit
                 };
                 (base.max(fwd) + inter + hop, limit)
             }
@@ -789,25 +795,33 @@ impl<'a> Estimator<'a> {
                 let staged = alg == Algorithm::Fast;
                 let congested = self.congested;
                 self.congested = congested && !staged;
+                // `fast`'s taper messages that ride the whole path (the
+                // simulator charges a message's overhead on every link it
+                // crosses), spread over a lane's node pairs by their bytes.
+                let on_path = if staged { FAST_TAPER_PATH } else { 0.0 };
                 for a in 0..nodes {
+                    let row = &self.node_bytes[a * nodes..(a + 1) * nodes];
+                    let out: f64 = row.iter().sum::<f64>() - row[a];
                     for b in (0..nodes).filter(|&b| b != a) {
                         let share = self.node_bytes[a * nodes + b] / g as f64;
                         if share == 0.0 {
                             continue;
                         }
+                        let tapered = on_path * self.node_bytes[a * nodes + b] / out;
                         for l in 0..g {
                             let (s, d) = (a * g + l, b * g + l);
                             let (x, y) =
                                 (a * p + self.topo.rail_of(s), b * p + self.topo.rail_of(d));
                             let chunk = if staged { self.chunk } else { self.chunk_ideal };
-                            let msgs = (share / chunk).ceil();
+                            let msgs = (share / chunk).ceil() + tapered;
                             self.route_net(x, y, share, msgs);
                         }
                     }
                 }
                 // The taper: each of a lane's last sends in flight (`fast`'s
-                // pipeline depth, about 4; one for `spray`) cut in three.
-                let taper = if staged { 8.0 } else { 2.0 };
+                // pipeline depth, about 4; one for `spray`) cut in three,
+                // on the sending NIC (`fast`: less those routed above).
+                let taper = if staged { FAST_TAPER - on_path } else { 2.0 };
                 for a in 0..nodes {
                     if (0..nodes).any(|b| b != a && self.node_bytes[a * nodes + b] > 0.0) {
                         for l in 0..g {
@@ -1751,6 +1765,15 @@ impl<'a> Estimator<'a> {
 
 /// `fast`'s pipeline ends over its busiest link (docs/algorithms.md, `auto`).
 const FAST_ENDS: f64 = 0.03;
+
+/// `fast`'s taper: messages per lane its last sends in flight add to its
+/// sending NIC, and how many of them are priced on the whole path (the
+/// receiving NIC and the fabric links too, which the simulator charges a
+/// message's overhead on). On the 2:1 fat-trees the plans send 2.5-3 more
+/// messages per lane over the uplinks than `⌈w / G / c⌉` (docs/algorithms.md,
+/// `auto`, "Messages per NIC").
+const FAST_TAPER: f64 = 8.0;
+const FAST_TAPER_PATH: f64 = 2.0;
 
 /// Where `fast`'s mesh relief stops (sched/fast/mesh.rs, `MIN_RELAY_BYTES`
 /// and `MIN_GAIN`): a step moves at least 64 KiB and 1% of its link.
