@@ -537,8 +537,7 @@ pub(crate) struct NodeStages {
     leaves: Option<LeafStages>,
     /// Bytes/us of one node's NICs together (its distinct rails).
     node_rate: f64,
-    /// The rotation stages, and the pricing of stage lists.
-    rotated: Vec<StagePair>,
+    /// The pricing of stage lists.
     chains: StageChains,
 }
 
@@ -549,7 +548,6 @@ impl NodeStages {
             decomposer: Decomposer::default(),
             leaves: LeafStages::from_topology(topo, node_rate),
             node_rate,
-            rotated: Vec::new(),
             chains: StageChains::default(),
         }
     }
@@ -608,15 +606,16 @@ impl NodeStages {
         // chains misprice it (the calibrated sweep had rotations priced at
         // 0.8 of the decomposition run 12% slower).
         if self.leaves.is_none() && nn > 2 && opts.per_message_us <= 0.0 {
-            self.rotated.clear();
-            let rotated = self.decomposer.rotate(nn, t, &mut self.rotated);
+            // Both priced as `StageChains::end` would (lanes, chunk and
+            // per-message cost out of it), in one pass each; the rotation
+            // from the matrix, written only if taken.
             let rate = self.node_rate;
-            let today = self.chains.end(nn, &out[start..], rate, 1.0, 1.0, 0.0);
-            let rotation = self.chains.end(nn, &self.rotated, rate, 1.0, 1.0, 0.0);
+            let today = self.chains.end_of_permutations(nn, &out[start..], rate);
+            let dec = &mut self.decomposer;
+            let rotation = dec.rotation_end(nn, t, &mut self.chains, rate);
             if rotation < ROTATION_MARGIN * today {
                 out.truncate(start);
-                out.extend_from_slice(&self.rotated);
-                return rotated;
+                return dec.rotation_pairs(nn, t, |p| out.push(p));
             }
         }
         count
