@@ -934,6 +934,103 @@ fn executor_rule_path() {
     }
 }
 
+/// `pairwise`'s rounds in its plan and in its file under the executor's
+/// rules: per round k (rank r sends to r + k), when its first transfer
+/// starts and its last one ends, and in how many of the plan's rounds a
+/// gpu's round-k send starts before the round-(k-1) transfers the plan
+/// makes it wait for have ended.
+/// `XSIM_NODES=4 XSIM_PATTERNS=intraskew cargo test --release --workspace --test msccl_executor executor_rule_rounds -- --ignored --nocapture`
+/// (`XSIM_LAYOUT=packed`).
+#[test]
+#[ignore]
+fn executor_rule_rounds() {
+    use switchyard::compiler::msccl::xsim::simulate_executor;
+    use switchyard::compiler::msccl::{to_xml, XmlOptions};
+    use switchyard::compiler::sched::schedule;
+    use switchyard::compiler::Algorithm;
+    let sim = SimOptions::default();
+    let (nodes, layout) = diag_shape(4);
+    let topo = Topology::preset("dgx-h100", nodes, None).unwrap();
+    let n = topo.ranks();
+    for (name, _, m) in sweep_matrices(&topo) {
+        let plan = schedule(Algorithm::Pairwise, &topo, &m, &sweep_sched()).unwrap();
+        let p = simulate(&topo, &plan, &sim).unwrap();
+        let opts = XmlOptions {
+            layout,
+            ..XmlOptions::default()
+        };
+        let x = to_xml(&plan, &topo, &m, &opts).unwrap();
+        let (us, mut xp) = simulate_executor(&x.text, "rounds", &m, &topo, &sim).unwrap();
+        let algo = parse_algo(&x.text, "rounds").unwrap();
+        let trace = run(&algo, "rounds").unwrap();
+        assign_paths(&mut xp.plan, &topo);
+        let e = simulate(&topo, &xp.plan, &sim).unwrap();
+        println!(
+            "{nodes}x8 {name} pairwise {layout}: plan {:.1} us, executor {us:.1} us ({:+.2}%), unheld {}",
+            p.completion_us,
+            100.0 * (us / p.completion_us - 1.0),
+            x.unheld_deps
+        );
+        let round = |s: u32, d: u32| (d as usize + n - s as usize) % n;
+        let inf = (f64::INFINITY, f64::NEG_INFINITY);
+        let mut pr = vec![inf; n];
+        let mut pcount = vec![0usize; n];
+        for (t, tt) in plan.transfers.iter().zip(&p.transfers) {
+            if t.src == t.dst || t.bytes == 0 {
+                continue;
+            }
+            let k = round(t.src, t.dst);
+            pr[k].0 = pr[k].0.min(tt.start_us);
+            pr[k].1 = pr[k].1.max(tt.end_us);
+            pcount[k] += 1;
+        }
+        let ts = &xp.plan.transfers;
+        let mut fr = vec![inf; n];
+        // Per gpu and round: the file's send start and arrival.
+        let mut send_start = vec![vec![f64::NAN; n]; n];
+        for (i, o) in trace.ops.iter().enumerate() {
+            if o.src == o.dst {
+                continue;
+            }
+            let Some(t) = xp.op_transfer[i] else { continue };
+            let t = t as usize;
+            let end = e.transfers[t].end_us;
+            let start = if ts[t].bytes == 0 {
+                ts[t]
+                    .deps
+                    .iter()
+                    .map(|&d| e.transfers[d as usize].start_us)
+                    .fold(f64::INFINITY, f64::min)
+            } else {
+                e.transfers[t].start_us
+            };
+            let k = round(o.src, o.dst);
+            fr[k].0 = fr[k].0.min(start);
+            fr[k].1 = fr[k].1.max(end);
+            let s = &mut send_start[o.src as usize][k];
+            *s = if s.is_nan() { start } else { s.min(start) };
+        }
+        // A round's send that starts before the plan's barrier for it.
+        let mut early = vec![0usize; n];
+        for (t, tt) in plan.transfers.iter().zip(&p.transfers) {
+            if t.src == t.dst || t.bytes == 0 {
+                continue;
+            }
+            let k = round(t.src, t.dst);
+            let s = send_start[t.src as usize][k];
+            if s + 1e-6 < tt.start_us {
+                early[k] += 1;
+            }
+        }
+        for k in 1..n {
+            println!(
+                "  round {k:>3}: plan {:>8.1}..{:>8.1} ({:>3} transfers)  file {:>8.1}..{:>8.1}  {:>3} sends before the plan's",
+                pr[k].0, pr[k].1, pcount[k], fr[k].0, fr[k].1, early[k]
+            );
+        }
+    }
+}
+
 /// Per-NIC timelines of a plan and of its file under the executor's
 /// rules: the file priced with real bytes instead of whole chunks (what
 /// padding costs), and for the inter-node pairs that finish latest against
