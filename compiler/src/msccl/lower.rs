@@ -727,7 +727,18 @@ fn lower_with(
     let groups = stream_groups(&shapes, proto.fifo_depth() as u64, cap, lanes);
     let spread = groups.iter().any(|&g| g > 0);
     let hand = (handoff && !paced.parts.is_empty()).then_some((&paced.parts[..], fifo));
-    let chain = (plan.algorithm == "pairwise").then(|| {
+    // Only a plan whose every wait is a receive into the sender
+    // (`sched::pairwise_held`): the barrier plan's other waits are written
+    // as before, where they do not hold (`unheld_deps`).
+    let held = plan.algorithm == "pairwise"
+        && plan.transfers.iter().all(|t| {
+            t.deps.iter().all(|&d| {
+                plan.transfers
+                    .get(d as usize)
+                    .is_some_and(|p| p.dst == t.src)
+            })
+        });
+    let chain = held.then(|| {
         let short = shapes.iter().map(|s| s.calls <= fifo as u64).collect();
         SendChain::new(short, n)
     });
