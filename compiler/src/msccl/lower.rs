@@ -1556,8 +1556,12 @@ struct SendChain {
     /// Per gpu: the transfer (`ChunkOp::from`) of its latest send, that
     /// transfer's first operation if short, and the operation the
     /// transfer's sends follow.
-    last: Vec<Option<(u32, Option<u32>, Option<u32>)>>,
+    last: Vec<Option<ChainLink>>,
 }
+
+/// A gpu's latest send in [`SendChain`]: its transfer, that transfer's
+/// first operation if short, and the operation its sends follow.
+type ChainLink = (u32, Option<u32>, Option<u32>);
 
 impl SendChain {
     fn new(short: Vec<bool>, n: usize) -> Self {

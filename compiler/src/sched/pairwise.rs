@@ -71,13 +71,13 @@ pub fn pairwise_held(topo: &Topology, traffic: &TrafficMatrix) -> Plan {
     let mut received: Vec<Vec<u32>> = vec![Vec::new(); n];
     let mut arrived: Vec<(usize, u32)> = Vec::with_capacity(n);
     for k in 0..n {
-        for s in 0..n {
+        for (s, got) in received.iter().enumerate() {
             let d = (s + k) % n;
             let bytes = traffic.get(s, d);
             if bytes == 0 {
                 continue;
             }
-            let deps: Deps = received[s].iter().copied().collect();
+            let deps: Deps = got.iter().copied().collect();
             let id = plan.push(block_transfer(topo, &layout, traffic, s, d, k as u32, deps));
             arrived.push((d, id));
         }
