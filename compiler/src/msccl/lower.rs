@@ -846,7 +846,22 @@ fn lower_with(
     let groups = stream_groups(&shapes, proto.fifo_depth() as u64, cap, lanes);
     let spread = groups.iter().any(|&g| g > 0);
     let hand = (handoff && !paced.parts.is_empty()).then_some((&paced.parts[..], fifo));
-    let mut built = build_tbs(&ops, n, timeline, opts.executor, &groups, hand)?;
+    // Only a plan whose every wait is a receive into the sender
+    // (`sched::pairwise_held`): the barrier plan's other waits are written
+    // as before, where they do not hold (`unheld_deps`).
+    let held = plan.algorithm == "pairwise"
+        && plan.transfers.iter().all(|t| {
+            t.deps.iter().all(|&d| {
+                plan.transfers
+                    .get(d as usize)
+                    .is_some_and(|p| p.dst == t.src)
+            })
+        });
+    let chain = held.then(|| {
+        let short = shapes.iter().map(|s| s.calls <= fifo as u64).collect();
+        SendChain::new(short, n)
+    });
+    let mut built = build_tbs(&ops, n, timeline, opts.executor, &groups, hand, chain)?;
     laps.lap("threadblocks and waits");
     if let Some(unheld) = paced.unheld {
         built.unheld = unheld;
@@ -1744,6 +1759,61 @@ struct Built {
     handoffs: usize,
 }
 
+/// `pairwise`'s waits as its executor holds them: a round's send waits for
+/// every block its gpu received in earlier rounds (`sched::pairwise`),
+/// and receives wait for nothing (a receive-side wait never holds its
+/// sender, and every block goes from input to output with no relay). Written
+/// as is, a send of round `k` would wait for `k` receive tbs, one nop
+/// each (127 at 16 x 8, more than a tb's 64 steps). Instead each send also
+/// waits for the previous transfer's send on its gpu, which waited for all
+/// older receives, so `drop_implied_waits` leaves two waits: the newest
+/// receive and the previous send. That wait costs nothing the plan does
+/// not ask for: the previous send started no later (its receives are a
+/// subset) and is done once staged.
+struct SendChain {
+    /// Per operation: a send of at most a FIFO window of calls, staged as
+    /// soon as it starts when it is the first on its connection. A longer
+    /// one is staged only when its receiver has taken all but the window:
+    /// waiting for it would hold the next round back, so the chain skips
+    /// such a transfer and the receives it waited for are waited for
+    /// directly.
+    short: Vec<bool>,
+    /// Per gpu: the transfer (`ChunkOp::from`) of its latest send, that
+    /// transfer's first operation if short, and the operation the
+    /// transfer's sends follow.
+    last: Vec<Option<ChainLink>>,
+}
+
+/// A gpu's latest send in [`SendChain`]: its transfer, that transfer's
+/// first operation if short, and the operation its sends follow.
+type ChainLink = (u32, Option<u32>, Option<u32>);
+
+impl SendChain {
+    fn new(short: Vec<bool>, n: usize) -> Self {
+        SendChain {
+            short,
+            last: vec![None; n],
+        }
+    }
+
+    /// The operation the send `o` (of transfer `from`, on gpu `g`) waits
+    /// for: the short first send of the latest earlier transfer that has
+    /// one. Operations of one transfer (its lanes and chunk runs) do not
+    /// wait for each other.
+    fn follow(&mut self, g: u32, from: u32, o: u32) -> Option<u32> {
+        let slot = &mut self.last[g as usize];
+        match *slot {
+            Some((f, _, target)) if f == from => target,
+            prev => {
+                let target = prev.and_then(|(_, first, target)| first.or(target));
+                let short = self.short.get(o as usize).copied().unwrap_or(false);
+                *slot = Some((from, short.then_some(o), target));
+                target
+            }
+        }
+    }
+}
+
 /// A tb under construction.
 struct TbDraft {
     key: TbKey,
@@ -1761,6 +1831,7 @@ fn build_tbs(
     executor: Executor,
     split: &[u32],
     hand: Option<(&[Part], u32)>,
+    mut chain: Option<SendChain>,
 ) -> std::result::Result<Built, LowerError> {
     let max_channels = executor.max_channels();
     // Threadblocks built before packing (`super::pack`) brings a gpu down
@@ -1841,6 +1912,13 @@ fn build_tbs(
         } else {
             vec![op.src, op.dst]
         };
+        // A chained plan's receives wait for nothing (`SendChain`): only
+        // the sending gpu's operations are looked for.
+        let walked = if chain.is_some() {
+            &gpus[..1]
+        } else {
+            &gpus[..]
+        };
         // Operations on each side's gpu this one must follow. The
         // operations of one transfer (its runs, its pacing cuts) mostly
         // share their deps: the walks would find the same lists again
@@ -1857,17 +1935,23 @@ fn build_tbs(
             need.clone()
         } else {
             let dropped_before = dropped;
-            let need = walk_deps(
+            let mut need = walk_deps(
                 ops,
                 op,
-                &gpus,
+                walked,
                 &mut anc,
                 walk_cap,
                 &mut dropped,
                 &mut unheld,
             );
+            need.resize(gpus.len(), Vec::new());
             last_need = Some((o, need.clone(), dropped - dropped_before));
             need
+        };
+        // The send this one follows on its gpu (`SendChain`).
+        let after = match chain.as_mut() {
+            Some(c) if op.src != op.dst => c.follow(op.src, op.from, o),
+            _ => None,
         };
         let lane = lanes.of_op[o as usize];
         loop {
@@ -1915,6 +1999,18 @@ fn build_tbs(
                 if let Some(t) = own {
                     let w = &tbs[gi][t as usize].waited;
                     latest.retain(|tb, pos| w.get(tb).is_none_or(|&p| p < *pos));
+                }
+                if let (0, Some(y)) = (side, after) {
+                    // The previous transfer's send: its waits (and theirs)
+                    // hold this one's older receives.
+                    let (tb, pos) = at[y as usize][0];
+                    if Some(tb) != own {
+                        let e = latest.entry(tb).or_insert(pos);
+                        *e = (*e).max(pos);
+                    }
+                }
+                if chain.is_some() && side == 0 {
+                    drop_implied_waits(&tbs[gi], own, &mut latest);
                 }
                 let len = own.map_or(0, |t| tbs[gi][t as usize].steps.len());
                 // Many waits, or more than the tb holds: first those the

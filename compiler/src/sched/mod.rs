@@ -30,7 +30,7 @@ pub use direct::{block_transfer, direct, path_between};
 pub use fast::fast;
 pub use hierarchical::hierarchical;
 pub use lp::{lp, lp_with_report, LpReport};
-pub use pairwise::pairwise;
+pub use pairwise::{pairwise, pairwise_held};
 pub use pxn::{pxn, pxn_relay};
 pub(crate) use pxn::{pxn_into, pxn_local};
 pub use spray::spray;
@@ -117,7 +117,10 @@ pub struct Options {
     /// the simulator. Set it to [`crate::msccl::PLAN_LANES_PER_GPU`] when
     /// the plan goes to MSCCL XML, so the file runs every lane the plan
     /// runs at once; it costs the plan itself a little (docs/algorithms-lp.md).
-    /// The other schedulers fit the lowering already and ignore it.
+    /// `pairwise` set with it asks only for the waits an MSCCL executor
+    /// holds ([`pairwise_held`]: a round waits for the rank's earlier
+    /// receives, not for its receiver or for its own sends' arrival). The
+    /// other schedulers fit the lowering already and ignore it.
     pub max_lanes_per_gpu: Option<u32>,
     /// `auto`: the network mode whose completion it minimises.
     pub network: Network,
@@ -164,6 +167,8 @@ pub fn schedule(
     traffic.check_ranks(topo.ranks(), "traffic")?;
     let mut plan = match alg {
         Algorithm::Direct => Ok(direct(topo, traffic)),
+        // A plan for MSCCL XML waits only where an executor can hold it.
+        Algorithm::Pairwise if opts.max_lanes_per_gpu.is_some() => Ok(pairwise_held(topo, traffic)),
         Algorithm::Pairwise => Ok(pairwise(topo, traffic)),
         Algorithm::Hierarchical => Ok(hierarchical(topo, traffic)),
         // Chunked for the network the plan is for (its per-message cost).
