@@ -2,7 +2,7 @@
 //! costs: for every scheduler, on skewed matrices for 2x8 and 4x8
 //! DGX-H100, scheduled as `compile --out plan.xml` schedules (`lp` within
 //! `PLAN_LANES_PER_GPU` lanes per gpu), the simulated completion times agree
-//! within 2%.
+//! within 2% (`pairwise`'s file: its read-back and the plan it encodes).
 
 use switchyard::compiler::generate::{generate, Pattern, TrafficSpec};
 use switchyard::compiler::msccl::{
@@ -61,6 +61,19 @@ fn xml_plans_simulate_within_two_percent() {
                     // The encoded plan, and the file read back with a topology.
                     let mut back = parse_xml(&x.text, "plan.xml", Some(&m)).unwrap();
                     assign_paths(&mut back, &topo);
+                    // `pairwise`'s file chains each send behind its gpu's
+                    // previous send (`SendChain` in msccl/lower.rs): done
+                    // once staged to an executor, but once arrived to the
+                    // plan's simulator, so its encoded plan is not the
+                    // source plan's cost; the file is priced by the
+                    // executor's rules in tests/msccl_executor.rs
+                    // (`pairwise_xml_runs_as_planned`). Here its read-back
+                    // must still be the plan it encodes.
+                    let want = if alg == Algorithm::Pairwise {
+                        simulate(&topo, &x.plan, &sim).unwrap().completion_us
+                    } else {
+                        want
+                    };
                     for (what, p) in [("encoded", &x.plan), ("read back", &back)] {
                         let got = simulate(&topo, p, &sim).unwrap().completion_us;
                         let err = (got - want).abs() / want;
