@@ -7,8 +7,8 @@ use clap::Args;
 use switchyard::compiler::import::is_import;
 use switchyard::compiler::import::ImportOptions;
 use switchyard::compiler::lp::{lower_bound, LpOptions, SolveStatus};
+use switchyard::compiler::msccl::chunk::buffer_bytes as msccl_buffer_bytes;
 use switchyard::compiler::msccl::laps::Laps;
-use switchyard::compiler::msccl::lower::buffer_bytes as msccl_buffer_bytes;
 use switchyard::compiler::msccl::{
     assign_paths, fit, parse_xml, parse_xml_implied, to_xml, Executor, Layout, Protocol,
     XmlOptions, XmlPlan, MAX_CHUNK_BYTES,

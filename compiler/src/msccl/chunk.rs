@@ -17,13 +17,38 @@
 //! the traced pieces, so hundreds of sizes are scored for the price of
 //! part of one lowering.
 
-use super::lower::{
-    buffer_bytes, chunks_of, trace_pieces, Piece, CHUNKS_PER_LARGEST_PAIR, CHUNK_ALIGN,
-};
-use super::{Layout, MAX_CNT, MAX_OFFSET};
+use super::trace::{chunks_of, trace_pieces, Piece};
+use super::{ChunkMap, Layout, MAX_CNT, MAX_OFFSET};
 use crate::error::Result;
 use crate::plan::Plan;
 use crate::traffic::TrafficMatrix;
+
+/// Chunk sizes are multiples of this many bytes, so `count` is whole for
+/// every element type up to 16 bytes.
+pub const CHUNK_ALIGN: u64 = 16;
+/// Chunks the largest pair is cut into by default: two steps of at most 71
+/// chunks, so that split points, which move to chunk boundaries, move by
+/// little against the pieces schedulers cut blocks into.
+pub const CHUNKS_PER_LARGEST_PAIR: u64 = 4 * MAX_CNT as u64;
+
+/// Bytes of each rank's send (and receive) buffer when `traffic` is cut
+/// into chunks of `u` bytes and laid out as `layout` says.
+pub fn buffer_bytes(traffic: &TrafficMatrix, layout: Layout, u: u64) -> u64 {
+    let n = traffic.ranks();
+    let k: Vec<Vec<u32>> = (0..n)
+        .map(|s| {
+            (0..n)
+                .map(|d| {
+                    traffic
+                        .get(s, d)
+                        .div_ceil(u.max(1))
+                        .min(u64::from(u32::MAX)) as u32
+                })
+                .collect()
+        })
+        .collect();
+    u64::from(ChunkMap::new(k, layout).nchunksperloop) * u
+}
 
 /// Padding a rank's sends or receives may carry over their real bytes
 /// before the chunk is made finer.
@@ -287,7 +312,7 @@ pub struct ChunkCost {
 
 /// [`ChunkCost`] of each chunk of `us`, for `plan` on `traffic`, with a
 /// connection window of `window` calls. The plan is traced once, in bytes
-/// (`lower::trace_pieces`); each chunk then costs a pass over the pieces.
+/// (`trace::trace_pieces`); each chunk then costs a pass over the pieces.
 pub fn chunk_costs(
     plan: &Plan,
     traffic: &TrafficMatrix,

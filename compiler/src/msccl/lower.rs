@@ -36,8 +36,9 @@ use super::ops::{ChunkOp, Part};
 use super::parse::parse_algo;
 use super::read::trace_to_plan;
 use super::spread::{rate_lanes, spread_lanes, stream_groups, OpCalls};
+use super::trace::{chunk_mid, chunks_of, trace_pieces};
 use super::write::write_algo;
-use super::{fit, pack};
+use super::{fit, pack, unsupported};
 use super::{Algo, BufRef, ChunkMap, Gpu, Layout, NameFacts, Protocol, Step, StepKind, Tb};
 use super::{Executor, MAX_CNT, MAX_NODES, MAX_OFFSET};
 use super::{MAX_CHUNK_BYTES, MAX_STEPS_PER_TB};
@@ -45,15 +46,8 @@ use crate::error::{Error, InputError, Result};
 use crate::plan::{Buffer, Plan};
 use crate::sim::{simulate, SimOptions, TransferTime};
 use crate::topology::Topology;
-use crate::traffic::{Layout as ByteLayout, TrafficMatrix};
+use crate::traffic::TrafficMatrix;
 
-/// Chunk sizes are multiples of this many bytes, so `count` is whole for
-/// every element type up to 16 bytes.
-pub const CHUNK_ALIGN: u64 = 16;
-/// Chunks the largest pair is cut into by default: two steps of at most 71
-/// chunks, so that split points, which move to chunk boundaries, move by
-/// little against the pieces schedulers cut blocks into.
-pub const CHUNKS_PER_LARGEST_PAIR: u64 = 4 * MAX_CNT as u64;
 /// Per-peer message size up to which LL is chosen (the msccl-scheduler
 /// ships LL plans up to 32.5 KiB per peer for 8 GPUs).
 pub const LL_MAX_PER_PEER: u64 = 32 << 10;
@@ -209,13 +203,6 @@ pub(crate) fn timeline_options(n: usize) -> SimOptions {
     SimOptions {
         tolerance: (n > super::chunk::MAX_RANKS_PRICED).then_some(crate::sim::DEFAULT_TOLERANCE),
         ..SimOptions::default()
-    }
-}
-
-fn unsupported(reason: String) -> Error {
-    Error::Unsupported {
-        algorithm: "msccl-xml".into(),
-        reason,
     }
 }
 
@@ -580,25 +567,6 @@ pub fn to_xml_windows(
             to_xml(plan, topo, traffic, &o)
         })
         .collect()
-}
-
-/// Bytes of each rank's send (and receive) buffer when `traffic` is cut
-/// into chunks of `u` bytes and laid out as `layout` says.
-pub fn buffer_bytes(traffic: &TrafficMatrix, layout: Layout, u: u64) -> u64 {
-    let n = traffic.ranks();
-    let k: Vec<Vec<u32>> = (0..n)
-        .map(|s| {
-            (0..n)
-                .map(|d| {
-                    traffic
-                        .get(s, d)
-                        .div_ceil(u.max(1))
-                        .min(u64::from(u32::MAX)) as u32
-                })
-                .collect()
-        })
-        .collect();
-    u64::from(ChunkMap::new(k, layout).nchunksperloop) * u
 }
 
 /// `[minBytes, maxBytes]` of a protocol for `n` ranks (`maxBytes` 0 = no limit).
@@ -1107,161 +1075,6 @@ fn same_elements(a: &Algo, b: &Algo) -> bool {
         &b.chunks,
     ) && gpus.len() == b.gpus.len()
         && gpus.iter().zip(&b.gpus).all(|(p, q)| same_gpu(p, q))
-}
-
-/// Where a written byte range came from: block `(s, d)`, byte `a` of it.
-#[derive(Clone, Copy, Debug)]
-struct Seg {
-    end: u64,
-    s: u32,
-    d: u32,
-    a: u64,
-}
-
-/// Bytes `a..b` of block `(s, d)`.
-pub(super) type Piece = (u32, u32, u64, u64);
-
-/// The middle byte of chunk `c` (of a block of `len` bytes, `c*u < len`).
-fn chunk_mid(c: u64, u: u64, len: u64) -> u64 {
-    c * u + ((len - c * u).min(u) - 1) / 2
-}
-
-/// The chunks of a block of `len` bytes that go with its bytes `a..b`:
-/// those whose middle byte lies there. Every chunk goes with exactly one
-/// piece of a block cut into pieces, and a split point moves by at most half
-/// a chunk either way (a chunk going with its first byte would move every
-/// split point later, by half a chunk on average).
-pub(super) fn chunks_of(a: u64, b: u64, u: u64, len: u64) -> std::ops::Range<u64> {
-    let k = len.div_ceil(u);
-    let mid = |c: u64| chunk_mid(c, u, len);
-    // First chunk whose middle is at or after byte x; mid(c) lies in chunk c.
-    let first = |x: u64| -> u64 {
-        let c = x / u;
-        if c >= k {
-            k
-        } else if mid(c) >= x {
-            c
-        } else {
-            c + 1
-        }
-    };
-    first(a)..first(b)
-}
-
-/// Replays the plan's transfers in the order the lowering lists them
-/// (dependency order, earliest planned start first) and follows every byte
-/// back to its block: each transfer with the origin pieces `(s, d, a, b)`
-/// it carries, in source order. Independent of the chunk size.
-pub(super) fn trace_pieces(
-    plan: &Plan,
-    traffic: &TrafficMatrix,
-    timeline: &[TransferTime],
-) -> Result<Vec<(usize, Vec<Piece>)>> {
-    let n = traffic.ranks();
-    let layout = ByteLayout::new(traffic);
-    let ts = &plan.transfers;
-    let bad = |i: usize, why: String| -> Error {
-        unsupported(format!("transfer {i}: {why} (is the plan verified?)"))
-    };
-    // Kahn's order, earliest start in the plan's run first (then step,
-    // index): the order tbs list steps in. Start times are not negative, so
-    // their bits order as they do.
-    let start = |i: usize| timeline.get(i).map_or(0, |t| t.start_us.max(0.0).to_bits());
-    let mut indeg: Vec<u32> = ts.iter().map(|t| t.deps.len() as u32).collect();
-    let mut succ: Vec<Vec<u32>> = vec![Vec::new(); ts.len()];
-    for (i, t) in ts.iter().enumerate() {
-        for &d in &t.deps {
-            let Some(s) = succ.get_mut(d as usize) else {
-                return Err(bad(i, format!("depends on missing transfer {d}")));
-            };
-            s.push(i as u32);
-        }
-    }
-    let mut heap: BinaryHeap<Reverse<(u64, u32, u32)>> = (0..ts.len())
-        .filter(|&i| indeg[i] == 0)
-        .map(|i| Reverse((start(i), ts[i].step, i as u32)))
-        .collect();
-    // Written output/scratch ranges per (rank, buffer).
-    let mut written: HashMap<(u32, Buffer), BTreeMap<u64, Seg>> = HashMap::new();
-    let mut done = 0;
-    // Transfers in order, with the origin pieces `(s, d, a, b)` they carry.
-    let mut traced: Vec<(usize, Vec<Piece>)> = Vec::new();
-    while let Some(Reverse((_, _, i))) = heap.pop() {
-        let i = i as usize;
-        done += 1;
-        for &w in &succ[i] {
-            indeg[w as usize] -= 1;
-            if indeg[w as usize] == 0 {
-                heap.push(Reverse((start(w as usize), ts[w as usize].step, w)));
-            }
-        }
-        let t = &ts[i];
-        // Origin pieces of the bytes read, in source order.
-        let mut pieces: Vec<Piece> = Vec::new();
-        let (start, end) = (t.src_off, t.src_off + t.bytes);
-        match t.src_buf {
-            Buffer::Input => {
-                let s = t.src as usize;
-                for d in 0..n {
-                    let (lo, len) = (layout.send_offset(s, d), traffic.get(s, d));
-                    let (a, b) = (start.max(lo), end.min(lo + len));
-                    if a < b {
-                        pieces.push((s as u32, d as u32, a - lo, b - lo));
-                    }
-                }
-            }
-            buf => {
-                let m = written.get(&(t.src, buf));
-                let mut at = start;
-                if let Some(m) = m {
-                    let first = m.range(..=start).next_back().map_or(start, |(&k, _)| k);
-                    for (&k, seg) in m.range(first..end) {
-                        if seg.end <= at {
-                            continue;
-                        }
-                        if k > at {
-                            break;
-                        }
-                        let e = seg.end.min(end);
-                        pieces.push((seg.s, seg.d, seg.a + (at - k), seg.a + (e - k)));
-                        at = e;
-                    }
-                }
-                if at < end && t.bytes > 0 {
-                    return Err(bad(
-                        i,
-                        format!(
-                            "reads bytes {at}..{end} of {} of rank {} before they are written",
-                            buf.name(),
-                            t.src
-                        ),
-                    ));
-                }
-            }
-        }
-        // Record what the destination now holds.
-        if t.dst_buf != Buffer::Input && t.bytes > 0 {
-            let m = written.entry((t.dst, t.dst_buf)).or_default();
-            let mut at = t.dst_off;
-            for &(s, d, a, b) in &pieces {
-                m.insert(
-                    at,
-                    Seg {
-                        end: at + (b - a),
-                        s,
-                        d,
-                        a,
-                    },
-                );
-                at += b - a;
-            }
-        }
-        traced.push((i, pieces));
-    }
-    if done < ts.len() {
-        return Err(unsupported("the plan's dependencies have a cycle".into()));
-    }
-    Ok(traced)
 }
 
 /// Replays the plan and cuts it into chunk operations; returns them (in a

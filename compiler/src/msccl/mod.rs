@@ -32,17 +32,27 @@ pub mod parse;
 pub mod read;
 pub mod schedules;
 mod spread;
+mod trace;
 pub mod write;
 pub mod xsim;
 
 use std::fmt;
 use std::str::FromStr;
 
+use crate::error::Error;
 pub use exec::ExecReport;
 pub use lower::{to_xml, to_xml_windows, Pacing, XmlOptions, XmlPlan};
 pub use parse::parse_algo;
 pub use read::{assign_paths, parse_xml, parse_xml_implied, xml_traffic};
 pub use read::{check_executable, check_executable_with};
+
+/// An [`Error::Unsupported`] of the XML lowering.
+pub(crate) fn unsupported(reason: String) -> Error {
+    Error::Unsupported {
+        algorithm: "msccl-xml".into(),
+        reason,
+    }
+}
 
 /// Steps per threadblock the executor accepts (`MSCCL_MAX_NUM_STEPS`).
 pub const MAX_STEPS_PER_TB: usize = 64;
