@@ -61,8 +61,10 @@ pub struct XmlOptions {
     pub layout: Layout,
     /// `None`: chosen by message size (LL, LL128, Simple).
     pub protocol: Option<Protocol>,
-    /// `None`: the smallest multiple of [`CHUNK_ALIGN`] that puts the largest
-    /// pair in [`CHUNKS_PER_LARGEST_PAIR`] chunks, doubled until the
+    /// `None`: the smallest multiple of
+    /// [`CHUNK_ALIGN`](super::chunk::CHUNK_ALIGN) that puts the largest pair
+    /// in [`CHUNKS_PER_LARGEST_PAIR`](super::chunk::CHUNKS_PER_LARGEST_PAIR)
+    /// chunks, doubled until the
     /// executor's limits hold; for plans other than `fast`'s and `spray`'s
     /// whose whole-chunk padding would exceed 1% of a rank's bytes, also
     /// up to 4 times as many (`super::chunk::default_chunk_bytes`), kept
