@@ -1939,14 +1939,10 @@ mod tests {
         (est, simulated_us(topo, m, &SimOptions::new(net), a))
     }
 
-    /// `deepep` over a 2:1 fat-tree with one node per leaf, every GPU
-    /// writing to its own local index (no forwards): its network is the
-    /// uplink shared max-min by the four receiving NICs, by hand: each gets
-    /// `U / 4 = b / 2` until the 2 MiB writes end at `4 MiB / b`, then the
-    /// hot one its NIC's `b` for its last 2 MiB: `6 MiB / b` in all, where
-    /// the uplink's bytes over its rate say `5 MiB / b`.
-    #[test]
-    fn deepep_shares_a_fabric_link_as_the_simulator_does() {
+    /// Two 4-GPU nodes, one per leaf of a 2:1 fat-tree (the uplink carries
+    /// two NICs' rate), and four writes across it, each to its sender's own
+    /// local index: GPU 0 sends 4 MiB, GPUs 1-3 2 MiB each.
+    fn uplink_shared_by_four() -> (Topology, TrafficMatrix) {
         use crate::topology::{FabricSpec, TopologySpec};
         let mut spec = TopologySpec::preset("dgx-h100", 2, Some(4)).unwrap();
         spec.fabric = Some(FabricSpec::fat_tree(1, 2.0, 1.0));
@@ -1956,6 +1952,18 @@ mod tests {
         for s in 1..4 {
             m.set(s, 4 + s, 2 << 20);
         }
+        (topo, m)
+    }
+
+    /// `deepep` over a 2:1 fat-tree with one node per leaf, every GPU
+    /// writing to its own local index (no forwards): its network is the
+    /// uplink shared max-min by the four receiving NICs, by hand: each gets
+    /// `U / 4 = b / 2` until the 2 MiB writes end at `4 MiB / b`, then the
+    /// hot one its NIC's `b` for its last 2 MiB: `6 MiB / b` in all, where
+    /// the uplink's bytes over its rate say `5 MiB / b`.
+    #[test]
+    fn deepep_shares_a_fabric_link_as_the_simulator_does() {
+        let (topo, m) = uplink_shared_by_four();
         let b = topo.nic_bandwidth();
         let up = (0..topo.num_links() as LinkId)
             .find(|&l| topo.link(l).class == LinkClass::Uplink)
@@ -2024,15 +2032,7 @@ mod tests {
     /// water-filling computes exactly.
     #[test]
     fn a_shared_fabric_link_is_priced_as_the_simulator_shares_it() {
-        use crate::topology::{FabricSpec, TopologySpec};
-        let mut spec = TopologySpec::preset("dgx-h100", 2, Some(4)).unwrap();
-        spec.fabric = Some(FabricSpec::fat_tree(1, 2.0, 1.0));
-        let topo = Topology::from_spec(spec, "t").unwrap();
-        let mut m = TrafficMatrix::zeros(8);
-        m.set(0, 4, 4 << 20);
-        for s in 1..4 {
-            m.set(s, 4 + s, 2 << 20);
-        }
+        let (topo, m) = uplink_shared_by_four();
         for net in [Network::Ideal, Network::Calibrated] {
             let (est, sim) = estimated_and_simulated(&topo, &m, net, Algorithm::Direct);
             assert!((est - sim).abs() <= 1e-6 * sim, "{net}: {est} vs {sim}");

@@ -799,16 +799,7 @@ mod tests {
             sparse in 0u64..4,
             floor_div in 1u64..64,
         ) {
-            // Skewed entries, some zero (sparse supports make the searches work).
-            let mut x = seed | 1;
-            let t: Vec<u64> = (0..n * n)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    if x % 4 < sparse { 0 } else { (x >> 40) % 1000 * (1 + x % 7).pow(3) }
-                })
-                .collect();
+            let t = skewed(n, seed, sparse);
             let m = (0..n)
                 .map(|a| (0..n).filter(|&b| b != a).map(|b| t[a * n + b]).sum::<u64>())
                 .max()
