@@ -799,15 +799,31 @@ mod tests {
             sparse in 0u64..4,
             floor_div in 1u64..64,
         ) {
-            let t = skewed(n, seed, sparse);
-            let m = (0..n)
-                .map(|a| (0..n).filter(|&b| b != a).map(|b| t[a * n + b]).sum::<u64>())
-                .max()
-                .unwrap_or(0);
-            let theta = (m / floor_div).max(1);
-            let (got, _) = decompose(n, &t, theta);
-            prop_assert_eq!(got, reference(n, &t, theta));
+            let (got, want) = against_plain(n, seed, sparse, floor_div);
+            prop_assert_eq!(got, want);
         }
+    }
+
+    /// The decomposition of a `skewed` matrix and its plain statement's, at
+    /// θ = the largest line over `floor_div`.
+    fn against_plain(
+        n: usize,
+        seed: u64,
+        sparse: u64,
+        floor_div: u64,
+    ) -> (Vec<StagePair>, Vec<StagePair>) {
+        let t = skewed(n, seed, sparse);
+        let m = (0..n)
+            .map(|a| {
+                (0..n)
+                    .filter(|&b| b != a)
+                    .map(|b| t[a * n + b])
+                    .sum::<u64>()
+            })
+            .max()
+            .unwrap_or(0);
+        let theta = (m / floor_div).max(1);
+        (decompose(n, &t, theta).0, reference(n, &t, theta))
     }
 
     /// Skewed entries, some zero (sparse supports make the searches work).
@@ -839,14 +855,8 @@ mod tests {
             sparse in 0u64..3,
             floor_div in 1u64..200,
         ) {
-            let t = skewed(n, seed, sparse);
-            let m = (0..n)
-                .map(|a| (0..n).filter(|&b| b != a).map(|b| t[a * n + b]).sum::<u64>())
-                .max()
-                .unwrap_or(0);
-            let theta = (m / floor_div).max(1);
-            let (got, _) = decompose(n, &t, theta);
-            prop_assert_eq!(got, reference(n, &t, theta));
+            let (got, want) = against_plain(n, seed, sparse, floor_div);
+            prop_assert_eq!(got, want);
         }
     }
 
