@@ -404,13 +404,13 @@ pub fn to_xml(
         && opts.chunk_bytes.is_none()
         && n <= super::chunk::MAX_RANKS_PRICED;
     // One file and nothing else to try: no pricing.
-    let may_simple = opts.protocol.is_none()
-        && n <= super::chunk::MAX_RANKS_PRICED
-        && plan.algorithm != "pairwise"
-        && cands[0].0.protocol != Protocol::Simple;
-    if cands.len() == 1 && !may_simple && !rescue {
+    if cands.len() == 1 && !simple_may_help(plan, opts, &cands[0].0, n) && !rescue {
         return read_back(cands.remove(0), traffic, &mut laps);
     }
+    // The plan's own completion; a file more than [`SCORED_ABOVE`] behind
+    // it is "over", and the steps below try more files while the best is.
+    let plan_us = timeline.iter().map(|t| t.end_us).fold(0.0, f64::max);
+    let over = |us: f64| us > plan_us * (1.0 + SCORED_ABOVE);
     let sim = SimOptions::default();
     let price = |(p, trace): &(XmlPlan, exec::Trace)| -> Result<f64> {
         let (us, _) = super::xsim::simulate_traced(&p.algo, trace, p.chunk_bytes, topo, &sim)?;
@@ -439,13 +439,11 @@ pub fn to_xml(
     // operations past 71 chunks; 8x8 log-normal, where the base, 5/4 and
     // 3/2 chunks were +4.8% / +4.5%, docs/benchmarks.md issue 22).
     if fast_priced && opts.chunk_bytes.is_none() {
-        let plan_us = timeline.iter().map(|t| t.end_us).fold(0.0, f64::max);
-        let done = |us: f64| us <= plan_us * (1.0 + SCORED_ABOVE);
-        if !done(best_us) {
+        if over(best_us) {
             let tried: Vec<u64> = cands.iter().map(|c| c.0.chunk_bytes).collect();
             let scored = super::chunk::scored_chunk_bytes(plan, traffic, opts.layout, 2)?;
             for u in scored.into_iter().filter(|u| !tried.contains(u)) {
-                if done(best_us) {
+                if !over(best_us) {
                     break;
                 }
                 let files = [(true, None), (false, None), (true, Some(HEAD_LEAD_US))];
@@ -482,7 +480,7 @@ pub fn to_xml(
     // window is its own size whatever the protocol: the same lowering in
     // Simple is priced too (`simple_candidates`; 2x8 log-normal `pxn`
     // packed, docs/benchmarks.md issue 22 item 2).
-    let simple = simple_candidates(plan, &timeline, opts, &cands[best].0, best_us, n);
+    let simple = simple_candidates(plan, opts, &cands[best].0, over(best_us), n);
     if let Some(o) = &simple {
         files_with(o, cands[best].0.chunk_bytes, &mut cands, &mut laps);
         price_new(&cands, &mut best, &mut best_us)?;
@@ -497,8 +495,6 @@ pub fn to_xml(
     // at 6000, -0.58% at 5296, +3.70% at 4800, +1.29% at 3712), so only the
     // executor's price decides, and files within 3% are not touched
     // (docs/benchmarks.md issue 22 item 2).
-    let plan_us = timeline.iter().map(|t| t.end_us).fold(0.0, f64::max);
-    let over = |us: f64| us > plan_us * (1.0 + SCORED_ABOVE);
     if rescue && over(best_us) {
         let o = match simple {
             Some(o) if cands[best].0.protocol == Protocol::Simple => o,
@@ -519,8 +515,8 @@ pub fn to_xml(
 }
 
 /// The options of `to_xml`'s Simple candidate, where the best file so far
-/// (`best`, priced at `best_us`) is more than [`SCORED_ABOVE`] behind the
-/// plan, its protocol (LL or LL128) was chosen by size, its window is its
+/// (`best`; `over`: more than [`SCORED_ABOVE`] behind the plan) may gain
+/// from Simple ([`simple_may_help`]), its protocol (LL or LL128) was chosen by size, its window is its
 /// own buffer size (a file made for one matrix: the window is the same
 /// whatever the protocol) and the cluster has at most
 /// `chunk::MAX_RANKS_PRICED` ranks. LL128's window is 8 calls, so a relay
@@ -532,23 +528,27 @@ pub fn to_xml(
 /// Simple). `pairwise`'s files are another change's.
 fn simple_candidates(
     plan: &Plan,
-    timeline: &[TransferTime],
     opts: &XmlOptions,
     best: &XmlPlan,
-    best_us: f64,
+    over: bool,
     n: usize,
 ) -> Option<XmlOptions> {
-    let plan_us = timeline.iter().map(|t| t.end_us).fold(0.0, f64::max);
-    let wanted = opts.protocol.is_none()
-        && n <= super::chunk::MAX_RANKS_PRICED
-        && plan.algorithm != "pairwise"
-        && best.protocol != Protocol::Simple
-        && best.min_bytes == best.max_bytes
-        && best_us > plan_us * (1.0 + SCORED_ABOVE);
+    let wanted = over && simple_may_help(plan, opts, best, n) && best.min_bytes == best.max_bytes;
     wanted.then(|| XmlOptions {
         protocol: Some(Protocol::Simple),
         ..opts.clone()
     })
+}
+
+/// Whether a Simple file could be tried beside `file` before any pricing:
+/// the protocol was not forced, the cluster is priced (at most
+/// `chunk::MAX_RANKS_PRICED` ranks), the plan is not `pairwise`'s and
+/// `file` is not in Simple already.
+fn simple_may_help(plan: &Plan, opts: &XmlOptions, file: &XmlPlan, n: usize) -> bool {
+    opts.protocol.is_none()
+        && n <= super::chunk::MAX_RANKS_PRICED
+        && plan.algorithm != "pairwise"
+        && file.protocol != Protocol::Simple
 }
 
 /// The same schedule for every protocol, each with its size window
