@@ -171,18 +171,25 @@ fi
 NCCL=1
 ldconfig -p 2>/dev/null | grep -q 'libnccl\.so ' || [ -e "$W/nccl/libnccl.so" ] || NCCL=0
 
+# Ends with one line naming every test binary's result (the table keeps the
+# last line), so the table says which tests ran, not only the last binary.
 runtime_tests() {
-  local t rc=0 log="$W/tests.log"
+  local t rc=0 log="$W/tests.log" summary=()
   if [ -n "${SWITCHYARD_TESTS:-}" ]; then
     for t in $SWITCHYARD_TESTS; do
       echo "-- $(basename "$t")"
       timeout 240 "$t" >"$log" 2>&1 || rc=1
       grep -E '^test |test result|skipping|panicked' "$log"
+      summary+=("$(basename "$t" | sed 's/-[0-9a-f]*$//'): $(grep -o '[0-9]* passed; [0-9]* failed' "$log" | tail -n 1)")
     done
   else
     timeout 300 cargo test --release --features cuda -p switchyard-runtime >"$log" 2>&1 || rc=1
-    grep -E '^test |test result|skipping|panicked|^error' "$log"
+    grep -E '^test |test result|skipping|panicked|^error|Running' "$log"
+    summary+=("$(grep -o '[0-9]* passed; [0-9]* failed' "$log" | awk '{ p += $1; f += $3 } END { printf "%d passed; %d failed", p, f }')")
   fi
+  local joined
+  joined=$(printf '%s, ' "${summary[@]}")
+  echo "${joined%, }"
   return $rc
 }
 step "runtime tests on the device" runtime_tests
