@@ -26,10 +26,7 @@ fn main() -> Res<()> {
     spec.bytes = 262_144;
     spec.seed = 3;
     let m = generate(&spec)?;
-    let opts = Options {
-        max_lanes_per_gpu: Some(106),
-        ..Options::default()
-    };
+    let opts = Options::for_msccl(106);
     let plan = schedule(alg, &topo, &m, &opts)?;
     println!("{nodes} x 8 {alg}: {} transfers", plan.transfers.len());
     let mut base: Option<Vec<f64>> = None;

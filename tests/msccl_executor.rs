@@ -96,9 +96,10 @@ fn fast_4x8_lognormal(
 
 fn sweep_sched() -> switchyard::compiler::sched::Options {
     switchyard::compiler::sched::Options {
-        max_lanes_per_gpu: Some(switchyard::compiler::msccl::PLAN_LANES_PER_GPU),
         time_limit_s: 20.0,
-        ..switchyard::compiler::sched::Options::default()
+        ..switchyard::compiler::sched::Options::for_msccl(
+            switchyard::compiler::msccl::PLAN_LANES_PER_GPU,
+        )
     }
 }
 
@@ -377,10 +378,7 @@ fn executor_rule_breakdown() {
     use switchyard::compiler::sched::{schedule, Options};
     use switchyard::compiler::Algorithm;
     let sim = SimOptions::default();
-    let sched = Options {
-        max_lanes_per_gpu: Some(switchyard::compiler::msccl::PLAN_LANES_PER_GPU),
-        ..Options::default()
-    };
+    let sched = Options::for_msccl(switchyard::compiler::msccl::PLAN_LANES_PER_GPU);
     let nodes: Vec<usize> = std::env::var("XSIM_NODES").ok().map_or(vec![2, 4], |v| {
         v.split(',').map(|x| x.parse().unwrap()).collect()
     });
@@ -596,8 +594,8 @@ fn spread_xml_runs_as_planned() {
     }
 }
 
-/// Issue 22 item 2: `pairwise`'s plan for XML (`sched::Options` with
-/// `max_lanes_per_gpu`, as `compile --out f.xml` sets it) waits only for
+/// Issue 22 item 2: `pairwise`'s plan for XML (`sched::Options::for_msccl`,
+/// as `compile --out f.xml` schedules) waits only for
 /// what an executor holds, a rank's earlier receives, and its file runs
 /// within 3% of it on the sweep's 2x8 MoE and intra-skew matrices. The
 /// default plan also waits for the receiver's previous round and for the

@@ -31,9 +31,8 @@ fn mi300x_files_load_in_rccl() {
         let m = skewed(&topo, 7, Pattern::Zipf(1.2));
         // As `compile --out plan.xml` schedules for this executor.
         let sched = Options {
-            max_lanes_per_gpu: Some(executor.plan_lanes_per_gpu()),
             time_limit_s: 20.0,
-            ..Options::default()
+            ..Options::for_msccl(executor.plan_lanes_per_gpu())
         };
         for &alg in Algorithm::ALL {
             let plan = schedule(alg, &topo, &m, &sched).unwrap();

@@ -135,9 +135,8 @@ fn lowers(alg: Algorithm, nodes: usize, executor: Executor) -> (usize, f64) {
     let topo = Topology::preset("dgx-h100", nodes, None).unwrap();
     let m = skewed(&topo, 5, Pattern::Moe);
     let sched = Options {
-        max_lanes_per_gpu: Some(executor.plan_lanes_per_gpu()),
         time_limit_s: 30.0,
-        ..Options::default()
+        ..Options::for_msccl(executor.plan_lanes_per_gpu())
     };
     let plan = schedule(alg, &topo, &m, &sched).unwrap();
     let t0 = Instant::now();

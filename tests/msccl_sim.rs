@@ -16,10 +16,7 @@ use switchyard::compiler::{Algorithm, Topology};
 fn xml_plans_simulate_within_two_percent() {
     let sim = SimOptions::default();
     // As `compile --out plan.xml` schedules.
-    let sched = Options {
-        max_lanes_per_gpu: Some(PLAN_LANES_PER_GPU),
-        ..Options::default()
-    };
+    let sched = Options::for_msccl(PLAN_LANES_PER_GPU);
     let mut worst: f64 = 0.0;
     for nodes in [2, 4] {
         let topo = Topology::preset("dgx-h100", nodes, None).unwrap();

@@ -18,12 +18,12 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use switchyard_compiler::import::ImportOptions;
 use switchyard_compiler::lp::{lower_bound, LpOptions};
-use switchyard_compiler::msccl::{to_xml, Layout, Protocol, XmlOptions, MAX_CHUNK_BYTES};
+use switchyard_compiler::msccl::{to_xml, Executor, Layout, Protocol, XmlOptions, MAX_CHUNK_BYTES};
 use switchyard_compiler::planner::{Planner as FastPlanner, PlannerOptions, Settle};
 use switchyard_compiler::program::{from_local, program, OpKind, RankProgram};
 use switchyard_compiler::rank::{LocalTraffic, NodeSplits};
 use switchyard_compiler::report::Report;
-use switchyard_compiler::sched::{schedule, Options};
+use switchyard_compiler::sched::{schedule, Options, Target};
 use switchyard_compiler::sim::{Network, SimOptions};
 use switchyard_compiler::{
     verify_on, Algorithm, Buffer, Error, InputError, Plan, Topology, TopologySpec, TrafficMatrix,
@@ -328,7 +328,7 @@ impl PyPlanner {
     #[pyo3(signature = (
         topology, algorithm="auto", *, pipeline_depth=None, stages_per_node=None,
         balance=None, chunk_bytes=None, time_limit_s=None, max_lanes_per_gpu=None,
-        network="calibrated", settle=None
+        network="calibrated", settle=None, target="runtime"
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -342,8 +342,22 @@ impl PyPlanner {
         max_lanes_per_gpu: Option<i64>,
         network: &str,
         settle: Option<&str>,
+        target: &str,
     ) -> PyResult<Self> {
         let alg: Algorithm = algorithm.parse().map_err(|e| arg_err(e, "algorithm"))?;
+        // Where the plans go: `msccl` plans `lp` and `pairwise` as
+        // `compile --out plan.xml` does (for the topology's default executor,
+        // the one `to_msccl_xml` lowers for).
+        let target = match target {
+            "runtime" => Target::Runtime,
+            "msccl" => Target::Msccl,
+            other => {
+                return Err(bad_arg(
+                    "target",
+                    format!("unknown value {other:?} (known: runtime, msccl)"),
+                ))
+            }
+        };
         // The mode the plans are for (as `Plan.simulate`'s): `fast` sizes its
         // chunks by its per-message cost, `auto` picks for it.
         let network: Network = network.parse().map_err(|e| arg_err(e, "network"))?;
@@ -390,6 +404,7 @@ impl PyPlanner {
                 // goes through the one-shot scheduler, which settles.
                 Err(Error::Unsupported { .. }) => Engine::OneShot(Options {
                     network,
+                    target,
                     ..Options::default()
                 }),
                 Err(e) => return Err(py_err(e)),
@@ -421,6 +436,13 @@ impl PyPlanner {
                 network,
                 ..Options::default()
             };
+            if target == Target::Msccl {
+                let lanes = Executor::default_for(&topology.inner).plan_lanes_per_gpu();
+                opts = Options {
+                    network,
+                    ..Options::for_msccl(lanes)
+                };
+            }
             if let Some(t) = time_limit_s {
                 if !(t.is_finite() && t > 0.0) {
                     return Err(bad_arg(
@@ -430,9 +452,10 @@ impl PyPlanner {
                 }
                 opts.time_limit_s = t;
             }
-            opts.max_lanes_per_gpu = max_lanes_per_gpu
-                .map(|k| count(k, "max_lanes_per_gpu", 1).map(|k| k.min(u32::MAX as usize) as u32))
-                .transpose()?;
+            if let Some(k) = max_lanes_per_gpu {
+                let k = count(k, "max_lanes_per_gpu", 1)?;
+                opts.max_lanes_per_gpu = Some(k.min(u32::MAX as usize) as u32);
+            }
             Engine::OneShot(opts)
         };
         Ok(PyPlanner {
@@ -817,7 +840,7 @@ impl PyPlan {
             layout,
             protocol,
             chunk_bytes,
-            executor: switchyard_compiler::msccl::Executor::default_for(&self.topo),
+            executor: Executor::default_for(&self.topo),
             ..XmlOptions::default()
         };
         let xml = py.detach(|| to_xml(&self.plan, &self.topo, &self.traffic, &opts));

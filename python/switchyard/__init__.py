@@ -59,7 +59,12 @@ class Planner(_native.Planner):
     ``fast``: ``pipeline_depth``, ``stages_per_node``, ``balance``,
     ``chunk_bytes``; ``spray``: ``balance``, ``chunk_bytes``; ``lp``:
     ``time_limit_s``, ``max_lanes_per_gpu``. An option the algorithm does not
-    take raises ``ValueError``. ``fast`` and ``spray`` keep their buffers
+    take raises ``ValueError``. ``target`` (every algorithm): ``"runtime"``
+    (the default: plans for Switchyard's runtime and simulator) or
+    ``"msccl"`` (plans for ``Plan.to_msccl_xml``, as ``compile --out
+    plan.xml`` does: ``lp`` within the executor's lanes per GPU,
+    ``pairwise`` with only the waits an MSCCL executor holds; the others'
+    plans are the same). ``fast`` and ``spray`` keep their buffers
     between calls, as the Rust ``Planner`` does.
     """
 

@@ -84,6 +84,8 @@ class Planner:
         time_limit_s: Optional[float] = None,
         max_lanes_per_gpu: Optional[int] = None,
         network: str = "calibrated",
+        settle: Optional[str] = None,
+        target: str = "runtime",
     ) -> None: ...
     @property
     def algorithm(self) -> str: ...

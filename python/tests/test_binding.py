@@ -104,6 +104,25 @@ def test_plan_surface():
     assert plan.to_msccl_xml().startswith("<algo")
 
 
+def test_target_msccl_plans_for_the_file():
+    """``target="msccl"`` plans ``pairwise`` with only the waits an executor
+    holds (a different plan from the round barriers) and ``lp``
+    within the executor's lanes; other algorithms' plans are the same; an
+    unknown target is an error naming the parameter."""
+    t = Topology.preset("dgx-h100", 2, gpus_per_node=4)
+    with pytest.raises(ValueError, match="target: unknown value"):
+        Planner(t, "direct", target="nccl")
+    m = skewed(8, seed=3)
+    held = json.loads(Planner(t, "pairwise", target="msccl").plan(m).to_json())
+    barrier = json.loads(Planner(t, "pairwise").plan(m).to_json())
+    assert held != barrier
+    assert held["transfers"] and len(held["transfers"]) == len(barrier["transfers"])
+    for alg in ("direct", "fast", "auto"):
+        assert (Planner(t, alg, target="msccl").plan(m).to_json()
+                == Planner(t, alg).plan(m).to_json())
+    Planner(t, "lp", target="msccl", time_limit_s=20).plan(m).verify()
+
+
 def test_auto_settle_modes():
     """``settle`` is an option of ``auto`` alone; each mode plans a plan that
     verifies, names the algorithm it chose, and (as a reused planner) plans
@@ -252,10 +271,13 @@ def test_same_as_cli(tmp_path, cli, algorithm):
     ours, theirs = plan.simulate(), json.loads((tmp_path / "r.json").read_text())
     ours.pop("compile_us"), theirs.pop("compile_us")
     assert ours == theirs
-    # For XML the CLI plans lp with a lane cap (PLAN_LANES_PER_GPU) and
-    # pairwise with only the waits an executor holds (`pairwise_held`).
+    # For XML the CLI plans for the file (`target="msccl"`): lp with a lane
+    # cap (PLAN_LANES_PER_GPU), pairwise with only the waits an executor
+    # holds (`pairwise_held`); the others' plans are the same.
+    subprocess.run(base + ["--out", str(tmp_path / "p.xml")], check=True, capture_output=True)
+    for_xml = Planner(topo, algorithm, target="msccl").plan(m)
+    assert for_xml.to_msccl_xml() == (tmp_path / "p.xml").read_text()
     if algorithm not in ("lp", "pairwise"):
-        subprocess.run(base + ["--out", str(tmp_path / "p.xml")], check=True, capture_output=True)
         assert plan.to_msccl_xml() == (tmp_path / "p.xml").read_text()
 
 

@@ -163,11 +163,17 @@ pub fn compile(a: CompileArgs) -> CliResult {
     // An MSCCL file runs at most the executor's threadblocks per GPU (108,
     // RCCL 64): a plan for one must not run more lanes at once than that
     // (only `lp` would).
+    // A file's plan asks only for the waits an executor holds (`pairwise`).
+    let base = if is_xml(&a.out) {
+        Options::for_msccl(executor.plan_lanes_per_gpu())
+    } else {
+        Options::default()
+    };
     let opts = Options {
         time_limit_s: a.time_limit,
         verbose: a.verbose,
-        max_lanes_per_gpu: is_xml(&a.out).then_some(executor.plan_lanes_per_gpu()),
         network,
+        ..base
     };
     // The solver can take seconds to minutes: show that it is working (a
     // spinner on a terminal, nothing when stderr is redirected).

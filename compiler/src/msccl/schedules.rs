@@ -38,10 +38,7 @@ pub fn skewed_traffic() -> Result<TrafficMatrix> {
 pub fn reference_schedules() -> Result<Vec<ScheduleFile>> {
     let mut out = Vec::new();
     // Scheduled as `compile --out plan.xml` schedules.
-    let sched = Options {
-        max_lanes_per_gpu: Some(PLAN_LANES_PER_GPU),
-        ..Options::default()
-    };
+    let sched = Options::for_msccl(PLAN_LANES_PER_GPU);
     let algorithms: Vec<Algorithm> = ALGORITHMS.iter().filter_map(|a| a.parse().ok()).collect();
     for nodes in [2usize, 4] {
         let topo = Topology::preset("dgx-h100", nodes, None)?;

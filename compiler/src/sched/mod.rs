@@ -104,6 +104,19 @@ impl FromStr for Algorithm {
     }
 }
 
+/// Where a plan goes, so that a scheduler asks only for what will hold there.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Target {
+    /// Switchyard's runtime or simulator: every dependency of the plan holds.
+    #[default]
+    Runtime,
+    /// An MSCCL executor's XML (`compile --out plan.xml`): a send's wait holds
+    /// only on its own GPU's steps and a send is done once staged
+    /// (docs/msccl.md). `pairwise` then plans [`pairwise_held`]; the other
+    /// schedulers' plans fit the lowering already and are the same.
+    Msccl,
+}
+
 /// Knobs shared by the schedulers; each uses what concerns it.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -114,14 +127,15 @@ pub struct Options {
     /// `lp`: run at most this many lanes at once on any GPU, counted as the
     /// MSCCL lowering counts threadblocks (per GPU, one per connection,
     /// direction and lane). `None` (the default): no cap, the best plan for
-    /// the simulator. Set it to [`crate::msccl::PLAN_LANES_PER_GPU`] when
-    /// the plan goes to MSCCL XML, so the file runs every lane the plan
-    /// runs at once; it costs the plan itself a little (docs/algorithms-lp.md).
-    /// `pairwise` set with it asks only for the waits an MSCCL executor
-    /// holds ([`pairwise_held`]: a round waits for the rank's earlier
-    /// receives, not for its receiver or for its own sends' arrival). The
-    /// other schedulers fit the lowering already and ignore it.
+    /// the simulator. [`Options::for_msccl`] sets it to the executor's
+    /// lanes ([`crate::msccl::PLAN_LANES_PER_GPU`] for NCCL-MSCCL), so the
+    /// file runs every lane the plan runs at once; it costs the plan itself
+    /// a little (docs/algorithms-lp.md). The other schedulers fit the
+    /// lowering already and ignore it.
     pub max_lanes_per_gpu: Option<u32>,
+    /// Where the plan goes ([`Target::Msccl`]: `pairwise` asks only for the
+    /// waits an MSCCL executor holds, [`pairwise_held`]).
+    pub target: Target,
     /// `auto`: the network mode whose completion it minimises.
     pub network: Network,
 }
@@ -132,7 +146,22 @@ impl Default for Options {
             time_limit_s: 60.0,
             verbose: false,
             max_lanes_per_gpu: None,
+            target: Target::Runtime,
             network: Network::Ideal,
+        }
+    }
+}
+
+impl Options {
+    /// The options of a plan for MSCCL XML, as `compile --out plan.xml`
+    /// schedules: [`Target::Msccl`], and `lp` running at most
+    /// `lanes_per_gpu` lanes at once on a GPU (the executor's
+    /// `plan_lanes_per_gpu`).
+    pub fn for_msccl(lanes_per_gpu: u32) -> Options {
+        Options {
+            max_lanes_per_gpu: Some(lanes_per_gpu),
+            target: Target::Msccl,
+            ..Options::default()
         }
     }
 }
@@ -168,7 +197,7 @@ pub fn schedule(
     let mut plan = match alg {
         Algorithm::Direct => Ok(direct(topo, traffic)),
         // A plan for MSCCL XML waits only where an executor can hold it.
-        Algorithm::Pairwise if opts.max_lanes_per_gpu.is_some() => Ok(pairwise_held(topo, traffic)),
+        Algorithm::Pairwise if opts.target == Target::Msccl => Ok(pairwise_held(topo, traffic)),
         Algorithm::Pairwise => Ok(pairwise(topo, traffic)),
         Algorithm::Hierarchical => Ok(hierarchical(topo, traffic)),
         // Chunked for the network the plan is for (its per-message cost).

@@ -51,8 +51,8 @@ pub fn pairwise(topo: &Topology, traffic: &TrafficMatrix) -> Plan {
     plan
 }
 
-/// `pairwise` as an MSCCL executor runs it (`sched::Options::max_lanes_per_gpu`
-/// set: the plan goes to XML). The executor holds a send back only for
+/// `pairwise` as an MSCCL executor runs it (`sched::Target::Msccl`: the
+/// plan goes to XML). The executor holds a send back only for
 /// steps of its own gpu, and a send step is done once its data is staged
 /// in the connection's FIFO: so neither the receiver's previous round nor
 /// the arrival of the sender's own previous send can be waited for
