@@ -438,18 +438,16 @@ pub fn to_xml(
     // (`chunk::scored_chunk_bytes`: whole chunks on the busiest NIC,
     // operations past 71 chunks; 8x8 log-normal, where the base, 5/4 and
     // 3/2 chunks were +4.8% / +4.5%, docs/benchmarks.md issue 22).
-    if fast_priced && opts.chunk_bytes.is_none() {
-        if over(best_us) {
-            let tried: Vec<u64> = cands.iter().map(|c| c.0.chunk_bytes).collect();
-            let scored = super::chunk::scored_chunk_bytes(plan, traffic, opts.layout, 2)?;
-            for u in scored.into_iter().filter(|u| !tried.contains(u)) {
-                if !over(best_us) {
-                    break;
-                }
-                let files = [(true, None), (false, None), (true, Some(HEAD_LEAD_US))];
-                files_at(u, &files, &mut cands, &mut laps);
-                price_new(&cands, &mut best, &mut best_us)?;
+    if fast_priced && opts.chunk_bytes.is_none() && over(best_us) {
+        let tried: Vec<u64> = cands.iter().map(|c| c.0.chunk_bytes).collect();
+        let scored = super::chunk::scored_chunk_bytes(plan, traffic, opts.layout, 2)?;
+        for u in scored.into_iter().filter(|u| !tried.contains(u)) {
+            if !over(best_us) {
+                break;
             }
+            let files = [(true, None), (false, None), (true, Some(HEAD_LEAD_US))];
+            files_at(u, &files, &mut cands, &mut laps);
+            price_new(&cands, &mut best, &mut best_us)?;
         }
     }
     // The window file at chunk `u` lowered with options `o`, and where it
