@@ -172,7 +172,7 @@ pub fn near_chunk_bytes(traffic: &TrafficMatrix, layout: Layout) -> Vec<u64> {
 pub const RESCUE_EIGHTHS: [u64; 4] = [6, 5, 4, 3];
 
 /// Chunks `to_xml` tries, in this order, for a file other than `fast`'s
-/// and `pairwise`'s whose best candidate is still more than 3% behind its
+/// whose best candidate is still more than 3% behind its
 /// plan: the default finer chunk `fine` (which `spray` otherwise skips),
 /// the 5/4 and 3/2 chunks ([`near_chunk_bytes`]), the two chunks the
 /// plan's inter-node transfers score best at ([`scored_chunk_bytes`]) and
@@ -204,6 +204,36 @@ pub fn rescue_chunk_bytes(
     }
     Ok(out)
 }
+
+/// Coarser chunks `to_xml` tries after [`rescue_chunk_bytes`]'s, for a file
+/// other than `fast`'s still more than 3% behind its plan: the largest
+/// pair in [`COARSE_OPS`] operations of at most 71 chunks (2 and 1: twice
+/// and four times the base chunk), each once, only those coarser than
+/// `above` (the chunk the file already has) whose buffer has at most 2^15
+/// chunks and whose 71 chunks fit one Simple call (2 MiB: a larger chunk
+/// only moves the same calls with more padding). A pair past 71 chunks is
+/// several operations, each a primitive call and a flow of its own, and a
+/// connection streams only two calls ahead of its receiver, so a stream of
+/// short calls pays a round trip per two (8x8 MoE `pairwise`: +3.50% over
+/// its plan at the base chunk, 327 extra operations between nodes; +2.64%
+/// at twice it, +0.50% at four times, docs/benchmarks.md issue 22 item 2).
+/// Independent of padding: it is the calls these chunks save.
+pub fn coarse_chunk_bytes(traffic: &TrafficMatrix, layout: Layout, above: u64) -> Vec<u64> {
+    let fits = |u: u64| buffer_bytes(traffic, layout, u) / u <= (MAX_OFFSET + 1) as u64;
+    let one_call = super::xsim::call_bytes(super::Protocol::Simple) / MAX_CNT as u64;
+    let mut out: Vec<u64> = Vec::new();
+    for ops in COARSE_OPS {
+        let u = aligned_chunk(traffic.max_entry(), ops * MAX_CNT as u64);
+        if u > above && u <= one_call && fits(u) && !out.contains(&u) {
+            out.push(u);
+        }
+    }
+    out
+}
+
+/// Operations of at most 71 chunks the largest pair is cut into by
+/// [`coarse_chunk_bytes`]'s chunks.
+pub const COARSE_OPS: [u64; 2] = [2, 1];
 
 /// Bytes [`ChunkCost::score`] adds per extra operation of an inter-node
 /// transfer (see [`scored_chunk_bytes`]).
@@ -484,6 +514,30 @@ mod tests {
             ]
         );
         assert!(near[0] < base && near[1] < near[0], "{near:?} vs {base}");
+    }
+
+    #[test]
+    fn coarse_chunks_put_the_largest_pair_in_two_operations_then_one() {
+        let mut rows = vec![vec![3000u64; 16]; 16];
+        rows[0][9] = 1_000_000;
+        let m = TrafficMatrix::from_rows(rows);
+        let base = base_chunk_bytes(&m);
+        // 1e6 B in 142 and in 71 chunks, aligned to 16 B.
+        let (two, one) = (7056, 14096);
+        assert_eq!(
+            (aligned_chunk(1_000_000, 142), aligned_chunk(1_000_000, 71)),
+            (two, one)
+        );
+        assert_eq!(coarse_chunk_bytes(&m, Layout::Packed, base), vec![two, one]);
+        // Only those coarser than the file's chunk.
+        assert_eq!(coarse_chunk_bytes(&m, Layout::Packed, two), vec![one]);
+        assert!(coarse_chunk_bytes(&m, Layout::Packed, one).is_empty());
+        // A pair past two Simple calls (2 MiB each): 71 chunks of the
+        // coarse chunk would not fit one call, so none.
+        let mut rows = vec![vec![3000u64; 16]; 16];
+        rows[0][9] = 5_000_000;
+        let m = TrafficMatrix::from_rows(rows);
+        assert!(coarse_chunk_bytes(&m, Layout::Packed, base_chunk_bytes(&m)).is_empty());
     }
 
     #[test]

@@ -397,14 +397,11 @@ pub fn to_xml(
             }
         }
     }
-    // Files other than `fast`'s (which has its own, below) and `pairwise`'s
-    // still over [`SCORED_ABOVE`] try more chunks (`chunk::rescue_chunk_bytes`).
-    let rescue = !is_fast
-        && plan.algorithm != "pairwise"
-        && opts.chunk_bytes.is_none()
-        && n <= super::chunk::MAX_RANKS_PRICED;
+    // Files other than `fast`'s (which has its own, below) still over
+    // [`SCORED_ABOVE`] try more chunks (`chunk::rescue_chunk_bytes`).
+    let rescue = !is_fast && opts.chunk_bytes.is_none() && n <= super::chunk::MAX_RANKS_PRICED;
     // One file and nothing else to try: no pricing.
-    if cands.len() == 1 && !simple_may_help(plan, opts, &cands[0].0, n) && !rescue {
+    if cands.len() == 1 && !simple_may_help(opts, &cands[0].0, n) && !rescue {
         return read_back(cands.remove(0), traffic, &mut laps);
     }
     // The plan's own completion; a file more than [`SCORED_ABOVE`] behind
@@ -478,17 +475,18 @@ pub fn to_xml(
     // window is its own size whatever the protocol: the same lowering in
     // Simple is priced too (`simple_candidates`; 2x8 log-normal `pxn`
     // packed, docs/benchmarks.md issue 22 item 2).
-    let simple = simple_candidates(plan, opts, &cands[best].0, over(best_us), n);
+    let simple = simple_candidates(opts, &cands[best].0, over(best_us), n);
     if let Some(o) = &simple {
         files_with(o, cands[best].0.chunk_bytes, &mut cands, &mut laps);
         price_new(&cands, &mut best, &mut best_us)?;
     }
-    // Files still over [`SCORED_ABOVE`] (not `fast`'s, above, nor
-    // `pairwise`'s): more chunks, one after another while the best file is
-    // still over (`chunk::rescue_chunk_bytes`: `spray`'s finer default,
-    // the 5/4 and 3/2 chunks, the two the plan's inter-node transfers score
-    // best at, then 3/4, 5/8, 1/2 and 3/8 of the base), in Simple where that
-    // won above. Neighbouring chunks move
+    // Files still over [`SCORED_ABOVE`] (not `fast`'s, above): more
+    // chunks, one after another while the best file is still over
+    // (`chunk::rescue_chunk_bytes`: `spray`'s finer default, the 5/4 and
+    // 3/2 chunks, the two the plan's inter-node transfers score best at,
+    // then 3/4, 5/8, 1/2 and 3/8 of the base; then the coarser
+    // `chunk::coarse_chunk_bytes`), in Simple where that won above.
+    // Neighbouring chunks move
     // max-min shares (8x8 Zipf `deepep` packed: +3.99% at 7424 B, +6.05%
     // at 6000, -0.58% at 5296, +3.70% at 4800, +1.29% at 3712), so only the
     // executor's price decides, and files within 3% are not touched
@@ -499,7 +497,12 @@ pub fn to_xml(
             _ => opts.clone(),
         };
         let tried: Vec<u64> = cands.iter().map(|c| c.0.chunk_bytes).collect();
-        let more = super::chunk::rescue_chunk_bytes(plan, traffic, opts.layout, fine)?;
+        let mut more = super::chunk::rescue_chunk_bytes(plan, traffic, opts.layout, fine)?;
+        more.extend(super::chunk::coarse_chunk_bytes(
+            traffic,
+            opts.layout,
+            base_u,
+        ));
         for u in more.into_iter().filter(|u| !tried.contains(u)) {
             if !over(best_us) {
                 break;
@@ -507,6 +510,31 @@ pub fn to_xml(
             files_with(&o, u, &mut cands, &mut laps);
             price_new(&cands, &mut best, &mut best_us)?;
         }
+    }
+    // A cut file still over [`SCORED_ABOVE`] whose chunk the executor's
+    // limits forced coarser than the default (the cuts' steps: 8x8
+    // intra-skew `lp` needed 4 times the base chunk to keep a connection
+    // within 32 channels of 64 steps, and its transfers were then too
+    // short to cut, 6895 waits unheld, +6.44%): the file written whole
+    // (`Pacing::Off`) at the default chunks is priced too (-2.98% / -1.28%
+    // there; docs/benchmarks.md issue 22 item 2).
+    let base_default = super::chunk::base_chunk_bytes(traffic);
+    if over(best_us)
+        && opts.pacing == Pacing::Cut
+        && opts.chunk_bytes.is_none()
+        && n <= super::chunk::MAX_RANKS_PRICED
+        && base_u > base_default
+    {
+        let whole = XmlOptions {
+            pacing: Pacing::Off,
+            ..opts.clone()
+        };
+        for u in [base_default, fine] {
+            if u < base_u {
+                files_with(&whole, u, &mut cands, &mut laps);
+            }
+        }
+        price_new(&cands, &mut best, &mut best_us)?;
     }
     laps.lap("pricing the candidate files");
     read_back(cands.swap_remove(best), traffic, &mut laps)
@@ -523,15 +551,14 @@ pub fn to_xml(
 /// crosses (2x8 log-normal `pxn` packed: 7 calls into a forwarding gpu
 /// took most of its NVLink ingress, the relays its NIC sends first
 /// arrived 1.3-2.3 us late and the NIC idled; +4.03% -> +1.55% in
-/// Simple). `pairwise`'s files are another change's.
+/// Simple).
 fn simple_candidates(
-    plan: &Plan,
     opts: &XmlOptions,
     best: &XmlPlan,
     over: bool,
     n: usize,
 ) -> Option<XmlOptions> {
-    let wanted = over && simple_may_help(plan, opts, best, n) && best.min_bytes == best.max_bytes;
+    let wanted = over && simple_may_help(opts, best, n) && best.min_bytes == best.max_bytes;
     wanted.then(|| XmlOptions {
         protocol: Some(Protocol::Simple),
         ..opts.clone()
@@ -540,12 +567,10 @@ fn simple_candidates(
 
 /// Whether a Simple file could be tried beside `file` before any pricing:
 /// the protocol was not forced, the cluster is priced (at most
-/// `chunk::MAX_RANKS_PRICED` ranks), the plan is not `pairwise`'s and
-/// `file` is not in Simple already.
-fn simple_may_help(plan: &Plan, opts: &XmlOptions, file: &XmlPlan, n: usize) -> bool {
+/// `chunk::MAX_RANKS_PRICED` ranks) and `file` is not in Simple already.
+fn simple_may_help(opts: &XmlOptions, file: &XmlPlan, n: usize) -> bool {
     opts.protocol.is_none()
         && n <= super::chunk::MAX_RANKS_PRICED
-        && plan.algorithm != "pairwise"
         && file.protocol != Protocol::Simple
 }
 
