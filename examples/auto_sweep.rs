@@ -21,7 +21,9 @@
 //! simulated times are read from FILE where it has them (same cluster,
 //! pattern, seed and mode) and the ones simulated are appended to it, so a
 //! rerun after a change to the estimates alone prices only the estimates
-//! (the plans and the simulator must be unchanged for the cache to hold).
+//! (the plans and the simulator must be unchanged for the cache to hold);
+//! after a change to one candidate's plans, remove its lines (of the modes
+//! that changed) from a copy of FILE: only those are simulated again.
 //!
 //! One line per case and mode: cluster, pattern, mode, each candidate's
 //! completion over the cut bound, auto's pick, auto / best.
@@ -121,58 +123,61 @@ fn main() -> Res<()> {
                             net.name()
                         )
                     };
-                    let cached = modes
+                    // A candidate's plan is built only where one of its modes
+                    // is not in the cache, and only those modes are simulated
+                    // (a change to one candidate's plans in one mode
+                    // re-simulates that one alone).
+                    let missing: Vec<bool> = names
                         .iter()
-                        .all(|&net| names.iter().all(|a| cache.contains_key(&key(net, a))));
+                        .map(|a| !modes.iter().all(|&net| cache.contains_key(&key(net, a))))
+                        .collect();
                     let mut build_us = vec![0.0; names.len()];
-                    let plans: Vec<_> = if cached {
-                        Vec::new()
-                    } else {
-                        CANDIDATES
-                            .iter()
-                            .zip(build_us.iter_mut())
-                            .map(|(&a, us)| {
-                                let t0 = Instant::now();
-                                let p = schedule(a, &topo, &m, &Options::default());
-                                *us = t0.elapsed().as_secs_f64() * 1e6;
-                                p
-                            })
-                            .collect::<Result<_, _>>()?
-                    };
+                    let mut plans = Vec::with_capacity(names.len());
+                    for ((&a, us), &miss) in
+                        CANDIDATES.iter().zip(build_us.iter_mut()).zip(&missing)
+                    {
+                        plans.push(if miss {
+                            let t0 = Instant::now();
+                            let p = schedule(a, &topo, &m, &Options::default())?;
+                            *us = t0.elapsed().as_secs_f64() * 1e6;
+                            Some(p)
+                        } else {
+                            None
+                        });
+                    }
                     for &net in &modes {
                         let opts = SimOptions::new(net);
                         let mut sim_us = vec![0.0; names.len()];
-                        let times: Vec<f64> = if cached {
-                            names.iter().map(|a| cache[&key(net, a)]).collect()
-                        } else {
-                            let mut t = Vec::with_capacity(plans.len());
-                            for (((p, us), a), alg) in plans
-                                .iter()
-                                .zip(sim_us.iter_mut())
-                                .zip(&names)
-                                .zip(CANDIDATES)
-                            {
-                                // `fast` as `auto` builds it: planned for the mode.
-                                let own = if ideal_plans || *a != "fast" || net == Network::Ideal {
-                                    None
-                                } else {
-                                    let o = Options {
-                                        network: net,
-                                        ..Options::default()
-                                    };
-                                    Some(schedule(*alg, &topo, &m, &o)?)
+                        let mut times: Vec<f64> = Vec::with_capacity(plans.len());
+                        for (((p, us), a), alg) in plans
+                            .iter()
+                            .zip(sim_us.iter_mut())
+                            .zip(&names)
+                            .zip(CANDIDATES)
+                        {
+                            let (Some(p), None) = (p, cache.get(&key(net, a))) else {
+                                times.push(cache[&key(net, a)]);
+                                continue;
+                            };
+                            // `fast` as `auto` builds it: planned for the mode.
+                            let own = if ideal_plans || *a != "fast" || net == Network::Ideal {
+                                None
+                            } else {
+                                let o = Options {
+                                    network: net,
+                                    ..Options::default()
                                 };
-                                let t0 = Instant::now();
-                                let r = simulate(&topo, own.as_ref().unwrap_or(p), &opts)?
-                                    .completion_us;
-                                *us = t0.elapsed().as_secs_f64() * 1e6;
-                                if let Some(f) = cache_out.as_mut() {
-                                    writeln!(f, "{}\t{r}", key(net, a))?;
-                                }
-                                t.push(r);
+                                Some(schedule(*alg, &topo, &m, &o)?)
+                            };
+                            let t0 = Instant::now();
+                            let r =
+                                simulate(&topo, own.as_ref().unwrap_or(p), &opts)?.completion_us;
+                            *us = t0.elapsed().as_secs_f64() * 1e6;
+                            if let Some(f) = cache_out.as_mut() {
+                                writeln!(f, "{}\t{r}", key(net, a))?;
                             }
-                            t
-                        };
+                            times.push(r);
+                        }
                         let t0 = Instant::now();
                         let mut pick = choose(&topo, &m, net);
                         choose_us.push(t0.elapsed().as_secs_f64() * 1e6);

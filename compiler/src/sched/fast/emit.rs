@@ -539,6 +539,8 @@ pub(crate) struct NodeStages {
     node_rate: f64,
     /// The pricing of stage lists.
     chains: StageChains,
+    /// Whether the last [`NodeStages::decompose`] cut the rotation stages.
+    rotated: bool,
 }
 
 impl NodeStages {
@@ -549,7 +551,14 @@ impl NodeStages {
             leaves: LeafStages::from_topology(topo, node_rate),
             node_rate,
             chains: StageChains::default(),
+            rotated: false,
         }
+    }
+
+    /// Whether the last [`NodeStages::decompose`] cut the node matrix into
+    /// the rotation stages (whole node pairs, `N - 1` permutations).
+    pub(crate) fn rotated(&self) -> bool {
+        self.rotated
     }
 
     /// Decomposes the `nn x nn` node matrix `t` (row-major, the diagonal
@@ -565,6 +574,7 @@ impl NodeStages {
         part: u64,
         out: &mut Vec<StagePair>,
     ) -> u32 {
+        self.rotated = false;
         if let Some(leaves) = self.leaves.as_mut() {
             let s = opts.stages_per_node;
             if let Some(count) = leaves.decompose(&mut self.decomposer, nn, t, s, part, out) {
@@ -614,6 +624,7 @@ impl NodeStages {
             let dec = &mut self.decomposer;
             let rotation = dec.rotation_end(nn, t, &mut self.chains, rate);
             if rotation < ROTATION_MARGIN * today {
+                self.rotated = true;
                 out.truncate(start);
                 return dec.rotation_pairs(nn, t, |p| out.push(p));
             }

@@ -903,11 +903,15 @@ fn rotation_stages_where_their_chains_end_clearly_sooner() {
         let mut chains = StageChains::default();
         let plain_end = chains.end(n, &plain, rate, 1.0, 1.0, 0.0);
         let rotation_end = chains.end(n, &rotation, rate, 1.0, 1.0, 0.0);
+        stages.decompose(n, &t, &ideal, 1 << 20, &mut Vec::new());
+        let said = stages.rotated();
         if rotation_end < ROTATION_MARGIN * plain_end {
             assert_eq!(got, rotation, "case {i}");
+            assert!(said, "case {i}");
             rotated += 1;
         } else {
             assert_eq!(got, plain, "case {i}");
+            assert!(!said, "case {i}");
             kept += 1;
         }
         check_partial_permutation(&got, n).unwrap();
