@@ -299,19 +299,21 @@ impl Emitter {
         }
         rp.picked.clear();
         rp.picked.resize(self.stages.len().div_ceil(64), 0);
-        rp.before.clear();
-        rp.before.reserve(self.stages.len());
-        rp.node_pairs.clear();
+        // Both written below; out of `rp` while its rings change.
+        let mut before_of = std::mem::take(&mut rp.before);
+        before_of.resize(self.stages.len(), 0);
+        let mut node_pairs = std::mem::take(&mut rp.node_pairs);
+        node_pairs.clear();
         for (s, row) in self.node_bytes.chunks_exact(nn).enumerate() {
-            rp.node_pairs
-                .extend(row.iter().enumerate().map(|(d, &total)| {
-                    let len = self.lanes[rank_lane_index(nn, g, a, j, s, d, j)].len();
-                    [0, len, total, 0]
-                }));
+            node_pairs.extend(row.iter().enumerate().map(|(d, &total)| {
+                let len = self.lanes[rank_lane_index(nn, g, a, j, s, d, j)].len();
+                [0, len, total, 0]
+            }));
         }
-        for (i, p) in self.stages.iter().enumerate() {
+        for ((i, p), before_p) in self.stages.iter().enumerate().zip(&mut before_of) {
             let (s, d) = (p.src_node as usize, p.dst_node as usize);
-            let [before, len, total, from] = rp.node_pairs[s * nn + d];
+            let pair = &mut node_pairs[s * nn + d];
+            let [before, len, total, from] = *pair;
             let after = before + p.bytes;
             // `lane_slice(before, after, total, len)`, its start carried over.
             let to = if after == total {
@@ -319,8 +321,8 @@ impl Emitter {
             } else {
                 mul_div(after, len, total)
             };
-            rp.node_pairs[s * nn + d] = [after, len, total, to];
-            rp.before.push(before);
+            *pair = [after, len, total, to];
+            *before_p = before;
             let i = i as u32;
             if s == a || d == a {
                 rp.pick(i);
@@ -344,6 +346,8 @@ impl Emitter {
                 rp.push(nn + d, i);
             }
         }
+        rp.before = before_of;
+        rp.node_pairs = node_pairs;
         rp.collect();
     }
 }
