@@ -193,7 +193,7 @@ impl LocalProgram {
             dst_off: t.dst_off,
             path: t.path,
             step: t.step,
-            deps: deps.into_iter().collect(),
+            deps: collect_deps(deps),
         });
     }
 
@@ -207,6 +207,16 @@ impl LocalProgram {
         // recomputed at every comparison).
         self.ops.sort_by_cached_key(|o| o.key(me).packed());
     }
+}
+
+/// `deps` as [`KeyDeps`], allocated once for all of them (at most 16 at
+/// once) where collecting grew the vector one by one (1, 2, 4, ...).
+fn collect_deps(deps: impl IntoIterator<Item = TransferKey>) -> KeyDeps {
+    let deps = deps.into_iter();
+    let (least, most) = deps.size_hint();
+    let mut out = KeyDeps::with_capacity(most.unwrap_or(least).min(16));
+    out.extend(deps);
+    out
 }
 
 pub(crate) fn check_rank(rank: usize, ranks: usize) -> Result<()> {
