@@ -350,20 +350,21 @@ impl RowLens {
                 }
             }
             let (mut busiest, mut busiest_target) = (0u64, 0u64);
-            for l in 0..G {
-                busiest = busiest.max(x[l] * share[l]);
-                busiest_target = busiest_target.max(t[l] * share[l]);
+            for ((&x, &t), &c) in x.iter().zip(&t).zip(&share) {
+                busiest = busiest.max(x * c);
+                busiest_target = busiest_target.max(t * c);
             }
             let gain = busiest as f64 / nic_rate - busiest_target as f64 / nic_rate;
-            let balanced = !(gain <= min_gain_us);
-            for l in 0..G {
+            // Not worth a move: every lane sends its own bytes.
+            let own_only = gain <= min_gain_us;
+            for (l, (&x, &t)) in x.iter().zip(&t).enumerate() {
                 let at = l * n + b;
-                if balanced {
-                    self.gathered[at] = t[l].saturating_sub(x[l]);
-                    self.len[at] = t[l];
-                } else {
+                if own_only {
                     self.gathered[at] = 0;
-                    self.len[at] = x[l];
+                    self.len[at] = x;
+                } else {
+                    self.gathered[at] = t.saturating_sub(x);
+                    self.len[at] = t;
                 }
             }
         }
