@@ -234,7 +234,8 @@ pub(crate) fn balance_pair(
 /// that [`balance_pair`] gives with `lens_only` and without `spread`, with
 /// no buffer: a rank's program needs these of every node pair (they place
 /// the gather and landing regions), N² G lanes, so this runs in one pass.
-#[inline]
+/// [`RowLens`] does it for a whole row of pairs; this is its reference.
+#[cfg(test)]
 pub(crate) fn pair_lens(
     sent: &[u64],
     weights: &LaneWeights,
@@ -257,6 +258,195 @@ pub(crate) fn pair_lens(
     if gain <= min_gain_us {
         for (slot, &x) in out.iter_mut().zip(sent) {
             *slot = (x, 0);
+        }
+    }
+}
+
+/// [`pair_lens`] of every pair one node sends, at once: lane by lane over
+/// the row of receiving nodes, in loops over the nodes without branches
+/// (which the compiler vectorises), instead of pair by pair. A rank's
+/// program needs these bytes of every node pair (N² G lanes: they place the
+/// gather and landing regions); pair by pair they cost about 100
+/// instructions a lane.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RowLens {
+    /// Per receiving node: the pair's bytes, its busiest lane's load
+    /// (bytes times the GPUs sharing its NIC) as sent and as balanced, and
+    /// all ones where the pair is balanced (0 where it is not).
+    total: Vec<u64>,
+    busiest: Vec<u64>,
+    busiest_target: Vec<u64>,
+    balanced: Vec<u64>,
+    /// Lane `l` of the pair with node `b` at `l * n + b`: the bytes it
+    /// gathers, and its length (own and gathered bytes).
+    pub gathered: Vec<u64>,
+    pub len: Vec<u64>,
+}
+
+impl RowLens {
+    /// The lanes of node pairs `(a, b)` for every `b` in `0..n`, with
+    /// `rows[l * n + b]` what GPU `l` of `a` sends node `b` (`G` rows of
+    /// `n`): lane `l` of pair `b` gathers `gathered[l * n + b]` bytes and
+    /// owns `len[l * n + b]` less those, as [`pair_lens`] gives. Pair
+    /// `skip` (`a` itself) gets empty lanes.
+    pub fn balance(
+        &mut self,
+        rows: &[u64],
+        n: usize,
+        weights: &LaneWeights,
+        nic_rate: f64,
+        min_gain_us: f64,
+        skip: usize,
+    ) {
+        let g = weights.sharing.len();
+        debug_assert_eq!(rows.len(), g * n);
+        // Every entry is written below (by pair or by lane).
+        self.gathered.resize(g * n, 0);
+        self.len.resize(g * n, 0);
+        // Eight and four GPUs a node: a pair's lanes in registers (the loops
+        // over lanes unrolled), about 20 instructions a lane.
+        match g {
+            8 => self.balance_fixed::<8>(rows, n, weights, nic_rate, min_gain_us),
+            4 => self.balance_fixed::<4>(rows, n, weights, nic_rate, min_gain_us),
+            _ => self.balance_any(rows, n, weights, nic_rate, min_gain_us),
+        }
+        for l in 0..g {
+            self.len[l * n + skip] = 0;
+            self.gathered[l * n + skip] = 0;
+        }
+    }
+
+    /// [`RowLens::balance`] for `G` GPUs a node, pair by pair.
+    fn balance_fixed<const G: usize>(
+        &mut self,
+        rows: &[u64],
+        n: usize,
+        weights: &LaneWeights,
+        nic_rate: f64,
+        min_gain_us: f64,
+    ) {
+        let all = weights.cum[G];
+        let cum: [u64; G] = std::array::from_fn(|l| weights.cum[l + 1]);
+        let share: [u64; G] = std::array::from_fn(|l| weights.sharing[l]);
+        for b in 0..n {
+            let x: [u64; G] = std::array::from_fn(|l| rows[l * n + b]);
+            let total: u64 = x.iter().sum();
+            let mut t = [0u64; G];
+            let mut prev = 0;
+            match (total.checked_mul(all), weights.shift) {
+                (Some(_), Some(shift)) => {
+                    for (t, &c) in t.iter_mut().zip(&cum) {
+                        let at = (total * c) >> shift;
+                        *t = at - prev;
+                        prev = at;
+                    }
+                }
+                _ => {
+                    for (l, t) in t.iter_mut().enumerate() {
+                        let at = weights.upto(total, l + 1);
+                        *t = at - prev;
+                        prev = at;
+                    }
+                }
+            }
+            let (mut busiest, mut busiest_target) = (0u64, 0u64);
+            for ((&x, &t), &c) in x.iter().zip(&t).zip(&share) {
+                busiest = busiest.max(x * c);
+                busiest_target = busiest_target.max(t * c);
+            }
+            let gain = busiest as f64 / nic_rate - busiest_target as f64 / nic_rate;
+            // Not worth a move: every lane sends its own bytes.
+            let own_only = gain <= min_gain_us;
+            for (l, (&x, &t)) in x.iter().zip(&t).enumerate() {
+                let at = l * n + b;
+                if own_only {
+                    self.gathered[at] = 0;
+                    self.len[at] = x;
+                } else {
+                    self.gathered[at] = t.saturating_sub(x);
+                    self.len[at] = t;
+                }
+            }
+        }
+    }
+
+    /// [`RowLens::balance`] for any number of GPUs, lane by lane over the
+    /// row.
+    fn balance_any(
+        &mut self,
+        rows: &[u64],
+        n: usize,
+        weights: &LaneWeights,
+        nic_rate: f64,
+        min_gain_us: f64,
+    ) {
+        let g = weights.sharing.len();
+        self.total.clear();
+        self.total.extend_from_slice(&rows[..n]);
+        for row in rows.chunks_exact(n).skip(1) {
+            for (t, &x) in self.total.iter_mut().zip(row) {
+                *t += x;
+            }
+        }
+        self.busiest.clear();
+        self.busiest.resize(n, 0);
+        self.busiest_target.clear();
+        self.busiest_target.resize(n, 0);
+        // The lanes' targets first (`LaneWeights::upto(total, l + 1)` less
+        // `upto(total, l)`), their lengths below.
+        let all = weights.cum[g];
+        let largest = self.total.iter().copied().max().unwrap_or(0);
+        // Every `total * cum[i]` fits: `upto` is that product over `all`.
+        let fits = largest.checked_mul(all).is_some();
+        let lanes = rows.chunks_exact(n).zip(self.len.chunks_exact_mut(n));
+        for (l, (row, targets)) in lanes.enumerate() {
+            let (lo, hi) = (weights.cum[l], weights.cum[l + 1]);
+            let totals = targets.iter_mut().zip(&self.total);
+            match (fits, weights.shift) {
+                (true, Some(shift)) => {
+                    for (t, &total) in totals {
+                        *t = ((total * hi) >> shift) - ((total * lo) >> shift);
+                    }
+                }
+                (true, None) => {
+                    for (t, &total) in totals {
+                        *t = total * hi / all - total * lo / all;
+                    }
+                }
+                (false, _) => {
+                    for (t, &total) in totals {
+                        *t = weights.upto(total, l + 1) - weights.upto(total, l);
+                    }
+                }
+            }
+            let c = weights.sharing[l];
+            let loads = self.busiest.iter_mut().zip(&mut self.busiest_target);
+            for (((busiest, busiest_target), &x), &t) in loads.zip(row).zip(&*targets) {
+                *busiest = (*busiest).max(x * c);
+                *busiest_target = (*busiest_target).max(t * c);
+            }
+        }
+        self.balanced.clear();
+        let loads = self.busiest.iter().zip(&self.busiest_target);
+        self.balanced
+            .extend(loads.map(|(&busiest, &busiest_target)| {
+                let gain = busiest as f64 / nic_rate - busiest_target as f64 / nic_rate;
+                if gain <= min_gain_us {
+                    0
+                } else {
+                    u64::MAX
+                }
+            }));
+        let lanes = rows.chunks_exact(n).zip(self.len.chunks_exact_mut(n));
+        for ((row, lens), gathered) in lanes.zip(self.gathered.chunks_exact_mut(n)) {
+            let pairs = lens.iter_mut().zip(gathered.iter_mut());
+            for (((len, gathered), &x), &m) in pairs.zip(row).zip(&self.balanced) {
+                // Balanced: the target, `target - x` of it gathered; else
+                // the lane's own bytes.
+                let t = *len;
+                *gathered = t.saturating_sub(x) & m;
+                *len = (t & m) | (x & !m);
+            }
         }
     }
 }
@@ -444,6 +634,64 @@ mod tests {
         // More NICs than GPUs: every GPU has its own.
         let w = LaneWeights::new(2, 4);
         assert_eq!(w.sharing, vec![1, 1]);
+    }
+
+    /// `RowLens` gives every pair of a row the lanes `pair_lens` gives
+    /// (balanced or not; with totals whose products with the weights
+    /// overflow; weights that are not a power of two), and the pair of
+    /// the node with itself none.
+    #[test]
+    fn row_lens_are_pair_lens() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut balanced = [0usize; 2];
+        for case in 0..120 {
+            let g = [8, 4, 2, 3][case % 4];
+            let nics = [1, 2, g][case / 4 % 3];
+            let n = 1 + case % 9;
+            // Some rows so large that `total * cum` overflows (the path
+            // through `LaneWeights::upto`'s 128-bit division).
+            let bits = if case % 10 == 0 { 61 } else { 30 };
+            let rows: Vec<u64> = (0..g * n)
+                .map(|_| {
+                    let r = next();
+                    if r % 5 == 0 {
+                        0
+                    } else {
+                        (r >> 3) % (1 << (r % bits))
+                    }
+                })
+                .collect();
+            let w = LaneWeights::new(g, nics);
+            let gain = [0.0, 1.0, 50.0][case % 7 % 3];
+            let skip = case % n;
+            let mut row = RowLens::default();
+            row.balance(&rows, n, &w, 50_000.0, gain, skip);
+            let mut lens = vec![(0, 0); g];
+            for b in 0..n {
+                let sent: Vec<u64> = (0..g).map(|l| rows[l * n + b]).collect();
+                pair_lens(&sent, &w, 50_000.0, gain, &mut lens);
+                for (l, &(own, gathered)) in lens.iter().enumerate() {
+                    let got = (row.len[l * n + b], row.gathered[l * n + b]);
+                    let want = if b == skip {
+                        (0, 0)
+                    } else {
+                        (own + gathered, gathered)
+                    };
+                    assert_eq!(got, want, "{sent:?} on {nics} NICs, gain {gain}, lane {l}");
+                }
+                if b != skip {
+                    balanced[usize::from(lens.iter().any(|l| l.1 > 0))] += 1;
+                }
+            }
+        }
+        // Both outcomes of the gain test were exercised.
+        assert!(balanced[0] > 20 && balanced[1] > 20, "{balanced:?}");
     }
 
     /// `pair_lens` gives the lanes' bytes `balance_pair` gives with

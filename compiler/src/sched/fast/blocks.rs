@@ -198,6 +198,15 @@ impl RankBuffers {
     }
 }
 
+impl RankBlocks<'_> {
+    /// What each GPU of node `a` sends each node: `G` rows of `N`, GPU `l`'s
+    /// at `l N` (each entry [`Blocks::to_node`]).
+    pub(super) fn node_rows(&self, a: usize) -> &[u64] {
+        let per_node = self.gpus * self.nodes;
+        &self.splits.to_nodes[a * per_node..(a + 1) * per_node]
+    }
+}
+
 impl Blocks for RankBlocks<'_> {
     #[inline]
     fn send_at(&self, s: usize, d: usize) -> u64 {

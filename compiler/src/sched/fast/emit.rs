@@ -14,7 +14,7 @@
 
 use std::ops::Range;
 
-use super::balance::{Lane, LaneWeights, Piece};
+use super::balance::{Lane, LaneWeights, Piece, RowLens};
 use super::blocks::{Blocks, RankBuffers, WholeBlocks};
 use super::leaves::LeafStages;
 use super::mesh::MeshRelief;
@@ -142,6 +142,8 @@ pub(crate) struct Emitter {
     /// A rank's program: running sums per GPU that place the lanes it
     /// keeps, and one pair's lanes that it does not keep.
     pub(super) rank_sums: Vec<u64>,
+    /// A rank's program: the lanes' bytes of one node's pairs (`balance_rank`).
+    pub(super) row_lens: RowLens,
     pub(super) lane_tmp: Vec<Lane>,
     pub(super) pieces: Vec<Piece>,
     pub(super) sent: Vec<u64>,
@@ -281,6 +283,7 @@ impl Emitter {
             inter_blocks: 0,
             lanes: Vec::new(),
             rank_sums: Vec::new(),
+            row_lens: RowLens::default(),
             lane_tmp: Vec::new(),
             pieces: Vec::new(),
             sent: Vec::with_capacity(gpus),

@@ -2,8 +2,8 @@
 //! share of what its node sends to another, and the pieces moved to reach
 //! it), or all sent directly when every pair is balanced already.
 
-use super::balance::{balance_pair, pair_lens, Lane};
-use super::blocks::Blocks;
+use super::balance::{balance_pair, Lane};
+use super::blocks::{Blocks, RankBlocks};
 use super::emit::Emitter;
 
 /// A pair goes direct only if its busiest lane carries at most this fraction
@@ -168,7 +168,7 @@ impl Emitter {
     #[inline(never)]
     pub(super) fn balance_rank(
         &mut self,
-        v: &impl Blocks,
+        v: &RankBlocks<'_>,
         node: usize,
         rail: usize,
     ) -> Option<u64> {
@@ -195,36 +195,33 @@ impl Emitter {
         let (gather, rest) = sums.split_at_mut(n);
         let (gather_before, rest) = rest.split_at_mut(n);
         let (land_before, land) = rest.split_at_mut(n);
-        let mut lens = vec![(0u64, 0u64); g];
+        // Every pair's lanes' bytes, node `a`'s pairs at once (`RowLens`);
+        // the pairs of `node` balanced again with their pieces.
+        let mut row = std::mem::take(&mut self.row_lens);
         for a in 0..nn {
-            // Running gather base of lane `rail` of row `a`.
-            let mut rail_gather = 0u64;
-            for b in 0..nn {
-                if a == b {
-                    // Empty (as cleared above), as in the whole layout.
-                    continue;
-                }
-                self.sent_to(v, a, b);
-                let mine = a == node || b == node;
-                if mine {
-                    let at = idx(a, b, 0);
-                    self.balance_sent(a, min_gain, false, Some(at), &mut []);
-                    for (l, lane) in self.lanes[at..at + g].iter().enumerate() {
-                        lens[l] = (lane.own, lane.gathered);
+            let rows = v.node_rows(a);
+            row.balance(rows, nn, &self.weights, self.nic_rate, min_gain, a);
+            for (l, (gathered, lens)) in (row.gathered.chunks_exact(nn))
+                .zip(row.len.chunks_exact(nn))
+                .enumerate()
+            {
+                gather[a * g + l] = gathered.iter().sum();
+                gather_before[a * g + l] = gathered[..node].iter().sum();
+                if a < node {
+                    for (b, &len) in lens.iter().enumerate() {
+                        land_before[b * g + l] += len;
                     }
-                } else {
-                    // Bytes only, in one pass (most pairs are not the node's).
-                    pair_lens(
-                        &self.sent,
-                        &self.weights,
-                        self.nic_rate,
-                        min_gain,
-                        &mut lens,
-                    );
+                }
+            }
+            // Lane `rail` of the pairs away from `node`, gather bases running
+            // in the order of `b`.
+            let (gathered, lens) = (&row.gathered[rail * nn..], &row.len[rail * nn..]);
+            let mut rail_gather = 0u64;
+            for (b, (&gathered, &len)) in gathered[..nn].iter().zip(&lens[..nn]).enumerate() {
+                if a != node && b != node && b != a {
                     let at = self.pieces.len() as u32;
-                    let (own, gathered) = lens[rail];
-                    self.lanes[idx(a, b, rail)] = Lane {
-                        own,
+                    self.lanes[a * nn + b] = Lane {
+                        own: len - gathered,
                         gathered,
                         pieces_start: at,
                         pieces_end: at,
@@ -232,25 +229,23 @@ impl Emitter {
                         ..Lane::default()
                     };
                 }
-                let gathers = &mut gather[a * g..(a + 1) * g];
-                for (sum, &(_, gathered)) in gathers.iter_mut().zip(&lens) {
-                    *sum += gathered;
-                }
-                if b < node {
-                    let before = &mut gather_before[a * g..(a + 1) * g];
-                    for (sum, &(_, gathered)) in before.iter_mut().zip(&lens) {
-                        *sum += gathered;
-                    }
-                }
-                if a < node {
-                    let lands = &mut land_before[b * g..(b + 1) * g];
-                    for (sum, &(own, gathered)) in lands.iter_mut().zip(&lens) {
-                        *sum += own + gathered;
-                    }
-                }
-                rail_gather += lens[rail].1;
+                rail_gather += gathered;
+            }
+            // The pairs of `node` (its row, else its column): every lane,
+            // with pieces.
+            let mut pair = |b: usize| {
+                self.sent.clear();
+                self.sent.extend((0..g).map(|l| rows[l * nn + b]));
+                let at = idx(a, b, 0);
+                self.balance_sent(a, min_gain, false, Some(at), &mut []);
+            };
+            if a == node {
+                (0..nn).filter(|&b| b != a).for_each(&mut pair);
+            } else {
+                pair(node);
             }
         }
+        self.row_lens = row;
         // Landing regions: after the GPU's gather regions, in the order of
         // the sending node. Lane `rail` of the pairs away from `node`, by
         // column (`node`'s row among them); `land` is each column's

@@ -206,21 +206,37 @@ pub(crate) struct RankPairs {
     /// times, by its node and by both of its chains).
     picked: Vec<u64>,
     /// Per chain of the rail (GPU `(a', j)` sending, then GPU `(b, j)`
-    /// receiving), its last slices since the rank last met it, a ring of
-    /// `window` entries.
+    /// receiving), its last slices since the rank last met it (at most
+    /// `window`), in a ring of `mask + 1` entries (`window` rounded up to
+    /// a power of two: no division per slice).
     ring: Vec<u32>,
     /// Per chain: slices pushed into its ring, and how many of them it holds.
     pushed: Vec<u32>,
     held: Vec<u32>,
     window: usize,
+    mask: usize,
 }
 
 impl RankPairs {
+    /// Empty rings of `window` slices for `chains` chains.
+    fn reset_rings(&mut self, chains: usize, window: usize) {
+        let size = window.next_power_of_two();
+        self.window = window;
+        self.mask = size - 1;
+        self.ring.clear();
+        self.ring.resize(chains * size, 0);
+        self.pushed.clear();
+        self.pushed.resize(chains, 0);
+        self.held.clear();
+        self.held.resize(chains, 0);
+    }
+
+    #[inline]
     fn push(&mut self, chain: usize, i: u32) {
-        let w = self.window;
-        self.ring[chain * w + self.pushed[chain] as usize % w] = i;
+        let size = self.mask + 1;
+        self.ring[chain * size + (self.pushed[chain] as usize & self.mask)] = i;
         self.pushed[chain] += 1;
-        self.held[chain] = (self.held[chain] + 1).min(w as u32);
+        self.held[chain] = (self.held[chain] + 1).min(self.window as u32);
     }
 
     fn pick(&mut self, i: u32) {
@@ -229,10 +245,10 @@ impl RankPairs {
 
     /// The rank's slice meets `chain`: the slices its ring holds are emitted.
     fn meet(&mut self, chain: usize) {
-        let w = self.window;
+        let size = self.mask + 1;
         let (pushed, held) = (self.pushed[chain] as usize, self.held[chain] as usize);
         for k in pushed - held..pushed {
-            let i = self.ring[chain * w + k % w];
+            let i = self.ring[chain * size + (k & self.mask)];
             self.pick(i);
         }
         self.held[chain] = 0;
@@ -278,28 +294,26 @@ impl Emitter {
         let window = (self.depth as usize).saturating_mul(2);
         // A pipeline too deep for rings: every slice of the rail.
         let every = chains && window > MAX_WINDOW;
-        rp.window = window.clamp(1, MAX_WINDOW);
         if chains && !every {
-            rp.ring.clear();
-            rp.ring.resize(2 * nn * rp.window, 0);
-            rp.pushed.clear();
-            rp.pushed.resize(2 * nn, 0);
-            rp.held.clear();
-            rp.held.resize(2 * nn, 0);
+            rp.reset_rings(2 * nn, window.clamp(1, MAX_WINDOW));
         }
         rp.picked.clear();
         rp.picked.resize(self.stages.len().div_ceil(64), 0);
-        rp.before.clear();
-        rp.before.reserve(self.stages.len());
-        rp.node_pairs.clear();
-        rp.node_pairs.extend((0..nn * nn).map(|ab| {
-            let (s, d) = (ab / nn, ab % nn);
-            let len = self.lanes[rank_lane_index(nn, g, a, j, s, d, j)].len();
-            [0, len, self.node_bytes[ab], 0]
-        }));
-        for (i, p) in self.stages.iter().enumerate() {
+        // Both written below; out of `rp` while its rings change.
+        let mut before_of = std::mem::take(&mut rp.before);
+        before_of.resize(self.stages.len(), 0);
+        let mut node_pairs = std::mem::take(&mut rp.node_pairs);
+        node_pairs.clear();
+        for (s, row) in self.node_bytes.chunks_exact(nn).enumerate() {
+            node_pairs.extend(row.iter().enumerate().map(|(d, &total)| {
+                let len = self.lanes[rank_lane_index(nn, g, a, j, s, d, j)].len();
+                [0, len, total, 0]
+            }));
+        }
+        for ((i, p), before_p) in self.stages.iter().enumerate().zip(&mut before_of) {
             let (s, d) = (p.src_node as usize, p.dst_node as usize);
-            let [before, len, total, from] = rp.node_pairs[s * nn + d];
+            let pair = &mut node_pairs[s * nn + d];
+            let [before, len, total, from] = *pair;
             let after = before + p.bytes;
             // `lane_slice(before, after, total, len)`, its start carried over.
             let to = if after == total {
@@ -307,8 +321,8 @@ impl Emitter {
             } else {
                 mul_div(after, len, total)
             };
-            rp.node_pairs[s * nn + d] = [after, len, total, to];
-            rp.before.push(before);
+            *pair = [after, len, total, to];
+            *before_p = before;
             let i = i as u32;
             if s == a || d == a {
                 rp.pick(i);
@@ -332,6 +346,8 @@ impl Emitter {
                 rp.push(nn + d, i);
             }
         }
+        rp.before = before_of;
+        rp.node_pairs = node_pairs;
         rp.collect();
     }
 }
@@ -432,15 +448,13 @@ mod tests {
     use super::RankPairs;
 
     fn rings(chains: usize, window: usize, stages: usize) -> RankPairs {
-        RankPairs {
-            ring: vec![0; chains * window],
-            pushed: vec![0; chains],
-            held: vec![0; chains],
+        let mut rp = RankPairs {
             picked: vec![0; stages.div_ceil(64)],
             before: (0..stages as u64).map(|i| 10 * i).collect(),
-            window,
             ..RankPairs::default()
-        }
+        };
+        rp.reset_rings(chains, window);
+        rp
     }
 
     fn picked(rp: &mut RankPairs) -> Vec<(u32, u64)> {

@@ -59,11 +59,21 @@ impl Emitter {
             }
         }
         // The last pair each node sends and receives: their final chunks taper.
+        // From the last pair back, until every node that sends or receives
+        // has its last (the last stages are usually full permutations).
         self.last_pair.clear();
         self.last_pair.resize(2 * nn, usize::MAX);
-        for (i, p) in self.stages.iter().enumerate() {
-            self.last_pair[p.src_node as usize] = i;
-            self.last_pair[nn + p.dst_node as usize] = i;
+        let mut unset = 2 * nn;
+        for (i, p) in self.stages.iter().enumerate().rev() {
+            for at in [p.src_node as usize, nn + p.dst_node as usize] {
+                if self.last_pair[at] == usize::MAX {
+                    self.last_pair[at] = i;
+                    unset -= 1;
+                }
+            }
+            if unset == 0 {
+                break;
+            }
         }
     }
 
