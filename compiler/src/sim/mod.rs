@@ -345,6 +345,21 @@ pub fn simulate_with_progress(
     Sim::new(topo, plan, opts, eps).run(progress)
 }
 
+/// [`simulate`] with a whole fill at every recompute: the reference the
+/// incremental refill must reproduce exactly (tests only).
+#[cfg(test)]
+pub(crate) fn simulate_whole_fills(
+    topo: &Topology,
+    plan: &Plan,
+    opts: &SimOptions,
+) -> Result<SimResult> {
+    check_plan(topo, plan)?;
+    let eps = opts.tolerance_for(plan.transfers.len());
+    let mut sim = Sim::new(topo, plan, opts, eps);
+    sim.whole_fills = true;
+    sim.run(&mut |_, _| {})
+}
+
 fn check_plan(topo: &Topology, plan: &Plan) -> Result<()> {
     let bad = |reason: String| -> Error { InputError::new("plan", reason).into() };
     if plan.ranks as usize != topo.ranks() || plan.gpus_per_node as usize != topo.gpus_per_node() {
@@ -448,6 +463,9 @@ struct Sim<'a> {
     finished: usize,
     links: Vec<LinkUsage>,
     events: usize,
+    /// Every recompute fills every moving flow (the reference the
+    /// incremental refill is tested against).
+    whole_fills: bool,
 }
 
 impl<'a> Sim<'a> {
@@ -520,6 +538,7 @@ impl<'a> Sim<'a> {
             finished: 0,
             links: vec![LinkUsage::default(); links],
             events: 0,
+            whole_fills: false,
         }
     }
 
@@ -784,6 +803,9 @@ impl<'a> Sim<'a> {
         }
         match &mut self.congestion {
             Some(c) => c.fill(&mut self.filler, active, &self.cap, dead, rate),
+            // The capacities never change: only the flows connected to
+            // the ones that started or finished are filled again.
+            None if !self.whole_fills => self.filler.refill(&self.cap, dead, rate),
             None => self.filler.fill(&self.cap, None, dead, rate),
         }
     }
