@@ -30,4 +30,11 @@ impl Laps {
             *t = Instant::now();
         }
     }
+
+    /// Prints `note` beside the timings (a retry's reason), if timing.
+    pub fn note(&self, note: &str) {
+        if self.since.is_some() {
+            eprintln!("timing {}: {note}", self.what);
+        }
+    }
 }

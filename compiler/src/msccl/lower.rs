@@ -273,7 +273,9 @@ pub fn to_xml(
                             && u < start << 10
                             && u * 2 <= MAX_CHUNK_BYTES =>
                     {
-                        let _ = why;
+                        // The failed lowering's cost shows in the laps
+                        // above; say which limit it missed.
+                        laps.note(&format!("chunk {u} bytes missed a limit ({why}); doubling"));
                         u *= 2;
                     }
                     // The caller's chunk size is too small for the

@@ -13,6 +13,13 @@
 //! flows freeze (a flow frozen at the smallest share s takes at most s from a
 //! link whose share is at least s), so stale heap keys are refreshed lazily
 //! when popped instead of on every update.
+//!
+//! Between events most flows keep their rates: max-min rates on a set of
+//! links depend only on the flows connected to it through shared links, so
+//! [`Filler::refill`] fills again only the component of the links whose
+//! flows changed (at 32 x 8 on DGX-H100, rails and nodes are separate
+//! components: about 6% of the moving flows per event for `spray` and
+//! `fast`), with the same floating-point operations a whole fill makes.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -71,6 +78,19 @@ pub(crate) struct Filler {
     left: usize,
     heap: BinaryHeap<Reverse<(Key, LinkId)>>,
     capped: Vec<(f64, u32)>,
+    /// Links whose flows changed (a flow appended or removed) since the
+    /// last fill, for [`Filler::refill`]; `all_dirty` after a re-index
+    /// (positions renumbered) or a fill of other capacities.
+    dirty: Vec<LinkId>,
+    all_dirty: bool,
+    /// Per link and per position: the stamp of the last refill that put
+    /// it in the component it recomputes.
+    link_seen: Vec<u32>,
+    pos_seen: Vec<u32>,
+    seen: u32,
+    /// The links and flows of that component.
+    comp_links: Vec<LinkId>,
+    comp_flows: Vec<u32>,
 }
 
 impl Filler {
@@ -81,6 +101,8 @@ impl Filler {
             rem_cap: vec![0.0; num_links],
             unfrozen: vec![0; num_links],
             pos_off: vec![0],
+            link_seen: vec![0; num_links],
+            all_dirty: true,
             ..Filler::default()
         }
     }
@@ -110,6 +132,7 @@ impl Filler {
         self.pos_off.clear();
         self.pos_links.clear();
         self.pos_off.push(0);
+        self.all_dirty = true;
         self.append(flows, 0, paths);
     }
 
@@ -126,6 +149,7 @@ impl Filler {
                 on.push(pos as u32);
                 self.alive[l as usize] += 1;
                 self.pos_links.push(l);
+                self.dirty.push(l);
             }
             self.pos_off.push(self.pos_links.len() as u32);
         }
@@ -140,7 +164,88 @@ impl Filler {
         );
         for &l in &self.pos_links[a..b] {
             self.alive[l as usize] -= 1;
+            self.dirty.push(l);
         }
+    }
+
+    /// [`Filler::fill`] without per-flow caps, recomputing only what the
+    /// changes since the last fill can move: max-min rates on one set of
+    /// links are independent of the flows that share no link with it
+    /// (transitively), so the flows connected to a link that gained or
+    /// lost a flow are filled again and every other flow keeps its rate
+    /// (and every other link its usage). `cap` must be the capacities of
+    /// the last fill. The fill of a component makes the same
+    /// floating-point operations in the same order as a whole fill does
+    /// on it: pops come in (share, link) order and a link's share reads
+    /// only its own component's freezes, so the rates are the same values.
+    /// `rate` must be the vector the last fill wrote (positions past its
+    /// end are new; a removed position keeps its last rate, which the
+    /// caller ignores with `dead`).
+    pub fn refill(&mut self, cap: &[f64], dead: &[bool], rate: &mut Vec<f64>) {
+        let n = self.pos_off.len() - 1;
+        if self.all_dirty || rate.len() > n || self.frozen.len() > n {
+            self.fill(cap, None, dead, rate);
+            return;
+        }
+        // The component of the changed links: flows crossing them, their
+        // links, and so on.
+        self.seen = self.seen.wrapping_add(1);
+        if self.seen == 0 {
+            self.link_seen.iter_mut().for_each(|s| *s = 0);
+            self.pos_seen.iter_mut().for_each(|s| *s = 0);
+            self.seen = 1;
+        }
+        let stamp = self.seen;
+        self.pos_seen.resize(n, 0);
+        self.comp_links.clear();
+        self.comp_flows.clear();
+        for &l in &self.dirty {
+            if self.link_seen[l as usize] != stamp {
+                self.link_seen[l as usize] = stamp;
+                self.comp_links.push(l);
+            }
+        }
+        self.dirty.clear();
+        let mut i = 0;
+        while i < self.comp_links.len() {
+            let l = self.comp_links[i];
+            i += 1;
+            for &pos in &self.on[l as usize] {
+                let p = pos as usize;
+                if dead[p] || self.pos_seen[p] == stamp {
+                    continue;
+                }
+                self.pos_seen[p] = stamp;
+                self.comp_flows.push(pos);
+                let (a, b) = (self.pos_off[p] as usize, self.pos_off[p + 1] as usize);
+                for &m in &self.pos_links[a..b] {
+                    if self.link_seen[m as usize] != stamp {
+                        self.link_seen[m as usize] = stamp;
+                        self.comp_links.push(m);
+                    }
+                }
+            }
+        }
+        rate.resize(n, 0.0);
+        // Flows outside the component stay frozen at their rates.
+        self.frozen.resize(n, true);
+        for &pos in &self.comp_flows {
+            self.frozen[pos as usize] = false;
+        }
+        self.left = self.comp_flows.len();
+        let mut keys = std::mem::take(&mut self.heap).into_vec();
+        keys.clear();
+        for &l in &self.comp_links {
+            let (c, k) = (cap[l as usize], self.alive[l as usize]);
+            self.rem_cap[l as usize] = c;
+            self.unfrozen[l as usize] = k;
+            if k > 0 {
+                keys.push(Reverse((Key(c / k as f64), l)));
+            }
+        }
+        self.heap = BinaryHeap::from(keys);
+        self.capped.clear();
+        self.water(rate);
     }
 
     /// Max-min fair rates of the indexed flows into `rate` (by position), on
@@ -173,6 +278,9 @@ impl Filler {
         }
         self.heap = BinaryHeap::from(keys);
         self.capped.clear();
+        self.dirty.clear();
+        // A refill may follow only a fill of the same capacities.
+        self.all_dirty = flow_cap.is_some();
         if let Some(fc) = flow_cap {
             self.capped.extend(
                 fc.iter()
@@ -182,6 +290,12 @@ impl Filler {
             );
             self.capped.sort_by(|a, b| a.0.total_cmp(&b.0));
         }
+        self.water(rate);
+    }
+
+    /// The progressive filling proper, from the heap of link shares and
+    /// the sorted flow caps set up by [`Filler::fill`] or [`Filler::refill`].
+    fn water(&mut self, rate: &mut [f64]) {
         let mut ci = 0;
         // Once every flow is frozen, what is left in the heap are links
         // with no unfrozen flow, which the loop would only discard.
@@ -419,6 +533,71 @@ mod tests {
                         (rate[j] - want[j]).abs() <= 1e-9 * want[j].max(1.0),
                         "flow {j}: {} against {} (caps {with_caps})", rate[j], want[j]
                     );
+                }
+            }
+        }
+
+        /// A refill after appends and removals gives every live flow the
+        /// rate a whole fill gives it, to the bit, and every link the same
+        /// usage.
+        #[test]
+        fn refill_matches_a_whole_fill(
+            caps in proptest::collection::vec(1u32..=20, 1..=8),
+            flows in proptest::collection::vec(proptest::collection::vec(0usize..8, 1..=3), 1..=30),
+            steps in proptest::collection::vec((0usize..=3, proptest::collection::vec(any::<prop::sample::Index>(), 0..=3)), 1..=8),
+        ) {
+            let nl = caps.len();
+            let cap: Vec<f64> = caps.iter().map(|&c| c as f64 / 3.0).collect();
+            let ps: Vec<Vec<LinkId>> = flows
+                .iter()
+                .map(|ls| {
+                    let mut v: Vec<LinkId> = ls.iter().map(|&l| (l % nl) as LinkId).collect();
+                    v.sort_unstable();
+                    v.dedup();
+                    v
+                })
+                .collect();
+            let refs: Vec<&[LinkId]> = ps.iter().map(|v| v.as_slice()).collect();
+            let p = paths(&refs);
+            let ids: Vec<u32> = (0..ps.len() as u32).collect();
+            let (mut inc, mut whole) = (Filler::new(nl), Filler::new(nl));
+            let (mut ri, mut rw) = (Vec::new(), Vec::new());
+            let mut dead: Vec<bool> = Vec::new();
+            let mut upto = 0usize;
+            for (k, (arrive, gone)) in steps.iter().enumerate() {
+                // Some flows arrive, some moving ones finish.
+                let to = (upto + arrive).min(ids.len());
+                if k == 0 {
+                    inc.index(&ids[..to], &p);
+                    whole.index(&ids[..to], &p);
+                } else {
+                    inc.append(&ids[..to], upto, &p);
+                    whole.append(&ids[..to], upto, &p);
+                }
+                dead.resize(to, false);
+                upto = to;
+                if k > 0 {
+                    for g in gone {
+                        if upto == 0 {
+                            break;
+                        }
+                        let pos = g.index(upto);
+                        if !dead[pos] {
+                            dead[pos] = true;
+                            inc.remove(pos as u32);
+                            whole.remove(pos as u32);
+                        }
+                    }
+                }
+                inc.refill(&cap, &dead, &mut ri);
+                whole.fill(&cap, None, &dead, &mut rw);
+                for pos in 0..upto {
+                    if !dead[pos] {
+                        prop_assert_eq!(ri[pos].to_bits(), rw[pos].to_bits(), "step {} flow {}", k, pos);
+                    }
+                }
+                for l in 0..nl as LinkId {
+                    prop_assert_eq!(inc.used(l, cap[l as usize]).to_bits(), whole.used(l, cap[l as usize]).to_bits());
                 }
             }
         }

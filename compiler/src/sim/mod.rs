@@ -345,6 +345,21 @@ pub fn simulate_with_progress(
     Sim::new(topo, plan, opts, eps).run(progress)
 }
 
+/// [`simulate`] with a whole fill at every recompute: the reference the
+/// incremental refill must reproduce exactly (tests only).
+#[cfg(test)]
+pub(crate) fn simulate_whole_fills(
+    topo: &Topology,
+    plan: &Plan,
+    opts: &SimOptions,
+) -> Result<SimResult> {
+    check_plan(topo, plan)?;
+    let eps = opts.tolerance_for(plan.transfers.len());
+    let mut sim = Sim::new(topo, plan, opts, eps);
+    sim.whole_fills = true;
+    sim.run(&mut |_, _| {})
+}
+
 fn check_plan(topo: &Topology, plan: &Plan) -> Result<()> {
     let bad = |reason: String| -> Error { InputError::new("plan", reason).into() };
     if plan.ranks as usize != topo.ranks() || plan.gpus_per_node as usize != topo.gpus_per_node() {
@@ -448,6 +463,9 @@ struct Sim<'a> {
     finished: usize,
     links: Vec<LinkUsage>,
     events: usize,
+    /// Every recompute fills every moving flow (the reference the
+    /// incremental refill is tested against).
+    whole_fills: bool,
 }
 
 impl<'a> Sim<'a> {
@@ -520,6 +538,7 @@ impl<'a> Sim<'a> {
             finished: 0,
             links: vec![LinkUsage::default(); links],
             events: 0,
+            whole_fills: false,
         }
     }
 
@@ -581,7 +600,9 @@ impl<'a> Sim<'a> {
         // First position the filler has not indexed yet.
         let mut fresh = 0usize;
         let mut rate: Vec<f64> = Vec::new();
-        let mut finish_at: Vec<f64> = Vec::new();
+        // Flows that may finish in this event, by position, with their
+        // projected finish.
+        let mut cands: Vec<(u32, f64)> = Vec::new();
         let mut now = 0.0f64;
         let mut changed = false;
         loop {
@@ -644,26 +665,35 @@ impl<'a> Sim<'a> {
                 .peek()
                 .map_or(f64::INFINITY, |&Reverse((Key(at), _))| at);
             // Projected finishes, and the latest instant that delays no
-            // transfer by more than eps of its own duration.
-            finish_at.clear();
-            finish_at.resize(active.len(), f64::INFINITY);
+            // transfer by more than eps of its own duration. `limit` and
+            // `first` only fall during the sweep, and the final limit is at
+            // most max(limit, first (1 + 1e-12)) at any point of it, so a
+            // flow projected past that bound cannot finish in this event:
+            // only the others are kept (in position order) as candidates.
             let mut limit = next_arrival;
             let mut first = f64::INFINITY;
             let eps = self.eps;
-            for ((((f_at, &d), &r), &left), &s0) in finish_at
-                .iter_mut()
-                .zip(&dead)
-                .zip(&rate)
-                .zip(&rem)
-                .zip(&start)
+            cands.clear();
+            for (pos, (((&d, &r), &left), &s0)) in
+                dead.iter().zip(&rate).zip(&rem).zip(&start).enumerate()
             {
                 if d || r <= 0.0 {
                     continue;
                 }
                 let f = now + left / r;
-                *f_at = f;
-                first = first.min(f);
-                limit = limit.min(f + eps * (f - s0));
+                // (Plain comparisons, not `f64::min`, whose NaN handling
+                // chains every flow's step to the last one's; nothing here
+                // is NaN, so the minima are the same values.)
+                if f < first {
+                    first = f;
+                }
+                let g = f + eps * (f - s0);
+                if g < limit {
+                    limit = g;
+                }
+                if f <= limit || f <= first + first.abs() * 1e-12 {
+                    cands.push((pos as u32, f));
+                }
             }
             // Near-ties (rounding) finish together rather than one by one.
             if first < next_arrival {
@@ -676,11 +706,10 @@ impl<'a> Sim<'a> {
             }
             // Every transfer projected to end by `limit` ends at the group's
             // latest projected finish (never before its own).
+            cands.retain(|&(_, f)| f <= limit);
             let mut tau = f64::NEG_INFINITY;
-            for &f in &finish_at {
-                if f <= limit {
-                    tau = tau.max(f);
-                }
+            for &(_, f) in &cands {
+                tau = tau.max(f);
             }
             if tau == f64::NEG_INFINITY {
                 tau = limit; // only an arrival: advance to it
@@ -696,27 +725,28 @@ impl<'a> Sim<'a> {
                     u.busy_us += dt;
                 }
             }
-            for pos in 0..active.len() {
-                if dead[pos] {
-                    continue;
-                }
+            // The finishing flows first, in position order (their credits
+            // to shared links in the order of a sweep), then the others.
+            for &(pos, _) in &cands {
+                let pos = pos as usize;
                 let t = active[pos];
                 let moved = rate[pos] * dt;
-                if finish_at[pos] <= limit {
-                    // Credit back what the flow did not need.
-                    let over = moved - rem[pos];
-                    if over != 0.0 {
-                        for &l in self.paths.of(t) {
-                            self.links[l as usize].bytes -= over;
-                        }
+                // Credit back what the flow did not need.
+                let over = moved - rem[pos];
+                if over != 0.0 {
+                    for &l in self.paths.of(t) {
+                        self.links[l as usize].bytes -= over;
                     }
-                    rem[pos] = 0.0;
-                    dead[pos] = true;
-                    n_dead += 1;
-                    self.filler.remove(pos as u32);
-                    stack.push((t, tau));
-                } else {
-                    rem[pos] -= moved;
+                }
+                rem[pos] = 0.0;
+                dead[pos] = true;
+                n_dead += 1;
+                self.filler.remove(pos as u32);
+                stack.push((t, tau));
+            }
+            for ((left, &r), &d) in rem.iter_mut().zip(&rate).zip(&dead) {
+                if !d {
+                    *left -= r * dt;
                 }
             }
             now = tau;
@@ -784,6 +814,9 @@ impl<'a> Sim<'a> {
         }
         match &mut self.congestion {
             Some(c) => c.fill(&mut self.filler, active, &self.cap, dead, rate),
+            // The capacities never change: only the flows connected to
+            // the ones that started or finished are filled again.
+            None if !self.whole_fills => self.filler.refill(&self.cap, dead, rate),
             None => self.filler.fill(&self.cap, None, dead, rate),
         }
     }

@@ -419,3 +419,56 @@ proptest! {
             "completion {} below bound {:?}", r.completion_us, lb);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+    /// Filling only the flows connected to those that started or finished
+    /// gives the same run, to the bit, as filling every moving flow at
+    /// every recompute: every algorithm, exact and grouped, in the modes
+    /// that refill (ideal and calibrated; congested and stress fill whole).
+    #[test]
+    fn refills_give_the_whole_fills_run(
+        (topo, m, calibrated, grouped) in small_topology()
+            .prop_flat_map(|t| {
+                let r = t.ranks();
+                (Just(t), small_traffic(r), any::<bool>(), any::<bool>())
+            })
+    ) {
+        for &alg in crate::sched::Algorithm::ALL {
+            let plan = match crate::sched::schedule(alg, &topo, &m, &Default::default()) {
+                Ok(p) => p,
+                Err(Error::Unsupported { .. }) => continue,
+                Err(e) => return Err(TestCaseError::fail(format!("{alg}: {e}"))),
+            };
+            let opts = SimOptions {
+                tolerance: Some(if grouped { 0.02 } else { 0.0 }),
+                ..SimOptions::new(if calibrated { Network::Calibrated } else { Network::Ideal })
+            };
+            let fast = simulate(&topo, &plan, &opts).unwrap();
+            let whole = simulate_whole_fills(&topo, &plan, &opts).unwrap();
+            prop_assert!(fast == whole, "{alg}: refilled and whole-filled runs differ");
+        }
+    }
+}
+
+/// The same on plans of a size where components matter: 4 x 8 DGX-H100,
+/// skewed traffic, every rail-aligned algorithm (their rails and nodes are
+/// separate components) and `direct` (one component).
+#[test]
+fn refills_give_the_whole_fills_run_at_4x8() {
+    let topo = Topology::preset("dgx-h100", 4, None).unwrap();
+    let mut spec = TrafficSpec::new(topo.ranks(), Pattern::Lognormal(1.0));
+    spec.bytes = 1 << 18;
+    spec.seed = 3;
+    let m = generate(&spec).unwrap();
+    for alg in ["direct", "hierarchical", "fast", "spray", "pxn"] {
+        let alg: crate::sched::Algorithm = alg.parse().unwrap();
+        let plan = crate::sched::schedule(alg, &topo, &m, &Default::default()).unwrap();
+        for opts in [SimOptions::default(), SimOptions::new(Network::Calibrated)] {
+            let fast = simulate(&topo, &plan, &opts).unwrap();
+            let whole = simulate_whole_fills(&topo, &plan, &opts).unwrap();
+            assert!(fast == whole, "{alg} {}: runs differ", opts.network);
+            assert!(fast.events > 100, "{alg}: {} events", fast.events);
+        }
+    }
+}
