@@ -233,9 +233,21 @@ impl Filler {
             self.frozen[pos as usize] = false;
         }
         self.left = self.comp_flows.len();
+        let links = std::mem::take(&mut self.comp_links);
+        self.reset_links(cap, &links);
+        self.comp_links = links;
+        self.capped.clear();
+        self.water(rate);
+    }
+
+    /// Each of `links` back at its capacity in `cap` with every flow on it
+    /// unfrozen, and the heap made of their shares. Built whole (O(L)), not
+    /// pushed one by one: the pops depend only on the set of (share, link)
+    /// keys.
+    fn reset_links(&mut self, cap: &[f64], links: &[LinkId]) {
         let mut keys = std::mem::take(&mut self.heap).into_vec();
         keys.clear();
-        for &l in &self.comp_links {
+        for &l in links {
             let (c, k) = (cap[l as usize], self.alive[l as usize]);
             self.rem_cap[l as usize] = c;
             self.unfrozen[l as usize] = k;
@@ -244,8 +256,6 @@ impl Filler {
             }
         }
         self.heap = BinaryHeap::from(keys);
-        self.capped.clear();
-        self.water(rate);
     }
 
     /// Max-min fair rates of the indexed flows into `rate` (by position), on
@@ -264,19 +274,9 @@ impl Filler {
         self.frozen.clear();
         self.frozen.extend_from_slice(dead);
         self.left = dead.iter().filter(|&&d| !d).count();
-        // Built whole (O(L)), not pushed one by one: the pops depend only
-        // on the set of (share, link) keys.
-        let mut keys = std::mem::take(&mut self.heap).into_vec();
-        keys.clear();
-        for &l in &self.touched {
-            let (c, k) = (cap[l as usize], self.alive[l as usize]);
-            self.rem_cap[l as usize] = c;
-            self.unfrozen[l as usize] = k;
-            if k > 0 {
-                keys.push(Reverse((Key(c / k as f64), l)));
-            }
-        }
-        self.heap = BinaryHeap::from(keys);
+        let links = std::mem::take(&mut self.touched);
+        self.reset_links(cap, &links);
+        self.touched = links;
         self.capped.clear();
         self.dirty.clear();
         // A refill may follow only a fill of the same capacities.
