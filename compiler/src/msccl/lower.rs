@@ -1312,7 +1312,7 @@ fn cut_for_pacing(
     // data the transfer reads): its head does not wait for them.
     let mut send_only: Vec<Vec<u32>> = vec![Vec::new(); n];
     let mut pairs: Vec<(u32, u32, usize, bool)> = Vec::new();
-    let mut memo = Walks::default();
+    let mut memo = Walks::new(n);
     // The same cap on memoised walks as `build_tbs` (memory proportional to
     // the plan); a walk past it finds nothing, and that wait is not cut.
     let walk_cap = WALKS_PER_OP * n + (1 << 16);
@@ -1735,7 +1735,7 @@ fn build_tbs(
     // gpu first: (tb, pos).
     let mut at: Vec<[(u32, u32); 2]> = vec![[(u32::MAX, 0); 2]; ops.len()];
     let side_of = |x: u32, g: u32| usize::from(ops[x as usize].src != g);
-    let mut anc = Walks::default();
+    let mut anc = Walks::new(ops.len());
     // The walks through other gpus' operations are memoised per (operation,
     // gpu); past this many the rest are not followed (their waits dropped
     // and counted), so memory stays proportional to the plan.
@@ -2409,21 +2409,57 @@ impl std::hash::Hasher for FastHasher {
 type FastHash = std::hash::BuildHasherDefault<FastHasher>;
 
 /// Memoised [`ancestors_on`] walks: per `(operation, gpu)` key, its sorted
-/// list as a range of one shared array. A large lowering holds millions
-/// of them, most empty or of one operation: a `Vec` each cost an
-/// allocation and a bucket twice this size (16 x 8 `fast`: 2.6 million,
-/// the walks a fifth of the compile).
-#[derive(Default)]
+/// list. A large lowering holds millions of them (16 x 8 `fast`: 2.6
+/// million, the walks a fifth of the compile, bound by the table's cache
+/// misses), most empty: those are one bit of a per-gpu set over the
+/// operations, the others a range of one shared array (a `Vec` each cost
+/// an allocation and a bucket twice the size).
 struct Walks {
-    /// Key -> (start in `lists`, length).
+    /// Key -> (start in `lists`, length), lists not empty.
     index: HashMap<u64, (u32, u32), FastHash>,
     lists: Vec<u32>,
+    /// Per gpu, a bit per operation: its walk is held and empty.
+    empty: Vec<Vec<u64>>,
+    /// Empty walks held.
+    empties: usize,
+    /// Operations of the plan.
+    nops: usize,
 }
 
 impl Walks {
+    fn new(nops: usize) -> Self {
+        Walks {
+            index: HashMap::default(),
+            lists: Vec::new(),
+            empty: Vec::new(),
+            empties: 0,
+            nops,
+        }
+    }
+
     /// Walks held.
     fn len(&self) -> usize {
-        self.index.len()
+        self.index.len() + self.empties
+    }
+
+    fn is_empty_walk(&self, x: u32, g: u32) -> bool {
+        self.empty
+            .get(g as usize)
+            .and_then(|b| b.get(x as usize / 64))
+            .is_some_and(|w| w >> (x % 64) & 1 == 1)
+    }
+
+    fn hold_empty(&mut self, x: u32, g: u32) {
+        let g = g as usize;
+        if self.empty.len() <= g {
+            self.empty.resize_with(g + 1, Vec::new);
+        }
+        let b = &mut self.empty[g];
+        if b.is_empty() {
+            *b = vec![0; self.nops.div_ceil(64)];
+        }
+        b[x as usize / 64] |= 1 << (x % 64);
+        self.empties += 1;
     }
 }
 
@@ -2435,6 +2471,9 @@ fn ancestors_on(ops: &[ChunkOp], x: u32, g: u32, memo: &mut Walks, cap: usize, o
     let op = &ops[x as usize];
     if op.src == g || op.dst == g {
         out.push(x);
+        return;
+    }
+    if memo.is_empty_walk(x, g) {
         return;
     }
     let key = u64::from(x) << 32 | u64::from(g);
@@ -2462,6 +2501,10 @@ fn ancestors_on(ops: &[ChunkOp], x: u32, g: u32, memo: &mut Walks, cap: usize, o
     }
     out.truncate(start + w);
     let v = &out[start..];
+    if v.is_empty() {
+        memo.hold_empty(x, g);
+        return;
+    }
     // Offsets past `u32` (16 GiB of lists) are not memoised: the walk is
     // then repeated, with the same result.
     if let (Ok(at), Ok(len)) = (u32::try_from(memo.lists.len()), u32::try_from(v.len())) {
