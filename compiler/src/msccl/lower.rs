@@ -2593,6 +2593,76 @@ mod tests {
             .after(deps, Vec::new())
     }
 
+    /// The memo as it was, a `Vec` per walk: the reference `Walks` must
+    /// match, lists and cap alike.
+    fn ancestors_on_vec_memo(
+        ops: &[ChunkOp],
+        x: u32,
+        g: u32,
+        memo: &mut HashMap<u64, Vec<u32>>,
+        cap: usize,
+        out: &mut Vec<u32>,
+    ) {
+        let op = &ops[x as usize];
+        if op.src == g || op.dst == g {
+            out.push(x);
+            return;
+        }
+        let key = u64::from(x) << 32 | u64::from(g);
+        if let Some(v) = memo.get(&key) {
+            out.extend_from_slice(v);
+            return;
+        }
+        if memo.len() >= cap {
+            return;
+        }
+        let mut v = Vec::new();
+        for &y in &op.deps {
+            ancestors_on_vec_memo(ops, y, g, memo, cap, &mut v);
+        }
+        v.sort_unstable();
+        v.dedup();
+        out.extend_from_slice(&v);
+        memo.insert(key, v);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        /// Random dependency graphs over a few gpus, walked for random
+        /// (operation, gpu) pairs in turn with one memo: the same lists
+        /// (in the same order, appended after what `out` holds) and the
+        /// same walks held as the `Vec`-per-walk memo, whatever the cap.
+        #[test]
+        fn walks_memo_matches_a_vec_per_walk(
+            edges in proptest::collection::vec((0u32..6, 0u32..6, proptest::collection::vec(0u32..1000, 0..4)), 1..60),
+            queries in proptest::collection::vec((0u32..1000, 0u32..6), 1..40),
+            cap in 0usize..40,
+        ) {
+            let ops: Vec<ChunkOp> = edges
+                .iter()
+                .enumerate()
+                .map(|(i, (s, d, deps))| {
+                    let deps = if i == 0 {
+                        Vec::new()
+                    } else {
+                        deps.iter().map(|&p| p % i as u32).collect()
+                    };
+                    op(*s, BufRef::Input, 0, *d, 0, 1, deps, i as u32)
+                })
+                .collect();
+            let mut walks = Walks::new(ops.len());
+            let mut vecs: HashMap<u64, Vec<u32>> = HashMap::new();
+            let (mut a, mut b) = (vec![7u32], vec![7u32]);
+            for &(x, g) in &queries {
+                let x = x % ops.len() as u32;
+                ancestors_on(&ops, x, g, &mut walks, cap, &mut a);
+                ancestors_on_vec_memo(&ops, x, g, &mut vecs, cap, &mut b);
+                proptest::prop_assert_eq!(&a, &b);
+                proptest::prop_assert_eq!(walks.len(), vecs.len());
+            }
+        }
+    }
+
     #[test]
     fn cut_pieces_wait_only_for_their_own_data() {
         let ops = vec![
