@@ -1312,7 +1312,7 @@ fn cut_for_pacing(
     // data the transfer reads): its head does not wait for them.
     let mut send_only: Vec<Vec<u32>> = vec![Vec::new(); n];
     let mut pairs: Vec<(u32, u32, usize, bool)> = Vec::new();
-    let mut memo: HashMap<u64, Vec<u32>, FastHash> = HashMap::default();
+    let mut memo = Walks::new(n);
     // The same cap on memoised walks as `build_tbs` (memory proportional to
     // the plan); a walk past it finds nothing, and that wait is not cut.
     let walk_cap = WALKS_PER_OP * n + (1 << 16);
@@ -1735,7 +1735,7 @@ fn build_tbs(
     // gpu first: (tb, pos).
     let mut at: Vec<[(u32, u32); 2]> = vec![[(u32::MAX, 0); 2]; ops.len()];
     let side_of = |x: u32, g: u32| usize::from(ops[x as usize].src != g);
-    let mut anc: HashMap<u64, Vec<u32>, FastHash> = HashMap::default();
+    let mut anc = Walks::new(ops.len());
     // The walks through other gpus' operations are memoised per (operation,
     // gpu); past this many the rest are not followed (their waits dropped
     // and counted), so memory stays proportional to the plan.
@@ -2103,7 +2103,7 @@ fn walk_deps(
     ops: &[ChunkOp],
     op: &ChunkOp,
     gpus: &[u32],
-    anc: &mut HashMap<u64, Vec<u32>, FastHash>,
+    anc: &mut Walks,
     walk_cap: usize,
     dropped: &mut usize,
     unheld: &mut std::collections::HashSet<(u32, u32)>,
@@ -2408,38 +2408,111 @@ impl std::hash::Hasher for FastHasher {
 
 type FastHash = std::hash::BuildHasherDefault<FastHasher>;
 
+/// Memoised [`ancestors_on`] walks: per `(operation, gpu)` key, its sorted
+/// list. A large lowering holds millions of them (16 x 8 `fast`: 2.6
+/// million, the walks a fifth of the compile, bound by the table's cache
+/// misses), most empty: those are one bit of a per-gpu set over the
+/// operations, the others a range of one shared array (a `Vec` each cost
+/// an allocation and a bucket twice the size).
+struct Walks {
+    /// Key -> (start in `lists`, length), lists not empty.
+    index: HashMap<u64, (u32, u32), FastHash>,
+    lists: Vec<u32>,
+    /// Per gpu, a bit per operation: its walk is held and empty.
+    empty: Vec<Vec<u64>>,
+    /// Empty walks held.
+    empties: usize,
+    /// Operations of the plan.
+    nops: usize,
+}
+
+impl Walks {
+    fn new(nops: usize) -> Self {
+        Walks {
+            index: HashMap::default(),
+            lists: Vec::new(),
+            empty: Vec::new(),
+            empties: 0,
+            nops,
+        }
+    }
+
+    /// Walks held.
+    fn len(&self) -> usize {
+        self.index.len() + self.empties
+    }
+
+    fn is_empty_walk(&self, x: u32, g: u32) -> bool {
+        self.empty
+            .get(g as usize)
+            .and_then(|b| b.get(x as usize / 64))
+            .is_some_and(|w| w >> (x % 64) & 1 == 1)
+    }
+
+    fn hold_empty(&mut self, x: u32, g: u32) {
+        let g = g as usize;
+        if self.empty.len() <= g {
+            self.empty.resize_with(g + 1, Vec::new);
+        }
+        let b = &mut self.empty[g];
+        if b.is_empty() {
+            *b = vec![0; self.nops.div_ceil(64)];
+        }
+        b[x as usize / 64] |= 1 << (x % 64);
+        self.empties += 1;
+    }
+}
+
 /// The operations on gpu `g` among `x` and its ancestors, stopping at the
 /// first that touches `g` on every path (its own waits cover the rest).
-/// Once `memo` holds `cap` walks, new ones are not started.
-fn ancestors_on(
-    ops: &[ChunkOp],
-    x: u32,
-    g: u32,
-    memo: &mut HashMap<u64, Vec<u32>, FastHash>,
-    cap: usize,
-    out: &mut Vec<u32>,
-) {
+/// Once `memo` holds `cap` walks, new ones are not started. Appends to
+/// `out` (which the nested walks share: each sorts its own tail).
+fn ancestors_on(ops: &[ChunkOp], x: u32, g: u32, memo: &mut Walks, cap: usize, out: &mut Vec<u32>) {
     let op = &ops[x as usize];
     if op.src == g || op.dst == g {
         out.push(x);
         return;
     }
+    if memo.is_empty_walk(x, g) {
+        return;
+    }
     let key = u64::from(x) << 32 | u64::from(g);
-    if let Some(v) = memo.get(&key) {
-        out.extend_from_slice(v);
+    if let Some(&(at, len)) = memo.index.get(&key) {
+        let at = at as usize;
+        out.extend_from_slice(&memo.lists[at..at + len as usize]);
         return;
     }
     if memo.len() >= cap {
         return;
     }
-    let mut v = Vec::new();
+    let start = out.len();
     for &y in &op.deps {
-        ancestors_on(ops, y, g, memo, cap, &mut v);
+        ancestors_on(ops, y, g, memo, cap, out);
     }
+    let v = &mut out[start..];
     v.sort_unstable();
-    v.dedup();
-    out.extend_from_slice(&v);
-    memo.insert(key, v);
+    // Dedup the tail in place.
+    let mut w = 0;
+    for r in 0..v.len() {
+        if w == 0 || v[r] != v[w - 1] {
+            v[w] = v[r];
+            w += 1;
+        }
+    }
+    out.truncate(start + w);
+    let v = &out[start..];
+    if v.is_empty() {
+        memo.hold_empty(x, g);
+        return;
+    }
+    // Offsets past `u32` (16 GiB of lists) are not memoised: the walk is
+    // then repeated, with the same result.
+    if let (Ok(at), Ok(len)) = (u32::try_from(memo.lists.len()), u32::try_from(v.len())) {
+        if u32::try_from(memo.lists.len() + v.len()).is_ok() {
+            memo.lists.extend_from_slice(v);
+            memo.index.insert(key, (at, len));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -2518,6 +2591,76 @@ mod tests {
         ChunkOp::test(src, src_off, dst, dst_off, cnt, from)
             .reading(src_buf)
             .after(deps, Vec::new())
+    }
+
+    /// The memo as it was, a `Vec` per walk: the reference `Walks` must
+    /// match, lists and cap alike.
+    fn ancestors_on_vec_memo(
+        ops: &[ChunkOp],
+        x: u32,
+        g: u32,
+        memo: &mut HashMap<u64, Vec<u32>>,
+        cap: usize,
+        out: &mut Vec<u32>,
+    ) {
+        let op = &ops[x as usize];
+        if op.src == g || op.dst == g {
+            out.push(x);
+            return;
+        }
+        let key = u64::from(x) << 32 | u64::from(g);
+        if let Some(v) = memo.get(&key) {
+            out.extend_from_slice(v);
+            return;
+        }
+        if memo.len() >= cap {
+            return;
+        }
+        let mut v = Vec::new();
+        for &y in &op.deps {
+            ancestors_on_vec_memo(ops, y, g, memo, cap, &mut v);
+        }
+        v.sort_unstable();
+        v.dedup();
+        out.extend_from_slice(&v);
+        memo.insert(key, v);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        /// Random dependency graphs over a few gpus, walked for random
+        /// (operation, gpu) pairs in turn with one memo: the same lists
+        /// (in the same order, appended after what `out` holds) and the
+        /// same walks held as the `Vec`-per-walk memo, whatever the cap.
+        #[test]
+        fn walks_memo_matches_a_vec_per_walk(
+            edges in proptest::collection::vec((0u32..6, 0u32..6, proptest::collection::vec(0u32..1000, 0..4)), 1..60),
+            queries in proptest::collection::vec((0u32..1000, 0u32..6), 1..40),
+            cap in 0usize..40,
+        ) {
+            let ops: Vec<ChunkOp> = edges
+                .iter()
+                .enumerate()
+                .map(|(i, (s, d, deps))| {
+                    let deps = if i == 0 {
+                        Vec::new()
+                    } else {
+                        deps.iter().map(|&p| p % i as u32).collect()
+                    };
+                    op(*s, BufRef::Input, 0, *d, 0, 1, deps, i as u32)
+                })
+                .collect();
+            let mut walks = Walks::new(ops.len());
+            let mut vecs: HashMap<u64, Vec<u32>> = HashMap::new();
+            let (mut a, mut b) = (vec![7u32], vec![7u32]);
+            for &(x, g) in &queries {
+                let x = x % ops.len() as u32;
+                ancestors_on(&ops, x, g, &mut walks, cap, &mut a);
+                ancestors_on_vec_memo(&ops, x, g, &mut vecs, cap, &mut b);
+                proptest::prop_assert_eq!(&a, &b);
+                proptest::prop_assert_eq!(walks.len(), vecs.len());
+            }
+        }
     }
 
     #[test]
