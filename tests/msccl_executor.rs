@@ -22,7 +22,7 @@ fn sweep_matrices(
     switchyard::compiler::generate::Pattern,
     switchyard::compiler::TrafficMatrix,
 )> {
-    use switchyard::compiler::generate::{generate, Pattern, TrafficSpec};
+    use switchyard::compiler::generate::Pattern;
     let only = std::env::var("XSIM_PATTERNS")
         .ok()
         .map(|v| v.to_lowercase());
@@ -38,13 +38,7 @@ fn sweep_matrices(
         only.as_ref()
             .is_none_or(|v| v.split(',').any(|p| name.starts_with(p)))
     })
-    .map(|(name, seed, pattern)| {
-        let mut spec = TrafficSpec::new(topo.ranks(), pattern);
-        spec.seed = seed;
-        spec.bytes = 256 << 10;
-        spec.moe.tokens_per_rank = 512;
-        (name, pattern, generate(&spec).unwrap())
-    })
+    .map(|(name, seed, pattern)| (name, pattern, sweep_matrix(topo.ranks(), pattern, seed)))
     .collect()
 }
 
@@ -79,19 +73,30 @@ fn fast_4x8_lognormal(
     switchyard::compiler::Plan,
     f64,
 ) {
-    use switchyard::compiler::generate::{generate, Pattern, TrafficSpec};
+    use switchyard::compiler::generate::Pattern;
     use switchyard::compiler::sched::schedule;
     use switchyard::compiler::Algorithm;
     let sim = SimOptions::default();
     let topo = Topology::preset("dgx-h100", 4, None).unwrap();
-    let mut spec = TrafficSpec::new(topo.ranks(), Pattern::Lognormal(1.0));
-    spec.seed = seed;
-    spec.bytes = 256 << 10;
-    spec.moe.tokens_per_rank = 512;
-    let m = generate(&spec).unwrap();
+    let m = sweep_matrix(topo.ranks(), Pattern::Lognormal(1.0), seed);
     let plan = schedule(Algorithm::Fast, &topo, &m, &sweep_sched()).unwrap();
     let want = simulate(&topo, &plan, &sim).unwrap().completion_us;
     (sim, topo, m, plan, want)
+}
+
+/// The sweep's matrix: `pattern` over `ranks` ranks, 256 KiB mean pair,
+/// 512 MoE tokens per rank, seed `seed`.
+fn sweep_matrix(
+    ranks: usize,
+    pattern: switchyard::compiler::generate::Pattern,
+    seed: u64,
+) -> switchyard::compiler::TrafficMatrix {
+    use switchyard::compiler::generate::{generate, TrafficSpec};
+    let mut spec = TrafficSpec::new(ranks, pattern);
+    spec.seed = seed;
+    spec.bytes = 256 << 10;
+    spec.moe.tokens_per_rank = 512;
+    generate(&spec).unwrap()
 }
 
 fn sweep_sched() -> switchyard::compiler::sched::Options {
@@ -372,7 +377,7 @@ fn executor_rule_sweep() {
 #[test]
 #[ignore]
 fn executor_rule_breakdown() {
-    use switchyard::compiler::generate::{generate, Pattern, TrafficSpec};
+    use switchyard::compiler::generate::Pattern;
     use switchyard::compiler::msccl::xsim::{executor_plan_with, Rules};
     use switchyard::compiler::msccl::{to_xml, Layout, Pacing, XmlOptions};
     use switchyard::compiler::sched::{schedule, Options};
@@ -398,13 +403,7 @@ fn executor_rule_breakdown() {
                     (4, Pattern::Hotspot(0.3)),
                 ]
                 .into_iter()
-                .map(|(seed, pattern)| {
-                    let mut spec = TrafficSpec::new(topo.ranks(), pattern);
-                    spec.seed = seed;
-                    spec.bytes = 256 << 10;
-                    spec.moe.tokens_per_rank = 512;
-                    (pattern, generate(&spec).unwrap())
-                })
+                .map(|(seed, pattern)| (pattern, sweep_matrix(topo.ranks(), pattern, seed)))
                 .collect()
             };
         for (pattern, m) in cases {
@@ -506,17 +505,12 @@ fn executor_over_plan(
     alg: switchyard::compiler::Algorithm,
     opts: &switchyard::compiler::msccl::XmlOptions,
 ) -> f64 {
-    use switchyard::compiler::generate::{generate, TrafficSpec};
     use switchyard::compiler::msccl::to_xml;
     use switchyard::compiler::msccl::xsim::simulate_executor;
     use switchyard::compiler::sched::{schedule, Options};
     let sim = SimOptions::default();
     let topo = Topology::preset("dgx-h100", nodes, None).unwrap();
-    let mut spec = TrafficSpec::new(topo.ranks(), pattern);
-    spec.seed = seed;
-    spec.bytes = 256 << 10;
-    spec.moe.tokens_per_rank = 512;
-    let m = generate(&spec).unwrap();
+    let m = sweep_matrix(topo.ranks(), pattern, seed);
     let plan = schedule(alg, &topo, &m, &Options::default()).unwrap();
     let want = simulate(&topo, &plan, &sim).unwrap().completion_us;
     let x = to_xml(&plan, &topo, &m, opts).unwrap();
@@ -617,7 +611,7 @@ fn spread_xml_runs_as_planned() {
 /// file runs 9.75% ahead of it on MoE (the test can fail).
 #[test]
 fn pairwise_xml_runs_as_planned() {
-    use switchyard::compiler::generate::{generate, Pattern, TrafficSpec};
+    use switchyard::compiler::generate::Pattern;
     use switchyard::compiler::msccl::xsim::simulate_executor;
     use switchyard::compiler::msccl::{to_xml, XmlOptions};
     use switchyard::compiler::sched::{schedule, Options};
@@ -625,11 +619,7 @@ fn pairwise_xml_runs_as_planned() {
     let sim = SimOptions::default();
     let topo = Topology::preset("dgx-h100", 2, None).unwrap();
     for (seed, pattern) in [(1, Pattern::Moe), (5, Pattern::IntraSkew(1.2))] {
-        let mut spec = TrafficSpec::new(topo.ranks(), pattern);
-        spec.seed = seed;
-        spec.bytes = 256 << 10;
-        spec.moe.tokens_per_rank = 512;
-        let m = generate(&spec).unwrap();
+        let m = sweep_matrix(topo.ranks(), pattern, seed);
         let ratio = |opts: &Options| {
             let plan = schedule(Algorithm::Pairwise, &topo, &m, opts).unwrap();
             let want = simulate(&topo, &plan, &sim).unwrap().completion_us;
@@ -685,18 +675,14 @@ fn rate_lanes_hold_4x8_moe_deepep() {
 /// before (LL128 at the base chunk) is not (the test can fail).
 #[test]
 fn simple_holds_2x8_lognormal_pxn_packed() {
-    use switchyard::compiler::generate::{generate, Pattern, TrafficSpec};
+    use switchyard::compiler::generate::Pattern;
     use switchyard::compiler::msccl::xsim::simulate_executor;
     use switchyard::compiler::msccl::{to_xml, Layout, XmlOptions};
     use switchyard::compiler::sched::schedule;
     use switchyard::compiler::Algorithm;
     let sim = SimOptions::default();
     let topo = Topology::preset("dgx-h100", 2, None).unwrap();
-    let mut spec = TrafficSpec::new(topo.ranks(), Pattern::Lognormal(1.0));
-    spec.seed = 3;
-    spec.bytes = 256 << 10;
-    spec.moe.tokens_per_rank = 512;
-    let m = generate(&spec).unwrap();
+    let m = sweep_matrix(topo.ranks(), Pattern::Lognormal(1.0), 3);
     let plan = schedule(Algorithm::Pxn, &topo, &m, &sweep_sched()).unwrap();
     let want = simulate(&topo, &plan, &sim).unwrap().completion_us;
     let price = |protocol: Option<Protocol>, chunk_bytes: Option<u64>| {
@@ -734,7 +720,7 @@ fn simple_holds_2x8_lognormal_pxn_packed() {
 /// file and the LL128 file are checked over 3%.
 #[test]
 fn pairwise_rescue_and_coarse_chunks_hold() {
-    use switchyard::compiler::generate::{generate, Pattern, TrafficSpec};
+    use switchyard::compiler::generate::Pattern;
     use switchyard::compiler::msccl::chunk::base_chunk_bytes;
     use switchyard::compiler::msccl::xsim::simulate_executor;
     use switchyard::compiler::msccl::{to_xml, Layout, XmlOptions};
@@ -746,11 +732,7 @@ fn pairwise_rescue_and_coarse_chunks_hold() {
         (4, 3, Pattern::Lognormal(1.0), Layout::Packed),
     ] {
         let topo = Topology::preset("dgx-h100", nodes, None).unwrap();
-        let mut spec = TrafficSpec::new(topo.ranks(), pattern);
-        spec.seed = seed;
-        spec.bytes = 256 << 10;
-        spec.moe.tokens_per_rank = 512;
-        let m = generate(&spec).unwrap();
+        let m = sweep_matrix(topo.ranks(), pattern, seed);
         let plan = schedule(Algorithm::Pairwise, &topo, &m, &sweep_sched()).unwrap();
         let want = simulate(&topo, &plan, &sim).unwrap().completion_us;
         let price = |chunk_bytes: Option<u64>, protocol: Option<Protocol>| {
