@@ -520,18 +520,18 @@ pub fn to_xml(
     // short to cut, 6895 waits unheld, +6.44%): the file written whole
     // (`Pacing::Off`) at the default chunks is priced too (-2.98% / -1.28%
     // there; docs/benchmarks.md issue 22 item 2).
-    let base_default = super::chunk::base_chunk_bytes(traffic);
+    // (Without a caller's chunk, `base` is the default chunk.)
     if over(best_us)
         && opts.pacing == Pacing::Cut
         && opts.chunk_bytes.is_none()
         && n <= super::chunk::MAX_RANKS_PRICED
-        && base_u > base_default
+        && base_u > base
     {
         let whole = XmlOptions {
             pacing: Pacing::Off,
             ..opts.clone()
         };
-        for u in [base_default, fine] {
+        for u in [base, fine] {
             if u < base_u {
                 files_with(&whole, u, &mut cands, &mut laps);
             }
@@ -2507,11 +2507,10 @@ fn ancestors_on(ops: &[ChunkOp], x: u32, g: u32, memo: &mut Walks, cap: usize, o
     }
     // Offsets past `u32` (16 GiB of lists) are not memoised: the walk is
     // then repeated, with the same result.
-    if let (Ok(at), Ok(len)) = (u32::try_from(memo.lists.len()), u32::try_from(v.len())) {
-        if u32::try_from(memo.lists.len() + v.len()).is_ok() {
-            memo.lists.extend_from_slice(v);
-            memo.index.insert(key, (at, len));
-        }
+    if u32::try_from(memo.lists.len() + v.len()).is_ok() {
+        let (at, len) = (memo.lists.len() as u32, v.len() as u32);
+        memo.lists.extend_from_slice(v);
+        memo.index.insert(key, (at, len));
     }
 }
 

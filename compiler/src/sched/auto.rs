@@ -27,7 +27,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::fast::emit::{node_rate, NodeStages, PlannerOptions};
+use super::fast::emit::{node_rate, NodeStages, PlannerOptions, MIN_DEPTH};
 use super::fast::stages::{StageChains, StagePair};
 use super::{deepep, direct, hierarchical, pxn, pxn_relay, spray, Algorithm};
 use crate::error::Result;
@@ -1007,8 +1007,12 @@ impl<'a> Estimator<'a> {
         let per_msg = self.per_message_us * g * self.topo.nic_bandwidth() / self.node_rate;
         let rate = self.node_rate * self.goodput;
         let stretch = if rotated { ROTATION_DRIFT } else { 0.0 };
-        StageChains::default()
-            .end_drifting(self.nodes, pairs, rate, g, self.chunk, per_msg, stretch)
+        // What a node's lanes hold in flight: `fast`'s fewest sends in
+        // flight, each of a chunk, on every lane.
+        let in_flight = f64::from(MIN_DEPTH) * self.chunk * g;
+        StageChains::default().end_drifting(
+            self.nodes, pairs, rate, g, self.chunk, per_msg, stretch, in_flight,
+        )
     }
 
     /// The busiest mesh link's time, us, and its name, after `fast`'s (and
@@ -2252,8 +2256,6 @@ mod tests {
         );
     }
 
-    /// The sweep's traffic (examples/auto_sweep.rs): 8 GPUs per node,
-    /// 1 MiB per pair on average, 1024 MoE tokens per rank.
     /// `fast`'s rotation stages (whole node pairs) are priced on their
     /// chains with each pair stretched by [`ROTATION_DRIFT`] of its bytes,
     /// up to a lane's sends in flight (issue 20 §5): by hand on the
@@ -2310,6 +2312,8 @@ mod tests {
         assert!(got <= best * 1.01, "{} {got} vs best {best}", alone.chosen);
     }
 
+    /// The sweep's traffic (examples/auto_sweep.rs): 8 GPUs per node,
+    /// 1 MiB per pair on average, 1024 MoE tokens per rank.
     fn sweep_traffic(topo: &Topology, pattern: Pattern, seed: u64) -> TrafficMatrix {
         let mut spec = TrafficSpec::new(topo.ranks(), pattern);
         spec.seed = seed;

@@ -20,7 +20,7 @@ use super::leaves::LeafStages;
 use super::mesh::MeshRelief;
 use super::rank::RankSink;
 use super::stages::{Decomposer, StageChains, StagePair};
-use super::window::MIN_DEPTH;
+pub(crate) use super::window::MIN_DEPTH;
 use crate::error::{num, Error, Result};
 use crate::plan::{Buffer, Deps, Path, Plan, Transfer};
 use crate::topology::{FabricKind, IntraKind, Topology};

@@ -234,8 +234,7 @@ impl Emitter {
             // The pairs of `node` (its row, else its column): every lane,
             // with pieces.
             let mut pair = |b: usize| {
-                self.sent.clear();
-                self.sent.extend((0..g).map(|l| rows[l * nn + b]));
+                self.sent_to(v, a, b);
                 let at = idx(a, b, 0);
                 self.balance_sent(a, min_gain, false, Some(at), &mut []);
             };

@@ -576,18 +576,18 @@ impl StageChains {
         chunk: f64,
         per_msg: f64,
     ) -> f64 {
-        self.end_drifting(nodes, pairs, rate, lanes, chunk, per_msg, 0.0)
+        self.end_drifting(nodes, pairs, rate, lanes, chunk, per_msg, 0.0, 0.0)
     }
 
     /// [`StageChains::end`] where every pair of `w` bytes also takes
-    /// `stretch · min(w, D · chunk · lanes) / rate` more (`D` =
-    /// [`PIPELINE_SENDS`]): the node chains move a node pair's lanes
-    /// together, but each lane waits on its own partners (its sender's and
-    /// its receiver's lane), so at every change of partner the lanes of a
-    /// node drift apart, by at most what a lane's sends in flight hold, and
-    /// the next pair waits for its slowest lane. `auto` prices the
-    /// rotation's whole-pair stages with it (docs/algorithms.md, `auto`,
-    /// "`fast`'s stage chains"); 0 is [`StageChains::end`].
+    /// `stretch · min(w, in_flight) / rate` more: the node chains move a
+    /// node pair's lanes together, but each lane waits on its own partners
+    /// (its sender's and its receiver's lane), so at every change of
+    /// partner the lanes of a node drift apart, by at most what its lanes'
+    /// sends in flight hold (`in_flight` bytes), and the next pair waits
+    /// for its slowest lane. `auto` prices the rotation's whole-pair stages
+    /// with it (docs/algorithms.md, `auto`, "`fast`'s stage chains");
+    /// `stretch` 0 is [`StageChains::end`].
     #[allow(clippy::too_many_arguments)]
     pub fn end_drifting(
         &mut self,
@@ -598,6 +598,7 @@ impl StageChains {
         chunk: f64,
         per_msg: f64,
         stretch: f64,
+        in_flight: f64,
     ) -> f64 {
         if nodes < 2 {
             return 0.0;
@@ -623,7 +624,7 @@ impl StageChains {
                 // A lane's drift at the partner change: at most what its
                 // sends in flight hold.
                 let drift = if stretch > 0.0 {
-                    stretch * w.min(PIPELINE_SENDS * chunk * lanes) / rate
+                    stretch * w.min(in_flight) / rate
                 } else {
                     0.0
                 };
@@ -689,10 +690,6 @@ impl StageChains {
             .fold(0.0, f64::max)
     }
 }
-
-/// Sends a lane of `fast` keeps in flight at least (the floor of
-/// `PlannerOptions::pipeline_depth`, docs/algorithms.md eq. 5).
-pub(crate) const PIPELINE_SENDS: f64 = 4.0;
 
 /// Checks that every stage is a partial permutation of nodes: each node sends
 /// to at most one node and receives from at most one. Returns the first

@@ -14,7 +14,7 @@ use super::emit::Emitter;
 /// extra depth is free there. Measured on the full bench suite (skewed,
 /// full-bisection cases): depth 3 gave median 1.048 and 16x8 log-normal 0.5
 /// 5% slower than `direct`; depth 4 median 1.046 and none slower.
-pub(super) const MIN_DEPTH: u32 = 4;
+pub(crate) const MIN_DEPTH: u32 = 4;
 
 impl Emitter {
     /// The reference send of windows counted in bytes, or 0 when windows
