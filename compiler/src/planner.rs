@@ -394,6 +394,43 @@ impl Planner {
         Ok(out)
     }
 
+    /// Node `node`'s part of every rank's [`rank::LaneSums`] (staged
+    /// `fast` and `spray`): the lanes of the pairs it sends, balanced from
+    /// `sends` (`sends[l * N + b]`: bytes GPU `l` of the node sends node
+    /// `b`; [`LocalTraffic::node_sends`] on any rank of the node). O(N G).
+    /// A job gathers the sums of these ([`rank::LaneSums::assemble`] says
+    /// which) so that [`Planner::program_local`] balances only its node's
+    /// pairs. Errors ([`Error::NeedsWholeMatrix`]) where `program_local`
+    /// plans no staged rank (no emitter: `auto` and the other algorithms;
+    /// a mesh), ([`Error::Input`]) when `node` or `sends` does not fit.
+    pub fn node_lanes(&mut self, node: usize, sends: &[u64]) -> Result<rank::NodeLanes> {
+        let (nn, g) = (self.topo.nodes(), self.topo.gpus_per_node());
+        if node >= nn || sends.len() != nn * g {
+            return Err(InputError::new(
+                "node sends",
+                format!(
+                    "node {node} with {} numbers, for {nn} nodes of {g} GPUs ({} numbers)",
+                    sends.len(),
+                    nn * g
+                ),
+            )
+            .into());
+        }
+        let refuse = |reason: &str| {
+            Err(Error::NeedsWholeMatrix {
+                algorithm: self.algorithm.name().into(),
+                reason: reason.into(),
+            })
+        };
+        if self.topo.intra_kind() == Some(IntraKind::Mesh) {
+            return refuse("its mesh relief pass reroutes transfers of the whole plan");
+        }
+        match (&mut self.emitter, self.auto.is_some()) {
+            (Some(e), false) => Ok(e.node_lanes(node, sends)),
+            _ => refuse("only staged `fast` and `spray` balance lanes"),
+        }
+    }
+
     /// [`Planner::program_local`] into `out`, reusing its allocations.
     pub fn program_local_into(
         &mut self,
