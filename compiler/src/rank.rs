@@ -245,6 +245,7 @@ pub(crate) fn check_rank(rank: usize, ranks: usize) -> Result<()> {
 /// | `rail_before` | N x G | bytes node `b`'s GPUs send GPU `l` of the nodes other than `b` before this node | as `before`, summed per node |
 /// | `inter_out`, `inter_in` | R each | bytes each rank sends to / receives from other nodes | all-gather of two numbers per rank |
 /// | `node_splits` | 2 N R + 1 | what each rank sends each node and each node each rank, the count of inter-node blocks ([`NodeSplits`]) | all-gathers of N numbers per rank, an all-reduce |
+/// | `lane_sums` | 3 R + 2 N² | optional: sums of `fast`'s balanced lanes that place this rank's ([`LaneSums`]) | from each node's [`NodeLanes`]: all-gathers, all-to-alls (its own table) |
 /// | `rank_rail_before` | R x G | bytes rank `s` sends GPU `l` of the nodes other than its own before this node | as `rail_before`, not summed |
 /// | `rail_into_before` | N x G | bytes GPU `l` of the nodes other than `b` before this node send node `b` | from each rank's column, G numbers per (rank, node), summed per node |
 ///
@@ -264,7 +265,8 @@ pub(crate) fn check_rank(rank: usize, ranks: usize) -> Result<()> {
 /// `rail_into_before` where `deepep`'s writes from this node land in the
 /// scratch of their receivers (after the writes of the same rail from the
 /// nodes before). Memory: N^2 + 3GR + 3R + 2NG numbers, O(R) for a fixed
-/// node size and N <= sqrt(R); `node_splits` (staged `fast` only) adds 2NR.
+/// node size and N <= sqrt(R); `node_splits` (staged `fast` only) adds 2NR,
+/// `lane_sums` 3R + 2N^2.
 #[derive(Serialize, Clone, Debug, Default, PartialEq, Eq)]
 pub struct LocalTraffic {
     pub rank: usize,
@@ -629,6 +631,15 @@ impl LocalTraffic {
                 if len != want {
                     return Err(bad(format!("`{name}` has {len} numbers, not {want}")));
                 }
+            }
+            // A lane gathers part of what it sends.
+            let mut pairs = s.rail_gathered.iter().zip(&s.rail_len);
+            if let Some(at) = pairs.position(|(gathered, len)| gathered > len) {
+                return Err(bad(format!(
+                    "`lane_sums.rail_gathered` exceeds `lane_sums.rail_len` at pair ({}, {})",
+                    at / nn,
+                    at % nn
+                )));
             }
         }
         if let Some(splits) = &self.node_splits {

@@ -574,8 +574,15 @@ fn lane_sums_inputs_are_checked() {
     assert!(LaneSums::assemble(&short, 0, nn, g).is_err());
     let mut local = LocalTraffic::from_matrix(&m, 3, &topo).unwrap();
     let mut sums = LaneSums::assemble(&parts, 3, nn, g).unwrap();
+    let whole = sums.clone();
     sums.rail_len.pop();
     local.lane_sums = Some(sums);
     let e = fast.program_local(&local).unwrap_err().to_string();
     assert!(e.contains("lane_sums.rail_len"), "{e}");
+    // A lane that would gather more than it sends.
+    let mut sums = whole;
+    sums.rail_gathered[1] = sums.rail_len[1] + 1;
+    local.lane_sums = Some(sums);
+    let e = fast.program_local(&local).unwrap_err().to_string();
+    assert!(e.contains("exceeds") && e.contains("(0, 1)"), "{e}");
 }
