@@ -381,9 +381,12 @@ impl Planner {
     /// The program of rank `local.rank` planned from what that rank knows
     /// ([`LocalTraffic`]) alone: identical to its part of
     /// [`Planner::plan_into`]'s plan for the whole matrix. Memory and time
-    /// proportional to the ranks, except staged `fast` and `spray`: O(N² G)
-    /// memory (every node pair's lanes) and a walk over every stage pair
-    /// (docs/algorithms.md, "One rank's own program"). Errors ([`Error::NeedsWholeMatrix`]) for `auto` (its choice
+    /// proportional to the ranks, except staged `fast` and `spray`: O(N² + R G)
+    /// memory (lane `rank % G` of every node pair), the stage
+    /// decomposition and a walk over every stage pair, and O(N² G) time
+    /// balancing every pair unless `local` carries its
+    /// [`rank::LaneSums`] (docs/algorithms.md, "One rank's own program").
+    /// Errors ([`Error::NeedsWholeMatrix`]) for `auto` (its choice
     /// compares whole-plan estimates), and for staged `fast` and `spray`
     /// when `local` has no `node_splits`, on a mesh, or when every node
     /// pair is sent directly: use [`Planner::program`] with the matrix
