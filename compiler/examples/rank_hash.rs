@@ -6,7 +6,11 @@
 //! Issue 25 checks that its changes keep the programs byte for byte
 //! (docs/benchmarks.md records the output).
 //!
-//! `cargo run --release -p switchyard-compiler --example rank_hash -- [nodes...] [--calls K] [--ranks middle|all3] [--pattern zipf|lognormal]`
+//! `cargo run --release -p switchyard-compiler --example rank_hash -- [nodes...] [--calls K] [--ranks middle|all3] [--pattern zipf|lognormal] [--sums]`
+//!
+//! `--sums`: the rank's `LocalTraffic` carries its `LaneSums`, assembled
+//! (before the planner is made and timed) from every node's lanes as a job
+//! would gather them, so the call balances only its node's pairs.
 //!
 //! Prints one line per case: nodes, pattern, rank, ops, scratch bytes,
 //! hash, first-call peak allocation, median time of the calls after the
@@ -20,7 +24,7 @@ use std::time::Instant;
 
 use switchyard_compiler::generate::{generate, Pattern, TrafficSpec};
 use switchyard_compiler::planner::{Planner, PlannerOptions};
-use switchyard_compiler::rank::{LocalProgram, LocalTraffic};
+use switchyard_compiler::rank::{LaneSums, LocalProgram, LocalTraffic};
 use switchyard_compiler::{Algorithm, Topology};
 
 /// The system allocator, counting the bytes live and their peak.
@@ -75,11 +79,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut calls = 3usize;
     let mut all3 = false;
     let mut only: Option<String> = None;
+    let mut sums = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--calls" => calls = args.next().ok_or("--calls K")?.parse()?,
             "--ranks" => all3 = args.next().ok_or("--ranks middle|all3")? == "all3",
+            "--sums" => sums = true,
             "--pattern" => only = Some(args.next().ok_or("--pattern zipf|lognormal")?),
             _ => nodes.push(a.parse::<usize>()?),
         }
@@ -106,7 +112,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             spec.seed = 1;
             let traffic = generate(&spec)?;
             for &rank in &ranks {
-                let local = LocalTraffic::from_matrix(&traffic, rank, &topo)?;
+                let mut local = LocalTraffic::from_matrix(&traffic, rank, &topo)?;
+                if sums {
+                    // Every node's lanes from what its GPUs send each node
+                    // (`node_splits.to_nodes` holds every node's rows).
+                    let mut p =
+                        Planner::for_algorithm(&topo, Algorithm::Fast, PlannerOptions::default())?;
+                    let to_nodes = &local.node_splits.as_ref().ok_or("no node splits")?.to_nodes;
+                    let per_node = to_nodes.len() / nn;
+                    let parts = (0..nn)
+                        .map(|a| p.node_lanes(a, &to_nodes[a * per_node..(a + 1) * per_node]))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    local.lane_sums =
+                        Some(LaneSums::assemble(&parts, rank, nn, topo.gpus_per_node())?);
+                }
                 // The planner's own buffers count (some are sized when
                 // it is made).
                 let base = LIVE.load(Ordering::Relaxed);

@@ -381,9 +381,12 @@ impl Planner {
     /// The program of rank `local.rank` planned from what that rank knows
     /// ([`LocalTraffic`]) alone: identical to its part of
     /// [`Planner::plan_into`]'s plan for the whole matrix. Memory and time
-    /// proportional to the ranks, except staged `fast` and `spray`: O(N² G)
-    /// memory (every node pair's lanes) and a walk over every stage pair
-    /// (docs/algorithms.md, "One rank's own program"). Errors ([`Error::NeedsWholeMatrix`]) for `auto` (its choice
+    /// proportional to the ranks, except staged `fast` and `spray`: O(N² + R G)
+    /// memory (lane `rank % G` of every node pair), the stage
+    /// decomposition and a walk over every stage pair, and O(N² G) time
+    /// balancing every pair unless `local` carries its
+    /// [`rank::LaneSums`] (docs/algorithms.md, "One rank's own program").
+    /// Errors ([`Error::NeedsWholeMatrix`]) for `auto` (its choice
     /// compares whole-plan estimates), and for staged `fast` and `spray`
     /// when `local` has no `node_splits`, on a mesh, or when every node
     /// pair is sent directly: use [`Planner::program`] with the matrix
@@ -392,6 +395,43 @@ impl Planner {
         let mut out = LocalProgram::default();
         self.program_local_into(local, &mut out)?;
         Ok(out)
+    }
+
+    /// Node `node`'s part of every rank's [`rank::LaneSums`] (staged
+    /// `fast` and `spray`): the lanes of the pairs it sends, balanced from
+    /// `sends` (`sends[l * N + b]`: bytes GPU `l` of the node sends node
+    /// `b`; [`LocalTraffic::node_sends`] on any rank of the node). O(N G).
+    /// A job gathers the sums of these ([`rank::LaneSums::assemble`] says
+    /// which) so that [`Planner::program_local`] balances only its node's
+    /// pairs. Errors ([`Error::NeedsWholeMatrix`]) where `program_local`
+    /// plans no staged rank (no emitter: `auto` and the other algorithms;
+    /// a mesh), ([`Error::Input`]) when `node` or `sends` does not fit.
+    pub fn node_lanes(&mut self, node: usize, sends: &[u64]) -> Result<rank::NodeLanes> {
+        let (nn, g) = (self.topo.nodes(), self.topo.gpus_per_node());
+        if node >= nn || sends.len() != nn * g {
+            return Err(InputError::new(
+                "node sends",
+                format!(
+                    "node {node} with {} numbers, for {nn} nodes of {g} GPUs ({} numbers)",
+                    sends.len(),
+                    nn * g
+                ),
+            )
+            .into());
+        }
+        let refuse = |reason: &str| {
+            Err(Error::NeedsWholeMatrix {
+                algorithm: self.algorithm.name().into(),
+                reason: reason.into(),
+            })
+        };
+        if self.topo.intra_kind() == Some(IntraKind::Mesh) {
+            return refuse("its mesh relief pass reroutes transfers of the whole plan");
+        }
+        match (&mut self.emitter, self.auto.is_some()) {
+            (Some(e), false) => Ok(e.node_lanes(node, sends)),
+            _ => refuse("only staged `fast` and `spray` balance lanes"),
+        }
     }
 
     /// [`Planner::program_local`] into `out`, reusing its allocations.

@@ -245,6 +245,7 @@ pub(crate) fn check_rank(rank: usize, ranks: usize) -> Result<()> {
 /// | `rail_before` | N x G | bytes node `b`'s GPUs send GPU `l` of the nodes other than `b` before this node | as `before`, summed per node |
 /// | `inter_out`, `inter_in` | R each | bytes each rank sends to / receives from other nodes | all-gather of two numbers per rank |
 /// | `node_splits` | 2 N R + 1 | what each rank sends each node and each node each rank, the count of inter-node blocks ([`NodeSplits`]) | all-gathers of N numbers per rank, an all-reduce |
+/// | `lane_sums` | 3 R + 2 N² | optional: sums of `fast`'s balanced lanes that place this rank's ([`LaneSums`]) | from each node's [`NodeLanes`]: all-gathers, all-to-alls (its own table) |
 /// | `rank_rail_before` | R x G | bytes rank `s` sends GPU `l` of the nodes other than its own before this node | as `rail_before`, not summed |
 /// | `rail_into_before` | N x G | bytes GPU `l` of the nodes other than `b` before this node send node `b` | from each rank's column, G numbers per (rank, node), summed per node |
 ///
@@ -264,7 +265,8 @@ pub(crate) fn check_rank(rank: usize, ranks: usize) -> Result<()> {
 /// `rail_into_before` where `deepep`'s writes from this node land in the
 /// scratch of their receivers (after the writes of the same rail from the
 /// nodes before). Memory: N^2 + 3GR + 3R + 2NG numbers, O(R) for a fixed
-/// node size and N <= sqrt(R); `node_splits` (staged `fast` only) adds 2NR.
+/// node size and N <= sqrt(R); `node_splits` (staged `fast` only) adds 2NR,
+/// `lane_sums` 3R + 2N^2.
 #[derive(Serialize, Clone, Debug, Default, PartialEq, Eq)]
 pub struct LocalTraffic {
     pub rank: usize,
@@ -300,6 +302,136 @@ pub struct LocalTraffic {
     /// node pair); `None` where the job did not gather it, and then they
     /// refuse to plan the rank alone.
     pub node_splits: Option<NodeSplits>,
+    /// The sums of the balanced lanes that place the rank's lanes in their
+    /// scratch ([`LaneSums`], staged `fast` and `spray` only): given, the
+    /// rank balances only its node's pairs (O(R + N²) instead of O(N² G));
+    /// `None`: it balances every pair from `node_splits` itself. They
+    /// depend on the planner's options: [`LaneSums::assemble`] from each
+    /// node's [`NodeLanes`] (`Planner::node_lanes`) of the same planner.
+    pub lane_sums: Option<LaneSums>,
+}
+
+/// The lanes of the node pairs one node sends (`fast`'s balancing of each
+/// pair `(a, b)` for every `b`, module `sched::fast::balance`): computed by
+/// node `a` alone from what its GPUs send each node (`Planner::node_lanes`,
+/// O(R) for a node of fixed size), what it contributes to every rank's
+/// [`LaneSums`]. `len[l * N + b]`: bytes lane `l` of pair `(a, b)` sends
+/// (its GPU's own and those it gathers), `gathered[l * N + b]` those it
+/// gathers from the other GPUs of `a`; pair `(a, a)` empty.
+#[derive(Serialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeLanes {
+    pub len: Vec<u64>,
+    pub gathered: Vec<u64>,
+}
+
+/// What staged `fast` needs of the lanes of node pairs away from rank
+/// `(node, rail)`'s node (docs/algorithms.md, "One rank's own program"):
+/// the sums that place its node's lanes in their GPUs' scratch, and lane
+/// `rail` of every pair. `3 R + 2 N²` numbers, each a sum of the
+/// [`NodeLanes`] of some nodes:
+///
+/// | field | size | what | how a job gathers it |
+/// |---|---|---|---|
+/// | `gather` | R | bytes GPU `(a, l)` gathers for all its pairs (its gather regions) | each node's `G` sums, all-gathered |
+/// | `gather_before` | R | the same for the pairs `(a, b)` with `b` before `node` | node `a`'s `G` sums for node `node`: an all-to-all |
+/// | `land_before` | R | bytes the lanes from nodes before `node` land in GPU `(b, l)` | exclusive scan over nodes of each node's lane lengths (or node `b`, from its column, to each node: an all-to-all) |
+/// | `rail_len`, `rail_gathered` | N x N each | lane `rail` of every pair `(a, b)` at `a N + b` | each node's `2 N` numbers, all-gathered among the ranks of rail `rail` |
+#[derive(Serialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct LaneSums {
+    pub gather: Vec<u64>,
+    pub gather_before: Vec<u64>,
+    pub land_before: Vec<u64>,
+    pub rail_len: Vec<u64>,
+    pub rail_gathered: Vec<u64>,
+}
+
+impl LaneSums {
+    /// Empty sums of `nodes` nodes of `gpus` GPUs, keeping the
+    /// allocations: [`LaneSums::add_node`] each node next. Without `rail`,
+    /// the rail lanes are left empty (not kept).
+    pub(crate) fn reset(&mut self, nodes: usize, gpus: usize, rail: bool) {
+        let n = nodes * gpus;
+        for v in [
+            &mut self.gather,
+            &mut self.gather_before,
+            &mut self.land_before,
+        ] {
+            v.clear();
+            v.resize(n, 0);
+        }
+        for v in [&mut self.rail_len, &mut self.rail_gathered] {
+            v.clear();
+            v.resize(if rail { nodes * nodes } else { 0 }, 0);
+        }
+    }
+
+    /// Adds node `a`'s lanes (`len`, `gathered`: [`NodeLanes`]' layout, `G`
+    /// rows of `N`) to the sums of rank `(node, rail)` (to its rail lanes
+    /// where they are kept).
+    pub(crate) fn add_node(
+        &mut self,
+        a: usize,
+        (len, gathered): (&[u64], &[u64]),
+        (node, rail): (usize, usize),
+        (nodes, gpus): (usize, usize),
+    ) {
+        let nn = nodes;
+        for (l, (gathered, lens)) in gathered
+            .chunks_exact(nn)
+            .zip(len.chunks_exact(nn))
+            .take(gpus)
+            .enumerate()
+        {
+            self.gather[a * gpus + l] = gathered.iter().sum();
+            self.gather_before[a * gpus + l] = gathered[..node].iter().sum();
+            if a < node {
+                for (b, &len) in lens.iter().enumerate() {
+                    self.land_before[b * gpus + l] += len;
+                }
+            }
+        }
+        if !self.rail_len.is_empty() {
+            let (to, from) = (a * nn..(a + 1) * nn, rail * nn..(rail + 1) * nn);
+            self.rail_len[to.clone()].copy_from_slice(&len[from.clone()]);
+            self.rail_gathered[to].copy_from_slice(&gathered[from]);
+        }
+    }
+
+    /// Rank `rank`'s sums from every node's lanes (`parts[a]`: node `a`'s),
+    /// what the collectives of the table above deliver. Errors
+    /// ([`crate::Error::Input`]) when `parts` is not one [`NodeLanes`] of
+    /// `N G` numbers per node.
+    pub fn assemble(
+        parts: &[NodeLanes],
+        rank: usize,
+        nodes: usize,
+        gpus: usize,
+    ) -> Result<LaneSums> {
+        check_rank(rank, nodes * gpus)?;
+        if parts.len() != nodes {
+            return Err(InputError::new(
+                "node lanes",
+                format!("{} nodes' lanes given, not {nodes}", parts.len()),
+            )
+            .into());
+        }
+        for (a, p) in parts.iter().enumerate() {
+            if p.len.len() != nodes * gpus || p.gathered.len() != nodes * gpus {
+                return Err(InputError::new(
+                    "node lanes",
+                    format!("node {a}'s lanes are not {} numbers each", nodes * gpus),
+                )
+                .into());
+            }
+        }
+        let mut s = LaneSums::default();
+        s.reset(nodes, gpus, true);
+        let at = (rank / gpus, rank % gpus);
+        for (a, p) in parts.iter().enumerate() {
+            s.add_node(a, (&p.len, &p.gathered), at, (nodes, gpus));
+        }
+        Ok(s)
+    }
 }
 
 /// The node-level split sizes of every rank, O(N R) numbers: what staged
@@ -345,6 +477,7 @@ impl LocalTraffic {
             rank_rail_before: vec![0; n * g],
             rail_into_before: vec![0; nodes * g],
             node_splits: None,
+            lane_sums: None,
         };
         let mut splits = NodeSplits {
             to_nodes: vec![0; n * nodes],
@@ -432,6 +565,21 @@ impl LocalTraffic {
         self.cols[s * self.gpus_per_node + i]
     }
 
+    /// What each GPU of this rank's node sends each node, `G` rows of `N`
+    /// (`[l * N + b]`, from `rows`): the input of `Planner::node_lanes`.
+    pub fn node_sends(&self) -> Vec<u64> {
+        let g = self.gpus_per_node;
+        let mut out = Vec::with_capacity(g * self.nodes);
+        for i in 0..g {
+            out.extend(
+                self.row(i)
+                    .chunks_exact(g.max(1))
+                    .map(|p| p.iter().sum::<u64>()),
+            );
+        }
+        out
+    }
+
     /// Checks that this is one rank's traffic of a cluster shaped as
     /// `topo`: its shape, its rank, and every field's length. Errors
     /// ([`crate::Error::Input`]) name the field.
@@ -470,6 +618,28 @@ impl LocalTraffic {
         ] {
             if len != want {
                 return Err(bad(format!("`{name}` has {len} numbers, not {want}")));
+            }
+        }
+        if let Some(s) = &self.lane_sums {
+            for (name, len, want) in [
+                ("lane_sums.gather", s.gather.len(), n),
+                ("lane_sums.gather_before", s.gather_before.len(), n),
+                ("lane_sums.land_before", s.land_before.len(), n),
+                ("lane_sums.rail_len", s.rail_len.len(), nn * nn),
+                ("lane_sums.rail_gathered", s.rail_gathered.len(), nn * nn),
+            ] {
+                if len != want {
+                    return Err(bad(format!("`{name}` has {len} numbers, not {want}")));
+                }
+            }
+            // A lane gathers part of what it sends.
+            let mut pairs = s.rail_gathered.iter().zip(&s.rail_len);
+            if let Some(at) = pairs.position(|(gathered, len)| gathered > len) {
+                return Err(bad(format!(
+                    "`lane_sums.rail_gathered` exceeds `lane_sums.rail_len` at pair ({}, {})",
+                    at / nn,
+                    at % nn
+                )));
             }
         }
         if let Some(splits) = &self.node_splits {

@@ -5,7 +5,9 @@
 use proptest::prelude::*;
 use switchyard_compiler::planner::{Planner, PlannerOptions, StagePair};
 use switchyard_compiler::program::OpKind;
-use switchyard_compiler::rank::{canonical, stitch, LocalProgram, LocalTraffic};
+use switchyard_compiler::rank::{
+    canonical, stitch, LaneSums, LocalProgram, LocalTraffic, NodeLanes,
+};
 use switchyard_compiler::sched::auto::choose;
 use switchyard_compiler::sim::Network;
 use switchyard_compiler::topology::{FabricSpec, TopologySpec};
@@ -82,15 +84,31 @@ fn check_with(
     let mut prog = LocalProgram::default();
     let mut local_prog = LocalProgram::default();
     let mut per_rank = 0;
+    // Staged `fast` and `spray`: each node's lanes, as its ranks compute
+    // them from their own rows (what a job gathers the sums of).
+    let g = topo.gpus_per_node();
+    let node_lanes: Option<Vec<NodeLanes>> = (0..topo.nodes())
+        .map(|a| {
+            let local = LocalTraffic::from_matrix(m, a * g, topo).unwrap();
+            planner.node_lanes(a, &local.node_sends()).ok()
+        })
+        .collect();
     for r in 0..topo.ranks() {
         planner.plan_rank_into(r, m, &mut prog).unwrap();
         // From what the rank knows alone: the same program, or (only where
         // the algorithm has no per-rank planner for this plan) a refusal.
-        let local = LocalTraffic::from_matrix(m, r, topo).unwrap();
+        let mut local = LocalTraffic::from_matrix(m, r, topo).unwrap();
         match planner.program_local_into(&local, &mut local_prog) {
             Ok(()) => {
                 prop_assert_eq!(&local_prog, &prog, "{} rank {}", alg, r);
                 per_rank += 1;
+                // Given the sums of every node's lanes, the same program.
+                if let Some(parts) = &node_lanes {
+                    let sums = LaneSums::assemble(parts, r, topo.nodes(), g).unwrap();
+                    local.lane_sums = Some(sums);
+                    planner.program_local_into(&local, &mut local_prog).unwrap();
+                    prop_assert_eq!(&local_prog, &prog, "{} rank {} with lane sums", alg, r);
+                }
             }
             Err(Error::NeedsWholeMatrix { algorithm, .. }) => {
                 prop_assert!(
@@ -510,4 +528,61 @@ fn only_deepep_needs_rail_into_before() {
         Planner::for_algorithm(&topo, Algorithm::Deepep, PlannerOptions::default()).unwrap();
     let e = deepep.program_local(&local).unwrap_err().to_string();
     assert!(e.contains("rail_into_before"), "{e}");
+}
+
+/// Lane sums are checked where they enter: `node_lanes` only for a staged
+/// emitter off a mesh and for a node's `G x N` sends, `assemble` only
+/// from one `N G`-lane part per node, and a `LocalTraffic` whose sums
+/// have the wrong length is bad input, named by field.
+#[test]
+fn lane_sums_inputs_are_checked() {
+    let topo = Topology::preset("dgx-h100", 4, Some(2)).unwrap();
+    let m = matrix(8, 5, 1, 1 << 20);
+    let (nn, g) = (topo.nodes(), topo.gpus_per_node());
+    let mut fast =
+        Planner::for_algorithm(&topo, Algorithm::Fast, PlannerOptions::default()).unwrap();
+    let sends = LocalTraffic::from_matrix(&m, 0, &topo)
+        .unwrap()
+        .node_sends();
+    assert_eq!(sends.len(), nn * g);
+    let part = fast.node_lanes(0, &sends).unwrap();
+    assert!(matches!(fast.node_lanes(nn, &sends), Err(Error::Input(_))));
+    assert!(matches!(
+        fast.node_lanes(0, &sends[1..]),
+        Err(Error::Input(_))
+    ));
+    for alg in [Algorithm::Auto, Algorithm::Direct] {
+        let mut p = Planner::for_algorithm(&topo, alg, PlannerOptions::default()).unwrap();
+        assert!(
+            matches!(p.node_lanes(0, &sends), Err(Error::NeedsWholeMatrix { .. })),
+            "{alg}"
+        );
+    }
+    let mesh = Topology::preset("mi300x", 2, Some(4)).unwrap();
+    let mut on_mesh =
+        Planner::for_algorithm(&mesh, Algorithm::Fast, PlannerOptions::default()).unwrap();
+    let mesh_sends = vec![0; mesh.ranks()];
+    assert!(matches!(
+        on_mesh.node_lanes(0, &mesh_sends),
+        Err(Error::NeedsWholeMatrix { .. })
+    ));
+    let parts = vec![part.clone(); nn];
+    assert!(LaneSums::assemble(&parts[1..], 0, nn, g).is_err());
+    assert!(LaneSums::assemble(&parts, nn * g, nn, g).is_err());
+    let mut short = parts.clone();
+    short[2].len.pop();
+    assert!(LaneSums::assemble(&short, 0, nn, g).is_err());
+    let mut local = LocalTraffic::from_matrix(&m, 3, &topo).unwrap();
+    let mut sums = LaneSums::assemble(&parts, 3, nn, g).unwrap();
+    let whole = sums.clone();
+    sums.rail_len.pop();
+    local.lane_sums = Some(sums);
+    let e = fast.program_local(&local).unwrap_err().to_string();
+    assert!(e.contains("lane_sums.rail_len"), "{e}");
+    // A lane that would gather more than it sends.
+    let mut sums = whole;
+    sums.rail_gathered[1] = sums.rail_len[1] + 1;
+    local.lane_sums = Some(sums);
+    let e = fast.program_local(&local).unwrap_err().to_string();
+    assert!(e.contains("exceeds") && e.contains("(0, 1)"), "{e}");
 }

@@ -317,6 +317,7 @@ fn local_from_bytes(topo: &Topology, rank: i64, parts: &[Vec<u8>]) -> PyResult<L
         inter_out: next(),
         inter_in: next(),
         node_splits: splits,
+        lane_sums: None,
         rank_rail_before: next(),
         rail_into_before: next(),
     })

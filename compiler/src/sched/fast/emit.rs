@@ -144,6 +144,9 @@ pub(crate) struct Emitter {
     pub(super) rank_sums: Vec<u64>,
     /// A rank's program: the lanes' bytes of one node's pairs (`balance_rank`).
     pub(super) row_lens: RowLens,
+    /// A rank's program given no [`crate::rank::LaneSums`]: those it
+    /// computes from every pair's lanes.
+    pub(super) own_sums: crate::rank::LaneSums,
     pub(super) lane_tmp: Vec<Lane>,
     pub(super) pieces: Vec<Piece>,
     pub(super) sent: Vec<u64>,
@@ -284,6 +287,7 @@ impl Emitter {
             lanes: Vec::new(),
             rank_sums: Vec::new(),
             row_lens: RowLens::default(),
+            own_sums: crate::rank::LaneSums::default(),
             lane_tmp: Vec::new(),
             pieces: Vec::new(),
             sent: Vec::with_capacity(gpus),

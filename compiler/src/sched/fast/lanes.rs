@@ -5,6 +5,7 @@
 use super::balance::{balance_pair, Lane};
 use super::blocks::{Blocks, RankBlocks};
 use super::emit::Emitter;
+use crate::rank::{LaneSums, NodeLanes};
 
 /// A pair goes direct only if its busiest lane carries at most this fraction
 /// more than balanced lanes would (measured: 2% keeps 4x8 log-normal at 4 KB
@@ -156,24 +157,43 @@ impl Emitter {
         }
     }
 
+    /// The lanes of the pairs node `a` sends (each GPU's bytes to each
+    /// node in `sends`, `G` rows of `N`), for their bytes: node `a`'s part
+    /// of every rank's [`LaneSums`]. O(N G).
+    pub(crate) fn node_lanes(&mut self, a: usize, sends: &[u64]) -> NodeLanes {
+        let nn = self.nodes;
+        let min_gain = self.min_gain();
+        let mut row = std::mem::take(&mut self.row_lens);
+        row.balance(sends, nn, &self.weights, self.nic_rate, min_gain, a);
+        let out = NodeLanes {
+            len: row.len.clone(),
+            gathered: row.gathered.clone(),
+        };
+        self.row_lens = row;
+        out
+    }
+
     /// The lanes rank `(node, rail)`'s program reads, balanced and laid out
     /// as [`Emitter::balance`] and [`Emitter::layout_scratch`] would, into
     /// `self.lanes` indexed by [`rank_lane_index`]: every lane of its node's
     /// pairs (with their pieces) and lane `rail` of the other pairs (their
     /// own and gathered bytes, no pieces), `N² + 2 N G` lanes instead of
-    /// `N² G`. Every other lane is balanced too, for its bytes only, which
-    /// place the landing and gather regions (running sums per GPU, `R`
-    /// numbers). Returns the rank's scratch bytes, or `None` (nothing
-    /// balanced) when every pair goes direct. Not on a mesh (`spread`).
+    /// `N² G`. The others' lanes place the landing and gather regions of
+    /// those: their sums per GPU and lane `rail` of every pair, `sums`
+    /// ([`LaneSums`]), or, without them, found here by balancing every
+    /// pair for its bytes. Given the sums it balances only its node's `2 N`
+    /// pairs: O(R + N²). Returns the rank's scratch bytes, or `None`
+    /// (nothing balanced) when every pair goes direct. Not on a mesh
+    /// (`spread`).
     #[inline(never)]
     pub(super) fn balance_rank(
         &mut self,
         v: &RankBlocks<'_>,
         node: usize,
         rail: usize,
+        sums: Option<&LaneSums>,
     ) -> Option<u64> {
         let (nn, g) = (self.nodes, self.gpus);
-        let n = nn * g;
         debug_assert!(!self.mesh, "a mesh's lanes spread: no rank programs");
         self.pieces.clear();
         let min_gain = self.min_gain();
@@ -181,43 +201,36 @@ impl Emitter {
         if self.all_direct {
             return None;
         }
+        // Without the sums: every pair's lanes' bytes, a sending node's
+        // pairs at once (`RowLens`), summed into `own` as a job would
+        // (lane `rail` of each pair read in place, not kept).
+        let mut own = std::mem::take(&mut self.own_sums);
+        let mut row = std::mem::take(&mut self.row_lens);
+        if sums.is_none() {
+            own.reset(nn, g, false);
+        }
         self.lanes.clear();
         self.lanes.resize(nn * nn + 2 * nn * g, Lane::default());
         let idx = |a: usize, b: usize, l: usize| rank_lane_index(nn, g, node, rail, a, b, l);
-        // Per GPU: the bytes it gathers in all (`gather`); before column
-        // `node` of its row (`gather_before`, the gather base of its lane
-        // into the node); what lanes of the nodes before `node` land in it
-        // (`land_before`, the landing base of the node's lanes into it).
-        // `land`: a running sum per node (below).
-        let mut sums = std::mem::take(&mut self.rank_sums);
-        sums.clear();
-        sums.resize(3 * n + nn, 0);
-        let (gather, rest) = sums.split_at_mut(n);
-        let (gather_before, rest) = rest.split_at_mut(n);
-        let (land_before, land) = rest.split_at_mut(n);
-        // Every pair's lanes' bytes, node `a`'s pairs at once (`RowLens`);
-        // the pairs of `node` balanced again with their pieces.
-        let mut row = std::mem::take(&mut self.row_lens);
         for a in 0..nn {
-            let rows = v.node_rows(a);
-            row.balance(rows, nn, &self.weights, self.nic_rate, min_gain, a);
-            for (l, (gathered, lens)) in (row.gathered.chunks_exact(nn))
-                .zip(row.len.chunks_exact(nn))
-                .enumerate()
-            {
-                gather[a * g + l] = gathered.iter().sum();
-                gather_before[a * g + l] = gathered[..node].iter().sum();
-                if a < node {
-                    for (b, &len) in lens.iter().enumerate() {
-                        land_before[b * g + l] += len;
-                    }
+            // Lane `rail` of node `a`'s pairs.
+            let (gathered, lens) = match sums {
+                Some(s) => {
+                    let at = a * nn..(a + 1) * nn;
+                    (&s.rail_gathered[at.clone()], &s.rail_len[at])
                 }
-            }
-            // Lane `rail` of the pairs away from `node`, gather bases running
-            // in the order of `b`.
-            let (gathered, lens) = (&row.gathered[rail * nn..], &row.len[rail * nn..]);
+                None => {
+                    let rows = v.node_rows(a);
+                    row.balance(rows, nn, &self.weights, self.nic_rate, min_gain, a);
+                    own.add_node(a, (&row.len, &row.gathered), (node, rail), (nn, g));
+                    let at = rail * nn..(rail + 1) * nn;
+                    (&row.gathered[at.clone()], &row.len[at])
+                }
+            };
+            // Those away from `node`, gather bases running in the order of
+            // `b`.
             let mut rail_gather = 0u64;
-            for (b, (&gathered, &len)) in gathered[..nn].iter().zip(&lens[..nn]).enumerate() {
+            for (b, (&gathered, &len)) in gathered.iter().zip(lens).enumerate() {
                 if a != node && b != node && b != a {
                     let at = self.pieces.len() as u32;
                     self.lanes[a * nn + b] = Lane {
@@ -245,10 +258,20 @@ impl Emitter {
             }
         }
         self.row_lens = row;
+        // Per GPU: the bytes it gathers in all (`gather`); before column
+        // `node` of its row (`gather_before`, the gather base of its lane
+        // into the node); what lanes of the nodes before `node` land in it
+        // (`land_before`, the landing base of the node's lanes into it).
+        let sums = sums.unwrap_or(&own);
+        let (gather, gather_before, land_before) =
+            (&sums.gather, &sums.gather_before, &sums.land_before);
         // Landing regions: after the GPU's gather regions, in the order of
         // the sending node. Lane `rail` of the pairs away from `node`, by
         // column (`node`'s row among them); `land` is each column's
         // running sum.
+        let mut land = std::mem::take(&mut self.rank_sums);
+        land.clear();
+        land.resize(nn, 0);
         for a in 0..nn {
             for b in (0..nn).filter(|&b| b != node && b != a) {
                 let lane = &mut self.lanes[idx(a, b, rail)];
@@ -258,10 +281,8 @@ impl Emitter {
                 land[b] += lane.len();
             }
         }
+        self.rank_sums = land;
         // The pairs of `node` keep their bases in full.
-        let land_before = &sums[2 * n..3 * n];
-        let gather = &sums[..n];
-        let gather_before = &sums[n..2 * n];
         // Its row: gather regions in the order of `b`, landing after the
         // nodes before `node`.
         for l in 0..g {
@@ -290,7 +311,7 @@ impl Emitter {
                 scratch = at;
             }
         }
-        self.rank_sums = sums;
+        self.own_sums = own;
         Some(scratch)
     }
 

@@ -96,7 +96,7 @@ impl Emitter {
         let (node, rail) = (t.rank / g, t.rank % g);
         let mut bufs = std::mem::take(&mut self.rank_bufs);
         let v = bufs.view(t, splits);
-        let Some(scratch) = self.balance_rank(&v, node, rail) else {
+        let Some(scratch) = self.balance_rank(&v, node, rail, t.lane_sums.as_ref()) else {
             self.rank_bufs = bufs;
             return refuse(
                 "every node pair is sent directly, and a direct lane's receives wait on \

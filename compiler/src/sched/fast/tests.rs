@@ -766,7 +766,7 @@ fn per_message_cost_coarsens_the_sends() {
 fn rank_lanes_match_the_whole(t: &Topology, m: &TrafficMatrix, opts: &PlannerOptions) {
     use super::blocks::{RankBuffers, WholeBlocks};
     use super::lanes::rank_lane_index;
-    use crate::rank::LocalTraffic;
+    use crate::rank::{LaneSums, LocalTraffic};
     let (nn, g) = (t.nodes(), t.gpus_per_node());
     let mut whole = Emitter::new(t, opts.clone()).unwrap();
     let mut w = WholeBlocks::default();
@@ -779,14 +779,25 @@ fn rank_lanes_match_the_whole(t: &Topology, m: &TrafficMatrix, opts: &PlannerOpt
     whole.first_slices();
     let mut e = Emitter::new(t, opts.clone()).unwrap();
     let mut bufs = RankBuffers::default();
-    for rank in 0..nn * g {
+    // Each node's lanes from what its GPUs send each node (its ranks' own
+    // rows), for the sums a job would gather.
+    let parts: Vec<_> = (0..nn)
+        .map(|a| {
+            let lt = LocalTraffic::from_matrix(m, a * g, t).unwrap();
+            let to_nodes = &lt.node_splits.as_ref().unwrap().to_nodes;
+            assert_eq!(lt.node_sends(), to_nodes[a * g * nn..(a + 1) * g * nn]);
+            e.node_lanes(a, &lt.node_sends())
+        })
+        .collect();
+    for (rank, with_sums) in (0..nn * g).flat_map(|r| [(r, false), (r, true)]) {
         let (node, rail) = (rank / g, rank % g);
         let lt = LocalTraffic::from_matrix(m, rank, t).unwrap();
         let splits = lt.node_splits.as_ref().unwrap();
         e.node_bytes.clone_from(&lt.node_bytes);
         e.inter_blocks = splits.inter_blocks;
         let v = bufs.view(&lt, splits);
-        let got = e.balance_rank(&v, node, rail);
+        let sums = with_sums.then(|| LaneSums::assemble(&parts, rank, nn, g).unwrap());
+        let got = e.balance_rank(&v, node, rail, sums.as_ref());
         assert_eq!(e.all_direct, whole.all_direct);
         let Some(got) = got else {
             continue;
