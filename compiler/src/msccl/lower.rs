@@ -513,26 +513,29 @@ pub fn to_xml(
             price_new(&cands, &mut best, &mut best_us)?;
         }
     }
-    // A cut file still over [`SCORED_ABOVE`] whose chunk the executor's
-    // limits forced coarser than the default (the cuts' steps: 8x8
-    // intra-skew `lp` needed 4 times the base chunk to keep a connection
-    // within 32 channels of 64 steps, and its transfers were then too
-    // short to cut, 6895 waits unheld, +6.44%): the file written whole
-    // (`Pacing::Off`) at the default chunks is priced too (-2.98% / -1.28%
-    // there; docs/benchmarks.md issue 22 item 2).
+    // A cut file still over [`SCORED_ABOVE`]: the file written whole
+    // (`Pacing::Off`) at the default chunks is priced too. Where the
+    // executor's limits forced the cut file's chunk coarser than the
+    // default (the cuts' steps: 8x8 intra-skew `lp` needed 4 times the base
+    // chunk to keep a connection within 32 channels of 64 steps, and its
+    // transfers were then too short to cut, 6895 waits unheld, +6.44%):
+    // -2.98% / -1.28% there. With a connection priced as one stream, 8x8
+    // Zipf `lp`'s cut file is +4.13% at every chunk tried and written
+    // whole +3.08% (docs/benchmarks.md issue 22 item 2, 2026-12-04).
     // (Without a caller's chunk, `base` is the default chunk.)
     if over(best_us)
         && opts.pacing == Pacing::Cut
         && opts.chunk_bytes.is_none()
         && n <= super::chunk::MAX_RANKS_PRICED
-        && base_u > base
     {
         let whole = XmlOptions {
             pacing: Pacing::Off,
             ..opts.clone()
         };
-        for u in [base, fine] {
-            if u < base_u {
+        let mut us = vec![base, fine];
+        us.dedup();
+        for u in us {
+            if u <= base_u {
                 files_with(&whole, u, &mut cands, &mut laps);
             }
         }
