@@ -226,7 +226,9 @@ pub struct SimResult {
     pub links: Vec<LinkUsage>,
     /// Nominal bandwidth of every link, bytes/us (for utilisation).
     bandwidth: Vec<f64>,
-    /// Path latency of every transfer, us (indexed like `transfers`).
+    /// Path latency of every transfer, us (indexed like `transfers`); for
+    /// a stream's transfer held behind the one it continues
+    /// ([`simulate_streams`]), the time from its start until it moved.
     latency: Vec<f64>,
     /// Rate recomputations the run needed (a measure of its cost).
     pub events: usize,
@@ -249,7 +251,8 @@ impl SimResult {
     }
 
     /// When transfer `i` began to move bytes: its start plus its path latency
-    /// (its start for a local copy).
+    /// (its start for a local copy; for a stream's transfer, when the one it
+    /// continues had delivered its last byte, if later).
     pub fn moving_from_us(&self, i: usize) -> f64 {
         let t = self.transfers[i];
         (t.start_us + self.latency.get(i).copied().unwrap_or(0.0)).min(t.end_us)
@@ -590,6 +593,8 @@ impl<'a> Sim<'a> {
             self.finished += 1;
             if let Some(s) = &mut self.streams {
                 if let Some((c, at)) = s.release(t, time) {
+                    // Its wait before moving, as the result reports it.
+                    self.latency[c as usize] = at - self.times[c as usize].start_us;
                     self.arrivals.push(Reverse((Key(at), c)));
                 }
             }

@@ -207,9 +207,11 @@ mod tests {
             "{:?}",
             ends(&s)
         );
-        // A1 was ready at 0 and waited in its stream, not for a dependency.
+        // A1 was ready at 0 and waited in its stream (its latency ended at
+        // 1 us), not for a dependency: it moved from 41 us.
         assert_eq!(s.transfers[1].start_us, 0.0);
-        assert!(close(s.moving_from_us(1), 1.0));
+        assert!(close(s.moving_from_us(1), 41.0));
+        assert!(close(s.average_rate(1, b).unwrap(), 450_000.0));
         let apart = simulate(&topo, &plan, &o).unwrap();
         assert!(ends(&apart).iter().all(|&e| close(e, 61.0)));
         // Every entry `None`: the plain simulation, exactly.
@@ -248,6 +250,76 @@ mod tests {
         let l = topo.path(0, 1)[0] as usize;
         assert!(close(s.links[l].busy_us, 400.0));
         assert!(close(s.links[l].bytes, 4.0 * b as f64));
+    }
+
+    /// Random transfers on two nodes of two GPUs (some waiting on earlier
+    /// ones), each chained to the previous transfer of its (src, dst) pair
+    /// when `chain` says so.
+    fn random_case() -> impl Strategy<Value = (Vec<Transfer>, Vec<Option<u32>>)> {
+        prop::collection::vec(
+            (
+                0u32..4,
+                1u32..4,
+                0u64..3_000_000,
+                any::<bool>(),
+                any::<bool>(),
+            ),
+            1..24,
+        )
+        .prop_map(|xs| {
+            let mut ts = Vec::new();
+            let mut after = Vec::new();
+            let mut last: std::collections::HashMap<(u32, u32), u32> = Default::default();
+            for (i, (src, d, bytes, dep, chain)) in xs.into_iter().enumerate() {
+                let dst = (src + d) % 4;
+                let deps: Vec<u32> = if dep && i > 0 {
+                    vec![(i as u32 - 1) / 2]
+                } else {
+                    vec![]
+                };
+                ts.push(transfer(src, dst, bytes, &deps));
+                after.push(if chain {
+                    last.get(&(src, dst)).copied()
+                } else {
+                    None
+                });
+                last.insert((src, dst), i as u32);
+            }
+            (ts, after)
+        })
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// A stream moves one transfer at a time, in order: a transfer
+        /// moves no byte before the one it continues has delivered its
+        /// last, never starts before its dependencies, and the links carry
+        /// the same bytes as without streams.
+        #[test]
+        fn a_stream_moves_in_order((ts, after) in random_case()) {
+            let topo = Topology::preset("dgx-h100", 2, Some(2)).unwrap();
+            let plan = plan_of(&topo, ts);
+            let o = SimOptions::default();
+            let s = simulate_streams(&topo, &plan, &after, &o).unwrap();
+            let plain = simulate(&topo, &plan, &o).unwrap();
+            for (t, p) in after.iter().enumerate() {
+                let x = s.transfers[t];
+                for &d in &plan.transfers[t].deps {
+                    prop_assert!(x.start_us >= s.transfers[d as usize].end_us);
+                }
+                if let Some(p) = p {
+                    let e = s.transfers[*p as usize].end_us;
+                    prop_assert!(x.end_us >= e, "{t} ends {} before {p} {e}", x.end_us);
+                    if plan.transfers[t].bytes > 0 {
+                        prop_assert!(s.moving_from_us(t) >= e - 1e-9 * e.max(1.0));
+                    }
+                }
+            }
+            for (a, b) in s.links.iter().zip(&plain.links) {
+                prop_assert!(close(a.bytes, b.bytes), "{} vs {}", a.bytes, b.bytes);
+            }
+        }
     }
 
     #[test]
