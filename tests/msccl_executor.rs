@@ -788,8 +788,10 @@ fn a_stream_takes_one_share_of_a_link() {
 /// stream of 7 calls in flight took most of its forwarding GPU's NVLink
 /// ingress), 8x8 MoE `pairwise` at the base chunk (+3.50%: 327 operations
 /// past 71 chunks between nodes), 4x8 log-normal `pairwise` packed in
-/// LL128 (+3.47%). With one stream per connection each is within 3% of
-/// its plan, and priced with calls apart it is not (the test can fail).
+/// LL128 (+3.47% at 3024 B; +6.52% at the base chunk tried here). With
+/// one stream per connection each is within 3% of its plan (+1.02%,
+/// +0.45%, -2.72%), and priced with calls apart it is not (+4.03%, +3.50%,
+/// +6.52%, the first two the figures recorded before; the test can fail).
 #[test]
 fn streams_hold_the_files_once_rescued() {
     use switchyard::compiler::generate::Pattern;
