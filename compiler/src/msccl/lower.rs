@@ -513,26 +513,29 @@ pub fn to_xml(
             price_new(&cands, &mut best, &mut best_us)?;
         }
     }
-    // A cut file still over [`SCORED_ABOVE`] whose chunk the executor's
-    // limits forced coarser than the default (the cuts' steps: 8x8
-    // intra-skew `lp` needed 4 times the base chunk to keep a connection
-    // within 32 channels of 64 steps, and its transfers were then too
-    // short to cut, 6895 waits unheld, +6.44%): the file written whole
-    // (`Pacing::Off`) at the default chunks is priced too (-2.98% / -1.28%
-    // there; docs/benchmarks.md issue 22 item 2).
+    // A cut file still over [`SCORED_ABOVE`]: the file written whole
+    // (`Pacing::Off`) at the default chunks is priced too. Where the
+    // executor's limits forced the cut file's chunk coarser than the
+    // default (the cuts' steps: 8x8 intra-skew `lp` needed 4 times the base
+    // chunk to keep a connection within 32 channels of 64 steps, and its
+    // transfers were then too short to cut, 6895 waits unheld, +6.44%):
+    // -2.98% / -1.28% there. With a connection priced as one stream, 8x8
+    // Zipf `lp`'s cut file is +4.13% at every chunk tried and written
+    // whole +3.08% (docs/benchmarks.md issue 22 item 2, 2026-12-04).
     // (Without a caller's chunk, `base` is the default chunk.)
     if over(best_us)
         && opts.pacing == Pacing::Cut
         && opts.chunk_bytes.is_none()
         && n <= super::chunk::MAX_RANKS_PRICED
-        && base_u > base
     {
         let whole = XmlOptions {
             pacing: Pacing::Off,
             ..opts.clone()
         };
-        for u in [base, fine] {
-            if u < base_u {
+        let mut us = vec![base, fine];
+        us.dedup();
+        for u in us {
+            if u <= base_u {
                 files_with(&whole, u, &mut cands, &mut laps);
             }
         }
@@ -547,13 +550,12 @@ pub fn to_xml(
 /// from Simple ([`simple_may_help`]), its protocol (LL or LL128) was chosen by size, its window is its
 /// own buffer size (a file made for one matrix: the window is the same
 /// whatever the protocol) and the cluster has at most
-/// `chunk::MAX_RANKS_PRICED` ranks. LL128's window is 8 calls, so a relay
-/// stream of a few operations is not spread and keeps all its calls in
-/// flight, each a flow with its own max-min share of the links it
-/// crosses (2x8 log-normal `pxn` packed: 7 calls into a forwarding gpu
-/// took most of its NVLink ingress, the relays its NIC sends first
-/// arrived 1.3-2.3 us late and the NIC idled; +4.03% -> +1.55% in
-/// Simple).
+/// `chunk::MAX_RANKS_PRICED` ranks. Added while `xsim` priced each call
+/// in flight as a flow of its own: LL128's window is 8 calls, so a relay
+/// stream of a few operations kept all its calls in flight, each with its
+/// own max-min share (2x8 log-normal `pxn` packed: +4.03% -> +1.55% in
+/// Simple). With a connection priced as one stream (2026-12-04) that
+/// LL128 file is +1.02%; the step stays for files still over.
 fn simple_candidates(
     opts: &XmlOptions,
     best: &XmlPlan,
@@ -2743,6 +2745,35 @@ mod tests {
         let back = super::super::parse_xml(&x.text, "x.xml", Some(&m)).unwrap();
         verify_on(&back, &m, &topo).unwrap();
         super::super::check_executable(&x.text).unwrap();
+    }
+
+    #[test]
+    fn simple_is_tried_only_for_an_over_file_of_a_protocol_chosen_by_size() {
+        // A small skewed file: LL by size, its window its own size.
+        let topo = Topology::preset("dgx-h100", 2, Some(4)).unwrap();
+        let mut m = TrafficMatrix::uniform(8, 1000);
+        m.set(1, 6, 77_777);
+        let plan = direct(&topo, &m);
+        let opts = XmlOptions::default();
+        let x = to_xml(&plan, &topo, &m, &opts).unwrap();
+        assert_ne!(x.protocol, Protocol::Simple);
+        assert_eq!(x.min_bytes, x.max_bytes);
+        let o = simple_candidates(&opts, &x, true, 8).unwrap();
+        assert_eq!(o.protocol, Some(Protocol::Simple));
+        assert_eq!((o.layout, o.pacing), (opts.layout, opts.pacing));
+        // Within 3%, a protocol forced, a cluster too large to price, or a
+        // file in Simple already: nothing to try.
+        assert!(simple_candidates(&opts, &x, false, 8).is_none());
+        let forced = XmlOptions {
+            protocol: Some(x.protocol),
+            ..opts.clone()
+        };
+        assert!(simple_candidates(&forced, &x, true, 8).is_none());
+        let big = super::super::chunk::MAX_RANKS_PRICED + 1;
+        assert!(simple_candidates(&opts, &x, true, big).is_none());
+        let simple = to_xml(&plan, &topo, &m, &o).unwrap();
+        assert_eq!(simple.protocol, Protocol::Simple);
+        assert!(simple_candidates(&opts, &simple, true, 8).is_none());
     }
 
     #[test]

@@ -73,6 +73,22 @@ pub struct ExecutorPlan {
     /// The transfer of each operation of the trace (`None` if the run
     /// never reached it).
     pub op_transfer: Vec<Option<u32>>,
+    /// Per transfer of `plan`: the call it continues on its connection's
+    /// stream (`sim::simulate_streams`); all `None` without
+    /// [`Rules::streams`].
+    pub after: Vec<Option<u32>>,
+}
+
+impl ExecutorPlan {
+    /// Simulates the plan with its connections as streams (paths from
+    /// `topo`'s routes; [`super::assign_paths`] sets the plan's own).
+    pub fn simulate(
+        &self,
+        topo: &crate::Topology,
+        opts: &crate::sim::SimOptions,
+    ) -> crate::error::Result<crate::sim::SimResult> {
+        crate::sim::simulate_streams(topo, &self.plan, &self.after, opts)
+    }
 }
 
 /// Which of the executor's rules a pricing applies. [`Rules::EXECUTOR`]
@@ -90,6 +106,13 @@ pub struct Rules<'a> {
     /// `None`: operations move whole chunks (the executor); `Some(m)`:
     /// only the bytes of `m` the chunks hold (a block's last chunk short).
     pub real_bytes: Option<&'a crate::TrafficMatrix>,
+    /// A connection is one in-order stream (the executor): a call moves
+    /// its first byte once the call before it on the connection has
+    /// delivered its last, so a connection takes one share of a link and
+    /// a ready call's latency hides under the bytes before it; `false`:
+    /// each call in flight is a flow of its own (the pricing until
+    /// 2026-12-04).
+    pub streams: bool,
 }
 
 impl Rules<'_> {
@@ -98,6 +121,7 @@ impl Rules<'_> {
         staged_sends: true,
         fifo_window: true,
         real_bytes: None,
+        streams: true,
     };
 }
 
@@ -209,6 +233,8 @@ pub fn executor_plan_with(
     // Per operation: the transfer of each of its calls.
     let mut call_t: Vec<Vec<u32>> = vec![Vec::new(); ops.len()];
     let mut recv_done: Vec<Option<u32>> = vec![None; ops.len()];
+    // (call, the call it continues on its stream).
+    let mut after: Vec<(u32, u32)> = Vec::new();
     let mut progress = true;
     while progress {
         progress = false;
@@ -316,6 +342,17 @@ pub fn executor_plan_with(
                         if blocked {
                             break;
                         }
+                        // The stream: the first call continues the last call
+                        // of the operation before it on the connection.
+                        let prev = if rules.streams && first > 0 {
+                            let y = holder(s, first - 1) as usize;
+                            match call_t[y].last() {
+                                Some(&t) => Some(t),
+                                None => break,
+                            }
+                        } else {
+                            None
+                        };
                         // Each call moves its share of the whole chunks (or
                         // of the bytes they hold), staged one after another.
                         let bytes = op_bytes(o);
@@ -332,7 +369,7 @@ pub fn executor_plan_with(
                             }
                             staged = join(&mut plan, gi as u32, tdeps);
                             let (a, b) = (bytes * j as u64 / n, bytes * (j as u64 + 1) / n);
-                            ts.push(plan.push(Transfer {
+                            let t = plan.push(Transfer {
                                 src: o.src,
                                 src_buf: Buffer::Input,
                                 src_off: 0,
@@ -343,7 +380,12 @@ pub fn executor_plan_with(
                                 path: Path::Local,
                                 step: 0,
                                 deps: Deps::from_vec(vec![staged]),
-                            }));
+                            });
+                            let before = if j == 0 { prev } else { ts.last().copied() };
+                            if let Some(p) = before.filter(|_| rules.streams) {
+                                after.push((t, p));
+                            }
+                            ts.push(t);
                         }
                         let arrived = match ts.as_slice() {
                             [t] => *t,
@@ -373,11 +415,16 @@ pub fn executor_plan_with(
         .filter(|(o, _)| o.src != o.dst)
         .map(|(_, &c)| c)
         .sum();
+    let mut after_of = vec![None; plan.transfers.len()];
+    for (t, p) in after {
+        after_of[t as usize] = Some(p);
+    }
     ExecutorPlan {
         plan,
         calls: calls_total,
         chunk_bytes,
         op_transfer: t_of,
+        after: after_of,
     }
 }
 
@@ -425,7 +472,7 @@ pub fn simulate_traced(
 ) -> crate::error::Result<(f64, ExecutorPlan)> {
     let mut x = executor_plan(algo, trace, chunk_bytes);
     super::assign_paths(&mut x.plan, topo);
-    let r = crate::sim::simulate(topo, &x.plan, opts)?;
+    let r = x.simulate(topo, opts)?;
     Ok((r.completion_us, x))
 }
 

@@ -14,6 +14,7 @@
 mod congestion;
 mod fair;
 mod routes;
+mod streams;
 #[cfg(test)]
 mod tests;
 
@@ -29,6 +30,7 @@ pub use congestion::CongestionModel;
 /// Totally ordered f64 for heaps, shared with the bounds.
 pub(crate) use fair::Key as OrdKey;
 use fair::{Filler, Key, Paths};
+pub use streams::simulate_streams;
 
 use crate::error::{Error, InputError, Result};
 use crate::plan::Plan;
@@ -224,7 +226,9 @@ pub struct SimResult {
     pub links: Vec<LinkUsage>,
     /// Nominal bandwidth of every link, bytes/us (for utilisation).
     bandwidth: Vec<f64>,
-    /// Path latency of every transfer, us (indexed like `transfers`).
+    /// Path latency of every transfer, us (indexed like `transfers`); for
+    /// a stream's transfer held behind the one it continues
+    /// ([`simulate_streams`]), the time from its start until it moved.
     latency: Vec<f64>,
     /// Rate recomputations the run needed (a measure of its cost).
     pub events: usize,
@@ -247,7 +251,8 @@ impl SimResult {
     }
 
     /// When transfer `i` began to move bytes: its start plus its path latency
-    /// (its start for a local copy).
+    /// (its start for a local copy; for a stream's transfer, when the one it
+    /// continues had delivered its last byte, if later).
     pub fn moving_from_us(&self, i: usize) -> f64 {
         let t = self.transfers[i];
         (t.start_us + self.latency.get(i).copied().unwrap_or(0.0)).min(t.end_us)
@@ -318,6 +323,17 @@ pub fn simulate_with_progress(
     opts: &SimOptions,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<SimResult> {
+    simulate_inner(topo, plan, opts, None, progress)
+}
+
+/// [`simulate_with_progress`], with `streams` ([`simulate_streams`]).
+fn simulate_inner(
+    topo: &Topology,
+    plan: &Plan,
+    opts: &SimOptions,
+    streams: Option<streams::Streams>,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<SimResult> {
     check_plan(topo, plan)?;
     let eps = opts.tolerance_for(plan.transfers.len());
     if !(eps.is_finite() && eps >= 0.0) {
@@ -342,7 +358,9 @@ pub fn simulate_with_progress(
         )
         .into());
     }
-    Sim::new(topo, plan, opts, eps).run(progress)
+    let mut sim = Sim::new(topo, plan, opts, eps);
+    sim.streams = streams;
+    sim.run(progress)
 }
 
 /// [`simulate`] with a whole fill at every recompute: the reference the
@@ -466,6 +484,10 @@ struct Sim<'a> {
     /// Every recompute fills every moving flow (the reference the
     /// incremental refill is tested against).
     whole_fills: bool,
+    /// Streams ([`simulate_streams`]): the transfer each one continues
+    /// (`NONE`: none), the one continuing it, and when a ready successor's
+    /// latency ended while its predecessor still moved (NaN: not held).
+    streams: Option<streams::Streams>,
 }
 
 impl<'a> Sim<'a> {
@@ -539,6 +561,7 @@ impl<'a> Sim<'a> {
             links: vec![LinkUsage::default(); links],
             events: 0,
             whole_fills: false,
+            streams: None,
         }
     }
 
@@ -550,6 +573,13 @@ impl<'a> Sim<'a> {
             stack.push((t, time));
         } else {
             let at = time + self.latency[t as usize];
+            // A stream's transfer moves its first byte after the one it
+            // continues has moved its last (held until then).
+            if let Some(s) = &mut self.streams {
+                if s.hold(t, at, &self.times) {
+                    return;
+                }
+            }
             self.arrivals.push(Reverse((Key(at), t)));
         }
     }
@@ -561,6 +591,13 @@ impl<'a> Sim<'a> {
         while let Some((t, time)) = stack.pop() {
             self.times[t as usize].end_us = time;
             self.finished += 1;
+            if let Some(s) = &mut self.streams {
+                if let Some((c, at)) = s.release(t, time) {
+                    // Its wait before moving, as the result reports it.
+                    self.latency[c as usize] = at - self.times[c as usize].start_us;
+                    self.arrivals.push(Reverse((Key(at), c)));
+                }
+            }
             let (a, b) = (
                 self.child_off[t as usize] as usize,
                 self.child_off[t as usize + 1] as usize,
