@@ -892,14 +892,29 @@ impl<'a> Estimator<'a> {
                 // Stages cost messages the routing above does not count,
                 // and they run as a dataflow whose chains can leave a node
                 // waiting for its next partner (`fast_stage_flow`).
-                let (stage_messages, flow) = if nodes > 1 {
+                let (stage_messages, flow, stages) = if nodes > 1 {
                     let (pairs, rotated) = self.fast_stages();
                     (
                         self.fast_stage_messages(&pairs),
                         self.fast_stage_flow(&pairs, rotated),
+                        pairs.last().map_or(0, |p| p.stage + 1),
                     )
                 } else {
-                    (0.0, 0.0)
+                    (0.0, 0.0, 0)
+                };
+                // One stage (the pair never changes partner) on a NIC or
+                // NVLink link: its pipeline's ends alone.
+                let fabric_bound = c.net >= c.intra
+                    && c.net_link.is_some_and(|l| {
+                        matches!(
+                            self.topo.link(l).class,
+                            LinkClass::Uplink | LinkClass::Downlink
+                        )
+                    });
+                let overhead = if stages <= 1 && !fabric_bound {
+                    FAST_ENDS_ONE_STAGE
+                } else {
+                    overhead
                 };
                 let busy = (base + stage_messages) * (1.0 + overhead);
                 let messages = if stage_messages > 0.0 {
@@ -911,7 +926,7 @@ impl<'a> Estimator<'a> {
                     format!("stages' chains end at {flow:.1} us{messages}")
                 } else {
                     format!(
-                        "{} (+{:.0}% pipeline ends{messages})",
+                        "{} (+{:.1}% pipeline ends{messages})",
                         limit_of(self, &c),
                         overhead * 100.0
                     )
@@ -1780,6 +1795,18 @@ impl<'a> Estimator<'a> {
 /// `fast`'s pipeline ends over its busiest link (docs/algorithms.md, `auto`).
 const FAST_ENDS: f64 = 0.03;
 
+/// [`FAST_ENDS`] where `fast`'s node stages are one stage (two nodes, each
+/// pair sent whole: no lane ever changes partner) and a NIC or NVLink link
+/// binds: the pipeline's ends alone. On the sweep's 2x8 full-bisection and
+/// rail cases of one stage (seeds 7, 107, 207) the simulator shows
+/// 1.2-2.1% over the busiest link (medians by preset and mode), where 3%
+/// put `fast` behind `direct` (2x8 DGX-H100 Zipf 0 seed 207, ideal) and
+/// `deepep` (2x8 MI300X Zipf 0.5 seed 207, calibrated) by up to 1.5%
+/// (docs/benchmarks.md, issue 20 §5 of 2026-12-04, "one stage"). Not on
+/// a fabric link: on the 2:1 fat-trees one stage simulates 5-7% over the
+/// uplink in the calibrated mode, which is not this term's.
+const FAST_ENDS_ONE_STAGE: f64 = 0.015;
+
 /// How much longer each pair of `fast`'s rotation stages (whole node pairs,
 /// sched/fast/emit.rs `NodeStages`) takes than its bytes at the node's rate,
 /// on at most what a lane's sends in flight hold
@@ -2312,6 +2339,44 @@ mod tests {
         assert!(got <= best * 1.01, "{} {got} vs best {best}", alone.chosen);
     }
 
+    /// `fast`'s node stages are one stage (2 nodes, each pair whole):
+    /// where a NIC binds, its pipeline ends cost [`FAST_ENDS_ONE_STAGE`],
+    /// not [`FAST_ENDS`]; on a 2:1 fat-tree, where the uplink binds, the
+    /// full ends stay. The sweep's 2x8 DGX-H100 full-bisection Zipf 0 seed
+    /// 207 (`direct` was estimated ahead of `fast`, 1.015x the best) is
+    /// right by the estimates alone.
+    #[test]
+    fn one_stage_fast_pays_its_pipeline_ends_alone() {
+        use crate::topology::{FabricSpec, TopologySpec};
+        let cluster = |fat_tree: bool| {
+            let mut spec = TopologySpec::preset("dgx-h100", 2, None).unwrap();
+            spec.fabric = fat_tree.then(|| FabricSpec::fat_tree(1, 2.0, 1.0));
+            Topology::from_spec(spec, "t").unwrap()
+        };
+        let fast_limit = |topo: &Topology, m: &TrafficMatrix, net: Network| {
+            let mut e = Estimator::new(topo, m, net);
+            assert_eq!(e.fast_stages().0.iter().map(|p| p.stage).max(), Some(0));
+            e.estimate(Algorithm::Fast).limit
+        };
+        let topo = cluster(false);
+        let m = sweep_traffic(&topo, Pattern::Zipf(0.0), 207);
+        let limit = fast_limit(&topo, &m, Network::Ideal);
+        assert!(limit.contains("+1.5% pipeline ends"), "{limit}");
+        let opts = SimOptions::new(Network::Ideal);
+        let best = best_candidate_us(&topo, &m, &opts);
+        let alone = choose(&topo, &m, Network::Ideal);
+        let got = simulated_us(&topo, &m, &opts, alone.algorithm());
+        assert!(got <= best * 1.01, "{} {got} vs best {best}", alone.chosen);
+        // One stage, the uplink binds: the full ends.
+        let topo = cluster(true);
+        let m = sweep_traffic(&topo, Pattern::Hotspot(0.3), 12);
+        let limit = fast_limit(&topo, &m, Network::Calibrated);
+        assert!(
+            limit.contains("spine") && limit.contains("+3.0% pipeline ends"),
+            "{limit}"
+        );
+    }
+
     /// The sweep's traffic (examples/auto_sweep.rs): 8 GPUs per node,
     /// 1 MiB per pair on average, 1024 MoE tokens per rank.
     fn sweep_traffic(topo: &Topology, pattern: Pattern, seed: u64) -> TrafficMatrix {
@@ -2332,7 +2397,13 @@ mod tests {
     /// full-bisection ones are right by the estimates alone since `fast`'s
     /// taper rides the uplinks). With full bisection in `ideal`, Zipf 0
     /// seed 207: `fast` (rotation stages) estimated ahead of `direct` at
-    /// 4x8 (1.017x the best), `direct` ahead of `fast` at 2x8 (1.015x).
+    /// 4x8 (1.017x the best), `direct` ahead of `fast` at 2x8 (1.015x);
+    /// both right by the estimates alone since `fast`'s rotations run the
+    /// swap first and its one-stage ends are 1.5%. Seed 307 (held out in
+    /// issue 20 §5 of 2026-12-04, still missed by the estimates alone):
+    /// 4x8 full bisection Zipf 0 in `ideal`, `direct` ahead of `fast`
+    /// (1.019x), and the fat-tree log-normal (seed 311), calibrated, `fast`
+    /// ahead of `spray` (1.015x).
     /// The estimates put these within [`TIE_MARGIN`]; the contenders'
     /// plans, simulated, settle them. At least two cases must need the
     /// tie-break (else this test tests nothing).
@@ -2372,6 +2443,13 @@ mod tests {
             ),
             (cluster(4, None), Pattern::Zipf(0.0), 207, Network::Ideal),
             (cluster(2, None), Pattern::Zipf(0.0), 207, Network::Ideal),
+            (cluster(4, None), Pattern::Zipf(0.0), 307, Network::Ideal),
+            (
+                cluster(4, Some(2)),
+                Pattern::Lognormal(1.0),
+                311,
+                Network::Calibrated,
+            ),
         ];
         let mut settled = 0;
         for (topo, pattern, seed, net) in cases {
