@@ -1909,12 +1909,13 @@ const FAST_TAPER_PATH: f64 = 2.0;
 
 /// [`FAST_TAPER_PATH`] where `fast`'s node stages are one stage (two
 /// nodes, each pair whole). On the sweep's 2x8 fat-trees, calibrated, one
-/// stage simulated 5-6% over its estimate with 2 (the uplink binds, and
-/// its plans send about 14 transfers per lane over it where the estimate
-/// counted 10); 3, 4 and 5 put that at 0.99-1.01 and leave no case worse,
-/// 6 and 8 move two and six cases above 1% (seeds 7, 107, 207; held-out
-/// seed 307 unchanged at 3-5; docs/benchmarks.md, issue 20 §5 of
-/// 2026-12-04). Fitted: the middle of that range.
+/// stage simulated 1.4-4.1% over its estimate with 2 (the uplink binds,
+/// and its plans send about 14 transfers per lane over it where the
+/// estimate counted 10), 0.997-1.022 with 4; 3, 4 and 5 fix the sweep's
+/// one such miss and leave no case worse, 6 and 8 move two and six cases
+/// above 1% (seeds 7, 107, 207; held-out seed 307 unchanged at 3-5;
+/// docs/benchmarks.md, issue 20 §5 of 2026-12-04). Fitted: the middle of
+/// that range.
 const FAST_TAPER_PATH_ONE_STAGE: f64 = 4.0;
 
 /// Where `fast`'s mesh relief stops (sched/fast/mesh.rs, `MIN_RELAY_BYTES`
