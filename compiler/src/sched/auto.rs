@@ -1882,8 +1882,9 @@ const FAST_ENDS: f64 = 0.03;
 /// put `fast` behind `direct` (2x8 DGX-H100 Zipf 0 seed 207, ideal) and
 /// `deepep` (2x8 MI300X Zipf 0.5 seed 207, calibrated) by up to 1.5%
 /// (docs/benchmarks.md, issue 20 §5 of 2026-12-04, "one stage"). Not on
-/// a fabric link: on the 2:1 fat-trees one stage simulates 5-7% over the
-/// uplink in the calibrated mode, which is not this term's.
+/// a fabric link: on the 2:1 fat-trees one stage simulated 5-7% over the
+/// uplink in the calibrated mode, its taper's messages on the uplink
+/// ([`FAST_TAPER_PATH_ONE_STAGE`]), not a shorter pipeline end.
 const FAST_ENDS_ONE_STAGE: f64 = 0.015;
 
 /// How much longer each pair of `fast`'s rotation stages (whole node pairs,
