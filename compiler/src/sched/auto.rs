@@ -777,7 +777,7 @@ impl<'a> Estimator<'a> {
                 // Each forward waits for the whole write it comes in:
                 // when the writes land and how the forwards then queue on
                 // the NVLink links, rather than the old `½ X_fwd / b_gpu`.
-                let (fwd, fwd_link) = self.deepep_forwards(c.net);
+                let (fwd, fwd_link) = self.deepep_forwards(c.net, c.net_link);
                 let base = shared;
                 let limit = if fwd > base {
                     format!("forwards on {fwd_link} end at {fwd:.1} us")
@@ -798,7 +798,22 @@ impl<'a> Estimator<'a> {
                 // `fast`'s taper messages that ride the whole path (the
                 // simulator charges a message's overhead on every link it
                 // crosses), spread over a lane's node pairs by their bytes.
-                let on_path = if staged { FAST_TAPER_PATH } else { 0.0 };
+                // `fast`'s node stages (its own decomposition), once.
+                let stages = if staged && nodes > 1 {
+                    Some(self.fast_stages())
+                } else {
+                    None
+                };
+                let one_stage = stages
+                    .as_ref()
+                    .is_some_and(|(pairs, _)| pairs.last().is_none_or(|p| p.stage == 0));
+                let on_path = if !staged {
+                    0.0
+                } else if one_stage {
+                    FAST_TAPER_PATH_ONE_STAGE
+                } else {
+                    FAST_TAPER_PATH
+                };
                 for a in 0..nodes {
                     let row = &self.node_bytes[a * nodes..(a + 1) * nodes];
                     let out: f64 = row.iter().sum::<f64>() - row[a];
@@ -892,14 +907,26 @@ impl<'a> Estimator<'a> {
                 // Stages cost messages the routing above does not count,
                 // and they run as a dataflow whose chains can leave a node
                 // waiting for its next partner (`fast_stage_flow`).
-                let (stage_messages, flow) = if nodes > 1 {
-                    let (pairs, rotated) = self.fast_stages();
-                    (
-                        self.fast_stage_messages(&pairs),
-                        self.fast_stage_flow(&pairs, rotated),
-                    )
+                let (stage_messages, flow) = match &stages {
+                    Some((pairs, rotated)) => (
+                        self.fast_stage_messages(pairs),
+                        self.fast_stage_flow(pairs, *rotated),
+                    ),
+                    None => (0.0, 0.0),
+                };
+                // One stage (the pair never changes partner) on a NIC or
+                // NVLink link: its pipeline's ends alone.
+                let fabric_bound = c.net >= c.intra
+                    && c.net_link.is_some_and(|l| {
+                        matches!(
+                            self.topo.link(l).class,
+                            LinkClass::Uplink | LinkClass::Downlink
+                        )
+                    });
+                let overhead = if one_stage && !fabric_bound {
+                    FAST_ENDS_ONE_STAGE
                 } else {
-                    (0.0, 0.0)
+                    overhead
                 };
                 let busy = (base + stage_messages) * (1.0 + overhead);
                 let messages = if stage_messages > 0.0 {
@@ -911,7 +938,7 @@ impl<'a> Estimator<'a> {
                     format!("stages' chains end at {flow:.1} us{messages}")
                 } else {
                     format!(
-                        "{} (+{:.0}% pipeline ends{messages})",
+                        "{} (+{:.1}% pipeline ends{messages})",
                         limit_of(self, &c),
                         overhead * 100.0
                     )
@@ -1013,6 +1040,59 @@ impl<'a> Estimator<'a> {
         StageChains::default().end_drifting(
             self.nodes, pairs, rate, g, self.chunk, per_msg, stretch, in_flight,
         )
+    }
+
+    /// [`Self::deepep_forwards`]' landings (`land[s * nodes + b]`, the
+    /// write of GPU `s` to node `b`) where fabric link `u` binds at
+    /// `net_busy` us: the writes whose path crosses `u` are stretched so
+    /// the latest of them lands at `net_busy`; the rest keep their NICs'
+    /// times. Whether a write crosses `u` depends on the (leaf or group,
+    /// rail) of its two NICs: one path per such pair, as
+    /// [`Self::fabric_tail`] walks them. (4x8 fat-tree 2:1 with two nodes
+    /// per leaf: every landing stretched put `deepep` at 0.975-0.988 of
+    /// its simulated time, medians by preset and mode, and ahead of
+    /// `fast` where it was 2.1% slower; issue 20 §5 of 2026-12-04 in
+    /// docs/benchmarks.md.)
+    fn stretch_over(&self, u: LinkId, net_busy: f64, land: &mut [f64]) {
+        let (g, p, nodes, lp) = (self.g, self.p, self.nodes, self.lp);
+        let mut rep_of = vec![usize::MAX; lp];
+        for x in 0..nodes * p {
+            if self.rep[x] != usize::MAX && rep_of[self.fab_of[x]] == usize::MAX {
+                rep_of[self.fab_of[x]] = self.rep[x];
+            }
+        }
+        // Per (leaf or group, rail) pair: 0 unknown, 1 crosses `u`, 2 not.
+        let mut crosses = vec![0u8; lp * lp];
+        let mut path = Vec::with_capacity(8);
+        let mut over = vec![false; land.len()];
+        let mut latest = 0.0f64;
+        for s in 0..g * nodes {
+            let a = s / g;
+            let fx = self.fab_of[a * p + self.topo.rail_of(s)];
+            for b in (0..nodes).filter(|&b| b != a) {
+                let w = s * nodes + b;
+                if land[w] == 0.0 {
+                    continue;
+                }
+                let fy = self.fab_of[b * p + self.topo.rail_of(b * g + s % g)];
+                let f = fx * lp + fy;
+                if crosses[f] == 0 {
+                    path.clear();
+                    self.topo.path_into(rep_of[fx], rep_of[fy], &mut path);
+                    crosses[f] = if path.contains(&u) { 1 } else { 2 };
+                }
+                if crosses[f] == 1 {
+                    over[w] = true;
+                    latest = latest.max(land[w]);
+                }
+            }
+        }
+        if latest > 0.0 && net_busy > latest {
+            let stretch = net_busy / latest;
+            for (t, _) in land.iter_mut().zip(&over).filter(|(_, &o)| o) {
+                *t *= stretch;
+            }
+        }
     }
 
     /// The busiest mesh link's time, us, and its name, after `fast`'s (and
@@ -1376,13 +1456,16 @@ impl<'a> Estimator<'a> {
     /// durations `d_1 <= .. <= d_m` on one NIC, the `j`-th ends at
     /// `d_1 + .. + d_(j-1) + (m - j + 1) d_j`), and lands when both have
     /// carried it; where a fabric link or incast makes the network slower
-    /// than the NICs (`net_busy`, the busiest network link's time), every
-    /// landing is stretched as much. The forwards then queue on each
+    /// than the NICs (`net_busy`, the busiest network link's time,
+    /// `net_link` that link), the landings are stretched as much: on a
+    /// fabric link, only the writes whose path crosses it (the others
+    /// are held by their NICs alone), on incast every one. The forwards
+    /// then queue on each
     /// NVLink link behind what was released there no earlier (the
     /// intra-node blocks, released at once, included): a link ends at the
     /// largest `r + (bytes released at r or later) / bandwidth`, exact for
     /// one link fed by jobs with release times.
-    fn deepep_forwards(&self, net_busy: f64) -> (f64, String) {
+    fn deepep_forwards(&self, net_busy: f64, net_link: Option<LinkId>) -> (f64, String) {
         let (g, p, nodes) = (self.g, self.p, self.nodes);
         let n = g * nodes;
         // Writes `s * nodes + b`: duration on the sending and receiving NIC.
@@ -1425,8 +1508,19 @@ impl<'a> Estimator<'a> {
         }
         let latest = land.iter().copied().fold(0.0, f64::max);
         if latest > 0.0 && net_busy > latest {
-            let stretch = net_busy / latest;
-            land.iter_mut().for_each(|t| *t *= stretch);
+            let fabric = net_link.filter(|&l| {
+                matches!(
+                    self.topo.link(l).class,
+                    LinkClass::Uplink | LinkClass::Downlink
+                )
+            });
+            match fabric {
+                Some(u) => self.stretch_over(u, net_busy, &mut land),
+                None => {
+                    let stretch = net_busy / latest;
+                    land.iter_mut().for_each(|t| *t *= stretch);
+                }
+            }
         }
         // Each NVLink link's queue, one link at a time and without a path
         // walk: on a switch, GPU `x`'s ingress (the forwards into `x` from
@@ -1780,6 +1874,19 @@ impl<'a> Estimator<'a> {
 /// `fast`'s pipeline ends over its busiest link (docs/algorithms.md, `auto`).
 const FAST_ENDS: f64 = 0.03;
 
+/// [`FAST_ENDS`] where `fast`'s node stages are one stage (two nodes, each
+/// pair sent whole: no lane ever changes partner) and a NIC or NVLink link
+/// binds: the pipeline's ends alone. On the sweep's 2x8 full-bisection and
+/// rail cases of one stage (seeds 7, 107, 207) the simulator shows
+/// 1.2-2.1% over the busiest link (medians by preset and mode), where 3%
+/// put `fast` behind `direct` (2x8 DGX-H100 Zipf 0 seed 207, ideal) and
+/// `deepep` (2x8 MI300X Zipf 0.5 seed 207, calibrated) by up to 1.5%
+/// (docs/benchmarks.md, issue 20 §5 of 2026-12-04, "one stage"). Not on
+/// a fabric link: on the 2:1 fat-trees one stage simulated 5-7% over the
+/// uplink in the calibrated mode, its taper's messages on the uplink
+/// ([`FAST_TAPER_PATH_ONE_STAGE`]), not a shorter pipeline end.
+const FAST_ENDS_ONE_STAGE: f64 = 0.015;
+
 /// How much longer each pair of `fast`'s rotation stages (whole node pairs,
 /// sched/fast/emit.rs `NodeStages`) takes than its bytes at the node's rate,
 /// on at most what a lane's sends in flight hold
@@ -1800,6 +1907,17 @@ const ROTATION_DRIFT: f64 = 0.055;
 /// `auto`, "Messages per NIC").
 const FAST_TAPER: f64 = 8.0;
 const FAST_TAPER_PATH: f64 = 2.0;
+
+/// [`FAST_TAPER_PATH`] where `fast`'s node stages are one stage (two
+/// nodes, each pair whole). On the sweep's 2x8 fat-trees, calibrated, one
+/// stage simulated 1.4-4.1% over its estimate with 2 (the uplink binds,
+/// and its plans send about 14 transfers per lane over it where the
+/// estimate counted 10), 0.997-1.022 with 4; 3, 4 and 5 fix the sweep's
+/// one such miss and leave no case worse, 6 and 8 move two and six cases
+/// above 1% (seeds 7, 107, 207; held-out seed 307 unchanged at 3-5;
+/// docs/benchmarks.md, issue 20 §5 of 2026-12-04). Fitted: the middle of
+/// that range.
+const FAST_TAPER_PATH_ONE_STAGE: f64 = 4.0;
 
 /// Where `fast`'s mesh relief stops (sched/fast/mesh.rs, `MIN_RELAY_BYTES`
 /// and `MIN_GAIN`): a step moves at least 64 KiB and 1% of its link.
@@ -2008,9 +2126,13 @@ mod tests {
 
     /// `fast` on a 2:1 fat-tree with one node per leaf (uniform 1 MiB
     /// pairs, calibrated): the uplink binds, and it carries each lane's
-    /// `⌈w / G / c⌉` messages plus `FAST_TAPER_PATH` of its taper's, each
-    /// `per_message_us` at its NIC's goodput rate, as the simulator
-    /// charges a message on every link of its path.
+    /// `⌈w / G / c⌉` messages plus `FAST_TAPER_PATH` of its taper's (its
+    /// node stages are three), each `per_message_us` at its NIC's goodput
+    /// rate, as the simulator charges a message on every link of its path.
+    /// Where the node stages are one stage, `FAST_TAPER_PATH_ONE_STAGE`:
+    /// the sweep's 2x8 MI300X fat-tree Zipf 1.0 seed 209, calibrated
+    /// (`fast` was estimated ahead of `deepep`, 1.023x the best), is right
+    /// by the estimates alone.
     #[test]
     fn fast_taper_messages_ride_the_fabric_links() {
         use crate::topology::{FabricSpec, TopologySpec};
@@ -2029,6 +2151,8 @@ mod tests {
         assert_eq!(u, 4.0 * b);
         // Node 0 sends node 1 64 MiB, 8 MiB per lane.
         let share = (8u64 << 20) as f64;
+        let (pairs, rotated) = e.fast_stages();
+        assert!(pairs.iter().any(|p| p.stage > 0), "stages: {pairs:?}");
         let msgs = (share / e.chunk).ceil() + FAST_TAPER_PATH;
         let message = cal.per_message_us * b * cal.nic_goodput;
         let uplink = ((64u64 << 20) as f64 + 8.0 * msgs * message) / u;
@@ -2037,7 +2161,6 @@ mod tests {
         let nic = share / (b * cal.nic_goodput)
             + ((share / e.chunk).ceil() + FAST_TAPER) * cal.per_message_us;
         assert!(uplink > nic, "{uplink} vs {nic}");
-        let (pairs, rotated) = e.fast_stages();
         let (p_st, chains) = (
             e.fast_stage_messages(&pairs),
             e.fast_stage_flow(&pairs, rotated),
@@ -2049,6 +2172,18 @@ mod tests {
             (est - by_hand).abs() <= 1e-6 * by_hand,
             "{est} vs {by_hand}"
         );
+        // One stage, on the sweep's MI300X case.
+        let mut spec = TopologySpec::preset("mi300x", 2, None).unwrap();
+        spec.fabric = Some(FabricSpec::fat_tree(1, 2.0, 1.0));
+        let topo = Topology::from_spec(spec, "t").unwrap();
+        let m = sweep_traffic(&topo, Pattern::Zipf(1.0), 209);
+        let e = Estimator::new(&topo, &m, net);
+        assert!(e.fast_stages().0.iter().all(|p| p.stage == 0));
+        let opts = SimOptions::new(net);
+        let best = best_candidate_us(&topo, &m, &opts);
+        let alone = choose(&topo, &m, net);
+        let got = simulated_us(&topo, &m, &opts, alone.algorithm());
+        assert!(got <= best * 1.01, "{} {got} vs best {best}", alone.chosen);
     }
 
     /// A fat-tree leaf uplink shared max-min fairly: one node per leaf at
@@ -2312,6 +2447,101 @@ mod tests {
         assert!(got <= best * 1.01, "{} {got} vs best {best}", alone.chosen);
     }
 
+    /// Where a fabric link binds, `deepep`'s landings are stretched only
+    /// for the writes whose path crosses it: on a 4x8 fat-tree 2:1 (two
+    /// nodes per leaf), with leaf 1's uplink binding, the writes from
+    /// nodes 2 and 3 to nodes 0 and 1, so that the latest of them lands
+    /// with the link; every other write keeps its NICs' time. The
+    /// sweep's 4x8 MI300X fat-tree Zipf 0.5 seed 108, calibrated (`fast`
+    /// was estimated ahead of `deepep`, 1.021x the best), is right by the
+    /// estimates alone.
+    #[test]
+    fn deepep_landings_stretch_only_over_the_binding_fabric_link() {
+        use crate::topology::{FabricSpec, TopologySpec};
+        let cluster = |preset: &str| {
+            let mut spec = TopologySpec::preset(preset, 4, None).unwrap();
+            spec.fabric = Some(FabricSpec::fat_tree(2, 2.0, 1.0));
+            Topology::from_spec(spec, "t").unwrap()
+        };
+        let topo = cluster("dgx-h100");
+        let m = sweep_traffic(&topo, Pattern::Zipf(0.5), 108);
+        let e = Estimator::new(&topo, &m, Network::Calibrated);
+        let u = (0..topo.num_links() as LinkId)
+            .find(|&l| topo.link_name(l) == "leaf1->spine")
+            .unwrap();
+        let (g, nodes) = (8, 4);
+        let mut land = vec![0.0; g * nodes * nodes];
+        for s in 0..g * nodes {
+            for b in (0..nodes).filter(|&b| b != s / g) {
+                land[s * nodes + b] = 10.0 + s as f64;
+            }
+        }
+        let before = land.clone();
+        e.stretch_over(u, 100.0, &mut land);
+        // The latest crossing write: GPU 31 (node 3), 41 us.
+        let stretch = 100.0 / 41.0;
+        for s in 0..g * nodes {
+            for b in (0..nodes).filter(|&b| b != s / g) {
+                let w = s * nodes + b;
+                let want = if s / g >= 2 && b < 2 {
+                    before[w] * stretch
+                } else {
+                    before[w]
+                };
+                assert!(
+                    (land[w] - want).abs() < 1e-9,
+                    "{s} -> node {b}: {}",
+                    land[w]
+                );
+            }
+        }
+        let topo = cluster("mi300x");
+        let m = sweep_traffic(&topo, Pattern::Zipf(0.5), 108);
+        let opts = SimOptions::new(Network::Calibrated);
+        let best = best_candidate_us(&topo, &m, &opts);
+        let alone = choose(&topo, &m, Network::Calibrated);
+        let got = simulated_us(&topo, &m, &opts, alone.algorithm());
+        assert!(got <= best * 1.01, "{} {got} vs best {best}", alone.chosen);
+    }
+
+    /// `fast`'s node stages are one stage (2 nodes, each pair whole):
+    /// where a NIC binds, its pipeline ends cost [`FAST_ENDS_ONE_STAGE`],
+    /// not [`FAST_ENDS`]; on a 2:1 fat-tree, where the uplink binds, the
+    /// full ends stay. The sweep's 2x8 DGX-H100 full-bisection Zipf 0 seed
+    /// 207 (`direct` was estimated ahead of `fast`, 1.015x the best) is
+    /// right by the estimates alone.
+    #[test]
+    fn one_stage_fast_pays_its_pipeline_ends_alone() {
+        use crate::topology::{FabricSpec, TopologySpec};
+        let cluster = |fat_tree: bool| {
+            let mut spec = TopologySpec::preset("dgx-h100", 2, None).unwrap();
+            spec.fabric = fat_tree.then(|| FabricSpec::fat_tree(1, 2.0, 1.0));
+            Topology::from_spec(spec, "t").unwrap()
+        };
+        let fast_limit = |topo: &Topology, m: &TrafficMatrix, net: Network| {
+            let mut e = Estimator::new(topo, m, net);
+            assert_eq!(e.fast_stages().0.iter().map(|p| p.stage).max(), Some(0));
+            e.estimate(Algorithm::Fast).limit
+        };
+        let topo = cluster(false);
+        let m = sweep_traffic(&topo, Pattern::Zipf(0.0), 207);
+        let limit = fast_limit(&topo, &m, Network::Ideal);
+        assert!(limit.contains("+1.5% pipeline ends"), "{limit}");
+        let opts = SimOptions::new(Network::Ideal);
+        let best = best_candidate_us(&topo, &m, &opts);
+        let alone = choose(&topo, &m, Network::Ideal);
+        let got = simulated_us(&topo, &m, &opts, alone.algorithm());
+        assert!(got <= best * 1.01, "{} {got} vs best {best}", alone.chosen);
+        // One stage, the uplink binds: the full ends.
+        let topo = cluster(true);
+        let m = sweep_traffic(&topo, Pattern::Hotspot(0.3), 12);
+        let limit = fast_limit(&topo, &m, Network::Calibrated);
+        assert!(
+            limit.contains("spine") && limit.contains("+3.0% pipeline ends"),
+            "{limit}"
+        );
+    }
+
     /// The sweep's traffic (examples/auto_sweep.rs): 8 GPUs per node,
     /// 1 MiB per pair on average, 1024 MoE tokens per rank.
     fn sweep_traffic(topo: &Topology, pattern: Pattern, seed: u64) -> TrafficMatrix {
@@ -2332,7 +2562,13 @@ mod tests {
     /// full-bisection ones are right by the estimates alone since `fast`'s
     /// taper rides the uplinks). With full bisection in `ideal`, Zipf 0
     /// seed 207: `fast` (rotation stages) estimated ahead of `direct` at
-    /// 4x8 (1.017x the best), `direct` ahead of `fast` at 2x8 (1.015x).
+    /// 4x8 (1.017x the best), `direct` ahead of `fast` at 2x8 (1.015x);
+    /// both right by the estimates alone since `fast`'s rotations run the
+    /// swap first and its one-stage ends are 1.5%. Seed 307 (held out in
+    /// issue 20 §5 of 2026-12-04, still missed by the estimates alone):
+    /// 4x8 full bisection Zipf 0 in `ideal`, `direct` ahead of `fast`
+    /// (1.019x), and the fat-tree log-normal (seed 311), calibrated, `fast`
+    /// ahead of `spray` (1.015x).
     /// The estimates put these within [`TIE_MARGIN`]; the contenders'
     /// plans, simulated, settle them. At least two cases must need the
     /// tie-break (else this test tests nothing).
@@ -2372,6 +2608,13 @@ mod tests {
             ),
             (cluster(4, None), Pattern::Zipf(0.0), 207, Network::Ideal),
             (cluster(2, None), Pattern::Zipf(0.0), 207, Network::Ideal),
+            (cluster(4, None), Pattern::Zipf(0.0), 307, Network::Ideal),
+            (
+                cluster(4, Some(2)),
+                Pattern::Lognormal(1.0),
+                311,
+                Network::Calibrated,
+            ),
         ];
         let mut settled = 0;
         for (topo, pattern, seed, net) in cases {

@@ -268,10 +268,10 @@ impl Decomposer {
     /// The rotation stages of the `n x n` node matrix `t` (row-major, the
     /// diagonal ignored), appended to `out`: stage `k` (for `k` in `1..n`)
     /// sends every node `a` its whole pair to node `(a + k) mod n`, so each
-    /// stage is a permutation. The rotations run lightest first (by their
-    /// bytes, as [`Decomposer::order_light_first`] orders the
-    /// decomposition's stages); stages without bytes are dropped. O(n²), no
-    /// search. Returns the stage count.
+    /// stage is a permutation. The rotations run in [`rotation_rank`]'s
+    /// order (the swap first, then each beside its inverse); stages
+    /// without bytes are dropped. O(n²), no search. Returns the stage
+    /// count.
     #[cfg(test)]
     pub fn rotate(&mut self, n: usize, t: &[u64], out: &mut Vec<StagePair>) -> u32 {
         self.rotation_order(n, t);
@@ -296,8 +296,8 @@ impl Decomposer {
         chains.finish()
     }
 
-    /// Each rotation's bytes (`stage_bytes`) and their order, lightest
-    /// first (`stage_order`).
+    /// Each rotation's bytes (`stage_bytes`) and their order
+    /// (`stage_order`, [`rotation_rank`]'s).
     fn rotation_order(&mut self, n: usize, t: &[u64]) {
         self.stage_bytes.clear();
         self.stage_bytes.resize(n, 0);
@@ -310,9 +310,8 @@ impl Decomposer {
         }
         self.stage_order.clear();
         self.stage_order.extend(1..n as u32);
-        let bytes = &self.stage_bytes;
         self.stage_order
-            .sort_unstable_by_key(|&k| (bytes[k as usize], k));
+            .sort_unstable_by_key(|&k| rotation_rank(n, k as usize));
     }
 
     /// The rotation stages in the order [`Decomposer::rotation_order`]
@@ -525,6 +524,19 @@ impl Decomposer {
         self.match_col[b] = a as u32;
         self.held[a] = self.cells[a * n + b];
     }
+}
+
+/// Where rotation `k` of `n` nodes runs: the swap (`2k = n`, where every
+/// node's partner sends back to it) first, then each rotation beside its
+/// inverse, nearest first: `n/2, 1, n-1, 2, n-2, ..`. Sorting by this
+/// key is the rotations' order (`Decomposer::rotation_order`). It replaced
+/// lightest first (by bytes), which on near-uniform node matrices is an
+/// arbitrary order; its lanes drift apart where stages change partners and
+/// that order lost up to 7% to this one on the sweep's 4x8 and 8x8 Zipf 0
+/// matrices (docs/benchmarks.md, issue 20 §5 of 2026-12-04, "the
+/// rotations' order").
+fn rotation_rank(n: usize, k: usize) -> (bool, usize, usize) {
+    (2 * k != n, k.min(n - k), k)
 }
 
 /// Merges the increasing lists `x` and `y` (disjoint) into `out`.
@@ -1048,7 +1060,7 @@ mod tests {
     }
 
     #[test]
-    fn rotation_stages_are_whole_pairs_in_permutations_light_first() {
+    fn rotation_stages_are_whole_pairs_in_permutations_inverses_together() {
         let n = 7;
         let mut t = hot_receiver(n, 1000);
         t[2 * n + 5] = 0; // a pair without bytes is in no stage
@@ -1070,9 +1082,12 @@ mod tests {
             assert!(diag_stage[diag] == u32::MAX || diag_stage[diag] == p.stage);
             diag_stage[diag] = p.stage;
         }
-        let weight = |s: u32| -> u64 { out.iter().filter(|p| p.stage == s).map(|p| p.bytes).sum() };
-        let weights: Vec<u64> = (0..k).map(weight).collect();
-        assert!(weights.windows(2).all(|w| w[0] <= w[1]), "{weights:?}");
+        // Each rotation beside its inverse, nearest first (n odd: no swap),
+        // whatever their bytes.
+        let order: Vec<u32> = (0..k)
+            .map(|s| diag_stage.iter().position(|&x| x == s).unwrap() as u32)
+            .collect();
+        assert_eq!(order, [1, 6, 2, 5, 3, 4]);
         assert!(out.windows(2).all(|w| w[0].stage <= w[1].stage));
         // Every stage keeps the hot receiver busy: lock-step time is M.
         let mut dur = vec![0; k as usize];
@@ -1080,6 +1095,33 @@ mod tests {
             dur[p.stage as usize] = dur[p.stage as usize].max(p.bytes);
         }
         assert_eq!(dur.iter().sum::<u64>(), 1000 * (n as u64 - 1));
+    }
+
+    /// With an even node count the swap (`k = n/2`) runs first, then each
+    /// rotation beside its inverse; empty rotations are dropped and the
+    /// stages renumbered in that order.
+    #[test]
+    fn rotation_order_is_swap_first_then_inverse_pairs() {
+        let n = 8;
+        let mut t: Vec<u64> = (0..n * n).map(|i| 1 + (i as u64 * 7919) % 13).collect();
+        // Rotation 2 is empty: no stage for it.
+        for a in 0..n {
+            t[a * n + (a + 2) % n] = 0;
+        }
+        let mut d = Decomposer::default();
+        let mut out = Vec::new();
+        let k = d.rotate(n, &t, &mut out);
+        assert_eq!(k, 6);
+        let order: Vec<usize> = (0..k)
+            .map(|s| {
+                let p = out.iter().find(|p| p.stage == s).unwrap();
+                (p.dst_node as usize + n - p.src_node as usize) % n
+            })
+            .collect();
+        assert_eq!(order, [4, 1, 7, 6, 3, 5]);
+        let mut ranks: Vec<usize> = (1..n).collect();
+        ranks.sort_by_key(|&k| rotation_rank(n, k));
+        assert_eq!(ranks, [4, 1, 7, 2, 6, 3, 5]);
     }
 
     /// A pair starts once its sender has sent and its receiver has
