@@ -196,17 +196,28 @@ pub const SCORED_ABOVE: f64 = 0.03;
 /// The simulator's options for the lowering's timeline (the plan's ideal
 /// run) on `n` ranks. Up to [`super::chunk::MAX_RANKS_PRICED`] ranks, where
 /// candidate files are priced against it, the simulator's default (exact up
-/// to `sim::EXACT_TRANSFERS` transfers). Above, events within
-/// `sim::DEFAULT_TOLERANCE` of a transfer's duration are grouped whatever
-/// the plan's size: 16 x 8 `hierarchical`'s 18304 transfers took 18175
-/// events exactly and 788 grouped, starts moving by at most 1.2 us
-/// (docs/benchmarks.md, "Every algorithm at 32 x 8 and 64 x 8").
+/// to `sim::EXACT_TRANSFERS` transfers). Above, the timeline only orders
+/// the steps and shares the lanes, and events are grouped whatever the
+/// plan's size: finishes within [`TIMELINE_TOLERANCE`] of a transfer's
+/// duration, and arrivals (`SimOptions::group_arrivals`) within as much of
+/// their shortest duration. 16 x 8 `hierarchical`'s 18304 transfers took
+/// 18175 events exactly and 788 grouped at 0.01 (docs/benchmarks.md,
+/// "Every algorithm at 32 x 8 and 64 x 8"); at 0.1 with grouped arrivals
+/// the files' simulated completions at 32 x 8 and 64 x 8 moved by at most
+/// a few tenths of a percent ("Every algorithm's file at 64 x 8 in about a
+/// minute").
 pub(crate) fn timeline_options(n: usize) -> SimOptions {
+    let grouped = n > super::chunk::MAX_RANKS_PRICED;
     SimOptions {
-        tolerance: (n > super::chunk::MAX_RANKS_PRICED).then_some(crate::sim::DEFAULT_TOLERANCE),
+        tolerance: grouped.then_some(TIMELINE_TOLERANCE),
+        group_arrivals: grouped,
         ..SimOptions::default()
     }
 }
+
+/// Grouping tolerance of the lowering's timeline above
+/// [`super::chunk::MAX_RANKS_PRICED`] ranks ([`timeline_options`]).
+pub const TIMELINE_TOLERANCE: f64 = 0.1;
 
 /// Lowers a verified plan of `traffic` on `topo` to MSCCL XML. The file is
 /// checked by the symbolic executor before it is returned.
@@ -1728,6 +1739,14 @@ fn build_tbs(
         None => (ops, lanes),
     };
     let handoffs = handed.as_ref().map_or(0, |h| h.2);
+    // Elements each gpu's file will hold at least (`elements_floor`),
+    // raised by every nop written: a chunk whose file cannot fit the
+    // parser is refused as soon as that shows, not after every wait is
+    // walked (64 x 8 `fast`: its first lowering fails there).
+    let mut floor = elements_floor(ops, n, executor.max_tbs_per_gpu());
+    if let Some(why) = over_elements(&floor) {
+        return Err(LowerError::Limit(why));
+    }
     // Channel of each (src, dst, lane); lane `l` starts at group `l`.
     let mut chan_of: HashMap<(u32, u32, u32), u32> = HashMap::new();
     let mut local_k = vec![0u32; n];
@@ -1911,6 +1930,14 @@ fn build_tbs(
                 };
                 let waits: Vec<(u32, u32)> = latest.into_iter().collect();
                 let draft = &mut tbs[gi][t as usize];
+                if waits.len() > 1 {
+                    floor[gi] += waits.len() - 1;
+                    if floor[gi] > MAX_NODES {
+                        return Err(LowerError::Limit(format!(
+                            "gpu {gi} would hold more than {MAX_NODES} elements, the most the executor parses"
+                        )));
+                    }
+                }
                 for (idx, &(tb, pos)) in waits.iter().enumerate() {
                     draft.waited.insert(tb, pos);
                     let is_last = idx + 1 == waits.len();
@@ -2067,6 +2094,55 @@ fn drop_implied_waits(drafts: &[TbDraft], own: Option<u32>, latest: &mut BTreeMa
         done[t as usize] = i64::from(p);
     }
     latest.retain(|&tb, &mut pos| done[tb as usize] < i64::from(pos));
+}
+
+/// A floor on the elements each gpu's file would hold (`1 + n + tbs +
+/// steps`, what the executor's parser counts against [`MAX_NODES`]), from
+/// the operations alone, before pacing cuts and threadblocks: every
+/// operation is a step on each gpu it touches (waits only add nops before
+/// it), and the passes after this one only add operations between the same
+/// gpus (`cut_for_pacing` cuts one into several; `super::handoff` merges a
+/// tail it cut back into its body); a connection direction's steps (and a
+/// gpu's local copies) fill tbs of at most [`MAX_STEPS_PER_TB`] steps;
+/// packing (`super::pack`) leaves `limit` tbs or more where a gpu has more.
+/// A chunk whose floor is over the limit fails it anyway: the lowering
+/// refuses it before the costly passes.
+fn elements_floor(ops: &[ChunkOp], n: usize, limit: usize) -> Vec<usize> {
+    let mut steps = vec![0usize; n];
+    // (gpu, peer, side: 0 send, 1 receive, 2 local copy) -> steps.
+    let mut conn: HashMap<(u32, u32, u8), usize> = HashMap::new();
+    for o in ops {
+        if o.src == o.dst {
+            steps[o.src as usize] += 1;
+            *conn.entry((o.src, o.src, 2)).or_default() += 1;
+        } else {
+            steps[o.src as usize] += 1;
+            steps[o.dst as usize] += 1;
+            *conn.entry((o.src, o.dst, 0)).or_default() += 1;
+            *conn.entry((o.dst, o.src, 1)).or_default() += 1;
+        }
+    }
+    let mut tbs = vec![0usize; n];
+    for (&(g, _, _), &c) in &conn {
+        tbs[g as usize] += c.div_ceil(MAX_STEPS_PER_TB);
+    }
+    (0..n)
+        .map(|g| 1 + n + tbs[g].min(limit) + steps[g])
+        .collect()
+}
+
+/// The first gpu whose floor ([`elements_floor`]) is over [`MAX_NODES`],
+/// as the limit the lowering reports.
+fn over_elements(floor: &[usize]) -> Option<String> {
+    floor
+        .iter()
+        .enumerate()
+        .find(|&(_, &e)| e > MAX_NODES)
+        .map(|(g, &e)| {
+            format!(
+                "gpu {g} would hold at least {e} elements, the executor parses at most {MAX_NODES}"
+            )
+        })
 }
 
 /// Steps one `drop_implied_waits` walk visits at most (a 16 x 8
@@ -2803,13 +2879,30 @@ mod tests {
         assert!(!same_elements(&other, &x.algo));
     }
 
+    /// Every operation is a step on each gpu it touches; a connection
+    /// direction's (or a gpu's local) steps need a tb per 64; packing
+    /// leaves at least `limit` tbs.
+    #[test]
+    fn the_elements_floor_counts_steps_and_tbs() {
+        let mut ops = vec![ChunkOp::test(0, 0, 1, 0, 1, 0); 3];
+        ops.push(ChunkOp::test(1, 0, 0, 0, 1, 1));
+        ops.extend(vec![ChunkOp::test(2, 0, 2, 0, 1, 2); 70]);
+        // 1 + n + tbs + steps.
+        assert_eq!(elements_floor(&ops, 4, 128), [11, 11, 77, 5]);
+        assert_eq!(elements_floor(&ops, 4, 1), [10, 10, 76, 5]);
+        assert_eq!(over_elements(&[5, MAX_NODES, 7]), None);
+        let why = over_elements(&[5, MAX_NODES + 1, MAX_NODES + 2]).unwrap();
+        assert!(why.starts_with("gpu 1 would hold at least 4097 elements"), "{why}");
+    }
+
     #[test]
     fn the_timeline_is_exact_where_files_are_priced_and_grouped_above() {
         let exact = timeline_options(super::super::chunk::MAX_RANKS_PRICED);
         assert_eq!(exact, SimOptions::default());
         assert_eq!(exact.tolerance_for(1), 0.0);
         let big = timeline_options(128);
-        assert_eq!(big.tolerance_for(1), crate::sim::DEFAULT_TOLERANCE);
+        assert_eq!(big.tolerance_for(1), TIMELINE_TOLERANCE);
+        assert!(big.group_arrivals);
         assert_eq!(big.network, SimOptions::default().network);
     }
 }
