@@ -1,6 +1,8 @@
 //! What the simulator's grouping tolerance costs and changes on the plan an
 //! MSCCL file encodes (the plan `compile --report` simulates, calibrated
-//! network), issue 22 item 5: seconds, events and completion per tolerance.
+//! network), issue 22 item 5: seconds, events and completion per tolerance,
+//! with arrivals grouped (`SimOptions::group_arrivals`, what `compile`
+//! does) and without.
 //!
 //! cargo run --release --example sim_file_tolerance -- TRAFFIC.json FILE.xml [EPS...]
 //! (on DGX-H100 nodes of 8 GPUs, as many as the matrix's ranks need)
@@ -34,21 +36,32 @@ fn main() -> Res<()> {
         eps.iter().map(|e| e.parse()).collect::<Result<_, _>>()?
     };
     for e in eps {
-        let t0 = Instant::now();
-        let sim = simulate(
-            &topo,
-            &plan,
-            &SimOptions {
-                tolerance: Some(e),
-                ..SimOptions::new(Network::Calibrated)
-            },
-        )?;
-        println!(
-            "tolerance {e}: {:.2} s, {} events, completion {:.1} us",
-            t0.elapsed().as_secs_f64(),
-            sim.events,
-            sim.completion_us
-        );
+        for group_arrivals in [false, true] {
+            if e == 0.0 && group_arrivals {
+                continue; // the same run
+            }
+            let t0 = Instant::now();
+            let sim = simulate(
+                &topo,
+                &plan,
+                &SimOptions {
+                    tolerance: Some(e),
+                    group_arrivals,
+                    ..SimOptions::new(Network::Calibrated)
+                },
+            )?;
+            println!(
+                "tolerance {e}{}: {:.2} s, {} events, completion {:.1} us",
+                if group_arrivals {
+                    ", arrivals grouped"
+                } else {
+                    ""
+                },
+                t0.elapsed().as_secs_f64(),
+                sim.events,
+                sim.completion_us
+            );
+        }
     }
     Ok(())
 }

@@ -288,7 +288,13 @@ pub fn compile(a: CompileArgs) -> CliResult {
     };
     write_out(Some(&a.out), &text)?;
     // Every compile is simulated, so its summary says how good the plan is.
-    let sim_opts = SimOptions::new(network);
+    // A file's plan runs each threadblock's steps one after another: most
+    // of its events are arrivals, grouped like finishes where the plan is
+    // large enough to be grouped (docs/cost-model.md §1).
+    let sim_opts = SimOptions {
+        group_arrivals: msccl.is_some(),
+        ..SimOptions::new(network)
+    };
     // On a `links` topology the bound is an LP too: it gets what is left of
     // --time-limit (an unproven LP bound is left out, the cut bound stays).
     let left = (a.time_limit - t0.elapsed().as_secs_f64()).max(1e-3);

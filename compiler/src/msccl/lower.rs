@@ -196,17 +196,28 @@ pub const SCORED_ABOVE: f64 = 0.03;
 /// The simulator's options for the lowering's timeline (the plan's ideal
 /// run) on `n` ranks. Up to [`super::chunk::MAX_RANKS_PRICED`] ranks, where
 /// candidate files are priced against it, the simulator's default (exact up
-/// to `sim::EXACT_TRANSFERS` transfers). Above, events within
-/// `sim::DEFAULT_TOLERANCE` of a transfer's duration are grouped whatever
-/// the plan's size: 16 x 8 `hierarchical`'s 18304 transfers took 18175
-/// events exactly and 788 grouped, starts moving by at most 1.2 us
-/// (docs/benchmarks.md, "Every algorithm at 32 x 8 and 64 x 8").
+/// to `sim::EXACT_TRANSFERS` transfers). Above, the timeline only orders
+/// the steps and shares the lanes, and events are grouped whatever the
+/// plan's size: finishes within [`TIMELINE_TOLERANCE`] of a transfer's
+/// duration, and arrivals (`SimOptions::group_arrivals`) within as much of
+/// their shortest duration. 16 x 8 `hierarchical`'s 18304 transfers took
+/// 18175 events exactly and 788 grouped at 0.01 (docs/benchmarks.md,
+/// "Every algorithm at 32 x 8 and 64 x 8"); at 0.1 with grouped arrivals
+/// the files' simulated completions at 32 x 8 and 64 x 8 moved by at most
+/// a few tenths of a percent ("Every algorithm's file at 64 x 8 in about a
+/// minute").
 pub(crate) fn timeline_options(n: usize) -> SimOptions {
+    let grouped = n > super::chunk::MAX_RANKS_PRICED;
     SimOptions {
-        tolerance: (n > super::chunk::MAX_RANKS_PRICED).then_some(crate::sim::DEFAULT_TOLERANCE),
+        tolerance: grouped.then_some(TIMELINE_TOLERANCE),
+        group_arrivals: grouped,
         ..SimOptions::default()
     }
 }
+
+/// Grouping tolerance of the lowering's timeline above
+/// [`super::chunk::MAX_RANKS_PRICED`] ranks ([`timeline_options`]).
+pub const TIMELINE_TOLERANCE: f64 = 0.1;
 
 /// Lowers a verified plan of `traffic` on `topo` to MSCCL XML. The file is
 /// checked by the symbolic executor before it is returned.
@@ -1318,6 +1329,7 @@ fn cut_for_pacing(
     // The same cap on memoised walks as `build_tbs` (memory proportional to
     // the plan); a walk past it finds nothing, and that wait is not cut.
     let walk_cap = WALKS_PER_OP * n + (1 << 16);
+    let graph = OpGraph::new(&ops);
     for (yi, y) in ops.iter().enumerate() {
         if !remote(y) || first[yi] != yi {
             continue;
@@ -1340,11 +1352,11 @@ fn cut_for_pacing(
             } else if xo.dst == y.dst {
                 on_dst.push(x);
             } else {
-                ancestors_on(&ops, x, y.src, &mut memo, walk_cap, &mut on_src);
+                ancestors_on(&graph, x, y.src, &mut memo, walk_cap, &mut on_src);
                 if on_src.iter().any(|&z| ops[z as usize].dst == y.src) {
                     continue;
                 }
-                ancestors_on(&ops, x, y.dst, &mut memo, walk_cap, &mut on_dst);
+                ancestors_on(&graph, x, y.dst, &mut memo, walk_cap, &mut on_dst);
             }
             for &z in &on_src {
                 let zi = z as usize;
@@ -1730,6 +1742,15 @@ fn build_tbs(
         None => (ops, lanes),
     };
     let handoffs = handed.as_ref().map_or(0, |h| h.2);
+    // Elements each gpu's file will hold at least (`elements_floor`),
+    // raised by every nop written: a chunk whose file cannot fit the
+    // parser is refused as soon as that shows, not after every wait is
+    // walked (64 x 8 `fast`: its first lowering fails there).
+    let graph = OpGraph::new(ops);
+    let mut floor = elements_floor(ops, n, executor.max_tbs_per_gpu());
+    if let Some(why) = over_elements(&floor) {
+        return Err(LowerError::Limit(why));
+    }
     // Channel of each (src, dst, lane); lane `l` starts at group `l`.
     let mut chan_of: HashMap<(u32, u32, u32), u32> = HashMap::new();
     let mut local_k = vec![0u32; n];
@@ -1779,6 +1800,7 @@ fn build_tbs(
             let dropped_before = dropped;
             let mut need = walk_deps(
                 ops,
+                &graph,
                 op,
                 walked,
                 &mut anc,
@@ -1913,6 +1935,14 @@ fn build_tbs(
                 };
                 let waits: Vec<(u32, u32)> = latest.into_iter().collect();
                 let draft = &mut tbs[gi][t as usize];
+                if waits.len() > 1 {
+                    floor[gi] += waits.len() - 1;
+                    if floor[gi] > MAX_NODES {
+                        return Err(LowerError::Limit(format!(
+                            "gpu {gi} would hold more than {MAX_NODES} elements, the most the executor parses"
+                        )));
+                    }
+                }
                 for (idx, &(tb, pos)) in waits.iter().enumerate() {
                     draft.waited.insert(tb, pos);
                     let is_last = idx + 1 == waits.len();
@@ -2071,6 +2101,55 @@ fn drop_implied_waits(drafts: &[TbDraft], own: Option<u32>, latest: &mut BTreeMa
     latest.retain(|&tb, &mut pos| done[tb as usize] < i64::from(pos));
 }
 
+/// A floor on the elements each gpu's file would hold (`1 + n + tbs +
+/// steps`, what the executor's parser counts against [`MAX_NODES`]), from
+/// the operations alone, before pacing cuts and threadblocks: every
+/// operation is a step on each gpu it touches (waits only add nops before
+/// it), and the passes after this one only add operations between the same
+/// gpus (`cut_for_pacing` cuts one into several; `super::handoff` merges a
+/// tail it cut back into its body); a connection direction's steps (and a
+/// gpu's local copies) fill tbs of at most [`MAX_STEPS_PER_TB`] steps;
+/// packing (`super::pack`) leaves `limit` tbs or more where a gpu has more.
+/// A chunk whose floor is over the limit fails it anyway: the lowering
+/// refuses it before the costly passes.
+fn elements_floor(ops: &[ChunkOp], n: usize, limit: usize) -> Vec<usize> {
+    let mut steps = vec![0usize; n];
+    // (gpu, peer, side: 0 send, 1 receive, 2 local copy) -> steps.
+    let mut conn: HashMap<(u32, u32, u8), usize> = HashMap::new();
+    for o in ops {
+        if o.src == o.dst {
+            steps[o.src as usize] += 1;
+            *conn.entry((o.src, o.src, 2)).or_default() += 1;
+        } else {
+            steps[o.src as usize] += 1;
+            steps[o.dst as usize] += 1;
+            *conn.entry((o.src, o.dst, 0)).or_default() += 1;
+            *conn.entry((o.dst, o.src, 1)).or_default() += 1;
+        }
+    }
+    let mut tbs = vec![0usize; n];
+    for (&(g, _, _), &c) in &conn {
+        tbs[g as usize] += c.div_ceil(MAX_STEPS_PER_TB);
+    }
+    (0..n)
+        .map(|g| 1 + n + tbs[g].min(limit) + steps[g])
+        .collect()
+}
+
+/// The first gpu whose floor ([`elements_floor`]) is over [`MAX_NODES`],
+/// as the limit the lowering reports.
+fn over_elements(floor: &[usize]) -> Option<String> {
+    floor
+        .iter()
+        .enumerate()
+        .find(|&(_, &e)| e > MAX_NODES)
+        .map(|(g, &e)| {
+            format!(
+                "gpu {g} would hold at least {e} elements, the executor parses at most {MAX_NODES}"
+            )
+        })
+}
+
 /// Steps one `drop_implied_waits` walk visits at most (a 16 x 8
 /// `pairwise` gpu has about 1300).
 const DFS_STEPS: usize = 1 << 14;
@@ -2101,8 +2180,10 @@ fn drop_oldest_waits(drafts: &[TbDraft], latest: &mut BTreeMap<u32, u32>, max: u
 /// that `op` must follow, sorted: its deps walked back to the operations
 /// that touch each gpu. A dep found on neither counts as dropped; a send's
 /// wait met on its own gpu only by sends goes into `unheld`.
+#[allow(clippy::too_many_arguments)]
 fn walk_deps(
     ops: &[ChunkOp],
+    graph: &OpGraph,
     op: &ChunkOp,
     gpus: &[u32],
     anc: &mut Walks,
@@ -2117,7 +2198,7 @@ fn walk_deps(
         let mut on_src = 0..0;
         for (side, &g) in gpus.iter().enumerate() {
             let before = need[side].len();
-            ancestors_on(ops, x, g, anc, walk_cap, &mut need[side]);
+            ancestors_on(graph, x, g, anc, walk_cap, &mut need[side]);
             found |= need[side].len() > before;
             if side == 0 {
                 on_src = before..need[0].len();
@@ -2143,7 +2224,7 @@ fn walk_deps(
     }
     if let Some(v) = need.get_mut(1) {
         for &x in &op.recv_deps {
-            ancestors_on(ops, x, op.dst, anc, walk_cap, v);
+            ancestors_on(graph, x, op.dst, anc, walk_cap, v);
         }
     }
     for v in &mut need {
@@ -2465,13 +2546,39 @@ impl Walks {
     }
 }
 
+/// What the dependency walks read of the operations, packed: per
+/// operation its gpus and its deps' range in one array (16 bytes an
+/// operation, where a `ChunkOp` is about 90 and its deps a separate
+/// allocation), so a walk through scattered operations misses the cache
+/// less. The same walks, in the same order.
+pub(super) struct OpGraph {
+    /// (src, dst, first dep, end of deps) per operation.
+    node: Vec<[u32; 4]>,
+    deps: Vec<u32>,
+}
+
+impl OpGraph {
+    pub(super) fn new(ops: &[ChunkOp]) -> Self {
+        let mut deps = Vec::with_capacity(ops.iter().map(|o| o.deps.len()).sum());
+        let node = ops
+            .iter()
+            .map(|o| {
+                let a = deps.len() as u32;
+                deps.extend_from_slice(&o.deps);
+                [o.src, o.dst, a, deps.len() as u32]
+            })
+            .collect();
+        OpGraph { node, deps }
+    }
+}
+
 /// The operations on gpu `g` among `x` and its ancestors, stopping at the
 /// first that touches `g` on every path (its own waits cover the rest).
 /// Once `memo` holds `cap` walks, new ones are not started. Appends to
 /// `out` (which the nested walks share: each sorts its own tail).
-fn ancestors_on(ops: &[ChunkOp], x: u32, g: u32, memo: &mut Walks, cap: usize, out: &mut Vec<u32>) {
-    let op = &ops[x as usize];
-    if op.src == g || op.dst == g {
+fn ancestors_on(ops: &OpGraph, x: u32, g: u32, memo: &mut Walks, cap: usize, out: &mut Vec<u32>) {
+    let [src, dst, a, b] = ops.node[x as usize];
+    if src == g || dst == g {
         out.push(x);
         return;
     }
@@ -2488,8 +2595,8 @@ fn ancestors_on(ops: &[ChunkOp], x: u32, g: u32, memo: &mut Walks, cap: usize, o
         return;
     }
     let start = out.len();
-    for &y in &op.deps {
-        ancestors_on(ops, y, g, memo, cap, out);
+    for i in a..b {
+        ancestors_on(ops, ops.deps[i as usize], g, memo, cap, out);
     }
     let v = &mut out[start..];
     v.sort_unstable();
@@ -2651,12 +2758,13 @@ mod tests {
                     op(*s, BufRef::Input, 0, *d, 0, 1, deps, i as u32)
                 })
                 .collect();
+            let graph = OpGraph::new(&ops);
             let mut walks = Walks::new(ops.len());
             let mut vecs: HashMap<u64, Vec<u32>> = HashMap::new();
             let (mut a, mut b) = (vec![7u32], vec![7u32]);
             for &(x, g) in &queries {
                 let x = x % ops.len() as u32;
-                ancestors_on(&ops, x, g, &mut walks, cap, &mut a);
+                ancestors_on(&graph, x, g, &mut walks, cap, &mut a);
                 ancestors_on_vec_memo(&ops, x, g, &mut vecs, cap, &mut b);
                 proptest::prop_assert_eq!(&a, &b);
                 proptest::prop_assert_eq!(walks.len(), vecs.len());
@@ -2834,13 +2942,33 @@ mod tests {
         assert!(!same_elements(&other, &x.algo));
     }
 
+    /// Every operation is a step on each gpu it touches; a connection
+    /// direction's (or a gpu's local) steps need a tb per 64; packing
+    /// leaves at least `limit` tbs.
+    #[test]
+    fn the_elements_floor_counts_steps_and_tbs() {
+        let mut ops = vec![ChunkOp::test(0, 0, 1, 0, 1, 0); 3];
+        ops.push(ChunkOp::test(1, 0, 0, 0, 1, 1));
+        ops.extend(vec![ChunkOp::test(2, 0, 2, 0, 1, 2); 70]);
+        // 1 + n + tbs + steps.
+        assert_eq!(elements_floor(&ops, 4, 128), [11, 11, 77, 5]);
+        assert_eq!(elements_floor(&ops, 4, 1), [10, 10, 76, 5]);
+        assert_eq!(over_elements(&[5, MAX_NODES, 7]), None);
+        let why = over_elements(&[5, MAX_NODES + 1, MAX_NODES + 2]).unwrap();
+        assert!(
+            why.starts_with("gpu 1 would hold at least 4097 elements"),
+            "{why}"
+        );
+    }
+
     #[test]
     fn the_timeline_is_exact_where_files_are_priced_and_grouped_above() {
         let exact = timeline_options(super::super::chunk::MAX_RANKS_PRICED);
         assert_eq!(exact, SimOptions::default());
         assert_eq!(exact.tolerance_for(1), 0.0);
         let big = timeline_options(128);
-        assert_eq!(big.tolerance_for(1), crate::sim::DEFAULT_TOLERANCE);
+        assert_eq!(big.tolerance_for(1), TIMELINE_TOLERANCE);
+        assert!(big.group_arrivals);
         assert_eq!(big.network, SimOptions::default().network);
     }
 }

@@ -113,6 +113,16 @@ pub struct SimOptions {
     /// before it). `None`: 0 (exact) for plans of at most
     /// [`EXACT_TRANSFERS`] transfers, [`DEFAULT_TOLERANCE`] above.
     pub tolerance: Option<f64>,
+    /// With a tolerance ε > 0, arrivals are grouped too: a transfer whose
+    /// latency has elapsed may start moving up to ε of its shortest
+    /// possible duration (its bytes, per-message cost included, at its
+    /// path's slowest link) later, with the next event, instead of in a
+    /// rate recomputation of its own. Off (`false`, the default): every
+    /// arrival is an event, as before. Plans that run each threadblock's
+    /// steps one after another (MSCCL files) have more arrivals than
+    /// finishes; the MSCCL lowering's timeline and `compile`'s simulation
+    /// of a file's plan group them (docs/cost-model.md §1).
+    pub group_arrivals: bool,
     /// Parameters of the incast model of `congested` and `stress`
     /// ([`SimOptions::new`] gives `stress` [`CongestionModel::stress`]).
     pub congestion: CongestionModel,
@@ -488,6 +498,13 @@ struct Sim<'a> {
     /// (`NONE`: none), the one continuing it, and when a ready successor's
     /// latency ended while its predecessor still moved (NaN: not held).
     streams: Option<streams::Streams>,
+    /// ε of grouped arrivals ([`SimOptions::group_arrivals`]; 0: each
+    /// arrival is an event).
+    arrival_eps: f64,
+    /// Pending arrivals by the latest time they may start moving (`at +
+    /// arrival_eps x` shortest duration); admitted ones are dropped lazily.
+    deadlines: BinaryHeap<Arrival>,
+    admitted: Vec<bool>,
 }
 
 impl<'a> Sim<'a> {
@@ -562,6 +579,13 @@ impl<'a> Sim<'a> {
             events: 0,
             whole_fills: false,
             streams: None,
+            arrival_eps: if opts.group_arrivals { eps } else { 0.0 },
+            deadlines: BinaryHeap::new(),
+            admitted: if opts.group_arrivals && eps > 0.0 {
+                vec![false; n]
+            } else {
+                Vec::new()
+            },
         }
     }
 
@@ -580,7 +604,25 @@ impl<'a> Sim<'a> {
                     return;
                 }
             }
-            self.arrivals.push(Reverse((Key(at), t)));
+            self.arrive(t, at);
+        }
+    }
+
+    /// `t` starts moving at `at` (its latency's end), or with grouped
+    /// arrivals at the latest `arrival_eps` of its shortest duration later.
+    fn arrive(&mut self, t: u32, at: f64) {
+        self.arrivals.push(Reverse((Key(at), t)));
+        if self.arrival_eps > 0.0 {
+            // Its shortest duration: its bytes at its slowest link.
+            let slow = self
+                .paths
+                .of(t)
+                .iter()
+                .map(|&l| self.cap[l as usize])
+                .fold(f64::INFINITY, f64::min);
+            let d = self.remaining[t as usize] / slow;
+            self.deadlines
+                .push(Reverse((Key(at + self.arrival_eps * d), t)));
         }
     }
 
@@ -591,12 +633,11 @@ impl<'a> Sim<'a> {
         while let Some((t, time)) = stack.pop() {
             self.times[t as usize].end_us = time;
             self.finished += 1;
-            if let Some(s) = &mut self.streams {
-                if let Some((c, at)) = s.release(t, time) {
-                    // Its wait before moving, as the result reports it.
-                    self.latency[c as usize] = at - self.times[c as usize].start_us;
-                    self.arrivals.push(Reverse((Key(at), c)));
-                }
+            let released = self.streams.as_mut().and_then(|s| s.release(t, time));
+            if let Some((c, at)) = released {
+                // Its wait before moving, as the result reports it.
+                self.latency[c as usize] = at - self.times[c as usize].start_us;
+                self.arrive(c, at);
             }
             let (a, b) = (
                 self.child_off[t as usize] as usize,
@@ -649,6 +690,9 @@ impl<'a> Sim<'a> {
                     break;
                 }
                 self.arrivals.pop();
+                if let Some(a) = self.admitted.get_mut(t as usize) {
+                    *a = true;
+                }
                 if self.plan.transfers[t as usize].bytes == 0 {
                     self.finish(t, at);
                 } else {
@@ -697,10 +741,23 @@ impl<'a> Sim<'a> {
                 changed = false;
                 reindex = false;
             }
-            let next_arrival = self
-                .arrivals
-                .peek()
-                .map_or(f64::INFINITY, |&Reverse((Key(at), _))| at);
+            // The next event an arrival forces: its latency's end, or with
+            // grouped arrivals the earliest latest start of those pending.
+            let next_arrival = if self.arrival_eps > 0.0 {
+                while let Some(&Reverse((_, t))) = self.deadlines.peek() {
+                    if !self.admitted[t as usize] {
+                        break;
+                    }
+                    self.deadlines.pop();
+                }
+                self.deadlines
+                    .peek()
+                    .map_or(f64::INFINITY, |&Reverse((Key(at), _))| at)
+            } else {
+                self.arrivals
+                    .peek()
+                    .map_or(f64::INFINITY, |&Reverse((Key(at), _))| at)
+            };
             // Projected finishes, and the latest instant that delays no
             // transfer by more than eps of its own duration. `limit` and
             // `first` only fall during the sweep, and the final limit is at

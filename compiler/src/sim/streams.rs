@@ -252,6 +252,51 @@ mod tests {
         assert!(close(s.links[l].bytes, 4.0 * b as f64));
     }
 
+    #[test]
+    fn grouped_arrivals_bound_a_released_streams_start() {
+        // Two nodes of two GPUs. A0 (GPU 0 -> 2, 5 MB RDMA: 50 GB/s, 3 us)
+        // moves 3..103 (grouped: it may end up to 1 us later). A1 continues
+        // it but waits for Y (GPU 1 -> 0, 45.675 MB on NVLink: 450 GB/s,
+        // 1 us, ends 102.5): ready at 102.5, its latency ends at 105.5,
+        // after A0 ended: released for 105.5, it moves 105.5..205.5.
+        // L (GPU 3 -> 1, 50 MB) keeps the run busy until 1003. With grouped
+        // arrivals A1 may start at most 1% of its 100 us later and end 1%
+        // later again, not wait for the next event (L's end, 1003 us).
+        let topo = Topology::preset("dgx-h100", 2, Some(2)).unwrap();
+        let rdma = |src, dst, bytes, deps: &[u32]| Transfer {
+            path: Path::Rdma { nic: 0 },
+            ..transfer(src, dst, bytes, deps)
+        };
+        let plan = plan_of(
+            &topo,
+            vec![
+                rdma(0, 2, 5_000_000, &[]),
+                transfer(1, 0, 45_675_000, &[]),
+                rdma(0, 2, 5_000_000, &[1]),
+                rdma(3, 1, 50_000_000, &[]),
+            ],
+        );
+        let after = [None, None, Some(0), None];
+        let exact = simulate_streams(&topo, &plan, &after, &SimOptions::default()).unwrap();
+        assert!(
+            close(exact.transfers[2].end_us, 205.5),
+            "{:?}",
+            ends(&exact)
+        );
+        let grouped = SimOptions {
+            tolerance: Some(0.01),
+            group_arrivals: true,
+            ..SimOptions::default()
+        };
+        let g = simulate_streams(&topo, &plan, &after, &grouped).unwrap();
+        let end = g.transfers[2].end_us;
+        assert!(
+            (205.5 - 1e-6..=207.5 + 1e-6).contains(&end),
+            "{:?}",
+            ends(&g)
+        );
+    }
+
     /// Random transfers on two nodes of two GPUs (some waiting on earlier
     /// ones), each chained to the previous transfer of its (src, dst) pair
     /// when `chain` says so.

@@ -271,6 +271,105 @@ fn grouping_tolerance_never_finishes_early() {
     assert!((g - e).abs() <= 0.05 * e, "{g} vs {e}");
 }
 
+/// Grouped arrivals: a transfer whose latency ends while another moves
+/// starts moving up to ε of its shortest duration later, with the next
+/// event, and no later; without grouping it starts at its latency's end.
+#[test]
+fn grouped_arrivals_start_at_most_eps_of_their_duration_late() {
+    // Two nodes of two GPUs: a long NVLink transfer 0 -> 1 moves while a
+    // short inter-node one 2 -> 0 arrives, on links of its own.
+    let topo = Topology::preset("dgx-h100", 2, Some(2)).unwrap();
+    let plan = plan_of(
+        &topo,
+        vec![
+            transfer(0, 1, 400_000_000, &[]),
+            transfer(2, 0, 5_000_000, &[]),
+        ],
+    );
+    let eps = 0.5;
+    let path = topo.path(2, 0);
+    let slowest = path
+        .iter()
+        .map(|&l| topo.link(l).bandwidth)
+        .fold(f64::INFINITY, f64::min);
+    let (lat, d) = (topo.path_latency(2, 0), 5e6 / slowest);
+    let run = |group_arrivals| {
+        let opts = SimOptions {
+            tolerance: Some(eps),
+            group_arrivals,
+            ..SimOptions::default()
+        };
+        simulate(&topo, &plan, &opts).unwrap()
+    };
+    let (plain, grouped) = (run(false), run(true));
+    assert!(
+        close(plain.transfers[1].end_us, lat + d),
+        "{:?}",
+        plain.transfers[1]
+    );
+    // Its latency ended while 0 -> 1 moved: it waited for its deadline.
+    assert!(
+        close(grouped.transfers[1].end_us, lat + (1.0 + eps) * d),
+        "{:?}",
+        grouped.transfers[1]
+    );
+    assert_eq!(grouped.transfers[1].start_us, 0.0);
+    // The long transfer is not moved by the short one's arrival.
+    assert!(close(
+        grouped.transfers[0].end_us,
+        plain.transfers[0].end_us
+    ));
+    // At ε = 0 grouping arrivals changes nothing.
+    let exact = |group_arrivals| {
+        let opts = SimOptions {
+            tolerance: Some(0.0),
+            group_arrivals,
+            ..SimOptions::default()
+        };
+        simulate(&topo, &plan, &opts).unwrap()
+    };
+    assert_eq!(exact(true), exact(false));
+}
+
+/// On a plan with many arrivals (4 x 8 `fast`, log-normal): grouped
+/// arrivals take fewer events, and the completion stays within ε of the
+/// exact run's and above the bound; at ε = 0 the run is the exact one.
+#[test]
+fn grouped_arrivals_take_fewer_events_at_4x8() {
+    let topo = Topology::preset("dgx-h100", 4, None).unwrap();
+    let mut spec = TrafficSpec::new(topo.ranks(), Pattern::Lognormal(1.0));
+    spec.bytes = 1 << 18;
+    spec.seed = 3;
+    let m = generate(&spec).unwrap();
+    let alg: crate::sched::Algorithm = "fast".parse().unwrap();
+    let plan = crate::sched::schedule(alg, &topo, &m, &Default::default()).unwrap();
+    for network in [Network::Ideal, Network::Calibrated] {
+        let run = |tolerance, group_arrivals| {
+            let opts = SimOptions {
+                tolerance: Some(tolerance),
+                group_arrivals,
+                ..SimOptions::new(network)
+            };
+            simulate(&topo, &plan, &opts).unwrap()
+        };
+        let exact = run(0.0, false);
+        assert_eq!(run(0.0, true), exact);
+        let finishes = run(0.01, false);
+        let both = run(0.01, true);
+        assert!(
+            both.events < finishes.events,
+            "{} vs {}",
+            both.events,
+            finishes.events
+        );
+        let (e, g) = (exact.completion_us, both.completion_us);
+        assert!((g - e).abs() <= 0.01 * e, "{network}: {g} vs {e}");
+        let bound =
+            crate::bound::cut_bound_goodput(&topo, &m, SimOptions::new(network).nic_goodput());
+        assert!(g >= bound.best_us() * (1.0 - 1e-9));
+    }
+}
+
 fn small_topology() -> impl Strategy<Value = Topology> {
     (1usize..=4, 1usize..=4, any::<bool>(), 0usize..5).prop_map(|(nodes, g, mesh, fab)| {
         let mut spec =
@@ -316,10 +415,10 @@ proptest! {
     /// say so and are skipped), both network modes, exact and grouped.
     #[test]
     fn completion_respects_the_bound_and_bytes_are_conserved(
-        (topo, m, congested, grouped) in small_topology()
+        (topo, m, congested, grouped, arrivals) in small_topology()
             .prop_flat_map(|t| {
                 let r = t.ranks();
-                (Just(t), small_traffic(r), any::<bool>(), any::<bool>())
+                (Just(t), small_traffic(r), any::<bool>(), any::<bool>(), any::<bool>())
             })
     ) {
         let lb = cut_bound(&topo, &m);
@@ -332,13 +431,14 @@ proptest! {
             let tolerance = Some(if grouped { 0.05 } else { 0.0 });
             let opts = SimOptions {
                 tolerance,
+                group_arrivals: arrivals,
                 ..SimOptions::new(if congested { Network::Stress } else { Network::Ideal })
             };
             let r = simulate(&topo, &plan, &opts).unwrap();
             prop_assert!(r.completion_us >= lb.best_us() * (1.0 - 1e-9),
                 "{alg}: completion {} below bound {:?}", r.completion_us, lb);
             // The calibrated mode against its own (goodput) bound.
-            let cal = SimOptions { tolerance, ..SimOptions::new(Network::Calibrated) };
+            let cal = SimOptions { tolerance, group_arrivals: arrivals, ..SimOptions::new(Network::Calibrated) };
             let c = simulate(&topo, &plan, &cal).unwrap();
             let clb = crate::bound::cut_bound_goodput(&topo, &m, cal.nic_goodput());
             prop_assert!(c.completion_us >= clb.best_us() * (1.0 - 1e-9),
@@ -428,10 +528,10 @@ proptest! {
     /// that refill (ideal and calibrated; congested and stress fill whole).
     #[test]
     fn refills_give_the_whole_fills_run(
-        (topo, m, calibrated, grouped) in small_topology()
+        (topo, m, calibrated, grouped, arrivals) in small_topology()
             .prop_flat_map(|t| {
                 let r = t.ranks();
-                (Just(t), small_traffic(r), any::<bool>(), any::<bool>())
+                (Just(t), small_traffic(r), any::<bool>(), any::<bool>(), any::<bool>())
             })
     ) {
         for &alg in crate::sched::Algorithm::ALL {
@@ -442,6 +542,7 @@ proptest! {
             };
             let opts = SimOptions {
                 tolerance: Some(if grouped { 0.02 } else { 0.0 }),
+                group_arrivals: arrivals,
                 ..SimOptions::new(if calibrated { Network::Calibrated } else { Network::Ideal })
             };
             let fast = simulate(&topo, &plan, &opts).unwrap();
