@@ -1974,8 +1974,6 @@ mod tests {
         }
     }
 
-    /// On tiny cases whose best candidate is clear in the simulator, `auto`
-    /// picks it (or one within 1% of it).
     /// Candidate `a`'s plan for `m`, simulated.
     /// Planned for the mode, as `auto` plans it (`fast`'s chunks).
     fn simulated_us(topo: &Topology, m: &TrafficMatrix, opts: &SimOptions, a: Algorithm) -> f64 {
@@ -1985,6 +1983,16 @@ mod tests {
         };
         let p = schedule(a, topo, m, &plan_opts).unwrap();
         simulate(topo, &p, opts).unwrap().completion_us
+    }
+
+    /// The estimates alone (`choose`) pick a plan that simulates within 1%
+    /// of the best candidate's.
+    fn assert_alone_within_1pct(topo: &Topology, m: &TrafficMatrix, net: Network) {
+        let opts = SimOptions::new(net);
+        let best = best_candidate_us(topo, m, &opts);
+        let alone = choose(topo, m, net);
+        let got = simulated_us(topo, m, &opts, alone.algorithm());
+        assert!(got <= best * 1.01, "{} {got} vs best {best}", alone.chosen);
     }
 
     /// The fastest of the candidates' plans for `m`, simulated.
@@ -2179,11 +2187,7 @@ mod tests {
         let m = sweep_traffic(&topo, Pattern::Zipf(1.0), 209);
         let e = Estimator::new(&topo, &m, net);
         assert!(e.fast_stages().0.iter().all(|p| p.stage == 0));
-        let opts = SimOptions::new(net);
-        let best = best_candidate_us(&topo, &m, &opts);
-        let alone = choose(&topo, &m, net);
-        let got = simulated_us(&topo, &m, &opts, alone.algorithm());
-        assert!(got <= best * 1.01, "{} {got} vs best {best}", alone.chosen);
+        assert_alone_within_1pct(&topo, &m, net);
     }
 
     /// A fat-tree leaf uplink shared max-min fairly: one node per leaf at
@@ -2306,11 +2310,7 @@ mod tests {
         spec.fabric = Some(FabricSpec::fat_tree(2, 2.0, 1.0));
         let topo = Topology::from_spec(spec, "t").unwrap();
         let m = sweep_traffic(&topo, Pattern::Zipf(0.5), 8);
-        let opts = SimOptions::new(Network::Ideal);
-        let best = best_candidate_us(&topo, &m, &opts);
-        let alone = choose(&topo, &m, Network::Ideal);
-        let got = simulated_us(&topo, &m, &opts, alone.algorithm());
-        assert!(got <= best * 1.01, "{} {got} vs best {best}", alone.chosen);
+        assert_alone_within_1pct(&topo, &m, Network::Ideal);
         let (est, sim) = estimated_and_simulated(&topo, &m, Network::Ideal, Algorithm::Fast);
         assert!(
             (sim / est - 1.0).abs() < 0.05,
@@ -2361,11 +2361,7 @@ mod tests {
             (sim / est - 1.0).abs() < 0.15,
             "fast: estimated {est}, simulated {sim}"
         );
-        let opts = SimOptions::new(Network::Ideal);
-        let best = best_candidate_us(&topo, &m, &opts);
-        let alone = choose(&topo, &m, Network::Ideal);
-        let got = simulated_us(&topo, &m, &opts, alone.algorithm());
-        assert!(got <= best * 1.01, "{} {got} vs best {best}", alone.chosen);
+        assert_alone_within_1pct(&topo, &m, Network::Ideal);
     }
 
     /// A residual pinned: on the sweep's 2x8 MI300X (calibrated, Zipf 0),
@@ -2379,11 +2375,7 @@ mod tests {
         let topo = Topology::preset("mi300x", 2, None).unwrap();
         let m = sweep_traffic(&topo, Pattern::Zipf(0.0), 7);
         let net = Network::Calibrated;
-        let opts = SimOptions::new(net);
-        let best = best_candidate_us(&topo, &m, &opts);
-        let alone = choose(&topo, &m, net);
-        let got = simulated_us(&topo, &m, &opts, alone.algorithm());
-        assert!(got <= best * 1.01, "{} {got} vs best {best}", alone.chosen);
+        assert_alone_within_1pct(&topo, &m, net);
         let (est, sim) = estimated_and_simulated(&topo, &m, net, Algorithm::Hierarchical);
         assert!(
             (sim / est - 1.0).abs() < 0.05,
@@ -2440,11 +2432,7 @@ mod tests {
         let got = e.fast_stage_flow(&pairs, true);
         assert!(close(got, plain + drift), "{got} vs {}", plain + drift);
         // The sweep's case: the estimates alone within 1% of the best.
-        let opts = SimOptions::new(Network::Ideal);
-        let best = best_candidate_us(&topo, &m, &opts);
-        let alone = choose(&topo, &m, Network::Ideal);
-        let got = simulated_us(&topo, &m, &opts, alone.algorithm());
-        assert!(got <= best * 1.01, "{} {got} vs best {best}", alone.chosen);
+        assert_alone_within_1pct(&topo, &m, Network::Ideal);
     }
 
     /// Where a fabric link binds, `deepep`'s landings are stretched only
@@ -2497,11 +2485,7 @@ mod tests {
         }
         let topo = cluster("mi300x");
         let m = sweep_traffic(&topo, Pattern::Zipf(0.5), 108);
-        let opts = SimOptions::new(Network::Calibrated);
-        let best = best_candidate_us(&topo, &m, &opts);
-        let alone = choose(&topo, &m, Network::Calibrated);
-        let got = simulated_us(&topo, &m, &opts, alone.algorithm());
-        assert!(got <= best * 1.01, "{} {got} vs best {best}", alone.chosen);
+        assert_alone_within_1pct(&topo, &m, Network::Calibrated);
     }
 
     /// `fast`'s node stages are one stage (2 nodes, each pair whole):
@@ -2527,11 +2511,7 @@ mod tests {
         let m = sweep_traffic(&topo, Pattern::Zipf(0.0), 207);
         let limit = fast_limit(&topo, &m, Network::Ideal);
         assert!(limit.contains("+1.5% pipeline ends"), "{limit}");
-        let opts = SimOptions::new(Network::Ideal);
-        let best = best_candidate_us(&topo, &m, &opts);
-        let alone = choose(&topo, &m, Network::Ideal);
-        let got = simulated_us(&topo, &m, &opts, alone.algorithm());
-        assert!(got <= best * 1.01, "{} {got} vs best {best}", alone.chosen);
+        assert_alone_within_1pct(&topo, &m, Network::Ideal);
         // One stage, the uplink binds: the full ends.
         let topo = cluster(true);
         let m = sweep_traffic(&topo, Pattern::Hotspot(0.3), 12);

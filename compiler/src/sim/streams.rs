@@ -149,33 +149,9 @@ pub fn simulate_streams(
 #[cfg(test)]
 mod tests {
     use super::super::simulate;
+    use super::super::tests::{close, plan_of, transfer};
     use super::*;
-    use crate::plan::{Buffer, Deps, Path, Transfer};
-
-    fn close(a: f64, b: f64) -> bool {
-        (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
-    }
-
-    fn transfer(src: u32, dst: u32, bytes: u64, deps: &[u32]) -> Transfer {
-        Transfer {
-            src,
-            src_buf: Buffer::Input,
-            src_off: 0,
-            dst,
-            dst_buf: Buffer::Output,
-            dst_off: 0,
-            bytes,
-            path: Path::Nvlink,
-            step: 0,
-            deps: Deps::from_slice(deps),
-        }
-    }
-
-    fn plan_of(topo: &Topology, ts: Vec<Transfer>) -> Plan {
-        let mut p = Plan::new("test", topo.ranks(), topo.gpus_per_node());
-        p.transfers = ts;
-        p
-    }
+    use crate::plan::{Deps, Path, Transfer};
 
     fn ends(r: &SimResult) -> Vec<f64> {
         r.transfers.iter().map(|t| t.end_us).collect()

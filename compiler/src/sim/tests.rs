@@ -11,11 +11,11 @@ use crate::topology::{FabricSpec, IntraKind, TopologySpec};
 use crate::traffic::TrafficMatrix;
 use crate::Error;
 
-fn close(a: f64, b: f64) -> bool {
+pub(super) fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
 }
 
-fn transfer(src: u32, dst: u32, bytes: u64, deps: &[u32]) -> Transfer {
+pub(super) fn transfer(src: u32, dst: u32, bytes: u64, deps: &[u32]) -> Transfer {
     Transfer {
         src,
         src_buf: Buffer::Input,
@@ -30,7 +30,7 @@ fn transfer(src: u32, dst: u32, bytes: u64, deps: &[u32]) -> Transfer {
     }
 }
 
-fn plan_of(topo: &Topology, ts: Vec<Transfer>) -> Plan {
+pub(super) fn plan_of(topo: &Topology, ts: Vec<Transfer>) -> Plan {
     let mut p = Plan::new("test", topo.ranks(), topo.gpus_per_node());
     p.transfers = ts;
     p
