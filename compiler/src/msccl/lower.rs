@@ -216,7 +216,7 @@ pub(crate) fn timeline_options(n: usize) -> SimOptions {
 }
 
 /// Grouping tolerance of the lowering's timeline above
-/// [`super::chunk::MAX_RANKS_PRICED`] ranks ([`timeline_options`]).
+/// [`super::chunk::MAX_RANKS_PRICED`] ranks (`timeline_options`).
 pub const TIMELINE_TOLERANCE: f64 = 0.1;
 
 /// Lowers a verified plan of `traffic` on `topo` to MSCCL XML. The file is
