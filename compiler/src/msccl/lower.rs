@@ -1938,9 +1938,7 @@ fn build_tbs(
                 if waits.len() > 1 {
                     floor[gi] += waits.len() - 1;
                     if floor[gi] > MAX_NODES {
-                        return Err(LowerError::Limit(format!(
-                            "gpu {gi} would hold more than {MAX_NODES} elements, the most the executor parses"
-                        )));
+                        return Err(LowerError::Limit(over_elements_message(gi, floor[gi])));
                     }
                 }
                 for (idx, &(tb, pos)) in waits.iter().enumerate() {
@@ -2143,11 +2141,12 @@ fn over_elements(floor: &[usize]) -> Option<String> {
         .iter()
         .enumerate()
         .find(|&(_, &e)| e > MAX_NODES)
-        .map(|(g, &e)| {
-            format!(
-                "gpu {g} would hold at least {e} elements, the executor parses at most {MAX_NODES}"
-            )
-        })
+        .map(|(g, &e)| over_elements_message(g, e))
+}
+
+/// The limit gpu `g` misses with a floor of `e` elements.
+fn over_elements_message(g: usize, e: usize) -> String {
+    format!("gpu {g} would hold at least {e} elements, the executor parses at most {MAX_NODES}")
 }
 
 /// Steps one `drop_implied_waits` walk visits at most (a 16 x 8

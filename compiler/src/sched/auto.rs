@@ -916,13 +916,7 @@ impl<'a> Estimator<'a> {
                 };
                 // One stage (the pair never changes partner) on a NIC or
                 // NVLink link: its pipeline's ends alone.
-                let fabric_bound = c.net >= c.intra
-                    && c.net_link.is_some_and(|l| {
-                        matches!(
-                            self.topo.link(l).class,
-                            LinkClass::Uplink | LinkClass::Downlink
-                        )
-                    });
+                let fabric_bound = c.net >= c.intra && self.fabric_link(c.net_link).is_some();
                 let overhead = if one_stage && !fabric_bound {
                     FAST_ENDS_ONE_STAGE
                 } else {
@@ -1365,6 +1359,16 @@ impl<'a> Estimator<'a> {
         }
     }
 
+    /// `l` if it is a fabric link (a leaf's uplink or downlink).
+    fn fabric_link(&self, l: Option<LinkId>) -> Option<LinkId> {
+        l.filter(|&l| {
+            matches!(
+                self.topo.link(l).class,
+                LinkClass::Uplink | LinkClass::Downlink
+            )
+        })
+    }
+
     /// How long fabric link `u` takes to carry the flows routed over it
     /// when it shares itself max-min fairly among their transfers, as the
     /// simulator does: grouped by receiving NIC (each group's rate capped
@@ -1375,12 +1379,10 @@ impl<'a> Estimator<'a> {
     /// the link's whole rate once the rest has ended. 0 when `u` is no
     /// fabric link.
     fn fabric_tail(&mut self, u: Option<LinkId>) -> f64 {
-        let Some(u) = u else { return 0.0 };
-        let link = self.topo.link(u);
-        if !matches!(link.class, LinkClass::Uplink | LinkClass::Downlink) {
+        let Some(u) = self.fabric_link(u) else {
             return 0.0;
-        }
-        let cap = link.bandwidth;
+        };
+        let cap = self.topo.link(u).bandwidth;
         let (np, lp) = (self.nodes * self.p, self.lp);
         let mut rep_of = vec![usize::MAX; lp];
         for x in 0..np {
@@ -1508,13 +1510,7 @@ impl<'a> Estimator<'a> {
         }
         let latest = land.iter().copied().fold(0.0, f64::max);
         if latest > 0.0 && net_busy > latest {
-            let fabric = net_link.filter(|&l| {
-                matches!(
-                    self.topo.link(l).class,
-                    LinkClass::Uplink | LinkClass::Downlink
-                )
-            });
-            match fabric {
+            match self.fabric_link(net_link) {
                 Some(u) => self.stretch_over(u, net_busy, &mut land),
                 None => {
                     let stretch = net_busy / latest;
