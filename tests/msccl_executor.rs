@@ -1597,3 +1597,42 @@ fn executor_rule_chunks() {
         }
     }
 }
+
+/// `spray`'s (and, for reference, `fast`'s) plan completion on the sweep's
+/// matrices, in the ideal and calibrated network modes: the figures of
+/// docs/benchmarks.md, "`spray` pipelines each relayed block into its
+/// forward". `XSIM_NODES` and `XSIM_PATTERNS` narrow it.
+/// `cargo test --release --workspace --test msccl_executor spray_plan_sweep -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn spray_plan_sweep() {
+    use switchyard::compiler::sched::schedule;
+    use switchyard::compiler::sim::Network;
+    use switchyard::compiler::Algorithm;
+    let nodes: Vec<usize> = std::env::var("XSIM_NODES").ok().map_or(vec![2, 4, 8], |v| {
+        v.split(',').map(|x| x.parse().unwrap()).collect()
+    });
+    for nodes in nodes {
+        let topo = Topology::preset("dgx-h100", nodes, None).unwrap();
+        for (name, _, m) in sweep_matrices(&topo) {
+            for alg in [Algorithm::Spray, Algorithm::Fast] {
+                let plan = schedule(alg, &topo, &m, &sweep_sched()).unwrap();
+                let us: Vec<f64> = [Network::Ideal, Network::Calibrated]
+                    .into_iter()
+                    .map(|n| {
+                        simulate(&topo, &plan, &SimOptions::new(n))
+                            .unwrap()
+                            .completion_us
+                    })
+                    .collect();
+                println!(
+                    "{nodes}x8 {name} {}: ideal {:.1} us calibrated {:.1} us transfers {}",
+                    alg.name(),
+                    us[0],
+                    us[1],
+                    plan.transfers.len()
+                );
+            }
+        }
+    }
+}

@@ -111,7 +111,8 @@ impl Emitter {
     }
 
     /// Cuts each of the last sends of a lane's final slice, as many as the
-    /// lane has in flight (`depth`; one for `spray`, which has no chains),
+    /// lane has in flight (`depth`; one for `spray`, whose chains are per
+    /// lane slice and stream, not `fast`'s),
     /// into halves, quarters, ... ([`TAPER_SPLITS`] times). The last chunks
     /// to land are forwarded over NVLink after every NIC has finished, and
     /// the lanes' last chunks often carry bytes for the same hot GPU (2x8

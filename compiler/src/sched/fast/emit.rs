@@ -218,6 +218,12 @@ pub(crate) struct Emitter {
     /// Dependencies being collected for a transfer (direct sends, intra-node
     /// blocks: their slots may be ranges).
     pub(super) chain_buf: Vec<u32>,
+    /// `spray`: the slot of its GPU's chain where the lane slice being
+    /// emitted starts (its sends are chained from there: `emit_slice`).
+    pub(super) slice_start: usize,
+    /// `spray`: the chains' depth for the node pair being emitted
+    /// ([`Emitter::spray_depth`]).
+    pub(super) spray_depth: usize,
 }
 
 impl Emitter {
@@ -326,6 +332,8 @@ impl Emitter {
             last_pair: Vec::with_capacity(2 * nodes),
             relief: MeshRelief::default(),
             chain_buf: Vec::new(),
+            slice_start: 0,
+            spray_depth: 1,
             opts,
         })
     }

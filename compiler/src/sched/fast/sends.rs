@@ -6,7 +6,7 @@
 
 use super::balance::Piece;
 use super::blocks::Blocks;
-use super::emit::{Emitter, Sink};
+use super::emit::{Emitter, Sink, MIN_DEPTH};
 use super::mul_div;
 use super::slots::{add_ops, deps_of, FewIds, NONE, RANGE};
 use crate::plan::{Buffer, Path, Transfer};
@@ -94,6 +94,9 @@ impl Emitter {
         let taper = self.last_pair[a] == i || self.last_pair[nn + b] == i;
         let after = before + p.bytes;
         let total = self.node_bytes[a * nn + b];
+        if !self.opts.staged {
+            self.spray_depth = self.spray_depth(a);
+        }
         for l in out.lanes(a, b, self.gpus) {
             let li = out.lane_index(nn, self.gpus, a, b, l);
             let lane = self.lanes[li];
@@ -113,6 +116,8 @@ impl Emitter {
                     self.taper_last_chunks();
                 }
             }
+            // `spray`: the slice's sends are chained from this slot on.
+            self.slice_start = self.slots[c].len();
             for k in 0..self.chunks.len() {
                 let (lo, hi) = self.chunks[k];
                 self.emit_slice(v, out, li, (a, b, l), lo, hi, p.stage);
@@ -228,6 +233,28 @@ impl Emitter {
                 gate.add_ops(self.slots[c][slot - lead]);
             }
         }
+        // `spray`: a lane's slice goes in order, each of its sends after
+        // the send `spray_depth` before it, the carrier's own bytes and
+        // its gathered bytes as two streams (the gathered wait for their
+        // moves, which must not hold the own back), so the first sends land
+        // and their forwards run while the rest are on the NIC.
+        let (mut own_chain, mut gathered_chain) = (chain, chain);
+        if !self.opts.staged {
+            let d = self.spray_depth;
+            let back = |k: usize| {
+                (self.slice_start..slot)
+                    .rev()
+                    .map(|j| self.slots[c][j][k])
+                    .filter(|&op| op != NONE)
+                    .nth(d - 1)
+            };
+            if let Some(op) = back(0) {
+                own_chain.add(op);
+            }
+            if let Some(op) = back(1) {
+                gathered_chain.add(op);
+            }
+        }
         let path = Path::Rdma { nic: self.rail[l] };
         let mut ops = [NONE; 2];
         if from < lane.own {
@@ -243,12 +270,12 @@ impl Emitter {
                 bytes: end - from,
                 path,
                 step: stage,
-                deps: chain.deps(),
+                deps: own_chain.deps(),
             });
         }
         if to > lane.own {
             let (g0, g1) = (from.max(lane.own) - lane.own, to - lane.own);
-            let mut deps = chain.deps();
+            let mut deps = gathered_chain.deps();
             let mut last_move = self.last_move[c];
             let pieces = &self.pieces[lane.pieces_start as usize..lane.pieces_end as usize];
             // Each send moves just the part of each piece it carries: a
@@ -335,6 +362,24 @@ impl Emitter {
                 stage,
             );
         }
+    }
+
+    /// `spray`: the sends of a lane's slice into one node in flight at once
+    /// (each stream of the slice, the carrier's own bytes and its gathered
+    /// bytes, chained with this depth): enough that each GPU keeps
+    /// [`MIN_DEPTH`] sends of each stream in flight over the nodes node
+    /// `a` sends to, `ceil(MIN_DEPTH / peers)`, as `fast` keeps at least
+    /// [`MIN_DEPTH`] in flight per GPU. Chained one deep a 2x8 lane is
+    /// one send at a time with its latency un-hidden (2x8 log-normal 50.4
+    /// -> 60.2 us); sent all at once (the plan before), every send on a NIC
+    /// ends with the NIC phase and the forwards queue after it (8x8
+    /// hotspot 1462.6 us, chained one deep 1045.1 us). docs/benchmarks.md,
+    /// "`spray` pipelines each relayed block into its forward".
+    fn spray_depth(&self, a: usize) -> usize {
+        let nn = self.nodes;
+        let row = &self.node_bytes[a * nn..(a + 1) * nn];
+        let peers = (0..nn).filter(|&b| b != a && row[b] > 0).count().max(1);
+        (MIN_DEPTH as usize).div_ceil(peers)
     }
 
     /// The sends of bytes `from..to` of GPU `l` of node `a`'s row range for

@@ -934,3 +934,64 @@ fn rotation_stages_where_their_chains_end_clearly_sooner() {
     }
     assert!(rotated > 0 && kept > 0, "rotated {rotated}, kept {kept}");
 }
+
+/// `spray` chains each lane slice's sends (the carrier's own bytes and its
+/// gathered bytes as two streams, `ceil(MIN_DEPTH / peers)` deep), so the
+/// first sends land and are forwarded while the rest are on the NIC: each
+/// inter-node send past its stream's first `depth` waits for an earlier
+/// send of the same GPU pair and stream, and the plan ends sooner than the
+/// same plan with those waits dropped (every send at once, the plan before
+/// the chains) on a hot receiver.
+#[test]
+fn spray_chains_each_lane_slice_into_its_forwards() {
+    let t = Topology::preset("dgx-h100", 2, None).unwrap();
+    let mut spec = TrafficSpec::new(t.ranks(), Pattern::Hotspot(0.3));
+    spec.seed = 4;
+    spec.bytes = 256 << 10;
+    let m = generate(&spec).unwrap();
+    let opts = PlannerOptions {
+        staged: false,
+        ..PlannerOptions::default()
+    };
+    let plan = Emitter::new(&t, opts).unwrap().plan(&m).unwrap();
+    verify_on(&plan, &m, &t).unwrap();
+    // 2 nodes: one peer, so MIN_DEPTH sends of each stream in flight.
+    let depth = MIN_DEPTH as usize;
+    let rdma = |x: &Transfer| matches!(x.path, Path::Rdma { .. });
+    let mut seen: std::collections::HashMap<(u32, u32, Buffer), usize> = Default::default();
+    let mut chained = 0;
+    for (i, x) in plan.transfers.iter().enumerate().filter(|(_, x)| rdma(x)) {
+        let k = seen.entry((x.src, x.dst, x.src_buf)).or_insert(0);
+        let on_stream: Vec<&Transfer> = x
+            .deps
+            .iter()
+            .map(|&d| &plan.transfers[d as usize])
+            .filter(|y| rdma(y) && (y.src, y.dst, y.src_buf) == (x.src, x.dst, x.src_buf))
+            .collect();
+        assert!(
+            (on_stream.len() == 1) == (*k >= depth),
+            "send {i} ({k} of its stream)"
+        );
+        chained += on_stream.len();
+        *k += 1;
+    }
+    assert!(chained > 0);
+    let mut at_once = plan.clone();
+    let sends: Vec<bool> = at_once.transfers.iter().map(rdma).collect();
+    for x in at_once.transfers.iter_mut().filter(|x| rdma(x)) {
+        let kept: Vec<u32> = x
+            .deps
+            .iter()
+            .copied()
+            .filter(|&d| !sends[d as usize])
+            .collect();
+        x.deps = crate::plan::Deps::from_vec(kept);
+    }
+    let sim = SimOptions::default();
+    let chained_us = simulate(&t, &plan, &sim).unwrap().completion_us;
+    let at_once_us = simulate(&t, &at_once, &sim).unwrap().completion_us;
+    assert!(
+        chained_us < 0.95 * at_once_us,
+        "chained {chained_us} us, at once {at_once_us} us"
+    );
+}
