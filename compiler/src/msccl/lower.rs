@@ -783,7 +783,7 @@ fn lower_with(
             let hot = uncut.iter().filter(|&&h| h).count();
             if hot > 0 {
                 laps.note(&format!(
-                    "{hot} gpus hold over {UNCUT_ABOVE} elements before pacing cuts: their transfers are not cut"
+                    "gpus holding over {UNCUT_ABOVE} elements before pacing cuts, their transfers not cut: {hot}"
                 ));
             }
             let first = cut_for_pacing(ops, proto.fifo_depth() as u32, release, &uncut);
