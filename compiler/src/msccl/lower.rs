@@ -777,10 +777,20 @@ fn lower_with(
                 && proto.fifo_depth() > Protocol::Simple.fifo_depth())
             .then(|| ops.clone());
             let release = head_lead_us.map(|l| (timeline, l));
-            let first = cut_for_pacing(ops, proto.fifo_depth() as u32, release);
+            // Gpus whose steps before any cut nearly fill the parse: their
+            // transfers are written whole (`uncut_gpus`).
+            let uncut = uncut_gpus(&ops, n, opts.executor.max_tbs_per_gpu());
+            let hot = uncut.iter().filter(|&&h| h).count();
+            if hot > 0 {
+                laps.note(&format!(
+                    "gpus holding over {UNCUT_ABOVE} elements before pacing cuts, their transfers not cut: {hot}"
+                ));
+            }
+            let first = cut_for_pacing(ops, proto.fifo_depth() as u32, release, &uncut);
             match retry {
                 Some(ops) if first.unheld.unwrap_or(0) > 0 => {
-                    let simple = cut_for_pacing(ops, Protocol::Simple.fifo_depth() as u32, release);
+                    let simple =
+                        cut_for_pacing(ops, Protocol::Simple.fifo_depth() as u32, release, &uncut);
                     if simple.unheld < first.unheld {
                         proto = Protocol::Simple;
                         simple
@@ -1289,10 +1299,15 @@ struct Paced {
 /// at least `lead_us` before the head's transfer, so it leaves shortly
 /// before its body's planned start rather than as soon as its data is
 /// there, when it takes NIC shares from the bodies the plan runs then.
+///
+/// `uncut` (per gpu; empty: none) marks gpus whose transfers, sent or
+/// received, are not cut ([`uncut_gpus`]); their waits that only a cut
+/// would hold count as unheld.
 fn cut_for_pacing(
     ops: Vec<ChunkOp>,
     window: u32,
     release: Option<(&[TransferTime], f64)>,
+    uncut: &[bool],
 ) -> Paced {
     let n = ops.len();
     let remote = |o: &ChunkOp| o.src != o.dst;
@@ -1389,8 +1404,19 @@ fn cut_for_pacing(
         // The tail first (it holds the sending gpu's own waits), then the
         // head, each of up to `window` chunks, leaving a body of at least
         // one chunk; a short transfer gets what fits.
-        let t = if tail[f] { w.min(total - 1) } else { 0 };
-        let h = if head[f] { w.min(total - 1 - t) } else { 0 };
+        let whole = !uncut.is_empty()
+            && remote(&ops[f])
+            && (uncut[ops[f].src as usize] || uncut[ops[f].dst as usize]);
+        let t = if tail[f] && !whole {
+            w.min(total - 1)
+        } else {
+            0
+        };
+        let h = if head[f] && !whole {
+            w.min(total - 1 - t)
+        } else {
+            0
+        };
         cut_ok[f] = (!tail[f] || t == w) && (!head[f] || h == w);
         let mut left = h as u32;
         for j in f..=l {
@@ -2134,6 +2160,31 @@ fn elements_floor(ops: &[ChunkOp], n: usize, limit: usize) -> Vec<usize> {
         .collect()
 }
 
+/// Elements before pacing cuts ([`elements_floor`]) above which a gpu's
+/// transfers are not cut ([`uncut_gpus`]): 7/8 of [`MAX_NODES`], 512 left
+/// for the cuts' steps and the nops of the waits. At 64 x 8 `fast`
+/// (dgx-h100, 512 ranks) a hot receiver's gpu had 3760 (Zipf 1.2) and
+/// 3951 (MoE) elements before the cuts, about 1190 more after them and
+/// 320-390 nops; every other gpu fewer than 3400 (log-normal: at most
+/// 2958). Cut anyway, the lowering doubled every gpu's chunk four times,
+/// until that gpu's transfers were too short to cut: Zipf's file at 16
+/// times the base chunk, 146x buffers, priced by the executor's rules at
+/// 13.6 times its plan. With that gpu written whole it fits at twice the
+/// base chunk, 110x, 2.0 times its plan, in two lowerings instead of five
+/// (docs/benchmarks.md, "A hot gpu's transfers written whole").
+const UNCUT_ABOVE: usize = MAX_NODES / 8 * 7;
+
+/// Per gpu, whether its file's elements before any pacing cut
+/// ([`elements_floor`] of `ops`) are over [`UNCUT_ABOVE`]; empty where
+/// none is. Files of up to 64 ranks hold at most a few hundred.
+fn uncut_gpus(ops: &[ChunkOp], n: usize, limit: usize) -> Vec<bool> {
+    let floor = elements_floor(ops, n, limit);
+    if floor.iter().all(|&e| e <= UNCUT_ABOVE) {
+        return Vec::new();
+    }
+    floor.iter().map(|&e| e > UNCUT_ABOVE).collect()
+}
+
 /// The first gpu whose floor ([`elements_floor`]) is over [`MAX_NODES`],
 /// as the limit the lowering reports.
 fn over_elements(floor: &[usize]) -> Option<String> {
@@ -2783,7 +2834,7 @@ mod tests {
             // one-chunk steps (Simple's window) carries the receiver's wait.
             op(0, BufRef::Scratch, 0, 5, 5, 10, vec![0, 1, 2], 3),
         ];
-        let paced = cut_for_pacing(ops, 2, None);
+        let paced = cut_for_pacing(ops, 2, None, &[]);
         let fwd: Vec<&ChunkOp> = paced.ops.iter().filter(|o| o.from == 3).collect();
         assert_eq!(fwd.iter().map(|o| o.cnt).collect::<Vec<_>>(), vec![1, 1, 8]);
         // The head steps read chunks 0 and 1, written by operation 0 only:
@@ -2796,6 +2847,58 @@ mod tests {
         // gpu 5's transfer; it does not wait for the head's data.
         assert_eq!(fwd[2].deps, vec![1, 2]);
         assert!(fwd[2].recv_deps.is_empty());
+    }
+
+    #[test]
+    fn transfers_of_an_uncut_gpu_are_written_whole() {
+        let ops = || {
+            vec![
+                op(1, BufRef::Input, 0, 0, 0, 2, vec![], 0),
+                op(2, BufRef::Input, 0, 0, 2, 8, vec![], 1),
+                op(4, BufRef::Input, 0, 5, 0, 5, vec![], 2),
+                // The forward into gpu 5 whose receiver waits for
+                // operation 2: cut into a head of two steps and a body.
+                op(0, BufRef::Scratch, 0, 5, 5, 10, vec![0, 1, 2], 3),
+            ]
+        };
+        let cnts = |p: &Paced| -> Vec<u32> {
+            p.ops
+                .iter()
+                .filter(|o| o.from == 3)
+                .map(|o| o.cnt)
+                .collect()
+        };
+        let cut = cut_for_pacing(ops(), 2, None, &[]);
+        assert_eq!(cnts(&cut), [1, 1, 8]);
+        assert_eq!(cut.unheld, Some(0));
+        // An uncut gpu elsewhere changes nothing.
+        let mut uncut = vec![false; 6];
+        uncut[3] = true;
+        let other = cut_for_pacing(ops(), 2, None, &uncut);
+        assert_eq!(cnts(&other), [1, 1, 8]);
+        assert_eq!(other.unheld, Some(0));
+        // Gpu 5 uncut: the forward it receives stays one operation, and
+        // its receiver's wait is counted as unheld.
+        uncut[5] = true;
+        let whole = cut_for_pacing(ops(), 2, None, &uncut);
+        assert_eq!(cnts(&whole), [10]);
+        assert_eq!(whole.unheld, Some(1));
+        assert_eq!(whole.steps, 0);
+        assert!(whole.pinned.is_empty());
+    }
+
+    #[test]
+    fn gpus_nearly_full_before_the_cuts_are_uncut() {
+        // Gpu 1 sends gpu 0 as many one-chunk operations as leave both
+        // exactly at the threshold (1 + n + tbs + steps), then one more.
+        let n = 4;
+        let steps = UNCUT_ABOVE - 1 - n - UNCUT_ABOVE.div_ceil(MAX_STEPS_PER_TB);
+        let mut ops = vec![ChunkOp::test(1, 0, 0, 0, 1, 0); steps];
+        ops.push(ChunkOp::test(2, 0, 3, 0, 1, 1));
+        assert_eq!(elements_floor(&ops, n, 1024)[..2], [UNCUT_ABOVE; 2]);
+        assert!(uncut_gpus(&ops, n, 1024).is_empty());
+        ops.push(ChunkOp::test(1, 0, 0, 0, 1, 0));
+        assert_eq!(uncut_gpus(&ops, n, 1024), [true, true, false, false]);
     }
 
     #[test]
@@ -2817,7 +2920,7 @@ mod tests {
         };
         let timeline = [at(0.0), at(0.0), at(0.0), at(30.0), at(0.0), at(15.0)];
         let heads = |release: Option<f64>| {
-            let paced = cut_for_pacing(ops.clone(), 2, release.map(|l| (&timeline[..], l)));
+            let paced = cut_for_pacing(ops.clone(), 2, release.map(|l| (&timeline[..], l)), &[]);
             let fwd: Vec<ChunkOp> = paced.ops.into_iter().filter(|o| o.from == 3).collect();
             assert_eq!(fwd.iter().map(|o| o.cnt).collect::<Vec<_>>(), vec![1, 1, 8]);
             // The body never gets the release wait.
