@@ -25,15 +25,6 @@ use super::LpOptions;
 /// Relative weight of the routing tie-break (eq. 4) against the makespan.
 const TIE_BREAK: f64 = 1e-4;
 
-/// Models with more variables than this are solved by HiGHS's interior
-/// point method (with crossover) instead of its dual simplex. Measured on
-/// 16 x 8 dgx-h100, log-normal (98049 variables, 2 shared cores): simplex
-/// held no flow within 60 s, interior point proved the optimum in 7 s.
-/// Every Links model up to 8 x 8 (24705 variables) keeps the simplex.
-/// [`Formulation::Rails`] always takes interior point: on 8 x 8 simplex
-/// took up to 30 s where the Links model took 0.2 s.
-pub const IPM_ABOVE_VARIABLES: usize = 50_000;
-
 /// The variables of the flow LP of `traffic` on `topo` in `formulation`
 /// (the makespan and one per commodity and arc that does not enter the
 /// commodity's source), from the flow network alone: what a solve would
@@ -456,8 +447,11 @@ pub fn solve_mcf(
         }
     }
     let mut model = highs(vars.minimise(obj)).set_option("random_seed", 0);
-    if variables > IPM_ABOVE_VARIABLES || formulation == Formulation::Rails {
-        // Interior point, then crossover to a vertex (as simplex gives).
+    if formulation == Formulation::Rails {
+        // Interior point, then crossover to a vertex (as simplex gives):
+        // on 8 x 8 the Rails model took the dual simplex up to 30 s, this
+        // 1.4-2.4 s; on 16 x 8, 7 s (docs/algorithms-lp.md). The other
+        // formulations keep the simplex and their plans.
         model = model.set_option("solver", "ipm");
     }
     model.set_verbose(opts.verbose);

@@ -15,7 +15,7 @@ mod tests;
 pub use bound::{lower_bound, lp_bound, min_latency};
 pub use mcf::{
     model_variables, solve_mcf, Arc, CommodityFlow, FlowNetwork, Formulation, McfSolution,
-    Objective, SolveStatus, IPM_ABOVE_VARIABLES,
+    Objective, SolveStatus,
 };
 pub use routes::{decompose, Route};
 
