@@ -8,9 +8,7 @@
 use std::time::Instant;
 
 use switchyard::compiler::generate::{generate, Pattern, TrafficSpec};
-use switchyard::compiler::msccl::fit::{
-    check_before_planning, fitting, lp_rail_aligned, Peers, MAX_LP_VARIABLES,
-};
+use switchyard::compiler::msccl::fit::{check_before_planning, fitting, lp_rail_aligned, Peers};
 use switchyard::compiler::msccl::{check_executable, to_xml, Executor, XmlOptions};
 use switchyard::compiler::sched::{schedule, Options};
 use switchyard::compiler::{verify_on, Algorithm, Topology, TrafficMatrix};
@@ -104,7 +102,6 @@ fn lp_that_cannot_fit_or_solve_in_seconds_is_refused_before_solving() {
     let m = TrafficMatrix::uniform(topo.ranks(), 4096);
     assert!(!lp_rail_aligned(&topo, &m, Executor::Msccl).unwrap());
     assert!(lp_rail_aligned(&topo, &m, Executor::Rccl).unwrap());
-    assert!(MAX_LP_VARIABLES > 98_049);
     let took = t0.elapsed().as_secs_f64();
     assert!(took < 5.0, "the refusals took {took:.2} s");
 }
