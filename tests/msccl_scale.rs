@@ -69,22 +69,24 @@ fn a_cluster_too_large_is_refused_before_planning() {
 #[test]
 fn lp_that_cannot_fit_or_solve_in_seconds_is_refused_before_solving() {
     // `lp` may relay through any GPU, so only its rail-aligned routes
-    // bound its peers before the solve: 7 + 63 at 64 x 8, more than
-    // RCCL's 64 tbs; and its LP there (1.57 M variables), like 32 x 8's,
+    // bound its peers before the solve: 1 + 69 on 70 nodes of 2 GPUs
+    // (71 tbs), more than RCCL's 64 (NCCL-MSCCL's 128 hold them, and that LP
+    // is small); and its LP at 64 x 8 (1.57 M variables), like 32 x 8's,
     // is far past what solves in seconds. Nothing is built or solved.
     let t0 = Instant::now();
-    for (nodes, executor, why) in [
-        (64, Executor::Rccl, "needs at least 77 threadblocks"),
-        (64, Executor::Msccl, "1571841 variables"),
-        (32, Executor::Rccl, "392705 variables"),
-        (32, Executor::Msccl, "392705 variables"),
+    for (nodes, gpus, executor, why) in [
+        (70, 2, Executor::Rccl, "needs at least 71 threadblocks"),
+        (64, 8, Executor::Rccl, "1571841 variables"),
+        (64, 8, Executor::Msccl, "1571841 variables"),
+        (32, 8, Executor::Rccl, "392705 variables"),
+        (32, 8, Executor::Msccl, "392705 variables"),
     ] {
-        let topo = Topology::preset("dgx-h100", nodes, None).unwrap();
+        let topo = Topology::preset("dgx-h100", nodes, Some(gpus)).unwrap();
         let m = TrafficMatrix::uniform(topo.ranks(), 4096);
         let e = check_before_planning(Algorithm::Lp, &topo, &m, executor)
             .unwrap_err()
             .to_string();
-        assert!(e.contains(why), "{nodes}x8 {executor}: {e}");
+        assert!(e.contains(why), "{nodes}x{gpus} {executor}: {e}");
         assert!(
             e.contains(&format!("Fits this cluster with {executor}:")),
             "{e}"
@@ -96,6 +98,9 @@ fn lp_that_cannot_fit_or_solve_in_seconds_is_refused_before_solving() {
                 .to_string()
         );
     }
+    let topo = Topology::preset("dgx-h100", 70, Some(2)).unwrap();
+    let m = TrafficMatrix::uniform(topo.ranks(), 4096);
+    assert!(lp_rail_aligned(&topo, &m, Executor::Msccl).unwrap());
     // 16 x 8: every peer fits NCCL-MSCCL's 128 (any route); RCCL's 64
     // only rail to rail, whose LP is small enough.
     let topo = Topology::preset("dgx-h100", 16, None).unwrap();

@@ -354,8 +354,8 @@ pub fn lp_rail_aligned(
     if unmet(&any, executor).is_none() || !topo.is_hierarchical() || topo.nodes() < 2 {
         return Ok(false);
     }
-    let rails = Peers::lp_rail_aligned(topo, traffic);
-    check(&rails, "lp (routed rail to rail)", topo, traffic, executor)?;
+    // The LP's size first: where it is too large for any profile, the
+    // peers' refusal would offer the other profile, which refuses it too.
     let vars = lp::model_variables(topo, traffic, lp::Formulation::Rails);
     if vars > MAX_LP_VARIABLES {
         let fits: Vec<&str> = fitting(topo, traffic, executor)
@@ -373,6 +373,8 @@ pub fn lp_rail_aligned(
             }
         )));
     }
+    let rails = Peers::lp_rail_aligned(topo, traffic);
+    check(&rails, "lp (routed rail to rail)", topo, traffic, executor)?;
     Ok(true)
 }
 
