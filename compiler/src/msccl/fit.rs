@@ -423,6 +423,25 @@ mod tests {
         assert!(need.iter().all(|&t| (71..=80).contains(&t)), "{need:?}");
     }
 
+    #[test]
+    fn lp_rail_aligned_peers_are_the_node_and_the_rail() {
+        use crate::topology::TopologySpec;
+        // 3 nodes of 4 GPUs, 2 NICs: GPUs 0 and 2 of a node share rail 0.
+        let spec = TopologySpec::preset_shape("dgx-h100", 3, Some(4), Some(2)).unwrap();
+        let topo = Topology::from_spec(spec, "t").unwrap();
+        let mut m = TrafficMatrix::uniform(12, 1);
+        m.set(5, 5, 0);
+        let p = Peers::lp_rail_aligned(&topo, &m);
+        let of =
+            |s: usize| -> Vec<usize> { p.conns.iter().filter(|c| c.0 == s).map(|c| c.1).collect() };
+        // Its node (1, 2, 3), then rail 0 on nodes 1 and 2 (4, 6, 8, 10).
+        assert_eq!(of(0), vec![1, 2, 3, 4, 6, 8, 10]);
+        assert_eq!(of(5), vec![1, 3, 4, 6, 7, 9, 11]);
+        assert!(p.local[0] && !p.local[5]);
+        // Both directions: a receive peer for every send peer.
+        assert!(p.conns.iter().all(|&(s, d)| p.conns.contains(&(d, s))));
+    }
+
     /// Rank `s` sends to the rank `s + 1` further on: one peer each way
     /// per gpu, but as many ring distances as ranks.
     fn every_distance_once(n: usize) -> Peers {
