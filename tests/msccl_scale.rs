@@ -8,7 +8,7 @@
 use std::time::Instant;
 
 use switchyard::compiler::generate::{generate, Pattern, TrafficSpec};
-use switchyard::compiler::msccl::fit::{check_before_planning, fitting, Peers};
+use switchyard::compiler::msccl::fit::{check_before_planning, fitting, lp_rail_aligned, Peers};
 use switchyard::compiler::msccl::{check_executable, to_xml, Executor, XmlOptions};
 use switchyard::compiler::sched::{schedule, Options};
 use switchyard::compiler::{verify_on, Algorithm, Topology, TrafficMatrix};
@@ -64,6 +64,85 @@ fn a_cluster_too_large_is_refused_before_planning() {
     assert!(fitting(&topo, &m, Executor::Rccl).is_empty());
     let took = t0.elapsed().as_secs_f64();
     assert!(took < 3.0, "the refusals took {took:.2} s");
+}
+
+#[test]
+fn lp_that_cannot_fit_or_solve_in_seconds_is_refused_before_solving() {
+    // `lp` may relay through any GPU, so only its rail-aligned routes
+    // bound its peers before the solve: 1 + 69 on 70 nodes of 2 GPUs
+    // (71 tbs), more than RCCL's 64 (NCCL-MSCCL's 128 hold them, and that LP
+    // is small); and its LP at 64 x 8 (1.57 M variables), like 32 x 8's,
+    // is far past what solves in seconds. Nothing is built or solved.
+    let t0 = Instant::now();
+    for (nodes, gpus, executor, why) in [
+        (70, 2, Executor::Rccl, "needs at least 71 threadblocks"),
+        (64, 8, Executor::Rccl, "1571841 variables"),
+        (64, 8, Executor::Msccl, "1571841 variables"),
+        (32, 8, Executor::Rccl, "392705 variables"),
+        (32, 8, Executor::Msccl, "392705 variables"),
+    ] {
+        let topo = Topology::preset("dgx-h100", nodes, Some(gpus)).unwrap();
+        let m = TrafficMatrix::uniform(topo.ranks(), 4096);
+        let e = check_before_planning(Algorithm::Lp, &topo, &m, executor)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(why), "{nodes}x{gpus} {executor}: {e}");
+        assert!(
+            e.contains(&format!("Fits this cluster with {executor}:")),
+            "{e}"
+        );
+        assert_eq!(
+            e,
+            lp_rail_aligned(&topo, &m, executor)
+                .unwrap_err()
+                .to_string()
+        );
+    }
+    let topo = Topology::preset("dgx-h100", 70, Some(2)).unwrap();
+    let m = TrafficMatrix::uniform(topo.ranks(), 4096);
+    assert!(lp_rail_aligned(&topo, &m, Executor::Msccl).unwrap());
+    // 16 x 8: every peer fits NCCL-MSCCL's 128 (any route); RCCL's 64
+    // only rail to rail, whose LP is small enough.
+    let topo = Topology::preset("dgx-h100", 16, None).unwrap();
+    let m = TrafficMatrix::uniform(topo.ranks(), 4096);
+    assert!(!lp_rail_aligned(&topo, &m, Executor::Msccl).unwrap());
+    assert!(lp_rail_aligned(&topo, &m, Executor::Rccl).unwrap());
+    let took = t0.elapsed().as_secs_f64();
+    assert!(took < 5.0, "the refusals took {took:.2} s");
+}
+
+#[test]
+fn lp_past_every_peer_fits_rail_to_rail() {
+    // 9 x 8 for RCCL: a plan with any routes may talk to 71 peers, more
+    // than its 64 tbs; rail to rail it talks to 7 + 8, and its file loads.
+    let topo = Topology::preset("dgx-h100", 9, None).unwrap();
+    let m = skewed(&topo, 5, Pattern::Moe);
+    assert!(!lp_rail_aligned(&topo, &m, Executor::Msccl).unwrap());
+    assert!(lp_rail_aligned(&topo, &m, Executor::Rccl).unwrap());
+    let sched = Options {
+        time_limit_s: 60.0,
+        lp_rail_aligned: true,
+        ..Options::for_msccl(Executor::Rccl.plan_lanes_per_gpu())
+    };
+    let plan = schedule(Algorithm::Lp, &topo, &m, &sched).unwrap();
+    verify_on(&plan, &m, &topo).unwrap();
+    let model = Peers::lp_rail_aligned(&topo, &m);
+    let have = Peers::of_plan(&plan);
+    assert!(have.conns.iter().all(|c| model.conns.contains(c)));
+    assert!(
+        have.tbs_needed().iter().all(|&t| t <= 16),
+        "{:?}",
+        have.tbs_needed()
+    );
+    let opts = XmlOptions {
+        executor: Executor::Rccl,
+        ..XmlOptions::default()
+    };
+    let x = to_xml(&plan, &topo, &m, &opts).unwrap();
+    assert!(Executor::Rccl.check(&x.report).is_ok());
+    assert!(x.max_tbs_per_gpu <= 64, "{}", x.max_tbs_per_gpu);
+    check_executable(&x.text).unwrap();
+    verify_on(&x.plan, &m, &topo).unwrap();
 }
 
 #[test]

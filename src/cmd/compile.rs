@@ -169,10 +169,17 @@ pub fn compile(a: CompileArgs) -> CliResult {
     } else {
         Options::default()
     };
+    // `lp` for a file routes rail to rail where the executor's
+    // threadblocks cannot hold a peer per GPU (refused above where even
+    // that cannot fit).
+    let lp_rail_aligned = xml_out
+        && alg == Algorithm::Lp
+        && fit::lp_rail_aligned(&topo, &m, executor).map_err(|e| CliError::Input(e.to_string()))?;
     let opts = Options {
         time_limit_s: a.time_limit,
         verbose: a.verbose,
         network,
+        lp_rail_aligned,
         ..base
     };
     // The solver can take seconds to minutes: show that it is working (a
@@ -190,6 +197,7 @@ pub fn compile(a: CompileArgs) -> CliResult {
             time_limit_s: opts.time_limit_s,
             verbose: opts.verbose,
             max_lanes_per_gpu: opts.max_lanes_per_gpu,
+            rail_aligned: opts.lp_rail_aligned,
         };
         match lp_with_report(&topo, &m, &lp_opts) {
             Ok((plan, r)) => (Ok(plan), Some(r.status), None),
@@ -352,14 +360,26 @@ pub fn compile(a: CompileArgs) -> CliResult {
     if let Some(b) = buffers {
         parts.push(b.trim_start_matches("; ").to_string());
     }
+    if lp_rail_aligned {
+        parts.push(format!(
+            "lp: routed rail to rail ({executor} loads at most {} threadblocks per GPU, fewer than the {} peers any route may use)",
+            executor.max_tbs_per_gpu(),
+            m.ranks() - 1
+        ));
+    }
     match lp_status {
         Some(SolveStatus::TimeLimit) => parts.push(format!(
             "lp: the time limit of {} s ran out before HiGHS proved its flow optimal (the best flow found is kept)",
             a.time_limit
         )),
         Some(SolveStatus::NoFlow) => parts.push(format!(
-            "lp: the time limit of {} s ran out before HiGHS held a flow, so every block goes on its topology path (raise --time-limit)",
-            a.time_limit
+            "lp: the time limit of {} s ran out before HiGHS held a flow, so every block goes {} (raise --time-limit)",
+            a.time_limit,
+            if lp_rail_aligned {
+                "over NVLink to its destination's rail, then rail to rail"
+            } else {
+                "on its topology path"
+            }
         )),
         _ => {}
     }

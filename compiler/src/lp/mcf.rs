@@ -25,6 +25,27 @@ use super::LpOptions;
 /// Relative weight of the routing tie-break (eq. 4) against the makespan.
 const TIE_BREAK: f64 = 1e-4;
 
+/// The variables of the flow LP of `traffic` on `topo` in `formulation`
+/// (the makespan and one per commodity and arc that does not enter the
+/// commodity's source), from the flow network alone: what a solve would
+/// build, known before building it.
+pub fn model_variables(
+    topo: &Topology,
+    traffic: &TrafficMatrix,
+    formulation: Formulation,
+) -> usize {
+    let n = traffic.ranks();
+    let net = FlowNetwork::new(topo, formulation);
+    let mut into = vec![0usize; net.vertices()];
+    for a in &net.arcs {
+        into[a.to] += 1;
+    }
+    1 + (0..n)
+        .filter(|&s| (0..n).any(|d| d != s && traffic.get(s, d) > 0))
+        .map(|s| net.arcs.len() - into[net.gpu[s]])
+        .sum::<usize>()
+}
+
 /// How the solve ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SolveStatus {
@@ -66,6 +87,14 @@ pub enum Formulation {
     /// pass no other GPU): the routes a plan can take on a `links` topology,
     /// where a transfer follows its fixed path and may only relay at GPUs.
     Hops,
+    /// Links, with the fabric (leaves, rail switches, spine) split into one
+    /// plane per rail: a NIC of rail `r` reaches only the NICs of rail `r`
+    /// on other nodes. Every inter-node hop of a route is then rail to rail,
+    /// so a GPU's peers are the GPUs of its node and those of its rail
+    /// elsewhere, whatever the flow (an MSCCL file's threadblocks). The
+    /// planes share the fabric's links, so its capacities hold as in
+    /// Links; only routes are removed, so the optimum can be higher.
+    Rails,
 }
 
 impl FlowNetwork {
@@ -89,6 +118,7 @@ impl FlowNetwork {
                         .collect(),
                 }
             }
+            Formulation::Rails => rail_planes(topo),
             Formulation::Hops => {
                 let mut arcs = Vec::new();
                 for a in 0..n {
@@ -121,6 +151,103 @@ impl FlowNetwork {
 
     pub fn vertices(&self) -> usize {
         self.rank.len()
+    }
+}
+
+/// The [`Formulation::Rails`] network: the Links network, each fabric
+/// vertex copied once per rail whose NICs reach it through the fabric
+/// (the first such rail keeps the vertex itself), a NIC's links to and
+/// from the fabric joined to its own rail's copy, and a link between two
+/// fabric vertices an arc in every plane that holds both (all loading the
+/// one link).
+fn rail_planes(topo: &Topology) -> FlowNetwork {
+    let g = topo.graph();
+    let keep = on_gpu_paths(g);
+    let nv = g.node_count();
+    let rails = topo.nics_per_node().max(1);
+    let fabric: Vec<bool> = g
+        .node_weights()
+        .map(|v| matches!(v, Vertex::Leaf(_) | Vertex::Rail(..) | Vertex::Spine))
+        .collect();
+    let mut rank: Vec<Option<usize>> = g.node_weights().map(vertex_rank).collect();
+    // copy[v * rails + r]: fabric vertex v in rail r's plane.
+    let mut copy: Vec<Option<usize>> = vec![None; nv * rails];
+    let mut claimed = vec![false; nv];
+    for r in 0..rails {
+        let mut queue: Vec<usize> = g
+            .edge_references()
+            .filter(|e| {
+                matches!(g[e.source()], Vertex::Nic(_, k) if k == r)
+                    && fabric[e.target().index()]
+                    && keep[e.source().index()]
+                    && keep[e.target().index()]
+            })
+            .map(|e| e.target().index())
+            .collect();
+        while let Some(v) = queue.pop() {
+            if copy[v * rails + r].is_some() {
+                continue;
+            }
+            copy[v * rails + r] = Some(if claimed[v] {
+                rank.push(None);
+                rank.len() - 1
+            } else {
+                claimed[v] = true;
+                v
+            });
+            queue.extend(
+                g.neighbors(petgraph::graph::NodeIndex::new(v))
+                    .map(|w| w.index())
+                    .filter(|&w| fabric[w] && keep[w] && copy[w * rails + r].is_none()),
+            );
+        }
+    }
+    let nic_rail = |v: usize| match g[petgraph::graph::NodeIndex::new(v)] {
+        Vertex::Nic(_, k) => Some(k),
+        _ => None,
+    };
+    let mut arcs = Vec::new();
+    for e in g.edge_references() {
+        let (u, w) = (e.source().index(), e.target().index());
+        if !(keep[u] && keep[w]) {
+            continue;
+        }
+        let links = vec![e.id().index() as LinkId];
+        match (fabric[u], fabric[w]) {
+            (false, false) => arcs.push(Arc {
+                from: u,
+                to: w,
+                links,
+            }),
+            (false, true) => {
+                if let Some(to) = nic_rail(u).and_then(|k| copy[w * rails + k]) {
+                    arcs.push(Arc { from: u, to, links });
+                }
+            }
+            (true, false) => {
+                if let Some(from) = nic_rail(w).and_then(|k| copy[u * rails + k]) {
+                    arcs.push(Arc { from, to: w, links });
+                }
+            }
+            (true, true) => {
+                for r in 0..rails {
+                    if let (Some(from), Some(to)) = (copy[u * rails + r], copy[w * rails + r]) {
+                        arcs.push(Arc {
+                            from,
+                            to,
+                            links: links.clone(),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    FlowNetwork {
+        rank,
+        gpu: (0..topo.ranks())
+            .map(|r| topo.gpu_vertex(r).index())
+            .collect(),
+        arcs,
     }
 }
 
@@ -320,6 +447,13 @@ pub fn solve_mcf(
         }
     }
     let mut model = highs(vars.minimise(obj)).set_option("random_seed", 0);
+    if formulation == Formulation::Rails {
+        // Interior point, then crossover to a vertex (as simplex gives):
+        // on 8 x 8 the Rails model took the dual simplex up to 30 s, this
+        // 1.4-2.4 s; on 16 x 8, 7 s (docs/algorithms-lp.md). The other
+        // formulations keep the simplex and their plans.
+        model = model.set_option("solver", "ipm");
+    }
     model.set_verbose(opts.verbose);
     let mut constraints = 0;
 

@@ -14,7 +14,8 @@ mod tests;
 
 pub use bound::{lower_bound, lp_bound, min_latency};
 pub use mcf::{
-    solve_mcf, Arc, CommodityFlow, FlowNetwork, Formulation, McfSolution, Objective, SolveStatus,
+    model_variables, solve_mcf, Arc, CommodityFlow, FlowNetwork, Formulation, McfSolution,
+    Objective, SolveStatus,
 };
 pub use routes::{decompose, Route};
 
@@ -31,6 +32,12 @@ pub struct LpOptions {
     /// slack of their routes and coarsens them until every GPU is within
     /// the cap (docs/algorithms-lp.md, "MSCCL export").
     pub max_lanes_per_gpu: Option<u32>,
+    /// The `lp` scheduler on a hierarchical topology: route every
+    /// inter-node hop rail to rail ([`Formulation::Rails`]), so that a
+    /// GPU's peers are its node's GPUs and its rail's GPUs on other nodes
+    /// (for an MSCCL executor whose threadblocks cannot hold a peer per
+    /// GPU of the cluster). `false` (the default): any route.
+    pub rail_aligned: bool,
 }
 
 impl Default for LpOptions {
@@ -39,6 +46,7 @@ impl Default for LpOptions {
             time_limit_s: 60.0,
             verbose: false,
             max_lanes_per_gpu: None,
+            rail_aligned: false,
         }
     }
 }

@@ -145,6 +145,7 @@ fn bad_time_limit_is_input_error() {
         time_limit_s: 0.0,
         verbose: false,
         max_lanes_per_gpu: None,
+        rail_aligned: false,
     };
     let e = lp_bound(&topo, &m, &opts).unwrap_err();
     assert!(e.is_bad_input(), "{e}");
@@ -237,6 +238,7 @@ fn time_limit_still_gives_a_plan() {
         time_limit_s: 1e-9,
         verbose: false,
         max_lanes_per_gpu: None,
+        rail_aligned: false,
     };
     let (plan, report) = lp_with_report(&topo, &m, &opts).unwrap();
     verify_on(&plan, &m, &topo).unwrap();
@@ -522,6 +524,64 @@ fn workloads_measured() {
                 r(Network::Ideal).join(", "),
                 r(Network::Congested).join(", ")
             );
+        }
+    }
+}
+
+/// What routing rail to rail (`LpOptions::rail_aligned`, for MSCCL files
+/// past every peer) costs where the free LP solves too: 4 x 8 and 8 x 8
+/// dgx-h100, one full-bisection leaf and a 2:1 fat tree of 4 nodes per
+/// leaf, four skewed matrices (256 KiB mean pair, seed 3), with the lane
+/// cap a file's plan has. Prints the LP makespans and the plans'
+/// simulated completions (ideal network), free against rail-aligned:
+/// `cargo test --release --workspace --lib rail_aligned_cost_measured -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn rail_aligned_cost_measured() {
+    for nodes in [4, 8] {
+        for fabric in [None, Some(FabricSpec::fat_tree(4, 2.0, 1.0))] {
+            let mut spec = TopologySpec::preset("dgx-h100", nodes, None).unwrap();
+            let name = if fabric.is_some() { "2:1" } else { "1 leaf" };
+            spec.fabric = fabric;
+            let topo = Topology::from_spec(spec, "t").unwrap();
+            for (pname, pattern) in [
+                ("moe", Pattern::Moe),
+                ("zipf 1.2", Pattern::Zipf(1.2)),
+                ("log-normal 1", Pattern::Lognormal(1.0)),
+                ("hotspot 0.3", Pattern::Hotspot(0.3)),
+            ] {
+                let mut ts = TrafficSpec::new(topo.ranks(), pattern);
+                ts.seed = 3;
+                ts.bytes = 256 << 10;
+                let m = generate(&ts).unwrap();
+                let run = |rail_aligned: bool| {
+                    let opts = LpOptions {
+                        rail_aligned,
+                        max_lanes_per_gpu: Some(crate::msccl::PLAN_LANES_PER_GPU),
+                        ..LpOptions::default()
+                    };
+                    let (plan, r) = lp_with_report(&topo, &m, &opts).unwrap();
+                    verify_on(&plan, &m, &topo).unwrap();
+                    let c = simulate(&topo, &plan, &SimOptions::default())
+                        .unwrap()
+                        .completion_us;
+                    (r.makespan_us, c, r.solve_s)
+                };
+                let (free, rails) = (run(false), run(true));
+                println!(
+                    "{nodes}x8 {name} {pname}: LP makespan {:.1} -> {:.1} us ({:+.2}%), \
+                     simulated {:.1} -> {:.1} us ({:+.2}%), solve {:.2} -> {:.2} s",
+                    free.0,
+                    rails.0,
+                    100.0 * (rails.0 / free.0 - 1.0),
+                    free.1,
+                    rails.1,
+                    100.0 * (rails.1 / free.1 - 1.0),
+                    free.2,
+                    rails.2
+                );
+                assert!(rails.0 >= free.0 * (1.0 - 1e-6));
+            }
         }
     }
 }

@@ -15,6 +15,7 @@
 
 use super::Executor;
 use crate::error::{Error, Result};
+use crate::lp;
 use crate::plan::Plan;
 use crate::sched::Algorithm;
 use crate::topology::Topology;
@@ -135,6 +136,29 @@ impl Peers {
             }
         }
         Some(Peers { conns, local })
+    }
+
+    /// The connections a rail-aligned `lp` plan
+    /// ([`crate::lp::LpOptions::rail_aligned`]) can use at most: every
+    /// pair of a node, and every pair on the same rail (NIC index) of two
+    /// nodes, whatever the flow; a local copy where the matrix has one.
+    pub fn lp_rail_aligned(topo: &Topology, traffic: &TrafficMatrix) -> Peers {
+        let n = traffic.ranks();
+        let conns = (0..n)
+            .flat_map(|s| {
+                (0..n)
+                    .filter(move |&d| {
+                        d != s
+                            && (topo.node_of(s) == topo.node_of(d)
+                                || topo.rail_of(s) == topo.rail_of(d))
+                    })
+                    .map(move |d| (s, d))
+            })
+            .collect();
+        Peers {
+            conns,
+            local: (0..n).map(|s| traffic.get(s, s) > 0).collect(),
+        }
     }
 
     /// Threadblocks each gpu needs at least: per channel group, its send
@@ -288,20 +312,76 @@ pub fn check(
 }
 
 /// Refuses, before planning, an algorithm whose plan cannot fit
-/// `executor` on this cluster by its peer model (`lp` and `auto` are not
-/// refused here: `auto` picks among those that fit, `lp`'s peers are
-/// checked once it has planned).
+/// `executor` on this cluster by its peer model (`auto` is not refused
+/// here: it picks among those that fit; `lp` is refused where even its
+/// rail-aligned routes cannot fit, [`lp_rail_aligned`]).
 pub fn check_before_planning(
     alg: Algorithm,
     topo: &Topology,
     traffic: &TrafficMatrix,
     executor: Executor,
 ) -> Result<()> {
+    if alg == Algorithm::Lp {
+        return lp_rail_aligned(topo, traffic, executor).map(|_| ());
+    }
     match Peers::model(alg, topo, traffic) {
         Some(p) => check(&p, alg.name(), topo, traffic, executor),
         None => Ok(()),
     }
 }
+
+/// Whether `lp`'s plan for a file of `executor` must route every
+/// inter-node hop rail to rail, decided before its solve from the
+/// cluster alone. Its routes may relay through any GPU, so a plan with
+/// any routes may talk to every other GPU: where that fits, `false` (any
+/// route; the plan's own peers are checked once it has planned). Else, on
+/// a hierarchical cluster of several nodes, `true` when the rail-aligned
+/// peers ([`Peers::lp_rail_aligned`]) fit, and refused at once when even
+/// they do not (naming the limit and what fits). A `links` topology has
+/// no rails: `false`, checked after planning as before.
+pub fn lp_rail_aligned(
+    topo: &Topology,
+    traffic: &TrafficMatrix,
+    executor: Executor,
+) -> Result<bool> {
+    let n = traffic.ranks();
+    let any = Peers {
+        conns: (0..n)
+            .flat_map(|s| (0..n).filter(move |&d| d != s).map(move |d| (s, d)))
+            .collect(),
+        local: (0..n).map(|s| traffic.get(s, s) > 0).collect(),
+    };
+    if unmet(&any, executor).is_none() || !topo.is_hierarchical() || topo.nodes() < 2 {
+        return Ok(false);
+    }
+    // The LP's size first: where it is too large for any profile, the
+    // peers' refusal would offer the other profile, which refuses it too.
+    let vars = lp::model_variables(topo, traffic, lp::Formulation::Rails);
+    if vars > MAX_LP_VARIABLES {
+        let fits: Vec<&str> = fitting(topo, traffic, executor)
+            .iter()
+            .map(|a| a.name())
+            .collect();
+        return Err(refused(format!(
+            "`lp` on {n} ranks: its rail-aligned flow LP has {vars} variables, more than the {MAX_LP_VARIABLES} \
+             it solves in seconds (16 x 8: 98049 variables, 7 s; 24 x 8: 220801, 45 s; 32 x 8: 392705, \
+             not within 60 s; docs/algorithms-lp.md). Fits this cluster with {executor}: {}",
+            if fits.is_empty() {
+                "none".to_string()
+            } else {
+                fits.join(", ")
+            }
+        )));
+    }
+    let rails = Peers::lp_rail_aligned(topo, traffic);
+    check(&rails, "lp (routed rail to rail)", topo, traffic, executor)?;
+    Ok(true)
+}
+
+/// The largest rail-aligned flow LP [`lp_rail_aligned`] lets `lp` solve
+/// for a file, in variables (sources x arcs): above it the solve takes
+/// minutes, not seconds (docs/algorithms-lp.md, "Scale").
+pub const MAX_LP_VARIABLES: usize = 150_000;
 
 /// Refuses a plan whose gpus talk to more peers than `executor` has
 /// threadblocks for, before it is simulated and lowered.
@@ -341,6 +421,25 @@ mod tests {
         let need = p.tbs_needed();
         // 70 peers each way; the groups cost a few more.
         assert!(need.iter().all(|&t| (71..=80).contains(&t)), "{need:?}");
+    }
+
+    #[test]
+    fn lp_rail_aligned_peers_are_the_node_and_the_rail() {
+        use crate::topology::TopologySpec;
+        // 3 nodes of 4 GPUs, 2 NICs: GPUs 0 and 2 of a node share rail 0.
+        let spec = TopologySpec::preset_shape("dgx-h100", 3, Some(4), Some(2)).unwrap();
+        let topo = Topology::from_spec(spec, "t").unwrap();
+        let mut m = TrafficMatrix::uniform(12, 1);
+        m.set(5, 5, 0);
+        let p = Peers::lp_rail_aligned(&topo, &m);
+        let of =
+            |s: usize| -> Vec<usize> { p.conns.iter().filter(|c| c.0 == s).map(|c| c.1).collect() };
+        // Its node (1, 2, 3), then rail 0 on nodes 1 and 2 (4, 6, 8, 10).
+        assert_eq!(of(0), vec![1, 2, 3, 4, 6, 8, 10]);
+        assert_eq!(of(5), vec![1, 3, 4, 6, 7, 9, 11]);
+        assert!(p.local[0] && !p.local[5]);
+        // Both directions: a receive peer for every send peer.
+        assert!(p.conns.iter().all(|&(s, d)| p.conns.contains(&(d, s))));
     }
 
     /// Rank `s` sends to the rank `s + 1` further on: one peer each way

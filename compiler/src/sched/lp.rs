@@ -72,10 +72,14 @@ pub fn lp_with_report(
     // the topology's own path (or NVLink where the flow looped through the
     // fabric), so the flow on the graph is a plan; a `links` topology routes
     // a transfer on its fixed path, so there the flow routes over those hops.
-    let formulation = if topo.is_hierarchical() {
-        Formulation::Links
-    } else {
+    // Rail-aligned (an executor's threadblocks): the fabric split by rail.
+    let rail_aligned = opts.rail_aligned && topo.is_hierarchical();
+    let formulation = if !topo.is_hierarchical() {
         Formulation::Hops
+    } else if rail_aligned {
+        Formulation::Rails
+    } else {
+        Formulation::Links
     };
     let sol = solve_mcf(
         topo,
@@ -111,7 +115,24 @@ pub fn lp_with_report(
                 continue;
             }
             let mine = from_s.get(d).map_or(&[][..], |r| r.as_slice());
-            shares.extend(apportion(s, d, bytes, mine));
+            if rail_aligned {
+                // Only rail-aligned routes; none (no flow, or the
+                // decomposition's round-off going straight): via the
+                // GPU of the destination's rail on the source's node.
+                let kept: Vec<Route> = mine
+                    .iter()
+                    .filter(|r| r.gpus.windows(2).all(|w| rail_hop(topo, w[0], w[1])))
+                    .cloned()
+                    .collect();
+                let got = apportion(s, d, bytes, &kept);
+                if got.len() == 1 && got[0].0 == [s, d] && !rail_hop(topo, s, d) {
+                    shares.push((rail_route(topo, s, d), bytes));
+                } else {
+                    shares.extend(got);
+                }
+            } else {
+                shares.extend(apportion(s, d, bytes, mine));
+            }
         }
     }
     let mut builder = Builder::new(topo, traffic, &mut plan, makespan);
@@ -148,6 +169,25 @@ fn make_report(sol: Option<&McfSolution>) -> LpReport {
             constraints: 0,
             relayed_bytes: 0,
         },
+    }
+}
+
+/// Whether `a` may send to `b` in a rail-aligned plan: same node (NVLink),
+/// or the same rail on another node.
+fn rail_hop(topo: &Topology, a: usize, b: usize) -> bool {
+    topo.node_of(a) == topo.node_of(b) || topo.rail_of(a) == topo.rail_of(b)
+}
+
+/// The rail-aligned route of block `(s, d)` without a flow: over NVLink
+/// to the GPU of `s`'s node with `d`'s local index (so `d`'s rail), then
+/// rail to rail (`[s, d]` where that is `s`).
+fn rail_route(topo: &Topology, s: usize, d: usize) -> Vec<usize> {
+    let g = topo.gpus_per_node();
+    let j = topo.node_of(s) * g + topo.local_of(d);
+    if j == s || topo.node_of(s) == topo.node_of(d) {
+        vec![s, d]
+    } else {
+        vec![s, j, d]
     }
 }
 
@@ -533,6 +573,58 @@ mod tests {
         assert_eq!(small, large);
         // 64 blocks, about one lane each, at most 16 slices of 2 hops.
         assert!(small < 64 * 2 * 16 * 2, "{small} transfers");
+    }
+
+    /// Whether every hop of `plan` is inside a node or rail to rail.
+    fn rail_aligned(plan: &Plan, topo: &Topology) -> bool {
+        plan.transfers
+            .iter()
+            .all(|t| rail_hop(topo, t.src as usize, t.dst as usize))
+    }
+
+    #[test]
+    fn rail_aligned_plans_hop_rail_to_rail() {
+        use crate::generate::{generate, Pattern, TrafficSpec};
+        use crate::topology::{FabricSpec, TopologySpec};
+        // 4 nodes of 4 GPUs, 2 NICs each (two GPUs a rail), on a 2:1 fat
+        // tree of two leaves: the rail planes copy leaves and spine.
+        let mut spec = TopologySpec::preset_shape("dgx-h100", 4, Some(4), Some(2)).unwrap();
+        spec.fabric = Some(FabricSpec::fat_tree(2, 2.0, 1.0));
+        let topo = Topology::from_spec(spec, "t").unwrap();
+        let mut ts = TrafficSpec::new(16, Pattern::Zipf(1.2));
+        ts.seed = 4;
+        ts.bytes = 256 << 10;
+        let m = generate(&ts).unwrap();
+        let (free, free_r) = lp_with_report(&topo, &m, &LpOptions::default()).unwrap();
+        let opts = LpOptions {
+            rail_aligned: true,
+            ..LpOptions::default()
+        };
+        let (rails, rails_r) = lp_with_report(&topo, &m, &opts).unwrap();
+        verify_on(&free, &m, &topo).unwrap();
+        verify_on(&rails, &m, &topo).unwrap();
+        assert_eq!(rails_r.status, SolveStatus::Optimal);
+        // The restriction bites: the free plan sends across rails.
+        assert!(!rail_aligned(&free, &topo));
+        assert!(rail_aligned(&rails, &topo));
+        // Fewer routes: never a shorter makespan.
+        assert!(
+            rails_r.makespan_us >= free_r.makespan_us * (1.0 - 1e-6),
+            "{} < {}",
+            rails_r.makespan_us,
+            free_r.makespan_us
+        );
+        // No flow at all (the limit gone before the network is built):
+        // every block still goes rail to rail, relayed where it must be.
+        let none = LpOptions {
+            time_limit_s: 1e-12,
+            ..opts
+        };
+        let (fallback, r) = lp_with_report(&topo, &m, &none).unwrap();
+        assert_eq!(r.status, SolveStatus::NoFlow);
+        verify_on(&fallback, &m, &topo).unwrap();
+        assert!(rail_aligned(&fallback, &topo));
+        assert!(r.relayed_bytes > 0);
     }
 
     #[test]

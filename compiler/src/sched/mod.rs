@@ -133,6 +133,12 @@ pub struct Options {
     /// a little (docs/algorithms-lp.md). The other schedulers fit the
     /// lowering already and ignore it.
     pub max_lanes_per_gpu: Option<u32>,
+    /// `lp`: route every inter-node hop rail to rail
+    /// ([`crate::lp::LpOptions::rail_aligned`]), so a GPU's peers are its
+    /// node's GPUs and its rail's elsewhere: what `compile` asks for an
+    /// MSCCL file where the executor's threadblocks cannot hold a peer per
+    /// GPU ([`crate::msccl::fit::lp_rail_aligned`]). `false` by default.
+    pub lp_rail_aligned: bool,
     /// Where the plan goes ([`Target::Msccl`]: `pairwise` asks only for the
     /// waits an MSCCL executor holds, [`pairwise_held`]).
     pub target: Target,
@@ -146,6 +152,7 @@ impl Default for Options {
             time_limit_s: 60.0,
             verbose: false,
             max_lanes_per_gpu: None,
+            lp_rail_aligned: false,
             target: Target::Runtime,
             network: Network::Ideal,
         }
@@ -217,6 +224,7 @@ pub fn schedule(
                 time_limit_s: opts.time_limit_s,
                 verbose: opts.verbose,
                 max_lanes_per_gpu: opts.max_lanes_per_gpu,
+                rail_aligned: opts.lp_rail_aligned,
             },
         ),
     }?;
