@@ -434,6 +434,107 @@ impl Planner {
         }
     }
 
+    /// The emitter of a staged `fast` or `spray` planner off a mesh, for
+    /// the per-node parts of a rank's inputs; else a refusal
+    /// ([`Error::NeedsWholeMatrix`]), as `program_local` would.
+    fn lane_emitter(&mut self) -> Result<&mut Emitter> {
+        let refuse = |algorithm: Algorithm, reason: &str| {
+            Err(Error::NeedsWholeMatrix {
+                algorithm: algorithm.name().into(),
+                reason: reason.into(),
+            })
+        };
+        if self.topo.intra_kind() == Some(IntraKind::Mesh) {
+            return refuse(
+                self.algorithm,
+                "its mesh relief pass reroutes transfers of the whole plan",
+            );
+        }
+        match (&mut self.emitter, self.auto.is_some()) {
+            (Some(e), false) => Ok(e),
+            _ => refuse(
+                self.algorithm,
+                "only staged `fast` and `spray` balance lanes",
+            ),
+        }
+    }
+
+    /// Node `node`'s part of every rank's [`rank::LaneSums`] and
+    /// [`rank::StageInputs`] (staged `fast` and `spray`), from its rows
+    /// (`rows`, `G x R`: what each of its GPUs sends every rank) and its
+    /// columns (`cols`, `R x G`: what every rank sends each of its GPUs),
+    /// as any rank of the node has them ([`LocalTraffic`]'s fields of the
+    /// same names): its lanes ([`Planner::node_lanes`]), the lengths of
+    /// the lanes into it, and whether its pairs pass the direct test. O(R
+    /// G). Errors as [`Planner::node_lanes`] does.
+    pub fn node_parts(
+        &mut self,
+        node: usize,
+        rows: &[u64],
+        cols: &[u64],
+    ) -> Result<rank::NodeParts> {
+        let (nn, g) = (self.topo.nodes(), self.topo.gpus_per_node());
+        let n = nn * g;
+        if node >= nn || rows.len() != g * n || cols.len() != n * g {
+            return Err(InputError::new(
+                "node rows and columns",
+                format!(
+                    "node {node} with {} and {} numbers, for {nn} nodes of {g} GPUs ({} each)",
+                    rows.len(),
+                    cols.len(),
+                    n * g
+                ),
+            )
+            .into());
+        }
+        let e = self.lane_emitter()?;
+        let mut sends = Vec::with_capacity(g * nn);
+        let mut to_ranks = vec![0u64; n];
+        for row in rows.chunks_exact(n) {
+            sends.extend(row.chunks_exact(g).map(|p| p.iter().sum::<u64>()));
+            for (acc, &x) in to_ranks.iter_mut().zip(row) {
+                *acc += x;
+            }
+        }
+        let into: Vec<u64> = cols.chunks_exact(g).map(|c| c.iter().sum()).collect();
+        Ok(rank::NodeParts {
+            lanes: e.node_lanes(node, &sends),
+            into_len: e.column_lens(node, &into),
+            direct: e.node_direct(node, &sends, &to_ranks),
+        })
+    }
+
+    /// Rank `rank`'s part of every rank's
+    /// [`rank::StageInputs::first_slices`]: the index of its first lane
+    /// slice that carries bytes in the stages of `node_bytes` (`N x N`,
+    /// row-major), `u32::MAX` if none, from the lengths of its node's
+    /// lanes (`len`: [`rank::NodeLanes::len`] of its node,
+    /// [`Planner::node_parts`]). It decomposes the node matrix, and keeps
+    /// the stages for the rank's program on the same matrix
+    /// ([`Planner::program_local`] then skips the decomposition). Errors
+    /// as [`Planner::node_lanes`] does, and ([`Error::Input`]) when the
+    /// rank or a length does not fit.
+    pub fn first_slice(&mut self, rank: usize, node_bytes: &[u64], len: &[u64]) -> Result<u32> {
+        let (nn, g) = (self.topo.nodes(), self.topo.gpus_per_node());
+        rank::check_rank(rank, nn * g)?;
+        if node_bytes.len() != nn * nn || len.len() != nn * g {
+            return Err(InputError::new(
+                "first slice",
+                format!(
+                    "{} node bytes and {} lane lengths, for {nn} nodes of {g} GPUs ({} and {})",
+                    node_bytes.len(),
+                    len.len(),
+                    nn * nn,
+                    nn * g
+                ),
+            )
+            .into());
+        }
+        let (node, rail) = (rank / g, rank % g);
+        let e = self.lane_emitter()?;
+        Ok(e.first_slice_of(node_bytes, node, &len[rail * nn..(rail + 1) * nn]))
+    }
+
     /// [`Planner::program_local`] into `out`, reusing its allocations.
     pub fn program_local_into(
         &mut self,
