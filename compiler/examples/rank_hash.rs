@@ -156,8 +156,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         }
                     }
                     let first_slices = (0..n)
-                        .map(|r| p.first_slice(r, &local.node_bytes, &parts[r / g].lanes.len))
-                        .collect::<Result<Vec<_>, _>>()?;
+                        .map(|r| {
+                            let lt = LocalTraffic::from_matrix(&traffic, r, &topo)?;
+                            let f = p.first_slice(&lt, &parts[r / g].lanes.len)?;
+                            Ok(f.unwrap_or(u32::MAX))
+                        })
+                        .collect::<Result<Vec<_>, switchyard_compiler::Error>>()?;
                     let splits = local.node_splits.take().ok_or("no node splits")?;
                     local.lane_sums = Some(s);
                     local.stage_inputs = Some(StageInputs {
@@ -178,7 +182,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                             prog: &mut LocalProgram|
                  -> Result<(), switchyard_compiler::Error> {
                     if inputs {
-                        planner.first_slice(rank, &local.node_bytes, &own_lens)?;
+                        planner.first_slice(&local, &own_lens)?;
                     }
                     planner.program_local_into(&local, prog)
                 };

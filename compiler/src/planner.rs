@@ -504,35 +504,91 @@ impl Planner {
         })
     }
 
-    /// Rank `rank`'s part of every rank's
+    /// Rank `local.rank`'s part of every rank's
     /// [`rank::StageInputs::first_slices`]: the index of its first lane
-    /// slice that carries bytes in the stages of `node_bytes` (`N x N`,
-    /// row-major), `u32::MAX` if none, from the lengths of its node's
-    /// lanes (`len`: [`rank::NodeLanes::len`] of its node,
-    /// [`Planner::node_parts`]). It decomposes the node matrix, and keeps
-    /// the stages for the rank's program on the same matrix
-    /// ([`Planner::program_local`] then skips the decomposition). Errors
-    /// as [`Planner::node_lanes`] does, and ([`Error::Input`]) when the
-    /// rank or a length does not fit.
-    pub fn first_slice(&mut self, rank: usize, node_bytes: &[u64], len: &[u64]) -> Result<u32> {
+    /// slice that carries bytes in the stages of `local.node_bytes`
+    /// (`u32::MAX` if none), from the lengths of its node's lanes (`len`:
+    /// [`rank::NodeLanes::len`] of its node, [`Planner::node_parts`]).
+    /// `None` where the plan is the merged one (latency-bound, or one NIC
+    /// with few peers): its programs read no lanes, so a job needs neither
+    /// the first slices nor the lane sums (every rank decides alike from
+    /// the `inter_out` and `inter_in` all of them hold). `local` needs no
+    /// `node_splits`, lane sums or stage inputs. It decomposes the node
+    /// matrix and keeps the stages for the rank's program on the same
+    /// matrix ([`Planner::program_local`] then skips the decomposition).
+    /// Errors as [`Planner::node_lanes`] does, and ([`Error::Input`]) when
+    /// `local` or `len` does not fit.
+    pub fn first_slice(&mut self, local: &LocalTraffic, len: &[u64]) -> Result<Option<u32>> {
+        local.check(&self.topo)?;
         let (nn, g) = (self.topo.nodes(), self.topo.gpus_per_node());
-        rank::check_rank(rank, nn * g)?;
-        if node_bytes.len() != nn * nn || len.len() != nn * g {
+        if len.len() != nn * g {
             return Err(InputError::new(
                 "first slice",
                 format!(
-                    "{} node bytes and {} lane lengths, for {nn} nodes of {g} GPUs ({} and {})",
-                    node_bytes.len(),
+                    "{} lane lengths, for {nn} nodes of {g} GPUs ({})",
                     len.len(),
-                    nn * nn,
                     nn * g
                 ),
             )
             .into());
         }
-        let (node, rail) = (rank / g, rank % g);
+        let (node, rail) = (local.rank / g, local.rank % g);
         let e = self.lane_emitter()?;
-        Ok(e.first_slice_of(node_bytes, node, &len[rail * nn..(rail + 1) * nn]))
+        if e.merged_for(local) {
+            return Ok(None);
+        }
+        let lens = &len[rail * nn..(rail + 1) * nn];
+        Ok(Some(e.first_slice_of(&local.node_bytes, node, lens)))
+    }
+
+    /// What a job gathers for rank `rank` of `traffic` in place of
+    /// `node_splits` (staged `fast` and `spray`: docs/python.md, "What a
+    /// rank gathers"), computed from the whole matrix through the same
+    /// entry points the job's ranks call: every node's
+    /// [`Planner::node_parts`] (from its rows and columns), the lane sums
+    /// they add up to for the rank (`land_before` from the receiving
+    /// nodes' `into_len`), every rank's [`Planner::first_slice`], the
+    /// count of non-empty blocks between nodes and the nodes' direct
+    /// verdicts. The reference of the gather (tests, examples); `None`
+    /// where the plan is the merged one (no rank reads them). O(N R²).
+    /// Errors as [`Planner::node_parts`] does, and ([`Error::Input`]) when
+    /// the rank or the matrix does not fit.
+    pub fn lane_inputs(
+        &mut self,
+        traffic: &TrafficMatrix,
+        rank: usize,
+    ) -> Result<Option<(rank::LaneSums, rank::StageInputs)>> {
+        let (nn, g) = (self.topo.nodes(), self.topo.gpus_per_node());
+        let n = nn * g;
+        let local = LocalTraffic::from_matrix(traffic, rank, &self.topo)?;
+        let mut parts = Vec::with_capacity(nn);
+        for a in 0..nn {
+            let at = LocalTraffic::from_matrix(traffic, a * g, &self.topo)?;
+            parts.push(self.node_parts(a, &at.rows, &at.cols)?);
+        }
+        let mut first_slices = Vec::with_capacity(n);
+        for r in 0..n {
+            let at = LocalTraffic::from_matrix(traffic, r, &self.topo)?;
+            match self.first_slice(&at, &parts[r / g].lanes.len)? {
+                Some(first) => first_slices.push(first),
+                None => return Ok(None),
+            }
+        }
+        let lanes: Vec<rank::NodeLanes> = parts.iter().map(|p| p.lanes.clone()).collect();
+        let mut sums = rank::LaneSums::assemble(&lanes, rank, nn, g)?;
+        let node = rank / g;
+        for (b, p) in parts.iter().enumerate() {
+            for l in 0..g {
+                sums.land_before[b * g + l] = (0..node).map(|a| p.into_len[a * g + l]).sum();
+            }
+        }
+        let inter_blocks = local.node_splits.map_or(0, |s| s.inter_blocks);
+        let inputs = rank::StageInputs {
+            inter_blocks,
+            pairs_direct: parts.iter().all(|p| p.direct),
+            first_slices,
+        };
+        Ok(Some((sums, inputs)))
     }
 
     /// [`Planner::program_local`] into `out`, reusing its allocations.

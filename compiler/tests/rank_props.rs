@@ -79,12 +79,14 @@ fn job_inputs(
         let local = LocalTraffic::from_matrix(m, a * g, topo).unwrap();
         parts.push(planner.node_parts(a, &local.rows, &local.cols).ok()?);
     }
-    let local = LocalTraffic::from_matrix(m, 0, topo).unwrap();
+    // `None` for a merged plan, whose programs read no first slices.
     let first_slices = (0..topo.ranks())
         .map(|r| {
+            let local = LocalTraffic::from_matrix(m, r, topo).unwrap();
             planner
-                .first_slice(r, &local.node_bytes, &parts[r / g].lanes.len)
+                .first_slice(&local, &parts[r / g].lanes.len)
                 .unwrap()
+                .unwrap_or(u32::MAX)
         })
         .collect();
     let inter_blocks = (0..m.ranks())
@@ -172,6 +174,12 @@ fn check_with(
                 // Given the sums and the stage inputs, without `node_splits`.
                 if let Some((parts, inputs)) = &job {
                     let sums = job_sums(parts, r, topo);
+                    prop_assert_eq!(
+                        planner.lane_inputs(m, r).unwrap(),
+                        Some((sums.clone(), inputs.clone())),
+                        "rank {}: Planner::lane_inputs",
+                        r
+                    );
                     prop_assert_eq!(
                         Some(&sums),
                         local.lane_sums.as_ref(),
@@ -705,14 +713,17 @@ fn stage_inputs_are_checked() {
     ));
     let (parts, inputs) = job_inputs(&mut fast, &topo, &m).unwrap();
     let len = &parts[0].lanes.len;
+    let mut bad_rank = one.clone();
+    bad_rank.rank = nn * g;
     assert!(matches!(
-        fast.first_slice(nn * g, &one.node_bytes, len),
+        fast.first_slice(&bad_rank, len),
         Err(Error::Input(_))
     ));
     assert!(matches!(
-        fast.first_slice(0, &one.node_bytes[1..], len),
+        fast.first_slice(&one, &len[1..]),
         Err(Error::Input(_))
     ));
+    assert!(fast.first_slice(&one, len).unwrap().is_some());
     assert!(!inputs.pairs_direct);
     let local_of = |r: usize, inputs: &StageInputs| {
         let mut local = LocalTraffic::from_matrix(&m, r, &topo).unwrap();

@@ -711,21 +711,56 @@ impl PyPlanner {
     }
 
     /// Rank `rank`'s first slice (the compiler's `Planner::first_slice`)
-    /// in the stages of `node_bytes` (`N x N`), from its node's lane
-    /// lengths (`len` of `_node_parts`), both as little-endian u64 bytes;
-    /// `u32::MAX` if none. The stages are kept for the rank's program.
+    /// from what it gathered (the [`LOCAL_FIELDS`] as `_program_local_bytes`
+    /// takes them) and its node's lane lengths (`len` of `_node_parts`,
+    /// little-endian u64 bytes): the index of its first lane slice in the
+    /// stages (`u32::MAX`: none), or `None` where the plan is the merged
+    /// one and no rank reads first slices or lane sums (every rank decides
+    /// alike). The stages are kept for the rank's program.
     fn _first_slice(
         &mut self,
         py: Python<'_>,
         rank: i64,
-        node_bytes: Vec<u8>,
+        parts: Vec<Vec<u8>>,
         len: Vec<u8>,
-    ) -> PyResult<u32> {
-        let rank = count(rank, "rank", 0)?;
-        let (node_bytes, len) = (u64s(&node_bytes, "node_bytes")?, u64s(&len, "len")?);
+    ) -> PyResult<Option<u32>> {
+        let local = local_from_bytes(&self.topo, rank, &parts)?;
+        let len = u64s(&len, "len")?;
         let planner = self.local_planner()?;
-        py.detach(|| planner.first_slice(rank, &node_bytes, &len))
+        py.detach(|| planner.first_slice(&local, &len))
             .map_err(py_err)
+    }
+
+    /// What `AllToAll`'s gather delivers to rank `rank` for staged `fast`
+    /// and `spray` in place of `node_splits` (the compiler's
+    /// `Planner::lane_inputs`), from the whole matrix (`ranks * ranks`
+    /// little-endian u64 byte counts): the [`LANE_FIELDS`] as lists, in
+    /// order, or `None` where the plan is the merged one or this planner
+    /// plans no staged rank. The reference of the gather.
+    fn _lane_inputs(
+        &mut self,
+        py: Python<'_>,
+        matrix: &Bound<'_, PyBytes>,
+        ranks: i64,
+        rank: i64,
+    ) -> PyResult<Option<Vec<Vec<u64>>>> {
+        let traffic = traffic_from_bytes(matrix, ranks, &self.topo)?;
+        let rank = count(rank, "rank", 0)?;
+        let planner = self.local_planner()?;
+        match py.detach(|| planner.lane_inputs(&traffic, rank)) {
+            Ok(Some((s, i))) => Ok(Some(vec![
+                s.gather,
+                s.gather_before,
+                s.land_before,
+                s.rail_len,
+                s.rail_gathered,
+                vec![i.inter_blocks],
+                vec![u64::from(i.pairs_direct)],
+                i.first_slices.into_iter().map(u64::from).collect(),
+            ])),
+            Ok(None) | Err(Error::NeedsWholeMatrix { .. }) => Ok(None),
+            Err(e) => Err(py_err(e)),
+        }
     }
 
     /// True when this planner plans each rank's program from that rank's

@@ -53,21 +53,14 @@ impl Emitter {
         out: &mut LocalProgram,
     ) -> Result<()> {
         let name = if self.opts.staged { "fast" } else { "spray" };
-        let nn = self.nodes;
         let refuse = |reason: &str| {
             Err(Error::NeedsWholeMatrix {
                 algorithm: name.into(),
                 reason: reason.into(),
             })
         };
-        self.latency_bound = self.opts.staged
-            && nn >= 2
-            && self.busiest_within_latency(
-                t.inter_out.iter().copied().zip(t.inter_in.iter().copied()),
-            );
-        self.merged = self.latency_bound || (self.opts.staged && self.one_nic_few_peers);
         let g = self.gpus;
-        if self.merged {
+        if self.merged_for(t) {
             let path = |s: usize, d: usize| {
                 if s == d {
                     Path::Local
@@ -267,6 +260,20 @@ impl Emitter {
         };
         self.rank_sums = own;
         out
+    }
+
+    /// Whether the plan of the traffic `t` is part of is the merged one
+    /// (see [`Emitter::merged`]): decided from what every rank sends and
+    /// receives across nodes, which every rank's `t` holds alike. Sets
+    /// `latency_bound` and `merged`.
+    pub(crate) fn merged_for(&mut self, t: &LocalTraffic) -> bool {
+        self.latency_bound = self.opts.staged
+            && self.nodes >= 2
+            && self.busiest_within_latency(
+                t.inter_out.iter().copied().zip(t.inter_in.iter().copied()),
+            );
+        self.merged = self.latency_bound || (self.opts.staged && self.one_nic_few_peers);
+        self.merged
     }
 
     /// [`Emitter::first_slices`] over the lanes of rank `(node, rail)`'s
