@@ -155,9 +155,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                                 (0..node).map(|a| x.into_len[a * g + l]).sum();
                         }
                     }
+                    // A rank's first slice reads the node matrix and the
+                    // per-rank totals every rank holds alike.
+                    let mut lt = local.clone();
                     let first_slices = (0..n)
                         .map(|r| {
-                            let lt = LocalTraffic::from_matrix(&traffic, r, &topo)?;
+                            lt.rank = r;
                             let f = p.first_slice(&lt, &parts[r / g].lanes.len)?;
                             Ok(f.unwrap_or(u32::MAX))
                         })

@@ -566,9 +566,12 @@ impl Planner {
             let at = LocalTraffic::from_matrix(traffic, a * g, &self.topo)?;
             parts.push(self.node_parts(a, &at.rows, &at.cols)?);
         }
+        // A rank's first slice reads the node matrix and what every rank
+        // sends and receives across nodes, which every rank holds alike.
+        let mut at = local.clone();
         let mut first_slices = Vec::with_capacity(n);
         for r in 0..n {
-            let at = LocalTraffic::from_matrix(traffic, r, &self.topo)?;
+            at.rank = r;
             match self.first_slice(&at, &parts[r / g].lanes.len)? {
                 Some(first) => first_slices.push(first),
                 None => return Ok(None),
