@@ -169,13 +169,18 @@ impl Emitter {
         let nn = self.nodes;
         let memo = &self.stage_memo;
         if !(memo.valid && memo.node_bytes == node_bytes) {
+            // Decomposed into the memo's buffer, not copied there; the
+            // last plan's stages (`Planner::stages`) stay as they were.
+            let (count, depth) = (self.stage_count, self.depth);
+            std::mem::swap(&mut self.stages, &mut self.stage_memo.stages);
             self.node_bytes.clear();
             self.node_bytes.extend_from_slice(node_bytes);
             self.decompose();
             let memo = &mut self.stage_memo;
+            std::mem::swap(&mut self.stages, &mut memo.stages);
+            memo.stage_count = std::mem::replace(&mut self.stage_count, count);
+            self.depth = depth;
             memo.node_bytes.clone_from(&self.node_bytes);
-            memo.stages.clone_from(&self.stages);
-            memo.stage_count = self.stage_count;
             memo.valid = true;
         }
         self.taken.clear();
