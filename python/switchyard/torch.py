@@ -9,7 +9,9 @@ Each call:
    3-value header (whether that rank's arguments are valid, its dtype, its
    row size) and that rank's split sizes towards this rank's node (its whole
    row from the node's own GPUs), and one ``all_reduce`` sums the N x N node
-   matrix. Every rank sees every header, so bad arguments on any rank raise
+   matrix (staged ``fast`` and ``spray`` then exchange the sums of their
+   balanced lanes and each GPU's first slice in a second
+   ``all_to_all_single``). Every rank sees every header, so bad arguments on any rank raise
    ``ValueError`` on every rank before any data moves; split sizes that
    disagree are found by their receiver and counted in the ``all_reduce``.
    Otherwise (``gather="whole"``) one all-gather of every rank's split sizes
