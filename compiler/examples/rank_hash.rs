@@ -6,11 +6,16 @@
 //! Issue 25 checks that its changes keep the programs byte for byte
 //! (docs/benchmarks.md records the output).
 //!
-//! `cargo run --release -p switchyard-compiler --example rank_hash -- [nodes...] [--calls K] [--ranks middle|all3] [--pattern zipf|lognormal] [--sums]`
+//! `cargo run --release -p switchyard-compiler --example rank_hash -- [nodes...] [--calls K] [--ranks middle|all3] [--pattern zipf|lognormal] [--sums | --inputs]`
 //!
 //! `--sums`: the rank's `LocalTraffic` carries its `LaneSums`, assembled
 //! (before the planner is made and timed) from every node's lanes as a job
 //! would gather them, so the call balances only its node's pairs.
+//! `--inputs`: what `switchyard.torch.AllToAll` gathers for `fast`: the
+//! sums and the `StageInputs` from every node's `NodeParts` and every
+//! rank's first slice, without `node_splits`; each timed call is the
+//! rank's `Planner::first_slice` (which decomposes the node matrix) then
+//! its program (which reuses those stages).
 //!
 //! Prints one line per case: nodes, pattern, rank, ops, scratch bytes,
 //! hash, first-call peak allocation, median time of the calls after the
@@ -24,7 +29,7 @@ use std::time::Instant;
 
 use switchyard_compiler::generate::{generate, Pattern, TrafficSpec};
 use switchyard_compiler::planner::{Planner, PlannerOptions};
-use switchyard_compiler::rank::{LaneSums, LocalProgram, LocalTraffic};
+use switchyard_compiler::rank::{LaneSums, LocalProgram, LocalTraffic, NodeLanes, StageInputs};
 use switchyard_compiler::{Algorithm, Topology};
 
 /// The system allocator, counting the bytes live and their peak.
@@ -80,12 +85,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut all3 = false;
     let mut only: Option<String> = None;
     let mut sums = false;
+    let mut inputs = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--calls" => calls = args.next().ok_or("--calls K")?.parse()?,
             "--ranks" => all3 = args.next().ok_or("--ranks middle|all3")? == "all3",
             "--sums" => sums = true,
+            "--inputs" => inputs = true,
             "--pattern" => only = Some(args.next().ok_or("--pattern zipf|lognormal")?),
             _ => nodes.push(a.parse::<usize>()?),
         }
@@ -126,6 +133,47 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     local.lane_sums =
                         Some(LaneSums::assemble(&parts, rank, nn, topo.gpus_per_node())?);
                 }
+                let mut own_lens = Vec::new();
+                if inputs {
+                    // Every node's parts from its rows and columns, as its
+                    // ranks compute them; every rank's first slice.
+                    let g = topo.gpus_per_node();
+                    let mut p =
+                        Planner::for_algorithm(&topo, Algorithm::Fast, PlannerOptions::default())?;
+                    let parts = (0..nn)
+                        .map(|a| {
+                            let lt = LocalTraffic::from_matrix(&traffic, a * g, &topo)?;
+                            p.node_parts(a, &lt.rows, &lt.cols)
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let lanes: Vec<NodeLanes> = parts.iter().map(|x| x.lanes.clone()).collect();
+                    let mut s = LaneSums::assemble(&lanes, rank, nn, g)?;
+                    let node = rank / g;
+                    for (b, x) in parts.iter().enumerate() {
+                        for l in 0..g {
+                            s.land_before[b * g + l] =
+                                (0..node).map(|a| x.into_len[a * g + l]).sum();
+                        }
+                    }
+                    // A rank's first slice reads the node matrix and the
+                    // per-rank totals every rank holds alike.
+                    let mut lt = local.clone();
+                    let first_slices = (0..n)
+                        .map(|r| {
+                            lt.rank = r;
+                            let f = p.first_slice(&lt, &parts[r / g].lanes.len)?;
+                            Ok(f.unwrap_or(u32::MAX))
+                        })
+                        .collect::<Result<Vec<_>, switchyard_compiler::Error>>()?;
+                    let splits = local.node_splits.take().ok_or("no node splits")?;
+                    local.lane_sums = Some(s);
+                    local.stage_inputs = Some(StageInputs {
+                        inter_blocks: splits.inter_blocks,
+                        pairs_direct: parts.iter().all(|x| x.direct),
+                        first_slices,
+                    });
+                    own_lens.clone_from(&parts[node].lanes.len);
+                }
                 // The planner's own buffers count (some are sized when
                 // it is made).
                 let base = LIVE.load(Ordering::Relaxed);
@@ -133,14 +181,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let mut planner =
                     Planner::for_algorithm(&topo, Algorithm::Fast, PlannerOptions::default())?;
                 let mut prog = LocalProgram::default();
+                let call = |planner: &mut Planner,
+                            prog: &mut LocalProgram|
+                 -> Result<(), switchyard_compiler::Error> {
+                    if inputs {
+                        planner.first_slice(&local, &own_lens)?;
+                    }
+                    planner.program_local_into(&local, prog)
+                };
                 let t0 = Instant::now();
-                planner.program_local_into(&local, &mut prog)?;
+                call(&mut planner, &mut prog)?;
                 let first = t0.elapsed().as_secs_f64();
                 let peak = PEAK.load(Ordering::Relaxed) - base;
                 let mut times = Vec::new();
                 for _ in 1..calls {
                     let t0 = Instant::now();
-                    planner.program_local_into(&local, &mut prog)?;
+                    call(&mut planner, &mut prog)?;
                     times.push(t0.elapsed().as_secs_f64());
                 }
                 times.sort_by(f64::total_cmp);

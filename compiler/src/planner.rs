@@ -437,6 +437,166 @@ impl Planner {
         }
     }
 
+    /// The emitter of a staged `fast` or `spray` planner off a mesh, for
+    /// the per-node parts of a rank's inputs; else a refusal
+    /// ([`Error::NeedsWholeMatrix`]), as `program_local` would.
+    fn lane_emitter(&mut self) -> Result<&mut Emitter> {
+        let refuse = |algorithm: Algorithm, reason: &str| {
+            Err(Error::NeedsWholeMatrix {
+                algorithm: algorithm.name().into(),
+                reason: reason.into(),
+            })
+        };
+        if self.topo.intra_kind() == Some(IntraKind::Mesh) {
+            return refuse(
+                self.algorithm,
+                "its mesh relief pass reroutes transfers of the whole plan",
+            );
+        }
+        match (&mut self.emitter, self.auto.is_some()) {
+            (Some(e), false) => Ok(e),
+            _ => refuse(
+                self.algorithm,
+                "only staged `fast` and `spray` balance lanes",
+            ),
+        }
+    }
+
+    /// Node `node`'s part of every rank's [`rank::LaneSums`] and
+    /// [`rank::StageInputs`] (staged `fast` and `spray`), from its rows
+    /// (`rows`, `G x R`: what each of its GPUs sends every rank) and its
+    /// columns (`cols`, `R x G`: what every rank sends each of its GPUs),
+    /// as any rank of the node has them ([`LocalTraffic`]'s fields of the
+    /// same names): its lanes ([`Planner::node_lanes`]), the lengths of
+    /// the lanes into it, and whether its pairs pass the direct test. O(R
+    /// G). Errors as [`Planner::node_lanes`] does.
+    pub fn node_parts(
+        &mut self,
+        node: usize,
+        rows: &[u64],
+        cols: &[u64],
+    ) -> Result<rank::NodeParts> {
+        let (nn, g) = (self.topo.nodes(), self.topo.gpus_per_node());
+        let n = nn * g;
+        if node >= nn || rows.len() != g * n || cols.len() != n * g {
+            return Err(InputError::new(
+                "node rows and columns",
+                format!(
+                    "node {node} with {} and {} numbers, for {nn} nodes of {g} GPUs ({} each)",
+                    rows.len(),
+                    cols.len(),
+                    n * g
+                ),
+            )
+            .into());
+        }
+        let e = self.lane_emitter()?;
+        let mut sends = Vec::with_capacity(g * nn);
+        let mut to_ranks = vec![0u64; n];
+        for row in rows.chunks_exact(n) {
+            sends.extend(row.chunks_exact(g).map(|p| p.iter().sum::<u64>()));
+            for (acc, &x) in to_ranks.iter_mut().zip(row) {
+                *acc += x;
+            }
+        }
+        let into: Vec<u64> = cols.chunks_exact(g).map(|c| c.iter().sum()).collect();
+        Ok(rank::NodeParts {
+            lanes: e.node_lanes(node, &sends),
+            into_len: e.column_lens(node, &into),
+            direct: e.node_direct(node, &sends, &to_ranks),
+        })
+    }
+
+    /// Rank `local.rank`'s part of every rank's
+    /// [`rank::StageInputs::first_slices`]: the index of its first lane
+    /// slice that carries bytes in the stages of `local.node_bytes`
+    /// (`u32::MAX` if none), from the lengths of its node's lanes (`len`:
+    /// [`rank::NodeLanes::len`] of its node, [`Planner::node_parts`]).
+    /// `None` where the plan is the merged one (latency-bound, or one NIC
+    /// with few peers): its programs read no lanes, so a job needs neither
+    /// the first slices nor the lane sums (every rank decides alike from
+    /// the `inter_out` and `inter_in` all of them hold). `local` needs no
+    /// `node_splits`, lane sums or stage inputs. It decomposes the node
+    /// matrix and keeps the stages for the rank's program on the same
+    /// matrix ([`Planner::program_local`] then skips the decomposition).
+    /// Errors as [`Planner::node_lanes`] does, and ([`Error::Input`]) when
+    /// `local` or `len` does not fit.
+    pub fn first_slice(&mut self, local: &LocalTraffic, len: &[u64]) -> Result<Option<u32>> {
+        local.check(&self.topo)?;
+        let (nn, g) = (self.topo.nodes(), self.topo.gpus_per_node());
+        if len.len() != nn * g {
+            return Err(InputError::new(
+                "first slice",
+                format!(
+                    "{} lane lengths, for {nn} nodes of {g} GPUs ({})",
+                    len.len(),
+                    nn * g
+                ),
+            )
+            .into());
+        }
+        let (node, rail) = (local.rank / g, local.rank % g);
+        let e = self.lane_emitter()?;
+        if e.merged_for(local) {
+            return Ok(None);
+        }
+        let lens = &len[rail * nn..(rail + 1) * nn];
+        Ok(Some(e.first_slice_of(&local.node_bytes, node, lens)))
+    }
+
+    /// What a job gathers for rank `rank` of `traffic` in place of
+    /// `node_splits` (staged `fast` and `spray`: docs/python.md, "What a
+    /// rank gathers"), computed from the whole matrix through the same
+    /// entry points the job's ranks call: every node's
+    /// [`Planner::node_parts`] (from its rows and columns), the lane sums
+    /// they add up to for the rank (`land_before` from the receiving
+    /// nodes' `into_len`), every rank's [`Planner::first_slice`], the
+    /// count of non-empty blocks between nodes and the nodes' direct
+    /// verdicts. The reference of the gather (tests, examples); `None`
+    /// where the plan is the merged one (no rank reads them). O(N R²).
+    /// Errors as [`Planner::node_parts`] does, and ([`Error::Input`]) when
+    /// the rank or the matrix does not fit.
+    pub fn lane_inputs(
+        &mut self,
+        traffic: &TrafficMatrix,
+        rank: usize,
+    ) -> Result<Option<(rank::LaneSums, rank::StageInputs)>> {
+        let (nn, g) = (self.topo.nodes(), self.topo.gpus_per_node());
+        let n = nn * g;
+        let local = LocalTraffic::from_matrix(traffic, rank, &self.topo)?;
+        let mut parts = Vec::with_capacity(nn);
+        for a in 0..nn {
+            let at = LocalTraffic::from_matrix(traffic, a * g, &self.topo)?;
+            parts.push(self.node_parts(a, &at.rows, &at.cols)?);
+        }
+        // A rank's first slice reads the node matrix and what every rank
+        // sends and receives across nodes, which every rank holds alike.
+        let mut at = local.clone();
+        let mut first_slices = Vec::with_capacity(n);
+        for r in 0..n {
+            at.rank = r;
+            match self.first_slice(&at, &parts[r / g].lanes.len)? {
+                Some(first) => first_slices.push(first),
+                None => return Ok(None),
+            }
+        }
+        let lanes: Vec<rank::NodeLanes> = parts.iter().map(|p| p.lanes.clone()).collect();
+        let mut sums = rank::LaneSums::assemble(&lanes, rank, nn, g)?;
+        let node = rank / g;
+        for (b, p) in parts.iter().enumerate() {
+            for l in 0..g {
+                sums.land_before[b * g + l] = (0..node).map(|a| p.into_len[a * g + l]).sum();
+            }
+        }
+        let inter_blocks = local.node_splits.map_or(0, |s| s.inter_blocks);
+        let inputs = rank::StageInputs {
+            inter_blocks,
+            pairs_direct: parts.iter().all(|p| p.direct),
+            first_slices,
+        };
+        Ok(Some((sums, inputs)))
+    }
+
     /// [`Planner::program_local`] into `out`, reusing its allocations.
     pub fn program_local_into(
         &mut self,

@@ -246,6 +246,7 @@ pub(crate) fn check_rank(rank: usize, ranks: usize) -> Result<()> {
 /// | `inter_out`, `inter_in` | R each | bytes each rank sends to / receives from other nodes | all-gather of two numbers per rank |
 /// | `node_splits` | 2 N R + 1 | what each rank sends each node and each node each rank, the count of inter-node blocks ([`NodeSplits`]) | all-gathers of N numbers per rank, an all-reduce |
 /// | `lane_sums` | 3 R + 2 N² | optional: sums of `fast`'s balanced lanes that place this rank's ([`LaneSums`]) | from each node's [`NodeLanes`]: all-gathers, all-to-alls (its own table) |
+/// | `stage_inputs` | R + 2 | optional, with `lane_sums` in place of `node_splits`: each GPU's first slice, the all-direct test's inputs ([`StageInputs`]) | its own table |
 /// | `rank_rail_before` | R x G | bytes rank `s` sends GPU `l` of the nodes other than its own before this node | as `rail_before`, not summed |
 /// | `rail_into_before` | N x G | bytes GPU `l` of the nodes other than `b` before this node send node `b` | from each rank's column, G numbers per (rank, node), summed per node |
 ///
@@ -266,7 +267,8 @@ pub(crate) fn check_rank(rank: usize, ranks: usize) -> Result<()> {
 /// scratch of their receivers (after the writes of the same rail from the
 /// nodes before). Memory: N^2 + 3GR + 3R + 2NG numbers, O(R) for a fixed
 /// node size and N <= sqrt(R); `node_splits` (staged `fast` only) adds 2NR,
-/// `lane_sums` 3R + 2N^2.
+/// `lane_sums` 3R + 2N^2, `stage_inputs` R + 2 (which, with `lane_sums`,
+/// replace `node_splits`).
 #[derive(Serialize, Clone, Debug, Default, PartialEq, Eq)]
 pub struct LocalTraffic {
     pub rank: usize,
@@ -309,6 +311,45 @@ pub struct LocalTraffic {
     /// depend on the planner's options: [`LaneSums::assemble`] from each
     /// node's [`NodeLanes`] (`Planner::node_lanes`) of the same planner.
     pub lane_sums: Option<LaneSums>,
+    /// What staged `fast` and `spray` read of other nodes beyond
+    /// `lane_sums` ([`StageInputs`]): given with `lane_sums`, the rank is
+    /// planned without `node_splits` (which is then not read); `None`:
+    /// `node_splits` is needed.
+    pub stage_inputs: Option<StageInputs>,
+}
+
+/// What staged `fast` and `spray` read of other nodes besides the
+/// [`LaneSums`]: with them, a rank's program needs no [`NodeSplits`]
+/// (docs/algorithms.md, "What a rank reads of the lanes"). `R + 2`
+/// numbers:
+///
+/// | field | size | what | who computes it, how a job gathers it |
+/// |---|---|---|---|
+/// | `inter_blocks` | 1 | non-empty blocks between ranks of different nodes | each rank counts its row's; summed (all-reduce) |
+/// | `pairs_direct` | 1 | every node pair passes the direct test or is empty | each node from its rows ([`NodeParts::direct`]); AND-ed (an all-reduce of a count) |
+/// | `first_slices` | R | each GPU's first lane slice that carries bytes: its index in the stages ([`u32::MAX`]: none) | each rank for its own GPU ([`crate::planner::Planner::first_slice`]: the stage decomposition and its node's lanes), once the node matrix is known; all-gathered (a second round) |
+#[derive(Serialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct StageInputs {
+    pub inter_blocks: u64,
+    pub pairs_direct: bool,
+    pub first_slices: Vec<u32>,
+}
+
+/// What one node contributes to every rank's [`LaneSums`] and
+/// [`StageInputs`], computed by any of its ranks from its node's rows and
+/// columns alone ([`crate::planner::Planner::node_parts`], O(R) for a node
+/// of fixed size).
+#[derive(Serialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeParts {
+    /// The lanes of the pairs the node sends.
+    pub lanes: NodeLanes,
+    /// N x G: `into_len[a * G + l]`, bytes lane `l` of pair `(a, node)`
+    /// sends (the lanes into the node, balanced from what every rank sends
+    /// it; pair `(node, node)` empty). Their sums over the sending nodes
+    /// before each node are that node's `land_before` ([`LaneSums`]).
+    pub into_len: Vec<u64>,
+    /// Every pair `(node, b)` passes the direct test or sends nothing.
+    pub direct: bool,
 }
 
 /// The lanes of the node pairs one node sends (`fast`'s balancing of each
@@ -478,6 +519,7 @@ impl LocalTraffic {
             rail_into_before: vec![0; nodes * g],
             node_splits: None,
             lane_sums: None,
+            stage_inputs: None,
         };
         let mut splits = NodeSplits {
             to_nodes: vec![0; n * nodes],
@@ -639,6 +681,21 @@ impl LocalTraffic {
                     "`lane_sums.rail_gathered` exceeds `lane_sums.rail_len` at pair ({}, {})",
                     at / nn,
                     at % nn
+                )));
+            }
+        }
+        if let Some(inputs) = &self.stage_inputs {
+            if self.lane_sums.is_none() {
+                return Err(bad(
+                    "`stage_inputs` given without `lane_sums`: without `node_splits` a rank \
+                     places its lanes by their sums"
+                        .into(),
+                ));
+            }
+            let len = inputs.first_slices.len();
+            if len != n {
+                return Err(bad(format!(
+                    "`stage_inputs.first_slices` has {len} numbers, not {n}"
                 )));
             }
         }

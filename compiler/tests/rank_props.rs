@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use switchyard_compiler::planner::{Planner, PlannerOptions, StagePair};
 use switchyard_compiler::program::OpKind;
 use switchyard_compiler::rank::{
-    canonical, stitch, LaneSums, LocalProgram, LocalTraffic, NodeLanes,
+    canonical, stitch, LaneSums, LocalProgram, LocalTraffic, NodeLanes, NodeParts, StageInputs,
 };
 use switchyard_compiler::sched::auto::choose;
 use switchyard_compiler::sim::Network;
@@ -62,6 +62,65 @@ fn near_uniform(ranks: usize, seed: u64, base: u64) -> TrafficMatrix {
     m
 }
 
+/// What a job gathers for staged `fast` and `spray` instead of
+/// `node_splits`, through the planner's own entry points: every node's
+/// [`NodeParts`] (from the rows and columns any of its ranks has), and the
+/// [`StageInputs`] (each rank's first slice; the count of inter-node blocks
+/// summed over ranks; the nodes' direct verdicts AND-ed). `None` where the
+/// planner plans no staged rank.
+fn job_inputs(
+    planner: &mut Planner,
+    topo: &Topology,
+    m: &TrafficMatrix,
+) -> Option<(Vec<NodeParts>, StageInputs)> {
+    let g = topo.gpus_per_node();
+    let mut parts = Vec::with_capacity(topo.nodes());
+    for a in 0..topo.nodes() {
+        let local = LocalTraffic::from_matrix(m, a * g, topo).unwrap();
+        parts.push(planner.node_parts(a, &local.rows, &local.cols).ok()?);
+    }
+    // `None` for a merged plan, whose programs read no first slices.
+    let first_slices = (0..topo.ranks())
+        .map(|r| {
+            let local = LocalTraffic::from_matrix(m, r, topo).unwrap();
+            planner
+                .first_slice(&local, &parts[r / g].lanes.len)
+                .unwrap()
+                .unwrap_or(u32::MAX)
+        })
+        .collect();
+    let inter_blocks = (0..m.ranks())
+        .map(|s| {
+            (0..m.ranks())
+                .filter(|&d| d / g != s / g && m.get(s, d) > 0)
+                .count() as u64
+        })
+        .sum();
+    let inputs = StageInputs {
+        inter_blocks,
+        pairs_direct: parts.iter().all(|p| p.direct),
+        first_slices,
+    };
+    Some((parts, inputs))
+}
+
+/// Rank `r`'s [`LaneSums`] as a job delivers them from the nodes' parts:
+/// `gather`, `gather_before` and the rail lanes from the sending nodes'
+/// lanes, `land_before` from the receiving nodes' lanes into them
+/// (`into_len`, summed over the sending nodes before `r`'s node).
+fn job_sums(parts: &[NodeParts], r: usize, topo: &Topology) -> LaneSums {
+    let (nn, g) = (topo.nodes(), topo.gpus_per_node());
+    let lanes: Vec<NodeLanes> = parts.iter().map(|p| p.lanes.clone()).collect();
+    let mut sums = LaneSums::assemble(&lanes, r, nn, g).unwrap();
+    let node = r / g;
+    for (b, p) in parts.iter().enumerate() {
+        for l in 0..g {
+            sums.land_before[b * g + l] = (0..node).map(|a| p.into_len[a * g + l]).sum();
+        }
+    }
+    sums
+}
+
 /// Stitches every rank's program of `alg` and compares with the whole
 /// plan; returns how many ranks were planned from their `LocalTraffic`.
 fn check(topo: &Topology, m: &TrafficMatrix, alg: Algorithm) -> Result<usize, TestCaseError> {
@@ -93,6 +152,9 @@ fn check_with(
             planner.node_lanes(a, &local.node_sends()).ok()
         })
         .collect();
+    // And what a job gathers in place of `node_splits`: each node's parts
+    // from its rows and columns, each rank's first slice.
+    let job = job_inputs(&mut planner, topo, m);
     for r in 0..topo.ranks() {
         planner.plan_rank_into(r, m, &mut prog).unwrap();
         // From what the rank knows alone: the same program, or (only where
@@ -109,8 +171,46 @@ fn check_with(
                     planner.program_local_into(&local, &mut local_prog).unwrap();
                     prop_assert_eq!(&local_prog, &prog, "{} rank {} with lane sums", alg, r);
                 }
+                // Given the sums and the stage inputs, without `node_splits`.
+                if let Some((parts, inputs)) = &job {
+                    let sums = job_sums(parts, r, topo);
+                    // The library's reference: none for a merged plan.
+                    let merged = planner
+                        .first_slice(&local, &parts[r / g].lanes.len)
+                        .unwrap()
+                        .is_none();
+                    prop_assert_eq!(
+                        planner.lane_inputs(m, r).unwrap(),
+                        (!merged).then(|| (sums.clone(), inputs.clone())),
+                        "rank {}: Planner::lane_inputs",
+                        r
+                    );
+                    prop_assert_eq!(
+                        Some(&sums),
+                        local.lane_sums.as_ref(),
+                        "rank {}: the sums from the nodes' parts",
+                        r
+                    );
+                    local.node_splits = None;
+                    local.stage_inputs = Some(inputs.clone());
+                    planner.program_local_into(&local, &mut local_prog).unwrap();
+                    prop_assert_eq!(&local_prog, &prog, "{} rank {} with stage inputs", alg, r);
+                }
             }
             Err(Error::NeedsWholeMatrix { algorithm, .. }) => {
+                // Refused from the stage inputs too (every pair direct).
+                if let Some((parts, inputs)) = &job {
+                    local.lane_sums = Some(job_sums(parts, r, topo));
+                    local.node_splits = None;
+                    local.stage_inputs = Some(inputs.clone());
+                    let again = planner.program_local_into(&local, &mut local_prog);
+                    prop_assert!(
+                        matches!(again, Err(Error::NeedsWholeMatrix { .. })),
+                        "{} rank {}: planned from stage inputs, refused from node splits",
+                        alg,
+                        r
+                    );
+                }
                 prop_assert!(
                     !matches!(
                         alg,
@@ -585,4 +685,107 @@ fn lane_sums_inputs_are_checked() {
     local.lane_sums = Some(sums);
     let e = fast.program_local(&local).unwrap_err().to_string();
     assert!(e.contains("exceeds") && e.contains("(0, 1)"), "{e}");
+}
+
+/// Stage inputs are checked where they enter, and a wrong one does not go
+/// unseen: `node_parts` and `first_slice` refuse misfit shapes; a
+/// `LocalTraffic` with stage inputs but no lane sums, or first slices of the
+/// wrong length, is bad input; a first slice past the stages, or one of the
+/// rank's own node that its lanes contradict, is rejected; and the first
+/// slices of other nodes, which the rank cannot check, change the programs
+/// that read them.
+#[test]
+fn stage_inputs_are_checked() {
+    let topo = Topology::preset("dgx-h100", 4, Some(4)).unwrap();
+    let m = matrix(16, 7, 1, 1 << 20);
+    let (nn, g) = (topo.nodes(), topo.gpus_per_node());
+    let mut fast =
+        Planner::for_algorithm(&topo, Algorithm::Fast, PlannerOptions::default()).unwrap();
+    let one = LocalTraffic::from_matrix(&m, 0, &topo).unwrap();
+    assert!(matches!(
+        fast.node_parts(nn, &one.rows, &one.cols),
+        Err(Error::Input(_))
+    ));
+    assert!(matches!(
+        fast.node_parts(0, &one.rows[1..], &one.cols),
+        Err(Error::Input(_))
+    ));
+    let mut direct =
+        Planner::for_algorithm(&topo, Algorithm::Direct, PlannerOptions::default()).unwrap();
+    assert!(matches!(
+        direct.node_parts(0, &one.rows, &one.cols),
+        Err(Error::NeedsWholeMatrix { .. })
+    ));
+    let (parts, inputs) = job_inputs(&mut fast, &topo, &m).unwrap();
+    let len = &parts[0].lanes.len;
+    let mut bad_rank = one.clone();
+    bad_rank.rank = nn * g;
+    assert!(matches!(
+        fast.first_slice(&bad_rank, len),
+        Err(Error::Input(_))
+    ));
+    assert!(matches!(
+        fast.first_slice(&one, &len[1..]),
+        Err(Error::Input(_))
+    ));
+    assert!(fast.first_slice(&one, len).unwrap().is_some());
+    assert!(!inputs.pairs_direct);
+    let local_of = |r: usize, inputs: &StageInputs| {
+        let mut local = LocalTraffic::from_matrix(&m, r, &topo).unwrap();
+        local.node_splits = None;
+        local.lane_sums = Some(job_sums(&parts, r, &topo));
+        local.stage_inputs = Some(inputs.clone());
+        local
+    };
+    let mut changed = 0;
+    for r in 0..topo.ranks() {
+        let want = fast.program(r, &m).unwrap();
+        let local = local_of(r, &inputs);
+        assert_eq!(fast.program_local(&local).unwrap(), want, "rank {r}");
+        // Without lane sums, or with a slice too few.
+        let mut bare = local.clone();
+        bare.lane_sums = None;
+        let e = fast.program_local(&bare).unwrap_err().to_string();
+        assert!(e.contains("without `lane_sums`"), "{e}");
+        let mut short = inputs.clone();
+        short.first_slices.pop();
+        let e = fast
+            .program_local(&local_of(r, &short))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("first_slices` has"), "{e}");
+        // A GPU of its own node: contradicted by its lanes.
+        let node = r / g;
+        let mut wrong = inputs.clone();
+        let c = node * g + (r + 1) % g;
+        wrong.first_slices[c] = wrong.first_slices[c].wrapping_add(1);
+        let e = fast
+            .program_local(&local_of(r, &wrong))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&format!("GPU {c}'s")), "{e}");
+        // Past the stages.
+        let mut past = inputs.clone();
+        let other = ((node + 1) % nn) * g;
+        past.first_slices[other] = 1 << 30;
+        let e = fast
+            .program_local(&local_of(r, &past))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("first_slices") && e.contains("of "), "{e}");
+        // Another node's GPUs: their first sends are no longer split.
+        let mut none = inputs.clone();
+        for (c, f) in none.first_slices.iter_mut().enumerate() {
+            if c / g != node {
+                *f = u32::MAX;
+            }
+        }
+        if fast.program_local(&local_of(r, &none)).unwrap() != want {
+            changed += 1;
+        }
+    }
+    assert!(
+        changed > 0,
+        "no rank's program read another node's first slices"
+    );
 }

@@ -21,7 +21,7 @@ use switchyard_compiler::lp::{lower_bound, LpOptions};
 use switchyard_compiler::msccl::{to_xml, Executor, Layout, Protocol, XmlOptions, MAX_CHUNK_BYTES};
 use switchyard_compiler::planner::{Planner as FastPlanner, PlannerOptions, Settle};
 use switchyard_compiler::program::{from_local, program, OpKind, RankProgram};
-use switchyard_compiler::rank::{LocalTraffic, NodeSplits};
+use switchyard_compiler::rank::{LaneSums, LocalTraffic, NodeSplits, StageInputs};
 use switchyard_compiler::report::Report;
 use switchyard_compiler::sched::{schedule, Options, Target};
 use switchyard_compiler::sim::{Network, SimOptions};
@@ -247,26 +247,90 @@ const LOCAL_FIELDS: [&str; 10] = [
 /// may follow [`LOCAL_FIELDS`]: `inter_blocks` is one value.
 const SPLIT_FIELDS: [&str; 3] = ["to_nodes", "from_nodes", "inter_blocks"];
 
+/// `_node_parts`' answer: a node's lane lengths, their gathered bytes
+/// and the lengths of the lanes into it (little-endian u64 bytes each),
+/// and whether its pairs pass the direct test.
+type NodePartsTuple<'py> = (
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    bool,
+);
+
+/// The fields of [`LaneSums`] then [`StageInputs`] (staged `fast` and
+/// `spray` only), which may follow [`LOCAL_FIELDS`] in place of
+/// [`SPLIT_FIELDS`]: `inter_blocks` and `pairs_direct` are one value each,
+/// `first_slices` `R` (`u32::MAX`: none).
+const LANE_FIELDS: [&str; 8] = [
+    "gather",
+    "gather_before",
+    "land_before",
+    "rail_len",
+    "rail_gathered",
+    "inter_blocks",
+    "pairs_direct",
+    "first_slices",
+];
+
+/// One value of `field`, else a `ValueError`.
+fn one_value(field: Option<Vec<u64>>, name: &str) -> PyResult<u64> {
+    match field.as_deref() {
+        Some(&[x]) => Ok(x),
+        other => Err(bad_arg(
+            name,
+            format!("{} values given, 1 expected", other.map_or(0, <[u64]>::len)),
+        )),
+    }
+}
+
+/// u64 values as little-endian bytes (the inverse of what
+/// `local_from_bytes` reads).
+fn to_le_bytes(v: &[u64]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// `raw` (little-endian bytes) as u64 values, else a `ValueError` naming `name`.
+fn u64s(raw: &[u8], name: &str) -> PyResult<Vec<u64>> {
+    if raw.len() % 8 != 0 {
+        return Err(bad_arg(
+            name,
+            format!("{} bytes do not hold u64 values", raw.len()),
+        ));
+    }
+    Ok(raw
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+        .collect())
+}
+
 /// A rank's [`LocalTraffic`] from its fields as little-endian u64 bytes
 /// (the Python side converts arrays): [`LOCAL_FIELDS`], then optionally
-/// [`SPLIT_FIELDS`] (its `node_splits`); each field's length is checked
-/// by the planner against the topology.
+/// [`SPLIT_FIELDS`] (its `node_splits`) or [`LANE_FIELDS`] (its lane sums
+/// and stage inputs); each field's length is checked by the planner
+/// against the topology.
 fn local_from_bytes(topo: &Topology, rank: i64, parts: &[Vec<u8>]) -> PyResult<LocalTraffic> {
-    let (n, m) = (LOCAL_FIELDS.len(), SPLIT_FIELDS.len());
-    if parts.len() != n && parts.len() != n + m {
+    let (n, m, k) = (LOCAL_FIELDS.len(), SPLIT_FIELDS.len(), LANE_FIELDS.len());
+    if parts.len() != n && parts.len() != n + m && parts.len() != n + k {
         return Err(bad_arg(
             "local",
             format!(
-                "{} parts given, {n} expected ({}), or {} with {}",
+                "{} parts given, {n} expected ({}), or {} with {}, or {} with {}",
                 parts.len(),
                 LOCAL_FIELDS.join(", "),
                 n + m,
-                SPLIT_FIELDS.join(", ")
+                SPLIT_FIELDS.join(", "),
+                n + k,
+                LANE_FIELDS.join(", ")
             ),
         ));
     }
+    let tail: &[&str] = if parts.len() == n + k {
+        &LANE_FIELDS
+    } else {
+        &SPLIT_FIELDS
+    };
     let mut fields = Vec::with_capacity(parts.len());
-    for (raw, name) in parts.iter().zip(LOCAL_FIELDS.iter().chain(&SPLIT_FIELDS)) {
+    for (raw, name) in parts.iter().zip(LOCAL_FIELDS.iter().chain(tail)) {
         if raw.len() % 8 != 0 {
             return Err(bad_arg(
                 name,
@@ -278,6 +342,39 @@ fn local_from_bytes(topo: &Topology, rank: i64, parts: &[Vec<u8>]) -> PyResult<L
             .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
             .collect();
         fields.push(v);
+    }
+    let mut lanes = None;
+    if fields.len() == n + k {
+        let mut tail = fields.split_off(n).into_iter();
+        let mut next = || tail.next().unwrap_or_default();
+        let sums = LaneSums {
+            gather: next(),
+            gather_before: next(),
+            land_before: next(),
+            rail_len: next(),
+            rail_gathered: next(),
+        };
+        let inter_blocks = one_value(Some(next()), "inter_blocks")?;
+        let pairs_direct = one_value(Some(next()), "pairs_direct")? != 0;
+        let first_slices = next()
+            .into_iter()
+            .map(|x| {
+                u32::try_from(x).map_err(|_| {
+                    bad_arg(
+                        "first_slices",
+                        format!("{x} is not a stage pair index (u32::MAX: none)"),
+                    )
+                })
+            })
+            .collect::<PyResult<Vec<u32>>>()?;
+        lanes = Some((
+            sums,
+            StageInputs {
+                inter_blocks,
+                pairs_direct,
+                first_slices,
+            },
+        ));
     }
     let splits = if fields.len() == n + m {
         let mut tail = fields.split_off(n).into_iter();
@@ -317,7 +414,8 @@ fn local_from_bytes(topo: &Topology, rank: i64, parts: &[Vec<u8>]) -> PyResult<L
         inter_out: next(),
         inter_in: next(),
         node_splits: splits,
-        lane_sums: None,
+        lane_sums: lanes.as_ref().map(|l| l.0.clone()),
+        stage_inputs: lanes.map(|l| l.1),
         rank_rail_before: next(),
         rail_into_before: next(),
     })
@@ -580,6 +678,87 @@ impl PyPlanner {
         match py.detach(|| planner.program_local(&local).and_then(|p| from_local(&p))) {
             Ok(prog) => Ok(Some(program_tuples(prog))),
             Err(Error::NeedsWholeMatrix { .. }) => Ok(None),
+            Err(e) => Err(py_err(e)),
+        }
+    }
+
+    /// Node `node`'s part of every rank's lane sums and stage inputs
+    /// (staged `fast` and `spray`; the compiler's `Planner::node_parts`)
+    /// from its rows (`G x R`) and columns (`R x G`) as little-endian u64
+    /// bytes: `(len, gathered, into_len, direct)`, the first three as
+    /// little-endian u64 bytes. `None` where this planner plans no staged
+    /// rank (a mesh, other algorithms).
+    fn _node_parts<'py>(
+        &mut self,
+        py: Python<'py>,
+        node: i64,
+        rows: Vec<u8>,
+        cols: Vec<u8>,
+    ) -> PyResult<Option<NodePartsTuple<'py>>> {
+        let node = count(node, "node", 0)?;
+        let (rows, cols) = (u64s(&rows, "rows")?, u64s(&cols, "cols")?);
+        let planner = self.local_planner()?;
+        match py.detach(|| planner.node_parts(node, &rows, &cols)) {
+            Ok(p) => Ok(Some((
+                PyBytes::new(py, &to_le_bytes(&p.lanes.len)),
+                PyBytes::new(py, &to_le_bytes(&p.lanes.gathered)),
+                PyBytes::new(py, &to_le_bytes(&p.into_len)),
+                p.direct,
+            ))),
+            Err(Error::NeedsWholeMatrix { .. }) => Ok(None),
+            Err(e) => Err(py_err(e)),
+        }
+    }
+
+    /// Rank `rank`'s first slice (the compiler's `Planner::first_slice`)
+    /// from what it gathered (the [`LOCAL_FIELDS`] as `_program_local_bytes`
+    /// takes them) and its node's lane lengths (`len` of `_node_parts`,
+    /// little-endian u64 bytes): the index of its first lane slice in the
+    /// stages (`u32::MAX`: none), or `None` where the plan is the merged
+    /// one and no rank reads first slices or lane sums (every rank decides
+    /// alike). The stages are kept for the rank's program.
+    fn _first_slice(
+        &mut self,
+        py: Python<'_>,
+        rank: i64,
+        parts: Vec<Vec<u8>>,
+        len: Vec<u8>,
+    ) -> PyResult<Option<u32>> {
+        let local = local_from_bytes(&self.topo, rank, &parts)?;
+        let len = u64s(&len, "len")?;
+        let planner = self.local_planner()?;
+        py.detach(|| planner.first_slice(&local, &len))
+            .map_err(py_err)
+    }
+
+    /// What `AllToAll`'s gather delivers to rank `rank` for staged `fast`
+    /// and `spray` in place of `node_splits` (the compiler's
+    /// `Planner::lane_inputs`), from the whole matrix (`ranks * ranks`
+    /// little-endian u64 byte counts): the [`LANE_FIELDS`] as lists, in
+    /// order, or `None` where the plan is the merged one or this planner
+    /// plans no staged rank. The reference of the gather.
+    fn _lane_inputs(
+        &mut self,
+        py: Python<'_>,
+        matrix: &Bound<'_, PyBytes>,
+        ranks: i64,
+        rank: i64,
+    ) -> PyResult<Option<Vec<Vec<u64>>>> {
+        let traffic = traffic_from_bytes(matrix, ranks, &self.topo)?;
+        let rank = count(rank, "rank", 0)?;
+        let planner = self.local_planner()?;
+        match py.detach(|| planner.lane_inputs(&traffic, rank)) {
+            Ok(Some((s, i))) => Ok(Some(vec![
+                s.gather,
+                s.gather_before,
+                s.land_before,
+                s.rail_len,
+                s.rail_gathered,
+                vec![i.inter_blocks],
+                vec![u64::from(i.pairs_direct)],
+                i.first_slices.into_iter().map(u64::from).collect(),
+            ])),
+            Ok(None) | Err(Error::NeedsWholeMatrix { .. }) => Ok(None),
             Err(e) => Err(py_err(e)),
         }
     }

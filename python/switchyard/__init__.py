@@ -26,6 +26,7 @@ from . import _native
 from ._native import Plan, Topology, VerificationError, __version__, algorithms
 
 __all__ = [
+    "LANE_FIELDS",
     "LOCAL_FIELDS",
     "NODE_SPLIT_FIELDS",
     "Plan",
@@ -98,6 +99,7 @@ class Planner(_native.Planner):
         rank_rail_before: Any,
         rail_into_before: Any,
         node_splits: Optional[Tuple[Any, Any, Any]] = None,
+        lanes: Optional[Tuple[Any, ...]] = None,
     ) -> dict:
         """Rank ``rank``'s own program from what that rank gathered alone
         (``LOCAL_FIELDS``; ``local_traffic`` computes them from a whole
@@ -105,16 +107,24 @@ class Planner(_native.Planner):
         ``program(rank, matrix)``, planned without the matrix. Array-likes of
         non-negative integers, any shape of the right size. ``node_splits``:
         ``(to_nodes, from_nodes, inter_blocks)`` (``NODE_SPLIT_FIELDS``),
-        which staged ``fast`` and ``spray`` also read. Raises ``ValueError``
-        for an algorithm that needs the whole matrix (``fast`` and ``spray``
-        when staged without ``node_splits``, on a mesh or when every node
-        pair goes direct; ``auto``; the one-shot ones)."""
+        which staged ``fast`` and ``spray`` also read, or in their place
+        ``lanes``: the eight ``LANE_FIELDS`` (lane sums and stage inputs,
+        what ``AllToAll`` gathers; ``_lane_inputs`` computes them from a
+        whole matrix). Raises ``ValueError`` for an algorithm that needs
+        the whole matrix (``fast`` and ``spray`` when staged without
+        either, on a mesh or when every node pair goes direct; ``auto``;
+        the one-shot ones)."""
         fields = (node_bytes, rows, cols, above, before, rail_before, inter_out, inter_in,
                   rank_rail_before, rail_into_before)
         names = LOCAL_FIELDS
+        if node_splits is not None and lanes is not None:
+            raise ValueError("node_splits, lanes: give one of them")
         if node_splits is not None:
             fields += tuple(node_splits)
             names += NODE_SPLIT_FIELDS
+        if lanes is not None:
+            fields += tuple(lanes)
+            names += LANE_FIELDS
         parts = [_u64_bytes(x, name) for x, name in zip(fields, names)]
         return self._program_local_bytes(rank, parts)
 
@@ -131,6 +141,17 @@ LOCAL_FIELDS = (
 # each rank sends each node (R x N), what each node sends each rank (N x R),
 # and the count of non-empty blocks between nodes (one value).
 NODE_SPLIT_FIELDS = ("to_nodes", "from_nodes", "inter_blocks")
+
+
+# What staged fast and spray read in place of NODE_SPLIT_FIELDS (the
+# compiler's LaneSums then StageInputs; docs/python.md "What a rank
+# gathers"): sums of the balanced lanes (R, R, R, N x N, N x N), the count
+# of non-empty blocks between nodes and whether every node pair goes direct
+# (one value each), each GPU's first slice (R; 2**32 - 1: none).
+LANE_FIELDS = (
+    "gather", "gather_before", "land_before", "rail_len", "rail_gathered",
+    "inter_blocks", "pairs_direct", "first_slices",
+)
 
 
 def local_traffic(matrix: Any, rank: int, topology: Topology) -> dict:

@@ -9,7 +9,9 @@ Each call:
    3-value header (whether that rank's arguments are valid, its dtype, its
    row size) and that rank's split sizes towards this rank's node (its whole
    row from the node's own GPUs), and one ``all_reduce`` sums the N x N node
-   matrix. Every rank sees every header, so bad arguments on any rank raise
+   matrix (staged ``fast`` and ``spray`` then exchange the sums of their
+   balanced lanes and each GPU's first slice in a second
+   ``all_to_all_single``). Every rank sees every header, so bad arguments on any rank raise
    ``ValueError`` on every rank before any data moves; split sizes that
    disagree are found by their receiver and counted in the ``all_reduce``.
    Otherwise (``gather="whole"``) one all-gather of every rank's split sizes
@@ -259,6 +261,7 @@ class AllToAll:
         self._gather = "local" if local and gather != "whole" else "whole"
         if self._gather == "local":
             self._local_layout()
+        self._rust_seconds = 0.0
         self._stats = {
             "calls": 0,
             "cache_hits": 0,
@@ -334,12 +337,16 @@ class AllToAll:
             raise ValueError("group: this AllToAll was made for another process group")
         st = self._stats
         st["calls"] += 1
+        self._rust_seconds = 0.0
         t0 = time.perf_counter()
         local = self._gather == "local"
         args = (output, input, output_split_sizes, input_split_sizes)
         traffic = self._exchange_local(*args) if local else self._exchange(*args)
         t1 = time.perf_counter()
-        st["gather_seconds"] += t1 - t0
+        # The planner's work between the exchange's rounds (fast's node
+        # lanes and first slice) is planning, not exchange.
+        st["gather_seconds"] += t1 - t0 - self._rust_seconds
+        st["plan_seconds"] += self._rust_seconds
         prog = self._program(traffic, local)
         t2 = time.perf_counter()
         st["plan_seconds"] += t2 - t1
@@ -439,26 +446,35 @@ class AllToAll:
         ranks before that node, its row summed over them, its row per rail
         over the nodes before that node but its own, its row and its column
         summed over the other nodes; for ``deepep`` ``g`` more, its column
-        per rail over the nodes before that node but its own; for ``fast``
-        and ``spray`` ``2 N + 1`` more, its row and its column summed per
-        node and its count of non-empty blocks into other nodes); and its
+        per rail over the nodes before that node but its own); and its
         split sizes towards the peer's
         node: its whole row to the GPUs of its own node, the ``g`` values
         of the peer's node to the others. The exchange is symmetric, so
         what a rank receives from peer ``p`` has the size of what it sends
-        ``p``."""
+        ``p``. ``fast`` and ``spray`` (staged) also sum two counts in the
+        all-reduce and exchange their lanes in a second all-to-all
+        (``_lane_round``)."""
         w, g = self.world, self.topology.gpus_per_node
         n = w // g
-        a = self.rank // g
+        a, j = divmod(self.rank, g)
         # Only deepep places its writes by the column summaries; only fast
-        # and spray read node_splits (every rank's row and column summed
-        # per node, and its count of inter-node blocks: the same 2N + 1
-        # values to every peer, so the all-to-all doubles as their
-        # all-gather and no collective is added).
+        # and spray read lane sums and stage inputs (`_lane_round`).
         self._l_into = self._planner.algorithm == "deepep"
-        self._l_splits = self._planner.algorithm in ("fast", "spray")
-        extra = g + 4 + (g if self._l_into else 0) + (2 * n + 1 if self._l_splits else 0)
+        self._l_lanes = self._planner.algorithm in ("fast", "spray")
+        extra = g + 4 + (g if self._l_into else 0)
         self._l_width = extra
+        # The lane round: to every peer 4 values (this GPU's gather sum, its
+        # gather before the peer's node, what the lanes of the nodes before
+        # the peer's land in it, its first slice), and to the peers of its
+        # rail its rail's lanes (2 N values: lengths, gathered bytes).
+        lane_sizes = [4 + (2 * n if p % g == j else 0) for p in range(w)]
+        self._lr_sizes = lane_sizes
+        self._lr_total = int(sum(lane_sizes))
+        lstarts = np.concatenate(([0], np.cumsum(lane_sizes)[:-1])).astype(np.int64)
+        self._lr_head = lstarts[:, None] + np.arange(4)[None, :]
+        # The rail peers (every node's GPU j) in node order: their lanes.
+        rail_peers = np.arange(n) * g + j
+        self._lr_rail = lstarts[rail_peers][:, None] + 4 + np.arange(2 * n)[None, :]
         sizes = [_LHEADER + extra + (w if p // g == a else g) for p in range(w)]
         starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
         self._l_sizes = sizes
@@ -485,16 +501,13 @@ class AllToAll:
             [pay[s] + (np.arange(a * g, (a + 1) * g) if s // g == a else np.arange(g)) for s in range(w)]
         )
 
-    def _summaries(self, row: np.ndarray, col: np.ndarray, row_bytes: int) -> np.ndarray:
+    def _summaries(self, row: np.ndarray, col: np.ndarray) -> np.ndarray:
         """What each node needs from this rank beyond split sizes (N x (g +
-        4), in rows, g more for deepep, 2 N + 1 more for fast and spray):
-        its column over the ranks before the node, its row over them, its
-        row per rail over the nodes before the node (its own node left
-        out), its row and its column over the other nodes; for deepep its
-        column per rail over the nodes before the node (its own left out);
-        for fast and spray its row and its column per node and its count of
-        non-empty blocks into other nodes (blocks of bytes: none when rows
-        are empty)."""
+        4), in rows, g more for deepep): its column over the ranks before
+        the node, its row over them, its row per rail over the nodes before
+        the node (its own node left out), its row and its column over the
+        other nodes; for deepep its column per rail over the nodes before
+        the node (its own left out)."""
         n, g = self._l_nodes, self._l_gpus
         a = self.rank // g
         row_nodes = row.reshape(n, g)
@@ -508,13 +521,6 @@ class AllToAll:
         k = 4 + g
         if self._l_into:
             out[:, k : k + g] = self._rails_before(col)
-            k += g
-        if self._l_splits:
-            out[:, k : k + n] = row_nodes.sum(axis=1)
-            out[:, k + n : k + 2 * n] = col_nodes
-            others = np.ones(n * g, dtype=bool)
-            others[a * g : (a + 1) * g] = False
-            out[:, k + 2 * n] = int((row[others] > 0).sum()) if row_bytes > 0 else 0
         return out
 
     def _rails_before(self, v: np.ndarray) -> np.ndarray:
@@ -547,7 +553,7 @@ class AllToAll:
             row = col = np.zeros(w, dtype=np.int64)
         send = np.zeros(self._l_total, dtype=np.int64)
         send[self._l_head] = [status, _dtype_code(input.dtype), row_bytes]
-        send[self._l_extra] = self._summaries(row, col, row_bytes)[self._l_node_of]
+        send[self._l_extra] = self._summaries(row, col)[self._l_node_of]
         send[self._l_pay_pos] = row[self._l_pay_src]
         device = self._device(input)
         recv_t = torch.empty(self._l_total, dtype=torch.int64, device=device)
@@ -573,19 +579,39 @@ class AllToAll:
         # What each rank sends this rank, against what this rank expects.
         sent = cols[:, j]
         wrong = np.nonzero(sent != col)[0]
-        # The node matrix (this rank's row summed by destination node), and
-        # the number of ranks whose split sizes disagree with a peer's.
-        part = np.zeros(n * n + 1, dtype=np.int64)
+        rb = row_bytes
+        lanes = None
+        if self._l_lanes:
+            # This node's lanes (from its rows), those into it (from its
+            # columns) and whether its pairs go direct: for the counts in
+            # the all-reduce and the lane round.
+            t = time.perf_counter()
+            lanes = self._planner._node_parts(
+                a, np.ascontiguousarray(rows * rb, dtype="<u8").tobytes(),
+                np.ascontiguousarray(cols * rb, dtype="<u8").tobytes(),
+            )
+            self._rust_seconds += time.perf_counter() - t
+        # The node matrix (this rank's row summed by destination node), the
+        # number of ranks whose split sizes disagree with a peer's; for
+        # fast and spray the count of non-empty blocks between nodes (each
+        # rank its row's) and of ranks whose node has a pair that does not
+        # go direct.
+        width = n * n + (3 if lanes is not None else 1)
+        part = np.zeros(width, dtype=np.int64)
         part[a * n : (a + 1) * n] = row.reshape(n, g).sum(axis=1) * row_bytes
         part[n * n] = 1 if len(wrong) else 0
+        if lanes is not None:
+            others = np.ones(w, dtype=bool)
+            others[a * g : (a + 1) * g] = False
+            part[n * n + 1] = int((row[others] > 0).sum()) if row_bytes > 0 else 0
+            part[n * n + 2] = 0 if lanes[3] else 1
         summed = torch.from_numpy(part).to(device)
         work = dist.all_reduce(summed, group=self.group, async_op=True)
         _wait_all([work], self._timeout)
         summed = summed.cpu().numpy()
-        self._stats["gather_bytes"] += (self._l_total + n * n + 1) * 8
+        self._stats["gather_bytes"] += (self._l_total + width) * 8
         if summed[n * n]:
             self._raise_disagreement(wrong, sent, col, device)
-        rb = row_bytes
         k = 4 + g + (g if self._l_into else 0)
         parts = (
             summed[: n * n].reshape(n, n),
@@ -599,14 +625,70 @@ class AllToAll:
             extra[:, 2 : 2 + g] * rb,
             extra[:, 4 + g : k].reshape(-1, g, g).sum(axis=1) * rb,
         )
-        if not self._l_splits:
+        if lanes is None:
             return parts
-        # node_splits: to_nodes (R x N, each rank's row per node), from_nodes
-        # (N x R, each rank's column per node), the count of inter-node blocks.
-        return parts + (
-            extra[:, k : k + n] * rb,
-            extra[:, k + n : k + 2 * n].T * rb,
-            extra[:, k + 2 * n].sum(keepdims=True),
+        return parts + self._lane_round(parts, lanes, summed[n * n + 1 :], device)
+
+    def _lane_round(self, parts, lanes, counts, device) -> tuple:
+        """Staged ``fast`` and ``spray``: what they read of other nodes'
+        lanes, in the order of the native ``program_local``'s lane fields
+        (lane sums, then stage inputs; docs/python.md, "What a rank
+        gathers"), from a second all-to-all after this rank's first slice
+        (which needs the node matrix) is known. Empty where the plan is the
+        merged one (every rank decides alike from the shared parts, and
+        then no rank reads lanes)."""
+        w, g, n = self.world, self._l_gpus, self._l_nodes
+        a, j = divmod(self.rank, g)
+        base = [np.ascontiguousarray(x, dtype="<u8").tobytes() for x in parts]
+        len_b, gathered_b, into_b, _direct = lanes
+        t = time.perf_counter()
+        first = self._planner._first_slice(self.rank, base, len_b)
+        self._rust_seconds += time.perf_counter() - t
+        if first is None:
+            return ()
+        length = np.frombuffer(len_b, dtype="<u8").astype(np.int64).reshape(g, n)
+        gathered = np.frombuffer(gathered_b, dtype="<u8").astype(np.int64).reshape(g, n)
+        into = np.frombuffer(into_b, dtype="<u8").astype(np.int64).reshape(n, g)
+        # To every peer of node m: this GPU's gather regions in all and
+        # before node m, what the lanes of nodes before m land in it, its
+        # first slice; to the peers of its rail its lanes.
+        gather_upto = np.concatenate(([0], np.cumsum(gathered[j])))
+        land_upto = np.concatenate(([0], np.cumsum(into[:, j])))
+        peer_node = self._l_node_of
+        send = np.zeros(self._lr_total, dtype=np.int64)
+        send[self._lr_head] = np.stack(
+            [
+                np.full(w, gather_upto[n]),
+                gather_upto[peer_node],
+                land_upto[peer_node],
+                np.full(w, first),
+            ],
+            axis=1,
+        )
+        send[self._lr_rail] = np.concatenate((length[j], gathered[j]))[None, :]
+        recv_t = torch.empty(self._lr_total, dtype=torch.int64, device=device)
+        work = dist.all_to_all_single(
+            recv_t,
+            torch.from_numpy(send).to(device),
+            self._lr_sizes,
+            self._lr_sizes,
+            group=self.group,
+            async_op=True,
+        )
+        _wait_all([work], self._timeout)
+        recv = recv_t.cpu().numpy()
+        self._stats["gather_bytes"] += self._lr_total * 8
+        head = recv[self._lr_head]
+        rail = recv[self._lr_rail]
+        return (
+            head[:, 0],
+            head[:, 1],
+            head[:, 2],
+            rail[:, :n],
+            rail[:, n:],
+            counts[:1],
+            np.array([1 if counts[1] == 0 else 0]),
+            head[:, 3],
         )
 
     def _raise_disagreement(self, wrong, sent, outs, device) -> None:

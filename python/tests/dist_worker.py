@@ -8,8 +8,8 @@ Modes:
   splits; every output must equal ``dist.all_to_all_single``'s byte for byte.
 - ``local``: the gather of what each rank's own program depends on:
   ``direct``, ``hierarchical`` (both executors) and ``fast`` gather locally
-  (``fast`` and ``spray`` with ``node_splits``; their programs must also be
-  the whole plan's parts), ``pairwise`` the whole matrix; every output must equal
+  (``fast`` and ``spray`` with their lane sums and stage inputs where the
+  plan is staged; their programs must also be the whole plan's parts), ``pairwise`` the whole matrix; every output must equal
   ``dist.all_to_all_single``'s, every gathered part the compiler's own
   ``local_traffic`` of the whole matrix, and ``stats()`` counts the bytes.
 - ``errors``: each bad call must raise on every rank, and the group must stay
@@ -166,13 +166,23 @@ def run_local(args, rank, world, topo):
                 want = switchyard.local_traffic(matrix, rank, topo)
                 fields = switchyard.LOCAL_FIELDS
                 if alg in ("fast", "spray"):
-                    fields += switchyard.NODE_SPLIT_FIELDS
+                    # The lane sums and stage inputs, as the compiler
+                    # computes them from the whole matrix (none where the
+                    # plan is merged).
+                    lanes = a2a._planner._lane_inputs(
+                        np.ascontiguousarray(matrix, dtype="<u8").tobytes(), world, rank)
+                    if lanes is not None:
+                        fields += switchyard.LANE_FIELDS
+                        want.update(zip(switchyard.LANE_FIELDS, (np.asarray(x, dtype=np.uint64) for x in lanes)))
                 if len(gathered[-1]) != len(fields):
                     raise AssertionError(f"{name}: {len(gathered[-1])} parts gathered, {len(fields)} expected")
                 for field, got in zip(fields, gathered[-1]):
                     if field == "rail_into_before" and alg != "deepep":
                         want[field] = want[field][:0]  # gathered for deepep alone
-                    if not np.array_equal(np.asarray(got, dtype=np.uint64), want[field]):
+                    got = np.asarray(got, dtype=np.uint64)
+                    if field in switchyard.LANE_FIELDS:
+                        got = got.reshape(-1)
+                    if not np.array_equal(got, want[field]):
                         raise AssertionError(f"{name} iteration {it}: gathered {field} differs")
                 if alg in ("fast", "spray"):
                     compared += compare_with_whole_plan(a2a, rank, gathered[-1], matrix, name, it)

@@ -237,6 +237,32 @@ def test_program_local_of_staged_fast_needs_node_splits(algorithm):
                               node_splits=(parts["to_nodes"], parts["from_nodes"], [1, 2]))
 
 
+@pytest.mark.parametrize("algorithm", ["fast", "spray"])
+def test_program_local_of_staged_fast_from_lanes(algorithm):
+    """Staged fast and spray plan a rank alone from their lane sums and
+    stage inputs in place of node_splits (LANE_FIELDS, what AllToAll
+    gathers; the native _lane_inputs computes them from a matrix): the same
+    program as Planner.program. A wrong first slice of the rank's own node
+    is refused; giving node_splits and lanes at once is an error."""
+    t = Topology.preset("dgx-h100", 3, gpus_per_node=2)
+    m = skewed(6, seed=9) * 1000  # large: a staged plan
+    planner = Planner(t, algorithm)
+    data = np.ascontiguousarray(m, dtype="<u8").tobytes()
+    for r in range(6):
+        parts = switchyard.local_traffic(m, r, t)
+        lanes = planner._lane_inputs(data, 6, r)
+        assert lanes is not None and len(lanes) == len(switchyard.LANE_FIELDS)
+        base = [parts[f] for f in switchyard.LOCAL_FIELDS]
+        assert planner.program_local(r, *base, lanes=lanes) == planner.program(r, m)
+    wrong = [list(x) for x in lanes]
+    wrong[-1][5] += 1  # rank 5's own first slice
+    with pytest.raises(ValueError, match="first_slices"):
+        planner.program_local(5, *base, lanes=wrong)
+    splits = tuple(parts[f] for f in switchyard.NODE_SPLIT_FIELDS)
+    with pytest.raises(ValueError, match="one of them"):
+        planner.program_local(5, *base, node_splits=splits, lanes=lanes)
+
+
 def test_verification_error_is_raised():
     t = Topology.preset("dgx-h100", 2, gpus_per_node=4)
     m = skewed(8, seed=2)

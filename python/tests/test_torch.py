@@ -37,15 +37,21 @@ def test_matches_all_to_all_single(tmp_path, nproc, nodes):
     assert max(r["levels_max"] for r in results) > 1
 
 
-def _local_bytes(world, nodes, deepep=False, splits=False):
+def _local_bytes(world, nodes, deepep=False, lanes=False, staged=False):
     """What the local exchange delivers into a rank per call, in bytes: from
-    every peer a 3-value header, g + 4 node summaries (g more for deepep,
-    2 N + 1 more for fast and spray: node_splits) and its split sizes
-    towards this node (its whole row from this node's GPUs), then the node
-    matrix and one flag from the all-reduce."""
+    every peer a 3-value header, g + 4 node summaries (g more for deepep)
+    and its split sizes towards this node (its whole row from this node's
+    GPUs), then the node matrix and one flag from the all-reduce; for fast
+    and spray (``lanes``) two more counts in the all-reduce and, where the
+    plan is staged, the lane round: 4 values from every peer and 2 N from
+    each rank of this rank's rail."""
     g = world // nodes
-    summaries = g + 4 + (g if deepep else 0) + (2 * nodes + 1 if splits else 0)
+    summaries = g + 4 + (g if deepep else 0)
     values = world * (3 + summaries) + g * world + (world - g) * g + nodes * nodes + 1
+    if lanes:
+        values += 2
+    if staged:
+        values += 4 * world + 2 * nodes * nodes
     return 8 * values
 
 
@@ -66,7 +72,8 @@ def test_local_gather(tmp_path, nproc, nodes):
             assert algs[name]["gather"] == "local", (name, algs[name])
             assert algs[name]["bytes_per_call"] == [local], (name, algs[name])
         assert algs["fast"]["gather"] == "local", algs["fast"]
-        assert algs["fast"]["bytes_per_call"] == [_local_bytes(nproc, nodes, splits=True)]
+        # latency-bound here: merged, so no lane round
+        assert algs["fast"]["bytes_per_call"] == [_local_bytes(nproc, nodes, lanes=True)]
         assert algs["pairwise"]["gather"] == "whole", algs["pairwise"]
         assert algs["pairwise"]["bytes_per_call"] == [whole], algs["pairwise"]
         for st in algs.values():
@@ -90,7 +97,7 @@ def test_local_gather_relays(tmp_path, alg):
 
 def test_local_gather_staged_fast(tmp_path):
     """Staged fast and spray plan each rank's own program from the local
-    gather with node_splits (NICs slow enough that no exchange is
+    gather with their lane round (NICs slow enough that no exchange is
     latency-bound): what they gather equals the compiler's cut, each
     program is exactly the rank's part of the whole plan, with balanced
     network hops (data level 1, so 3 levels), and every output matches
@@ -110,7 +117,7 @@ def test_local_gather_staged_fast(tmp_path):
             st = r["algorithms"][name]
             assert st["gather"] == "local", (name, st)
             assert st["whole_fallbacks"] == 0, (name, st)
-            assert st["bytes_per_call"] == [_local_bytes(8, 2, splits=True)], (name, st)
+            assert st["bytes_per_call"] == [_local_bytes(8, 2, lanes=True, staged=True)], (name, st)
             assert st["compared"] == 6, (name, st)
     # Some rank's fast program has a balanced network hop (scratch to scratch).
     assert max(r["algorithms"]["fast"]["levels_max"] for r in results) == 3

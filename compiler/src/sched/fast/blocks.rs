@@ -149,7 +149,9 @@ pub(super) struct RankBlocks<'t> {
     ranks: usize,
     nodes: usize,
     gpus: usize,
-    splits: &'t NodeSplits,
+    /// `None`: the rank was given lane sums and stage inputs instead, and
+    /// split sizes are known only for its node's rows and columns.
+    splits: Option<&'t NodeSplits>,
     bufs: &'t RankBuffers,
 }
 
@@ -158,7 +160,7 @@ impl RankBuffers {
     pub(super) fn view<'t>(
         &'t mut self,
         t: &LocalTraffic,
-        splits: &'t NodeSplits,
+        splits: Option<&'t NodeSplits>,
     ) -> RankBlocks<'t> {
         let (n, g) = (t.ranks(), t.gpus_per_node);
         self.row_off.clear();
@@ -200,10 +202,12 @@ impl RankBuffers {
 
 impl RankBlocks<'_> {
     /// What each GPU of node `a` sends each node: `G` rows of `N`, GPU `l`'s
-    /// at `l N` (each entry [`Blocks::to_node`]).
-    pub(super) fn node_rows(&self, a: usize) -> &[u64] {
+    /// at `l N` (each entry [`Blocks::to_node`]); `None` without
+    /// [`NodeSplits`].
+    pub(super) fn node_rows(&self, a: usize) -> Option<&[u64]> {
         let per_node = self.gpus * self.nodes;
-        &self.splits.to_nodes[a * per_node..(a + 1) * per_node]
+        self.splits
+            .map(|s| &s.to_nodes[a * per_node..(a + 1) * per_node])
     }
 }
 
@@ -249,12 +253,26 @@ impl Blocks for RankBlocks<'_> {
         }
     }
 
+    /// From [`NodeSplits`] where given; else known for the rank's node's
+    /// rows and its column only (0 elsewhere: no reader asks then).
     #[inline]
     fn to_node(&self, s: usize, b: usize) -> u64 {
-        self.splits.to_nodes[s * self.nodes + b]
+        if let Some(splits) = self.splits {
+            return splits.to_nodes[s * self.nodes + b];
+        }
+        let g = self.gpus;
+        let row = self.send_row(s, b);
+        debug_assert!(
+            s / g == self.node || b == self.node,
+            "rank {s} to node {b} is not known"
+        );
+        row[g] - row[0]
     }
 
+    /// From [`NodeSplits`] only (the all-direct test, which stage inputs
+    /// answer instead): 0 without them.
     fn node_to_rank(&self, a: usize, d: usize) -> u64 {
-        self.splits.from_nodes[a * self.ranks + d]
+        debug_assert!(self.splits.is_some(), "node {a} to rank {d} is not known");
+        self.splits.map_or(0, |s| s.from_nodes[a * self.ranks + d])
     }
 }

@@ -18,7 +18,7 @@ use super::balance::{Lane, LaneWeights, Piece, RowLens};
 use super::blocks::{Blocks, RankBuffers, WholeBlocks};
 use super::leaves::LeafStages;
 use super::mesh::MeshRelief;
-use super::rank::RankSink;
+use super::rank::{RankSink, StageMemo};
 use super::stages::{Decomposer, StageChains, StagePair};
 pub(crate) use super::window::MIN_DEPTH;
 use crate::error::{num, Error, Result};
@@ -133,6 +133,8 @@ pub(crate) struct Emitter {
     pub(super) rank_bufs: RankBuffers,
     /// Keys of the transfers a rank's program emits (`rank.rs`).
     pub(super) rank_sink: RankSink,
+    /// The stages of a rank's last node matrix (`rank.rs`).
+    pub(super) stage_memo: StageMemo,
     pub(super) node_bytes: Vec<u64>,
     /// Non-empty blocks between different nodes.
     pub(super) inter_blocks: u64,
@@ -288,6 +290,7 @@ impl Emitter {
             whole: WholeBlocks::default(),
             rank_bufs: RankBuffers::default(),
             rank_sink: RankSink::default(),
+            stage_memo: StageMemo::default(),
             node_bytes: Vec::with_capacity(nodes * nodes),
             inter_blocks: 0,
             lanes: Vec::new(),

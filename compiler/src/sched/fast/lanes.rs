@@ -5,7 +5,7 @@
 use super::balance::{balance_pair, Lane};
 use super::blocks::{Blocks, RankBlocks};
 use super::emit::Emitter;
-use crate::rank::{LaneSums, NodeLanes};
+use crate::rank::{LaneSums, NodeLanes, StageInputs};
 
 /// A pair goes direct only if its busiest lane carries at most this fraction
 /// more than balanced lanes would (measured: 2% keeps 4x8 log-normal at 4 KB
@@ -82,8 +82,16 @@ impl Emitter {
         );
     }
 
-    /// Whether every node pair goes direct (see [`Emitter::balance`]).
-    fn pairs_all_direct(&mut self, v: &impl Blocks, min_gain: f64) -> bool {
+    /// Whether every node pair goes direct (see [`Emitter::balance`]):
+    /// tested pair by pair from `v`, or, for a rank given its
+    /// [`StageInputs`], from each node's verdict on its own pairs
+    /// (`given.pairs_direct`, [`Emitter::node_direct`]).
+    fn pairs_all_direct(
+        &mut self,
+        v: &impl Blocks,
+        min_gain: f64,
+        given: Option<&StageInputs>,
+    ) -> bool {
         let (nn, g) = (self.nodes, self.gpus);
         // Direct sends only when every pair qualifies: a direct pair's lanes
         // are not rail-aligned, and next to balanced pairs (pipelined into
@@ -107,17 +115,57 @@ impl Emitter {
             && !self.cross_rail_spine
             && self.blocks_are_long()
             && (self.mesh || self.opts.per_message_us * (g - 1) as f64 <= self.intra_latency);
+        if let Some(given) = given {
+            return all_direct && given.pairs_direct;
+        }
         'pairs: for a in 0..nn {
             for b in (0..nn).filter(|&b| b != a) {
                 if !all_direct {
                     break 'pairs;
                 }
                 self.sent_to(v, a, b);
-                all_direct =
-                    self.sent.iter().all(|&x| x == 0) || self.direct_is_enough(v, a, b, min_gain);
+                all_direct = self.sent.iter().all(|&x| x == 0)
+                    || self.direct_is_enough(|d| v.node_to_rank(a, d), b, min_gain);
             }
         }
         all_direct
+    }
+
+    /// Whether every pair node `a` sends passes the direct test
+    /// ([`Emitter::direct_is_enough`]) or sends nothing, from the node's
+    /// rows alone: `sends[l * N + b]` what GPU `l` sends node `b`,
+    /// `to_ranks[d]` what the node sends rank `d`. Node `a`'s part of
+    /// [`StageInputs::pairs_direct`]. O(R).
+    pub(crate) fn node_direct(&mut self, a: usize, sends: &[u64], to_ranks: &[u64]) -> bool {
+        let (nn, g) = (self.nodes, self.gpus);
+        let min_gain = self.min_gain();
+        (0..nn).filter(|&b| b != a).all(|b| {
+            self.sent.clear();
+            self.sent.extend((0..g).map(|l| sends[l * nn + b]));
+            self.sent.iter().all(|&x| x == 0) || self.direct_is_enough(|d| to_ranks[d], b, min_gain)
+        })
+    }
+
+    /// The lengths of the lanes of every pair `(a, b)` into node `b`, from
+    /// what every rank sends it (`into[s]`, `R` values): `N G` values,
+    /// lane `l` of `(a, b)` at `a G + l` (pair `(b, b)` empty), each the
+    /// `len` of [`Emitter::node_lanes`] of node `a` at `l N + b`.
+    pub(crate) fn column_lens(&mut self, b: usize, into: &[u64]) -> Vec<u64> {
+        let (nn, g) = (self.nodes, self.gpus);
+        let min_gain = self.min_gain();
+        let mut tmp = std::mem::take(&mut self.lane_tmp);
+        tmp.resize(g, Default::default());
+        let mut out = vec![0; nn * g];
+        for a in (0..nn).filter(|&a| a != b) {
+            self.sent.clear();
+            self.sent.extend_from_slice(&into[a * g..(a + 1) * g]);
+            self.balance_sent(a, min_gain, true, None, &mut tmp);
+            for (l, lane) in tmp.iter().enumerate() {
+                out[a * g + l] = lane.len();
+            }
+        }
+        self.lane_tmp = tmp;
+        out
     }
 
     /// Balances every node pair (module [`crate::sched::fast::balance`]).
@@ -129,7 +177,7 @@ impl Emitter {
         self.lanes.resize(nn * nn * g, Lane::default());
         self.pieces.clear();
         let min_gain = self.min_gain();
-        let all_direct = self.pairs_all_direct(v, min_gain);
+        let all_direct = self.pairs_all_direct(v, min_gain, None);
         self.all_direct = all_direct;
         for a in 0..nn {
             for b in 0..nn {
@@ -192,12 +240,13 @@ impl Emitter {
         node: usize,
         rail: usize,
         sums: Option<&LaneSums>,
+        given: Option<&StageInputs>,
     ) -> Option<u64> {
         let (nn, g) = (self.nodes, self.gpus);
         debug_assert!(!self.mesh, "a mesh's lanes spread: no rank programs");
         self.pieces.clear();
         let min_gain = self.min_gain();
-        self.all_direct = self.pairs_all_direct(v, min_gain);
+        self.all_direct = self.pairs_all_direct(v, min_gain, given);
         if self.all_direct {
             return None;
         }
@@ -220,7 +269,9 @@ impl Emitter {
                     (&s.rail_gathered[at.clone()], &s.rail_len[at])
                 }
                 None => {
-                    let rows = v.node_rows(a);
+                    let rows = v
+                        .node_rows(a)
+                        .expect("a rank without lane sums has node splits (program_local_into)");
                     row.balance(rows, nn, &self.weights, self.nic_rate, min_gain, a);
                     own.add_node(a, (&row.len, &row.gathered), (node, rail), (nn, g));
                     let at = rail * nn..(rail + 1) * nn;
@@ -322,7 +373,8 @@ impl Emitter {
     /// more than they save (alpha-beta, as (2) in docs/algorithms.md; the
     /// relative slack because a pair's excess is paid again in every stage
     /// it spans). `self.sent` holds what each GPU of `a` sends to `b`.
-    fn direct_is_enough(&self, v: &impl Blocks, a: usize, b: usize, min_gain: f64) -> bool {
+    /// `into(d)`: bytes node `a` sends rank `d`.
+    fn direct_is_enough(&self, into: impl Fn(usize) -> u64, b: usize, min_gain: f64) -> bool {
         let g = self.gpus;
         let total: u64 = self.sent.iter().sum();
         if total == 0 {
@@ -341,7 +393,7 @@ impl Emitter {
         for l in 0..g {
             worst = worst.max(self.sent[l] * share(l));
             let d = b * g + l;
-            let inn = v.node_to_rank(a, d);
+            let inn = into(d);
             worst = worst.max(inn * share(l));
         }
         let excess = (worst - balanced.min(worst)) as f64;

@@ -17,9 +17,10 @@ use super::lanes::rank_lane_index;
 use super::mul_div;
 use super::sends::lane_slice;
 use super::slots::NONE;
-use crate::error::{Error, Result};
+use crate::error::{Error, InputError, Result};
 use crate::plan::{Path, Transfer};
-use crate::rank::{direct_local, LocalProgram, LocalTraffic, TransferKey};
+use crate::rank::{direct_local, LocalProgram, LocalTraffic, StageInputs, TransferKey};
+use crate::sched::fast::stages::StagePair;
 
 impl Emitter {
     /// True when the busiest NIC, loaded with what each GPU (`(out, in)`
@@ -52,21 +53,14 @@ impl Emitter {
         out: &mut LocalProgram,
     ) -> Result<()> {
         let name = if self.opts.staged { "fast" } else { "spray" };
-        let nn = self.nodes;
         let refuse = |reason: &str| {
             Err(Error::NeedsWholeMatrix {
                 algorithm: name.into(),
                 reason: reason.into(),
             })
         };
-        self.latency_bound = self.opts.staged
-            && nn >= 2
-            && self.busiest_within_latency(
-                t.inter_out.iter().copied().zip(t.inter_in.iter().copied()),
-            );
-        self.merged = self.latency_bound || (self.opts.staged && self.one_nic_few_peers);
         let g = self.gpus;
-        if self.merged {
+        if self.merged_for(t) {
             let path = |s: usize, d: usize| {
                 if s == d {
                     Path::Local
@@ -81,33 +75,48 @@ impl Emitter {
             direct_local(t, name, path, out);
             return Ok(());
         }
-        let Some(splits) = t.node_splits.as_ref() else {
-            return refuse(
-                "the rank's traffic has no `node_splits` (what every rank sends every node), \
-                 which its staged plan balances",
-            );
-        };
+        // Lane sums with stage inputs, else `node_splits` (the reference).
+        let given = t.stage_inputs.as_ref().filter(|_| t.lane_sums.is_some());
+        let splits = t.node_splits.as_ref();
+        let inter_blocks =
+            match (given, splits) {
+                (Some(given), _) => given.inter_blocks,
+                (None, Some(splits)) => splits.inter_blocks,
+                (None, None) => return refuse(
+                    "the rank's traffic has neither `node_splits` (what every rank sends every \
+                     node) nor lane sums with stage inputs, which its staged plan balances by",
+                ),
+            };
         if self.mesh {
             return refuse("its mesh relief pass reroutes transfers of the whole plan");
         }
         self.node_bytes.clear();
         self.node_bytes.extend_from_slice(&t.node_bytes);
-        self.inter_blocks = splits.inter_blocks;
+        self.inter_blocks = inter_blocks;
         let (node, rail) = (t.rank / g, t.rank % g);
         let mut bufs = std::mem::take(&mut self.rank_bufs);
-        let v = bufs.view(t, splits);
-        let Some(scratch) = self.balance_rank(&v, node, rail, t.lane_sums.as_ref()) else {
+        let v = bufs.view(t, if given.is_some() { None } else { splits });
+        let Some(scratch) = self.balance_rank(&v, node, rail, t.lane_sums.as_ref(), given) else {
             self.rank_bufs = bufs;
             return refuse(
                 "every node pair is sent directly, and a direct lane's receives wait on \
                  the chains of every rail",
             );
         };
-        self.decompose();
+        self.decompose_rank();
         let mut sink = std::mem::take(&mut self.rank_sink);
         sink.reset(t.rank, g);
         self.prepare_sends();
-        self.first_slices_rank(&v, node, rail);
+        match given {
+            Some(given) => {
+                if let Err(e) = self.given_first_slices(given, node) {
+                    self.rank_sink = sink;
+                    self.rank_bufs = bufs;
+                    return Err(e);
+                }
+            }
+            None => self.first_slices_rank(&v, node, rail),
+        }
         self.rank_pairs(node, rail, &mut sink.pairs);
         for k in 0..sink.pairs.pairs.len() {
             let (i, before) = sink.pairs.pairs[k];
@@ -123,7 +132,155 @@ impl Emitter {
     }
 }
 
+/// The stages [`Emitter::first_slice_of`] decomposed for a rank, kept for
+/// its program on the same node matrix ([`Emitter::decompose_rank`]): a
+/// job needs them twice per call, for its GPU's first slice and then for
+/// its program.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct StageMemo {
+    node_bytes: Vec<u64>,
+    stages: Vec<StagePair>,
+    stage_count: u32,
+    valid: bool,
+}
+
 impl Emitter {
+    /// [`Emitter::decompose`] of `self.node_bytes`, or the stages
+    /// [`Emitter::first_slice_of`] kept for the same node matrix (moved
+    /// out: the memo serves one program).
+    pub(super) fn decompose_rank(&mut self) {
+        let memo = &mut self.stage_memo;
+        if memo.valid && memo.node_bytes == self.node_bytes {
+            std::mem::swap(&mut self.stages, &mut memo.stages);
+            self.stage_count = memo.stage_count;
+            memo.valid = false;
+            return;
+        }
+        self.decompose();
+    }
+
+    /// The first slice of GPU `(node, rail)` ([`Emitter::first_slices`]):
+    /// the index in the stages of `node_bytes` of its first lane slice that
+    /// carries bytes ([`NONE`] if none), from the lengths of its lanes,
+    /// `lens[b]` lane `rail` of pair `(node, b)`. Its part of every rank's
+    /// [`StageInputs::first_slices`]. The stages are kept for the rank's
+    /// program ([`Emitter::decompose_rank`]).
+    pub(crate) fn first_slice_of(&mut self, node_bytes: &[u64], node: usize, lens: &[u64]) -> u32 {
+        let nn = self.nodes;
+        let memo = &self.stage_memo;
+        if !(memo.valid && memo.node_bytes == node_bytes) {
+            // Decomposed into the memo's buffer, not copied there; the
+            // last plan's stages (`Planner::stages`) stay as they were.
+            let (count, depth) = (self.stage_count, self.depth);
+            std::mem::swap(&mut self.stages, &mut self.stage_memo.stages);
+            self.node_bytes.clear();
+            self.node_bytes.extend_from_slice(node_bytes);
+            self.decompose();
+            let memo = &mut self.stage_memo;
+            std::mem::swap(&mut self.stages, &mut memo.stages);
+            memo.stage_count = std::mem::replace(&mut self.stage_count, count);
+            self.depth = depth;
+            memo.node_bytes.clone_from(&self.node_bytes);
+            memo.valid = true;
+        }
+        self.taken.clear();
+        self.taken.resize(nn, 0);
+        for (i, p) in self.stage_memo.stages.iter().enumerate() {
+            if p.src_node as usize != node {
+                continue;
+            }
+            let b = p.dst_node as usize;
+            let before = self.taken[b];
+            let after = before + p.bytes;
+            self.taken[b] = after;
+            let (from, to) = lane_slice(before, after, node_bytes[node * nn + b], lens[b]);
+            if to > from {
+                return i as u32;
+            }
+        }
+        NONE
+    }
+
+    /// The first slices `given` ([`StageInputs`]), checked where the rank
+    /// knows the lanes: every GPU of its own node. Errors
+    /// ([`Error::Input`]) naming the first GPU whose given slice is not
+    /// its own, or one past the stages.
+    fn given_first_slices(&mut self, given: &StageInputs, node: usize) -> Result<()> {
+        let (nn, g) = (self.nodes, self.gpus);
+        let stages = self.stages.len();
+        let bad = |reason: String| -> Error {
+            InputError::new(
+                "local traffic",
+                format!("`stage_inputs.first_slices`: {reason}"),
+            )
+            .into()
+        };
+        if let Some(c) = given
+            .first_slices
+            .iter()
+            .position(|&i| i != NONE && i as usize >= stages)
+        {
+            return Err(bad(format!(
+                "GPU {c}'s is stage pair {}, of {stages}",
+                given.first_slices[c]
+            )));
+        }
+        self.first_slice.clear();
+        self.first_slice.extend_from_slice(&given.first_slices);
+        // The node's own GPUs, from its lanes (every lane of its pairs).
+        let mut own = std::mem::take(&mut self.rank_sums);
+        own.clear();
+        own.resize(nn + g, 0);
+        let (taken, found) = own.split_at_mut(nn);
+        found.fill(u64::from(NONE));
+        for (i, p) in self.stages.iter().enumerate() {
+            if p.src_node as usize != node {
+                continue;
+            }
+            let b = p.dst_node as usize;
+            let before = taken[b];
+            let after = before + p.bytes;
+            taken[b] = after;
+            let total = self.node_bytes[node * nn + b];
+            for (l, f) in found.iter_mut().enumerate() {
+                let len = self.lanes[rank_lane_index(nn, g, node, 0, node, b, l)].len();
+                let (from, to) = lane_slice(before, after, total, len);
+                if *f == u64::from(NONE) && to > from {
+                    *f = i as u64;
+                }
+            }
+        }
+        let wrong = found
+            .iter()
+            .enumerate()
+            .find(|&(l, &f)| f != u64::from(self.first_slice[node * g + l]));
+        let out = match wrong {
+            Some((l, &f)) => Err(bad(format!(
+                "GPU {}'s is {}, its lanes say {}",
+                node * g + l,
+                self.first_slice[node * g + l],
+                f
+            ))),
+            None => Ok(()),
+        };
+        self.rank_sums = own;
+        out
+    }
+
+    /// Whether the plan of the traffic `t` is part of is the merged one
+    /// (see [`Emitter::merged`]): decided from what every rank sends and
+    /// receives across nodes, which every rank's `t` holds alike. Sets
+    /// `latency_bound` and `merged`.
+    pub(crate) fn merged_for(&mut self, t: &LocalTraffic) -> bool {
+        self.latency_bound = self.opts.staged
+            && self.nodes >= 2
+            && self.busiest_within_latency(
+                t.inter_out.iter().copied().zip(t.inter_in.iter().copied()),
+            );
+        self.merged = self.latency_bound || (self.opts.staged && self.one_nic_few_peers);
+        self.merged
+    }
+
     /// [`Emitter::first_slices`] over the lanes of rank `(node, rail)`'s
     /// program ([`Emitter::balance_rank`]): the lanes it does not keep are
     /// balanced again, for their bytes, where the walk needs them (until

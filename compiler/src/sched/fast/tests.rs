@@ -795,9 +795,9 @@ fn rank_lanes_match_the_whole(t: &Topology, m: &TrafficMatrix, opts: &PlannerOpt
         let splits = lt.node_splits.as_ref().unwrap();
         e.node_bytes.clone_from(&lt.node_bytes);
         e.inter_blocks = splits.inter_blocks;
-        let v = bufs.view(&lt, splits);
+        let v = bufs.view(&lt, Some(splits));
         let sums = with_sums.then(|| LaneSums::assemble(&parts, rank, nn, g).unwrap());
-        let got = e.balance_rank(&v, node, rail, sums.as_ref());
+        let got = e.balance_rank(&v, node, rail, sums.as_ref(), None);
         assert_eq!(e.all_direct, whole.all_direct);
         let Some(got) = got else {
             continue;
@@ -833,6 +833,14 @@ fn rank_lanes_match_the_whole(t: &Topology, m: &TrafficMatrix, opts: &PlannerOpt
         e.prepare_sends();
         e.first_slices_rank(&v, node, rail);
         assert_eq!(e.first_slice, whole.first_slice, "rank {rank}");
+        // The rank's own first slice from its node's lanes alone (what it
+        // contributes to every rank's stage inputs).
+        let lens = &parts[node].len[rail * nn..(rail + 1) * nn];
+        let own = e.first_slice_of(&lt.node_bytes, node, lens);
+        assert_eq!(
+            own, whole.first_slice[rank],
+            "rank {rank}'s own first slice"
+        );
     }
 }
 
