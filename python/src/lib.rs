@@ -18,7 +18,9 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use switchyard_compiler::import::ImportOptions;
 use switchyard_compiler::lp::{lower_bound, LpOptions};
-use switchyard_compiler::msccl::{to_xml, Executor, Layout, Protocol, XmlOptions, MAX_CHUNK_BYTES};
+use switchyard_compiler::msccl::{
+    fit, to_xml, Executor, Layout, Protocol, XmlOptions, MAX_CHUNK_BYTES,
+};
 use switchyard_compiler::planner::{Planner as FastPlanner, PlannerOptions, Settle};
 use switchyard_compiler::program::{from_local, program, OpKind, RankProgram};
 use switchyard_compiler::rank::{LaneSums, LocalTraffic, NodeSplits, StageInputs};
@@ -593,6 +595,21 @@ impl PyPlanner {
             let t0 = Instant::now();
             let plan = match engine {
                 Engine::Reusable(p) => p.plan(&traffic),
+                // `lp` for a file routes rail to rail where the executor's
+                // threadblocks cannot hold a peer per GPU, and is refused
+                // before its solve where even that cannot fit, as `compile
+                // --out plan.xml` does (`fit::lp_rail_aligned`).
+                Engine::OneShot(opts) if alg == Algorithm::Lp && opts.target == Target::Msccl => {
+                    fit::lp_rail_aligned(&topo, &traffic, Executor::default_for(&topo)).and_then(
+                        |rail_aligned| {
+                            let opts = Options {
+                                lp_rail_aligned: rail_aligned,
+                                ..opts.clone()
+                            };
+                            schedule(alg, &topo, &traffic, &opts)
+                        },
+                    )
+                }
                 Engine::OneShot(opts) => schedule(alg, &topo, &traffic, opts),
             };
             (plan, t0.elapsed().as_secs_f64() * 1e6)

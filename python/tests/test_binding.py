@@ -123,6 +123,28 @@ def test_target_msccl_plans_for_the_file():
     Planner(t, "lp", target="msccl", time_limit_s=20).plan(m).verify()
 
 
+def test_target_msccl_routes_lp_rail_to_rail_where_peers_cannot_fit():
+    """``lp`` for a file decides its routes before the solve, as ``compile
+    --out plan.xml`` does: on 9 x 8 MI300X (RCCL: 64 threadblocks, 71 peers
+    per GPU) every inter-node hop goes rail to rail and the file loads;
+    on 32 x 8 its rail-aligned LP is refused at once as too large (not
+    solved for its time limit first)."""
+    t = Topology.preset("mi300x", 9)
+    m = skewed(72, seed=5)
+    plan = Planner(t, "lp", target="msccl", time_limit_s=30).plan(m)
+    plan.verify()
+    hops = [(tr["src"], tr["dst"]) for tr in json.loads(plan.to_json())["transfers"]]
+    crossing = [(s, d) for s, d in hops if s // 8 != d // 8]
+    assert crossing and all(s % 8 == d % 8 for s, d in crossing)
+    assert plan.to_msccl_xml().startswith("<algo")
+    # Without target="msccl" the routes are free: some hop leaves its rail.
+    free = json.loads(Planner(t, "lp", time_limit_s=30).plan(m).to_json())["transfers"]
+    assert any(tr["src"] // 8 != tr["dst"] // 8 and tr["src"] % 8 != tr["dst"] % 8 for tr in free)
+    big = Topology.preset("dgx-h100", 32)
+    with pytest.raises(ValueError, match="rail-aligned flow LP"):
+        Planner(big, "lp", target="msccl", time_limit_s=5).plan(skewed(256, seed=3))
+
+
 def test_auto_settle_modes():
     """``settle`` is an option of ``auto`` alone; each mode plans a plan that
     verifies, names the algorithm it chose, and (as a reused planner) plans
