@@ -264,11 +264,17 @@ pub fn to_xml(
     let timeline = simulate(topo, plan, &timeline_options(n))?.transfers;
     laps.lap("ideal simulation of the plan");
     // Above `chunk::MAX_RANKS_PRICED` ranks (no candidate is priced there)
-    // a chunk whose file with pacing cuts misses a limit is lowered again
-    // without cuts before it is doubled, until a file without cuts misses
-    // too (docs/msccl.md, "Cluster size").
+    // a padded file's chunk whose file with pacing cuts misses a limit is
+    // lowered again without cuts before it is doubled, until a file without
+    // cuts misses too (docs/msccl.md, "Cluster size"). 64x8 log-normal
+    // `fast` by the executor's rules: padded 31977 -> 17594 us (its cut
+    // file needed 4 times the chunk), but packed 11197 -> 12789 us (cut at
+    // 8 times its base chunk, the padded base chunk, against uncut at the
+    // base): packed files are not retried uncut (docs/benchmarks.md, "A
+    // missed chunk lowered again without pacing cuts").
     let uncut_retry = opts.chunk_bytes.is_none()
         && opts.pacing == Pacing::Cut
+        && opts.layout == Layout::Padded
         && n > super::chunk::MAX_RANKS_PRICED;
     let lower_from =
         |start: u64, handoff: bool, lead: Option<f64>, laps: &mut Laps| -> Result<Lowered> {
@@ -663,7 +669,7 @@ enum Next {
 }
 
 /// `lower_from`'s retries: where `may_uncut` (above
-/// `chunk::MAX_RANKS_PRICED` ranks, pacing cut), a chunk whose cut file
+/// `chunk::MAX_RANKS_PRICED` ranks, padded, pacing cut), a chunk whose cut file
 /// missed a limit after its cuts is lowered again without cuts before it
 /// is doubled; once a file without cuts misses too, the chunks after it
 /// are only doubled, cut (docs/msccl.md, "Cluster size").
