@@ -263,11 +263,25 @@ pub fn to_xml(
     fit::check_plan(plan, topo, traffic, opts.executor)?;
     let timeline = simulate(topo, plan, &timeline_options(n))?.transfers;
     laps.lap("ideal simulation of the plan");
+    // Above `chunk::MAX_RANKS_PRICED` ranks (no candidate is priced there)
+    // a padded file's chunk whose file with pacing cuts misses a limit is
+    // lowered again without cuts before it is doubled, until a file without
+    // cuts misses too (docs/msccl.md, "Cluster size"). 64x8 log-normal
+    // `fast` by the executor's rules: padded 31977 -> 17594 us (its cut
+    // file needed 4 times the chunk), but packed 11197 -> 12789 us (cut at
+    // 8 times its base chunk, the padded base chunk, against uncut at the
+    // base): packed files are not retried uncut (docs/benchmarks.md, "A
+    // missed chunk lowered again without pacing cuts").
+    let uncut_retry = opts.chunk_bytes.is_none()
+        && opts.pacing == Pacing::Cut
+        && opts.layout == Layout::Padded
+        && n > super::chunk::MAX_RANKS_PRICED;
     let lower_from =
         |start: u64, handoff: bool, lead: Option<f64>, laps: &mut Laps| -> Result<Lowered> {
             let mut u = start;
+            let mut retry = Retry::new(uncut_retry);
             loop {
-                match lower_with(
+                let (why, after_cuts) = match lower_with(
                     plan,
                     topo,
                     traffic,
@@ -278,29 +292,32 @@ pub fn to_xml(
                     laps,
                     handoff,
                     lead,
+                    retry.uncut,
                 ) {
-                    Err(LowerError::Limit(why))
-                        if opts.chunk_bytes.is_none()
-                            && u < start << 10
-                            && u * 2 <= MAX_CHUNK_BYTES =>
-                    {
-                        // The failed lowering's cost shows in the laps
-                        // above; say which limit it missed.
-                        laps.note(&format!("chunk {u} bytes missed a limit ({why}); doubling"));
-                        u *= 2;
-                    }
-                    // The caller's chunk size is too small for the
-                    // executor: bad input.
-                    Err(LowerError::Limit(why)) if opts.chunk_bytes.is_some() => {
-                        return Err(chunk_too_small(u, opts.executor, &why))
-                    }
-                    Err(LowerError::Limit(why)) => {
-                        return Err(unsupported(format!(
-                            "{why} (chunk size {u} bytes); try a larger --chunk-bytes"
-                        )))
-                    }
-                    Err(LowerError::Other(e)) => return Err(e),
                     Ok(x) => return Ok(x),
+                    Err(LowerError::Other(e)) => return Err(e),
+                    Err(LowerError::Limit(why)) => (why, false),
+                    Err(LowerError::CutLimit(why)) => (why, true),
+                };
+                // The caller's chunk size is too small for the executor: bad
+                // input.
+                if opts.chunk_bytes.is_some() {
+                    return Err(chunk_too_small(u, opts.executor, &why));
+                }
+                // The failed lowering's cost shows in the laps above; say
+                // which limit it missed.
+                if retry.missed(after_cuts) == Next::Uncut {
+                    laps.note(&format!(
+                        "chunk {u} bytes missed a limit after pacing cuts ({why}); \
+                         lowering it again without cuts"
+                    ));
+                } else if u < start << 10 && u * 2 <= MAX_CHUNK_BYTES {
+                    laps.note(&format!("chunk {u} bytes missed a limit ({why}); doubling"));
+                    u *= 2;
+                } else {
+                    return Err(unsupported(format!(
+                        "{why} (chunk size {u} bytes); try a larger --chunk-bytes"
+                    )));
                 }
             }
         };
@@ -344,6 +361,7 @@ pub fn to_xml(
                 laps,
                 true,
                 None,
+                false,
             );
             if let Ok(r) = r {
                 if cands.iter().all(|y| y.0.text != r.x.text) {
@@ -470,7 +488,7 @@ pub fn to_xml(
                 Streams::Rate(RATE_CAPS[1]),
             ] {
                 match lower_with(
-                    plan, topo, traffic, o, u, &timeline, streams, laps, true, None,
+                    plan, topo, traffic, o, u, &timeline, streams, laps, true, None, false,
                 ) {
                     Ok(y) if y.x.chunk_bytes == u && cands.iter().all(|c| c.0.text != y.x.text) => {
                         let spread = y.spread;
@@ -641,15 +659,63 @@ fn chunk_too_small(u: u64, executor: Executor, why: &str) -> Error {
     ))
 }
 
+/// What `to_xml`'s `lower_from` lowers after a chunk missed a limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    /// The same chunk without pacing cuts.
+    Uncut,
+    /// Twice the chunk (cut as asked).
+    Doubled,
+}
+
+/// `lower_from`'s retries: where `may_uncut` (above
+/// `chunk::MAX_RANKS_PRICED` ranks, padded, pacing cut), a chunk whose cut file
+/// missed a limit after its cuts is lowered again without cuts before it
+/// is doubled; once a file without cuts misses too, the chunks after it
+/// are only doubled, cut (docs/msccl.md, "Cluster size").
+#[derive(Debug, Clone, Copy)]
+struct Retry {
+    /// The next lowering is without cuts.
+    uncut: bool,
+    may_uncut: bool,
+}
+
+impl Retry {
+    fn new(may_uncut: bool) -> Self {
+        Retry {
+            uncut: false,
+            may_uncut,
+        }
+    }
+
+    /// After a miss of the current lowering (`after_cuts`: its file had
+    /// pacing cuts and missed after them).
+    fn missed(&mut self, after_cuts: bool) -> Next {
+        if after_cuts && self.may_uncut && !self.uncut {
+            self.uncut = true;
+            return Next::Uncut;
+        }
+        if self.uncut {
+            self.uncut = false;
+            self.may_uncut = false;
+        }
+        Next::Doubled
+    }
+}
+
 /// Why a lowering failed. Limits that no chunk size fixes (threadblocks
 /// for a gpu's peers, channel groups, the parse budget's steps that every
 /// connection needs) are refused before any tracing (`fit::check_plan`);
 /// a fresh tb always holds its waits (`drop_oldest_waits`), so what is
 /// left here is what fewer, larger chunks can fix, and `to_xml` retries
-/// only these.
+/// only these (above `chunk::MAX_RANKS_PRICED` ranks, after pacing cuts, the
+/// same chunk without cuts first: [`Retry`]).
 enum LowerError {
     /// An executor limit: a larger chunk may help.
     Limit(String),
+    /// An executor limit missed by a file with pacing cuts (after them):
+    /// the same chunk without cuts may fit (`to_xml`'s `lower_from`).
+    CutLimit(String),
     Other(Error),
 }
 
@@ -701,6 +767,7 @@ fn lower_with(
     laps: &mut Laps,
     handoff: bool,
     head_lead_us: Option<f64>,
+    uncut_all: bool,
 ) -> std::result::Result<Lowered, LowerError> {
     let n = traffic.ranks();
     let k: Vec<Vec<u32>> = (0..n)
@@ -773,15 +840,21 @@ fn lower_with(
             // whose protocol was chosen by size takes Simple when that
             // holds more of the plan's waits (docs/msccl.md, "Pacing").
             let retry = (opts.protocol.is_none()
+                && !uncut_all
                 && exact_matrix
                 && proto.fifo_depth() > Protocol::Simple.fifo_depth())
             .then(|| ops.clone());
             let release = head_lead_us.map(|l| (timeline, l));
             // Gpus whose steps before any cut nearly fill the parse: their
             // transfers are written whole (`uncut_gpus`).
-            let uncut = uncut_gpus(&ops, n, opts.executor.max_tbs_per_gpu());
+            // With `uncut_all`, every gpu's (`to_xml`'s `lower_from`).
+            let uncut = if uncut_all {
+                vec![true; n]
+            } else {
+                uncut_gpus(&ops, n, opts.executor.max_tbs_per_gpu())
+            };
             let hot = uncut.iter().filter(|&&h| h).count();
-            if hot > 0 {
+            if hot > 0 && !uncut_all {
                 laps.note(&format!(
                     "gpus holding over {UNCUT_ABOVE} elements before pacing cuts, their transfers not cut: {hot}"
                 ));
@@ -813,6 +886,13 @@ fn lower_with(
     let ops = paced.ops;
     let fifo = proto.fifo_depth() as u32;
     laps.lap("pacing cuts");
+    // A limit missed after pacing cuts were made: the same chunk without
+    // them may fit.
+    let cuts = paced.steps;
+    let after_cuts = |e: LowerError| match e {
+        LowerError::Limit(why) if cuts > 0 => LowerError::CutLimit(why),
+        e => e,
+    };
     // Transfers longer than one connection's FIFO window run on several
     // lanes where the budget allows (`super::spread`).
     let shapes: Vec<OpCalls> = ops
@@ -879,7 +959,8 @@ fn lower_with(
         let short = shapes.iter().map(|s| s.calls <= fifo as u64).collect();
         SendChain::new(short, n)
     });
-    let mut built = build_tbs(&ops, n, timeline, opts.executor, &groups, hand, chain)?;
+    let mut built =
+        build_tbs(&ops, n, timeline, opts.executor, &groups, hand, chain).map_err(after_cuts)?;
     laps.lap("threadblocks and waits");
     if let Some(unheld) = paced.unheld {
         built.unheld = unheld;
@@ -895,11 +976,11 @@ fn lower_with(
         .map(|(tbs, op_of)| pack::pack_gpu(tbs, op_of, limit).0)
         .collect();
     if let Some((g, tbs)) = built.tbs.iter().enumerate().find(|(_, t)| t.len() > limit) {
-        return Err(LowerError::Limit(format!(
+        return Err(after_cuts(LowerError::Limit(format!(
             "rank {g} needs {} threadblocks even with a send and a receive list per tb; {} loads at most {limit}",
             tbs.len(),
             opts.executor
-        )));
+        ))));
     }
     let (min_bytes, max_bytes) = if exact_matrix {
         (nbytes, nbytes)
@@ -943,17 +1024,17 @@ fn lower_with(
     for g in &algo.gpus {
         let steps: usize = g.tbs.iter().map(|t| t.steps.len()).sum();
         if 1 + n + g.tbs.len() + steps > MAX_NODES {
-            return Err(LowerError::Limit(format!(
+            return Err(after_cuts(LowerError::Limit(format!(
                 "gpu {} would hold {} elements, the executor parses at most {MAX_NODES}",
                 g.id,
                 1 + n + g.tbs.len() + steps
-            )));
+            ))));
         }
         if g.s_chunks > MAX_OFFSET + 1 {
-            return Err(LowerError::Limit(format!(
+            return Err(after_cuts(LowerError::Limit(format!(
                 "gpu {} needs {} scratch chunks",
                 g.id, g.s_chunks
-            )));
+            ))));
         }
     }
     laps.lap("packing");
@@ -2885,6 +2966,26 @@ mod tests {
         assert_eq!(whole.unheld, Some(1));
         assert_eq!(whole.steps, 0);
         assert!(whole.pinned.is_empty());
+    }
+
+    #[test]
+    fn a_chunk_missed_after_cuts_is_lowered_uncut_before_it_is_doubled() {
+        // Up to 64 ranks (or no cuts asked): always doubled, as before.
+        let mut r = Retry::new(false);
+        assert_eq!([r.missed(true), r.missed(false)], [Next::Doubled; 2]);
+        assert!(!r.uncut);
+        // A miss before any cut (offsets): doubled, cut.
+        let mut r = Retry::new(true);
+        assert_eq!(r.missed(false), Next::Doubled);
+        assert!(!r.uncut);
+        // After cuts: the same chunk uncut; that fits or misses.
+        assert_eq!(r.missed(true), Next::Uncut);
+        assert!(r.uncut);
+        // Missed uncut too: doubled, cut, and never uncut again.
+        assert_eq!(r.missed(false), Next::Doubled);
+        assert!(!r.uncut);
+        assert_eq!([r.missed(true), r.missed(true)], [Next::Doubled; 2]);
+        assert!(!r.uncut);
     }
 
     #[test]
