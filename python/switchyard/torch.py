@@ -387,6 +387,23 @@ class AllToAll:
         row_bytes = math.prod(input.shape[1:]) * input.element_size()
         return status, ins, outs, row_bytes
 
+    def _all_to_all(self, send: np.ndarray, sizes: List[int], total: int,
+                    device: torch.device) -> np.ndarray:
+        """One ``all_to_all_single`` of int64 values, ``sizes[p]`` to and
+        from each peer ``p`` (``total`` received), waited for within the
+        group's timeout; what this rank received."""
+        recv_t = torch.empty(total, dtype=torch.int64, device=device)
+        work = dist.all_to_all_single(
+            recv_t,
+            torch.from_numpy(send).to(device),
+            sizes,
+            sizes,
+            group=self.group,
+            async_op=True,
+        )
+        _wait_all([work], self._timeout)
+        return recv_t.cpu().numpy()
+
     def _device(self, input: torch.Tensor) -> torch.device:
         return input.device if self._backend == "nccl" else torch.device("cpu")
 
@@ -556,17 +573,7 @@ class AllToAll:
         send[self._l_extra] = self._summaries(row, col)[self._l_node_of]
         send[self._l_pay_pos] = row[self._l_pay_src]
         device = self._device(input)
-        recv_t = torch.empty(self._l_total, dtype=torch.int64, device=device)
-        work = dist.all_to_all_single(
-            recv_t,
-            torch.from_numpy(send).to(device),
-            self._l_sizes,
-            self._l_sizes,
-            group=self.group,
-            async_op=True,
-        )
-        _wait_all([work], self._timeout)
-        recv = recv_t.cpu().numpy()
+        recv = self._all_to_all(send, self._l_sizes, self._l_total, device)
         # Every rank holds every header: the same verdict everywhere.
         head = recv[self._l_head]
         bad = np.nonzero(head[:, _L_STATUS])[0]
@@ -666,17 +673,7 @@ class AllToAll:
             axis=1,
         )
         send[self._lr_rail] = np.concatenate((length[j], gathered[j]))[None, :]
-        recv_t = torch.empty(self._lr_total, dtype=torch.int64, device=device)
-        work = dist.all_to_all_single(
-            recv_t,
-            torch.from_numpy(send).to(device),
-            self._lr_sizes,
-            self._lr_sizes,
-            group=self.group,
-            async_op=True,
-        )
-        _wait_all([work], self._timeout)
-        recv = recv_t.cpu().numpy()
+        recv = self._all_to_all(send, self._lr_sizes, self._lr_total, device)
         self._stats["gather_bytes"] += self._lr_total * 8
         head = recv[self._lr_head]
         rail = recv[self._lr_rail]
