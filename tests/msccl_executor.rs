@@ -472,7 +472,7 @@ fn executor_rule_breakdown() {
 /// already. 4x8 intra-skew (+7.2% / +3.2% before), 4x8 hotspot padded
 /// (+3.7%) and 2x8 intra-skew packed (+3.4%) hold since gathering copies
 /// run first on their gpu's local tb and a cut piece (head, body, tail)
-/// waits only for the data it reads (`own_data` in `msccl/lower.rs`).
+/// waits only for the data it reads (`own_data` in `msccl/lower/cuts.rs`).
 /// Cases that miss 3% are listed in docs/benchmarks.md.
 const PACED_CASES: [(
     usize,

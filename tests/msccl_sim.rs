@@ -59,7 +59,7 @@ fn xml_plans_simulate_within_two_percent() {
                     let mut back = parse_xml(&x.text, "plan.xml", Some(&m)).unwrap();
                     assign_paths(&mut back, &topo);
                     // `pairwise`'s file chains each send behind its gpu's
-                    // previous send (`SendChain` in msccl/lower.rs): done
+                    // previous send (`SendChain` in msccl/lower/tbs.rs): done
                     // once staged to an executor, but once arrived to the
                     // plan's simulator, so its encoded plan is not the
                     // source plan's cost; the file is priced by the

@@ -60,7 +60,7 @@ pub fn pairwise(topo: &Topology, traffic: &TrafficMatrix) -> Plan {
 /// the rounds before k has arrived, as a blocking `sendrecv` whose send is
 /// buffered would; the plan has no "round done" event, so each transfer
 /// lists all of them (N²/2 per rank; the lowering writes two waits per
-/// send, `SendChain` in `msccl/lower.rs`).
+/// send, `SendChain` in `msccl/lower/tbs.rs`).
 pub fn pairwise_held(topo: &Topology, traffic: &TrafficMatrix) -> Plan {
     let n = traffic.ranks();
     let layout = Layout::new(traffic);

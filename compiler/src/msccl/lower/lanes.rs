@@ -1,0 +1,228 @@
+//! Lanes: spreads each connection's operations over its channels as the
+//! plan's concurrency and the threadblock budget allow.
+
+use std::cmp::Reverse;
+use std::collections::hash_map::Entry;
+use std::collections::{BinaryHeap, HashMap};
+
+use crate::msccl::ops::ChunkOp;
+use crate::msccl::spread::spread_lanes;
+use crate::msccl::MAX_STEPS_PER_TB;
+use crate::sim::TransferTime;
+
+/// Lanes (channels) one connection's operations are spread over at most.
+pub(super) const MAX_LANES: u32 = 32;
+/// When the tb budget cannot give every transfer the plan runs at once a
+/// lane of its own, a transfer may follow one on a lane that, in the plan,
+/// is still running for up to this fraction of its own duration.
+const SHARE_SLACK: f64 = 0.2;
+
+/// Lanes of every operation, and how many lanes each connection has.
+pub(super) struct Lanes {
+    pub(super) of_op: Vec<u32>,
+    pub(super) per_conn: HashMap<(u32, u32), u32>,
+    /// Lanes the plan's concurrency wants beyond those the budget gave.
+    pub(super) short: usize,
+    /// Largest number of tbs a gpu needs to run at once every transfer the
+    /// plan runs at once.
+    pub(super) tbs_wanted: usize,
+}
+
+/// Plans with more transfers than this get their lanes without the
+/// ancestor test (its bit sets take transfers² / 8 bytes).
+const MAX_ANCESTOR_TRANSFERS: usize = 16_384;
+
+/// Puts every operation on a lane (a channel of its connection, each lane
+/// one send tb and one receive tb, run one step after another). The runs of
+/// one plan transfer go on one lane back to back, so the executor streams
+/// them as the one flow the transfer is. A transfer goes on a lane whose
+/// last transfer is one of its ancestors in the plan (then the lane's order
+/// adds no wait the plan does not have); failing that on a new lane, so
+/// transfers the plan runs side by side move side by side. Lanes are
+/// limited by the threadblock budget: every connection has one, and extra
+/// ones go, one at a time, to the connection that wants the most more than
+/// it has, while both its gpus stay within `budget` tbs
+/// ([`Executor::tb_budget`](crate::msccl::Executor::tb_budget)). A transfer
+/// that finds no free lane takes the one with the fewest bytes.
+pub(super) fn assign_lanes(
+    ops: &[ChunkOp],
+    n: usize,
+    timeline: &[TransferTime],
+    budget: usize,
+    groups: &[u32],
+    max_per_conn: u32,
+) -> Lanes {
+    // Source transfers in the order of their remote operations (then those
+    // with local copies only), with the ops of each: the copies that gather
+    // a send's runs come first in `ops` (`super::gather`) but do not move
+    // their transfer ahead of the others here.
+    let mut order: Vec<u32> = Vec::new();
+    let mut dense: HashMap<u32, usize> = HashMap::new();
+    let remote_first = ops
+        .iter()
+        .filter(|o| o.src != o.dst)
+        .chain(ops.iter().filter(|o| o.src == o.dst));
+    for op in remote_first {
+        if let Entry::Vacant(e) = dense.entry(op.from) {
+            e.insert(order.len());
+            order.push(op.from);
+        }
+    }
+    let nt = order.len();
+    let words = nt.div_ceil(64);
+    let exact = nt <= MAX_ANCESTOR_TRANSFERS;
+    // Ancestors of each transfer (dense indices), from the ops' deps.
+    let mut anc: Vec<Vec<u64>> = if exact {
+        vec![vec![0u64; words]; nt]
+    } else {
+        Vec::new()
+    };
+    if exact {
+        let mut seen = vec![false; nt];
+        for op in ops {
+            let t = dense[&op.from];
+            if seen[t] {
+                continue;
+            }
+            seen[t] = true;
+            let mut a = vec![0u64; words];
+            for &d in &op.deps {
+                let x = dense[&ops[d as usize].from];
+                if x == t {
+                    continue;
+                }
+                a[x / 64] |= 1 << (x % 64);
+                for (w, v) in a.iter_mut().zip(&anc[x]) {
+                    *w |= v;
+                }
+            }
+            anc[t] = a;
+        }
+    }
+    let time = |t: usize| {
+        timeline
+            .get(order[t] as usize)
+            .map_or((0.0, 0.0), |x| (x.start_us, x.end_us))
+    };
+    let mut conn_of = vec![(0u32, 0u32); nt];
+    for op in ops {
+        conn_of[dense[&op.from]] = (op.src, op.dst);
+    }
+    let remote: Vec<usize> = (0..nt).filter(|&t| conn_of[t].0 != conn_of[t].1).collect();
+    let mut base = vec![0usize; n];
+    let mut locals = vec![0usize; n];
+    for op in ops.iter().filter(|o| o.src == o.dst) {
+        locals[op.src as usize] += 1;
+    }
+    for (g, &l) in locals.iter().enumerate() {
+        base[g] += l.div_ceil(MAX_STEPS_PER_TB);
+    }
+    // Lanes with `of_op` per transfer (dense index).
+    let attempt = |slack: f64| -> Lanes {
+        // `t` may follow `x` on a lane: the plan orders them, or runs `x`
+        // to its end before `t` starts (or has done all but `slack` of
+        // `t`'s duration by then).
+        let free = |x: usize, t: usize| {
+            let ((_, xe), (ts, te)) = (time(x), time(t));
+            (exact && anc[t][x / 64] >> (x % 64) & 1 == 1) || xe <= ts + slack * (te - ts)
+        };
+        // Lanes each connection wants: the greedy cover in start order.
+        let mut want: HashMap<(u32, u32), Vec<usize>> = HashMap::new();
+        for &t in &remote {
+            let lanes = want.entry(conn_of[t]).or_default();
+            match lanes.iter_mut().find(|last| free(**last, t)) {
+                Some(last) => *last = t,
+                None => lanes.push(t),
+            }
+        }
+        // Share the tb budget, one lane at a time, to the connection with
+        // the most wanted lanes per lane it has.
+        let mut tbs = base.clone();
+        let mut per_conn: HashMap<(u32, u32), u32> = HashMap::new();
+        let mut heap: BinaryHeap<(u64, Reverse<(u32, u32)>)> = BinaryHeap::new();
+        for (&(s, d), w) in &want {
+            per_conn.insert((s, d), 1);
+            tbs[s as usize] += 1;
+            tbs[d as usize] += 1;
+            heap.push((w.len() as u64 * 1000, Reverse((s, d))));
+        }
+        while let Some((_, Reverse((s, d)))) = heap.pop() {
+            let (w, l) = (want[&(s, d)].len() as u32, per_conn[&(s, d)]);
+            if l >= MAX_LANES.min(w) || tbs[s as usize] >= budget || tbs[d as usize] >= budget {
+                continue;
+            }
+            per_conn.insert((s, d), l + 1);
+            tbs[s as usize] += 1;
+            tbs[d as usize] += 1;
+            heap.push((w as u64 * 1000 / (l as u64 + 1), Reverse((s, d))));
+        }
+        let short = want
+            .iter()
+            .map(|(c, w)| w.len().saturating_sub(per_conn[c] as usize))
+            .sum();
+        let mut wanted = base.clone();
+        for (&(s, d), w) in &want {
+            wanted[s as usize] += w.len();
+            wanted[d as usize] += w.len();
+        }
+        let wanted = wanted.into_iter().max().unwrap_or(0);
+        // Assign, within the lanes each connection got.
+        let mut lane_of = vec![0u32; nt];
+        let mut open: HashMap<(u32, u32), Vec<usize>> = HashMap::new();
+        for &t in &remote {
+            let c = conn_of[t];
+            let lanes = open.entry(c).or_default();
+            let l = match lanes.iter().position(|&last| free(last, t)) {
+                Some(l) => l,
+                None if lanes.len() < per_conn[&c] as usize => {
+                    lanes.push(t);
+                    lanes.len() - 1
+                }
+                // The lane whose last transfer ends first in the plan.
+                None => (0..lanes.len())
+                    .min_by(|&a, &b| time(lanes[a]).1.total_cmp(&time(lanes[b]).1))
+                    .expect("a connection has a lane"),
+            };
+            lanes[l] = t;
+            lane_of[t] = l as u32;
+        }
+        Lanes {
+            of_op: lane_of,
+            per_conn,
+            short,
+            tbs_wanted: wanted,
+        }
+    };
+    let exact_lanes = attempt(0.0);
+    let mut lanes = if exact_lanes.short > 0 {
+        // Not every transfer the plan runs at once gets a lane: let those
+        // that overlap a little share one, to leave lanes for the rest.
+        Lanes {
+            short: exact_lanes.short,
+            tbs_wanted: exact_lanes.tbs_wanted,
+            ..attempt(SHARE_SLACK)
+        }
+    } else {
+        exact_lanes
+    };
+    lanes.of_op = ops.iter().map(|op| lanes.of_op[dense[&op.from]]).collect();
+    // What the budget has left goes to long streams (`super::spread`).
+    let mut used = base;
+    for (&(s, d), &l) in &lanes.per_conn {
+        used[s as usize] += l as usize;
+        used[d as usize] += l as usize;
+    }
+    let conn: Vec<(u32, u32)> = ops.iter().map(|o| (o.src, o.dst)).collect();
+    let from: Vec<u32> = ops.iter().map(|o| o.from).collect();
+    spread_lanes(
+        &mut lanes.of_op,
+        &mut lanes.per_conn,
+        &conn,
+        &from,
+        groups,
+        used,
+        budget,
+        max_per_conn,
+    );
+    lanes
+}
