@@ -423,19 +423,7 @@ impl Planner {
             )
             .into());
         }
-        let refuse = |reason: &str| {
-            Err(Error::NeedsWholeMatrix {
-                algorithm: self.algorithm.name().into(),
-                reason: reason.into(),
-            })
-        };
-        if self.topo.intra_kind() == Some(IntraKind::Mesh) {
-            return refuse("its mesh relief pass reroutes transfers of the whole plan");
-        }
-        match (&mut self.emitter, self.auto.is_some()) {
-            (Some(e), false) => Ok(e.node_lanes(node, sends)),
-            _ => refuse("only staged `fast` and `spray` balance lanes"),
-        }
+        Ok(self.lane_emitter()?.node_lanes(node, sends))
     }
 
     /// The emitter of a staged `fast` or `spray` planner off a mesh, for

@@ -223,9 +223,9 @@ pub(crate) struct Emitter {
     /// `spray`: the slot of its GPU's chain where the lane slice being
     /// emitted starts (its sends are chained from there: `emit_slice`).
     pub(super) slice_start: usize,
-    /// `spray`: the chains' depth for the node pair being emitted
-    /// ([`Emitter::spray_depth`]).
-    pub(super) spray_depth: usize,
+    /// `spray`: each sending node's chain depth ([`Emitter::spray_depth`]),
+    /// set once per plan by `prepare_sends`.
+    pub(super) spray_depths: Vec<usize>,
 }
 
 impl Emitter {
@@ -336,7 +336,7 @@ impl Emitter {
             relief: MeshRelief::default(),
             chain_buf: Vec::new(),
             slice_start: 0,
-            spray_depth: 1,
+            spray_depths: Vec::new(),
             opts,
         })
     }

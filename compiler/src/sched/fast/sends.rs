@@ -43,6 +43,12 @@ impl Emitter {
         for s in self.out_bytes.iter_mut().chain(&mut self.in_bytes) {
             s.clear();
         }
+        if !self.opts.staged {
+            let mut depths = std::mem::take(&mut self.spray_depths);
+            depths.clear();
+            depths.extend((0..nn).map(|a| self.spray_depth(a)));
+            self.spray_depths = depths;
+        }
         self.in_from.iter_mut().for_each(Vec::clear);
         self.unit = self.window_unit(bounds);
         self.last_move.clear();
@@ -94,9 +100,6 @@ impl Emitter {
         let taper = self.last_pair[a] == i || self.last_pair[nn + b] == i;
         let after = before + p.bytes;
         let total = self.node_bytes[a * nn + b];
-        if !self.opts.staged {
-            self.spray_depth = self.spray_depth(a);
-        }
         for l in out.lanes(a, b, self.gpus) {
             let li = out.lane_index(nn, self.gpus, a, b, l);
             let lane = self.lanes[li];
@@ -238,9 +241,12 @@ impl Emitter {
         // its gathered bytes as two streams (the gathered wait for their
         // moves, which must not hold the own back), so the first sends land
         // and their forwards run while the rest are on the NIC.
+        // Only the streams this send has are looked up: the own bytes are
+        // the slice's prefix and the gathered its suffix, so a lookup of
+        // the other stream would scan the whole slice back for nothing.
         let (mut own_chain, mut gathered_chain) = (chain, chain);
         if !self.opts.staged {
-            let d = self.spray_depth;
+            let d = self.spray_depths[a];
             let back = |k: usize| {
                 (self.slice_start..slot)
                     .rev()
@@ -248,11 +254,15 @@ impl Emitter {
                     .filter(|&op| op != NONE)
                     .nth(d - 1)
             };
-            if let Some(op) = back(0) {
-                own_chain.add(op);
+            if from < lane.own {
+                if let Some(op) = back(0) {
+                    own_chain.add(op);
+                }
             }
-            if let Some(op) = back(1) {
-                gathered_chain.add(op);
+            if to > lane.own {
+                if let Some(op) = back(1) {
+                    gathered_chain.add(op);
+                }
             }
         }
         let path = Path::Rdma { nic: self.rail[l] };
