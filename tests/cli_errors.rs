@@ -1,6 +1,9 @@
 //! Every kind of bad input gets one line naming the file, the place and the
 //! reason, and exit code 2; a failed check exits 1; nothing panics.
 
+mod common;
+use common::Scratch;
+
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -16,11 +19,9 @@ fn example(rel: &str) -> String {
         .to_string()
 }
 
-/// A scratch directory unique to one test.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("switchyard-cli-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A scratch directory for one test, removed when it passes.
+fn scratch(name: &str) -> Scratch {
+    Scratch::new(&format!("cli-{name}"))
 }
 
 fn write(dir: &std::path::Path, name: &str, text: &str) -> String {

@@ -7,13 +7,11 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::root;
+use common::{root, Scratch};
 
-/// A scratch directory unique to one test.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("switchyard-fuzz-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A scratch directory for one test, removed when it passes.
+fn scratch(name: &str) -> Scratch {
+    Scratch::new(&format!("fuzz-{name}"))
 }
 
 fn write(dir: &Path, name: &str, text: impl AsRef<[u8]>) -> String {

@@ -6,15 +6,13 @@
 mod common;
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
 
-use common::{root, run};
+use common::{root, run, Scratch};
 use serde_json::Value;
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("switchyard-polish-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A scratch directory for one test, removed when it passes.
+fn scratch(name: &str) -> Scratch {
+    Scratch::new(&format!("polish-{name}"))
 }
 
 fn s(p: &std::path::Path) -> String {

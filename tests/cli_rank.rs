@@ -1,17 +1,16 @@
 //! `compile --rank R`: one rank's own program, whose ops are exactly that
 //! rank's transfers of the whole plan `compile` writes, and its report.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde_json::Value;
 
 mod common;
-use common::run;
+use common::{run, Scratch};
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("switchyard-rank-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A scratch directory for one test, removed when it passes.
+fn scratch(name: &str) -> Scratch {
+    Scratch::new(&format!("rank-{name}"))
 }
 
 fn p(dir: &Path, name: &str) -> String {

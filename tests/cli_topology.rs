@@ -2,10 +2,8 @@
 //! that says the shape, and fabric flags (a rail-optimized 2:1 cluster built
 //! from the command line compiles and simulates at or above its bound).
 
-use std::path::PathBuf;
-
 mod common;
-use common::run;
+use common::{run, Scratch};
 
 fn topology(args: &[&str]) -> serde_json::Value {
     let mut all = vec!["topology"];
@@ -151,8 +149,7 @@ fn fabric_flags() {
 /// rail-aligned scheduler and simulates at or above its bound.
 #[test]
 fn rail_optimized_cluster_from_flags_compiles() {
-    let dir = std::env::temp_dir().join(format!("switchyard-rail-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("rail");
     let path = |n: &str| -> String { dir.join(n).display().to_string() };
     let (t, m) = (path("t.json"), path("m.json"));
     let flags = [
@@ -215,5 +212,4 @@ fn rail_optimized_cluster_from_flags_compiles() {
         let (c, _, e) = run(&["verify", "--plan", &plan, "--traffic", &m]);
         assert_eq!(c, 0, "{alg}: {e}");
     }
-    let _ = std::fs::remove_dir_all(PathBuf::from(&dir));
 }

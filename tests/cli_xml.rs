@@ -3,7 +3,7 @@
 //! reject a file with a step removed.
 
 mod common;
-use common::{refdata_dir, root, run};
+use common::{refdata_dir, root, run, Scratch};
 
 /// `compile --out XML --report R` must succeed; returns the report.
 fn compile_xml(topo: &str, traffic: &str, alg: &str, xml: &str, report: &str) -> serde_json::Value {
@@ -26,8 +26,7 @@ fn compile_xml(topo: &str, traffic: &str, alg: &str, xml: &str, report: &str) ->
 
 #[test]
 fn compile_to_xml_then_verify_simulate_run() {
-    let dir = std::env::temp_dir().join(format!("switchyard-cli-xml-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("cli-xml");
     let (topo, traffic) = (
         root("examples/topologies/dgx-h100-2x8.json"),
         root("examples/traffic/moe-16.json"),
@@ -92,9 +91,7 @@ fn real_msccl_plan_verifies_and_a_broken_copy_is_rejected() {
         .position(|l| l.contains("type=\"s\""))
         .expect("a send step");
     lines.remove(i);
-    let dir =
-        std::env::temp_dir().join(format!("switchyard-cli-xml-broken-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("cli-xml-broken");
     let broken = dir.join("broken.xml");
     std::fs::write(&broken, lines.join("\n")).unwrap();
     let (code, _, err) = run(&["verify", "--plan", &broken.display().to_string()]);
@@ -129,8 +126,7 @@ fn a_wrong_all_to_all_fails_the_check_and_a_malformed_file_is_bad_input() {
         }
         x + "</algo>\n"
     };
-    let dir = std::env::temp_dir().join(format!("switchyard-cli-xml-codes-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("cli-xml-codes");
     let good = dir.join("good.xml");
     let wrong = dir.join("wrong.xml");
     let malformed = dir.join("malformed.xml");
@@ -158,8 +154,7 @@ fn a_wrong_all_to_all_fails_the_check_and_a_malformed_file_is_bad_input() {
 /// its plan runs at once.
 #[test]
 fn lp_xml_runs_every_lane() {
-    let dir = std::env::temp_dir().join(format!("switchyard-cli-lpxml-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("cli-lpxml");
     let xml = dir.join("plan.xml").display().to_string();
     let report = dir.join("r.json").display().to_string();
     let r = compile_xml(
@@ -175,7 +170,6 @@ fn lp_xml_runs_every_lane() {
         "{}",
         r["msccl"]
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -196,8 +190,7 @@ fn compile_help_states_the_lane_cap_the_code_uses() {
 /// says what the buffers cost against the payload, and takes `--executor`.
 #[test]
 fn a_plan_for_another_matrix_is_refused_first() {
-    let dir = std::env::temp_dir().join(format!("switchyard-cli-xml-fp-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("cli-xml-fp");
     let (topo, traffic) = (
         root("examples/topologies/dgx-h100-2x8.json"),
         root("examples/traffic/moe-16.json"),

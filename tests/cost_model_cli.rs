@@ -1,15 +1,14 @@
 //! `compile --report` and `simulate --json` agree on the same plan; the
 //! human summary and the network flag behave.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 mod common;
-use common::run;
+use common::{run, Scratch};
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("switchyard-cost-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A scratch directory for one test, removed when it passes.
+fn scratch(name: &str) -> Scratch {
+    Scratch::new(&format!("cost-{name}"))
 }
 
 fn p(dir: &Path, name: &str) -> String {

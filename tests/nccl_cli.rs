@@ -3,7 +3,7 @@
 //! take the XML (or nvidia-smi text) itself as `--topology`.
 
 mod common;
-use common::{root, run};
+use common::{root, run, Scratch};
 
 /// A hand-written NCCL_TOPO_FILE: 4 A100s, 2 NICs of 200 Gb/s, each under the
 /// PCIe switch of two GPUs; the NICs are listed so that GPU 0's is `dev 1`.
@@ -23,10 +23,8 @@ const NODE: &str = r#"<system version="1">
 </system>
 "#;
 
-fn dir() -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("switchyard-nccl-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn dir(name: &str) -> Scratch {
+    Scratch::new(&format!("nccl-cli-{name}"))
 }
 
 fn traffic(path: &str, ranks: usize) {
@@ -46,7 +44,7 @@ fn traffic(path: &str, ranks: usize) {
 
 #[test]
 fn topology_from_nccl_then_compile_and_the_xml_directly() {
-    let d = dir();
+    let d = dir("xml");
     let xml = d.join("node.xml").display().to_string();
     std::fs::write(&xml, NODE).unwrap();
     let json = d.join("t.json").display().to_string();
@@ -156,7 +154,7 @@ fn topology_from_nccl_then_compile_and_the_xml_directly() {
 
 #[test]
 fn from_nvidia_smi_and_errors() {
-    let d = dir();
+    let d = dir("smi");
     let json = d.join("smi.json").display().to_string();
     let smi = root("tests/data/smi-h100-4nic.txt");
     let (code, _, err) = run(&[

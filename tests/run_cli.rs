@@ -1,7 +1,10 @@
 //! `switchyard run` end to end, through the built binary.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
+
+mod common;
+use common::Scratch;
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_switchyard"))
@@ -9,10 +12,8 @@ fn bin() -> Command {
 
 /// A fresh directory with a 2 x 4 topology, a skewed traffic matrix and the
 /// `direct` plan for them.
-fn setup(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("switchyard-run-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+fn setup(name: &str) -> Scratch {
+    let dir = Scratch::new(&format!("run-{name}"));
     let ok = |o: Output| assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     ok(bin()
         .args([
@@ -151,10 +152,8 @@ fn cuda_only_flags_need_the_cuda_backend() {
 }
 
 /// A 2 x 8 `fast` plan that relays through scratch, and its small MoE matrix.
-fn setup_fast_2x8(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("switchyard-run-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+fn setup_fast_2x8(name: &str) -> Scratch {
+    let dir = Scratch::new(&format!("run-{name}"));
     let ok = |o: Output| assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     ok(bin()
         .args(["topology", "--preset", "dgx-h100", "--nodes", "2", "--out"])

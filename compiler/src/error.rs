@@ -316,5 +316,6 @@ mod tests {
             let e = read_file_within(zero, 1 << 16).unwrap_err();
             assert!(e.is_bad_input() && e.to_string().contains("larger than 65536"));
         }
+        std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -1,7 +1,8 @@
 //! Helpers shared by the CLI's end-to-end tests.
 #![allow(dead_code)] // each test binary uses its own subset
 
-use std::path::PathBuf;
+use std::ops::Deref;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Runs the binary; returns (exit code, stdout, stderr). A panic is a bug
@@ -36,4 +37,45 @@ pub fn refdata_dir() -> Option<PathBuf> {
         .map(PathBuf::from)
         .or_else(|| Some(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/refdata")))
         .filter(|p| p.is_dir())
+}
+
+/// A scratch directory for one test: `switchyard-NAME-PID` under the
+/// system's temporary directory, empty when made, and removed when it goes
+/// out of scope. A test that fails keeps it (the drop runs while
+/// panicking), so its files can be read afterwards.
+pub struct Scratch(PathBuf);
+
+impl Scratch {
+    pub fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("switchyard-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch directory");
+        Scratch(dir)
+    }
+
+    /// A file in it, as a string for the command line.
+    pub fn file(&self, name: &str) -> String {
+        self.0.join(name).display().to_string()
+    }
+}
+
+impl Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
 }
