@@ -63,7 +63,17 @@ proptest::proptest! {
     /// (operation, gpu) pairs in turn with one memo: the same lists
     /// (in the same order, appended after what `out` holds) and the
     /// same walks held as the `Vec`-per-walk memo, whatever the cap.
-    #[test]
+    /// `cut_for_pacing` with its own walks.
+fn cut(
+    ops: &[ChunkOp],
+    window: u32,
+    release: Option<(&[TransferTime], f64)>,
+    uncut: &[bool],
+) -> Paced {
+    cut_for_pacing(ops, &paced_waits(ops), window, release, uncut)
+}
+
+#[test]
     fn walks_memo_matches_a_vec_per_walk(
         edges in proptest::collection::vec((0u32..6, 0u32..6, proptest::collection::vec(0u32..1000, 0..4)), 1..60),
         queries in proptest::collection::vec((0u32..1000, 0u32..6), 1..40),
@@ -107,7 +117,7 @@ fn cut_pieces_wait_only_for_their_own_data() {
         // one-chunk steps (Simple's window) carries the receiver's wait.
         op(0, BufRef::Scratch, 0, 5, 5, 10, vec![0, 1, 2], 3),
     ];
-    let paced = cut_for_pacing(ops, 2, None, &[]);
+    let paced = cut(&ops, 2, None, &[]);
     let fwd: Vec<&ChunkOp> = paced.ops.iter().filter(|o| o.from == 3).collect();
     assert_eq!(fwd.iter().map(|o| o.cnt).collect::<Vec<_>>(), vec![1, 1, 8]);
     // The head steps read chunks 0 and 1, written by operation 0 only:
@@ -141,19 +151,19 @@ fn transfers_of_an_uncut_gpu_are_written_whole() {
             .map(|o| o.cnt)
             .collect()
     };
-    let cut = cut_for_pacing(ops(), 2, None, &[]);
+    let cut = cut(&ops(), 2, None, &[]);
     assert_eq!(cnts(&cut), [1, 1, 8]);
     assert_eq!(cut.unheld, Some(0));
     // An uncut gpu elsewhere changes nothing.
     let mut uncut = vec![false; 6];
     uncut[3] = true;
-    let other = cut_for_pacing(ops(), 2, None, &uncut);
+    let other = cut(&ops(), 2, None, &uncut);
     assert_eq!(cnts(&other), [1, 1, 8]);
     assert_eq!(other.unheld, Some(0));
     // Gpu 5 uncut: the forward it receives stays one operation, and
     // its receiver's wait is counted as unheld.
     uncut[5] = true;
-    let whole = cut_for_pacing(ops(), 2, None, &uncut);
+    let whole = cut(&ops(), 2, None, &uncut);
     assert_eq!(cnts(&whole), [10]);
     assert_eq!(whole.unheld, Some(1));
     assert_eq!(whole.steps, 0);
@@ -213,7 +223,7 @@ fn released_heads_wait_for_a_send_planned_lead_us_earlier() {
     };
     let timeline = [at(0.0), at(0.0), at(0.0), at(30.0), at(0.0), at(15.0)];
     let heads = |release: Option<f64>| {
-        let paced = cut_for_pacing(ops.clone(), 2, release.map(|l| (&timeline[..], l)), &[]);
+        let paced = cut(&ops, 2, release.map(|l| (&timeline[..], l)), &[]);
         let fwd: Vec<ChunkOp> = paced.ops.into_iter().filter(|o| o.from == 3).collect();
         assert_eq!(fwd.iter().map(|o| o.cnt).collect::<Vec<_>>(), vec![1, 1, 8]);
         // The body never gets the release wait.
