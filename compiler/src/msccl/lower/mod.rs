@@ -785,6 +785,31 @@ struct Lowered {
     trace: exec::Trace,
 }
 
+/// A chunk's operations before any pacing cut, and the scratch chunks per
+/// rank they use: the plan traced through the chunk map, `fast`'s sources
+/// gathered.
+fn traced_ops(
+    plan: &Plan,
+    traffic: &TrafficMatrix,
+    opts: &XmlOptions,
+    map: &ChunkMap,
+    u: u64,
+    timeline: &[TransferTime],
+    laps: &mut Laps,
+) -> std::result::Result<(Vec<ChunkOp>, Vec<u32>), LowerError> {
+    let (ops, mut scratch) = trace_chunks(plan, traffic, map, u, timeline)?;
+    laps.lap("trace chunks");
+    // `fast`'s sends that read several blocks of their input go out as one
+    // run (`super::gather`). Measured for `fast` only: `lp`'s files use
+    // most of the threadblock budget for lanes, which copies would share.
+    let ops = if opts.pacing == Pacing::Cut && plan.algorithm == "fast" {
+        super::gather::gather_sources(ops, &mut scratch)
+    } else {
+        ops
+    };
+    Ok((ops, scratch))
+}
+
 #[allow(clippy::too_many_arguments)]
 fn lower_with(
     plan: &Plan,
@@ -839,17 +864,7 @@ fn lower_with(
             (t.ops, t.scratch, t.waits)
         }
         None => {
-            let (ops, mut scratch) = trace_chunks(plan, traffic, &map, u, timeline)?;
-            laps.lap("trace chunks");
-            // `fast`'s sends that read several blocks of their input go out
-            // as one run (`super::gather`). Measured for `fast` only:
-            // `lp`'s files use most of the threadblock budget for lanes,
-            // which copies would share.
-            let ops = if opts.pacing == Pacing::Cut && plan.algorithm == "fast" {
-                super::gather::gather_sources(ops, &mut scratch)
-            } else {
-                ops
-            };
+            let (ops, scratch) = traced_ops(plan, traffic, opts, &map, u, timeline, laps)?;
             (ops, scratch, None)
         }
     };
