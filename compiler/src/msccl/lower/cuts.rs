@@ -2,6 +2,8 @@
 //! sends that wait into one-chunk heads and tails so the executor holds
 //! the waits it would not (docs/msccl.md, "Pacing").
 
+use std::collections::HashMap;
+
 use crate::msccl::ops::{ChunkOp, Part};
 use crate::sim::TransferTime;
 
@@ -24,42 +26,39 @@ pub(super) struct Paced {
     pub(super) released: usize,
 }
 
-/// Makes the executor hold the waits it would not (docs/msccl.md,
-/// "Pacing"). A wait of send `y` (from gpu `g`) on transfer `x` holds when
-/// some operation `x` leads to arrives on `g` (a receive or copy there is
-/// done when its data is). Otherwise it lands on sends of `g` (done when
-/// staged) and on `y`'s receiver (which holds only its receive). Then:
-/// - each awaited send of `g` (the last operation of its transfer) ends in
-///   `window` one-chunk steps: its last step is staged only once the
-///   receiver has taken the call `window` places before it, the body's
-///   last call, so its gpu's wait now ends when the body has arrived;
-/// - `y` (the first operation of its transfer) starts with `window`
-///   one-chunk steps when its receiver has a wait: the body's first call
-///   waits until the receiver takes the first of them, which its wait holds.
-///
-/// The leak is `window` chunks each way. Operations keep their transfer
-/// (`from`), so lanes keep them together and a reader streams them as one.
-///
-/// `release = Some((timeline, lead_us))` (the plan's timeline): a head
-/// also waits for the latest earlier send of its gpu that the plan starts
-/// at least `lead_us` before the head's transfer, so it leaves shortly
-/// before its body's planned start rather than as soon as its data is
-/// there, when it takes NIC shares from the bodies the plan runs then.
-///
-/// `uncut` (per gpu; empty: none) marks gpus whose transfers, sent or
-/// received, are not cut ([`uncut_gpus`](super::tbs::uncut_gpus)); their waits that only a cut
-/// would hold count as unheld.
-pub(super) fn cut_for_pacing(
-    ops: Vec<ChunkOp>,
-    window: u32,
-    release: Option<(&[TransferTime], f64)>,
-    uncut: &[bool],
-) -> Paced {
+/// What [`cut_for_pacing`] cuts, found by the dependency walks: which
+/// transfers get a head or a tail and which waits each holds. It depends on
+/// the operations alone, not on the window, the released heads or the
+/// uncut gpus, so one walk serves every cut of the same operations (LL128's
+/// and Simple's windows; at 64 x 8 a padded chunk whose cut file missed the
+/// parse, lowered again uncut: 9-13 s of walks each, docs/benchmarks.md
+/// "The cut lowering's walks and trace kept for its uncut retry").
+pub(super) struct PacedWaits {
+    /// Per operation, the first and last operation of its transfer.
+    first: Vec<u32>,
+    last: Vec<u32>,
+    /// Per transfer (its first operation): whether it needs a head, a tail.
+    head: Vec<bool>,
+    tail: Vec<bool>,
+    /// Per transfer (its first operation), the deps only its receiver can
+    /// hold; transfers with none are left out (kept for the uncut retry,
+    /// this is held beside the operations: a list per operation was 48
+    /// bytes each).
+    recv_only: HashMap<u32, Vec<u32>>,
+    /// Per transfer, the deps held through a tail on its sending gpu.
+    send_only: HashMap<u32, Vec<u32>>,
+    /// (awaited transfer, waiting transfer, the cut transfer that holds
+    /// the wait, whether by a head).
+    pairs: Vec<(u32, u32, usize, bool)>,
+}
+
+/// The walks of [`cut_for_pacing`] ([`PacedWaits`]).
+pub(super) fn paced_waits(ops: &[ChunkOp]) -> PacedWaits {
     let n = ops.len();
     let remote = |o: &ChunkOp| o.src != o.dst;
     // Transfers: runs of operations with the same `from`.
-    let mut first = vec![0usize; n];
-    let mut last = vec![0usize; n];
+    let mut first = vec![0u32; n];
+    let mut last = vec![0u32; n];
     // A transfer's local copies (gathered runs, `super::gather`) are not
     // part of its remote run.
     let same = |a: &ChunkOp, b: &ChunkOp| a.from == b.from && remote(a) == remote(b);
@@ -67,32 +66,32 @@ pub(super) fn cut_for_pacing(
         first[i] = if i > 0 && same(&ops[i - 1], &ops[i]) {
             first[i - 1]
         } else {
-            i
+            i as u32
         };
     }
     for i in (0..n).rev() {
         last[i] = if i + 1 < n && same(&ops[i + 1], &ops[i]) {
             last[i + 1]
         } else {
-            i
+            i as u32
         };
     }
     // Per transfer (its first operation): head, tail, and which of its
     // deps only its receiver can hold.
     let mut head = vec![false; n];
     let mut tail = vec![false; n];
-    let mut recv_only: Vec<Vec<u32>> = vec![Vec::new(); n];
+    let mut recv_only: HashMap<u32, Vec<u32>> = HashMap::new();
     // Deps held through a tail on the sending gpu (sends of that gpu, never
     // data the transfer reads): its head does not wait for them.
-    let mut send_only: Vec<Vec<u32>> = vec![Vec::new(); n];
+    let mut send_only: HashMap<u32, Vec<u32>> = HashMap::new();
     let mut pairs: Vec<(u32, u32, usize, bool)> = Vec::new();
     let mut memo = Walks::new(n);
     // The same cap on memoised walks as `build_tbs` (memory proportional to
     // the plan); a walk past it finds nothing, and that wait is not cut.
     let walk_cap = WALKS_PER_OP * n + (1 << 16);
-    let graph = OpGraph::new(&ops);
+    let graph = OpGraph::new(ops);
     for (yi, y) in ops.iter().enumerate() {
-        if !remote(y) || first[yi] != yi {
+        if !remote(y) || first[yi] as usize != yi {
             continue;
         }
         for &x in &y.deps {
@@ -121,21 +120,81 @@ pub(super) fn cut_for_pacing(
             }
             for &z in &on_src {
                 let zi = z as usize;
-                if remote(&ops[zi]) && ops[zi].src == y.src && last[zi] == zi {
-                    tail[first[zi]] = true;
-                    pairs.push((xo.from, y.from, first[zi], false));
-                    if !send_only[yi].contains(&x) {
-                        send_only[yi].push(x);
+                if remote(&ops[zi]) && ops[zi].src == y.src && last[zi] == z {
+                    let f = first[zi] as usize;
+                    tail[f] = true;
+                    pairs.push((xo.from, y.from, f, false));
+                    let sent = send_only.entry(yi as u32).or_default();
+                    if !sent.contains(&x) {
+                        sent.push(x);
                     }
                 }
             }
             if !on_dst.is_empty() {
                 head[yi] = true;
-                recv_only[yi].push(x);
+                recv_only.entry(yi as u32).or_default().push(x);
                 pairs.push((xo.from, y.from, yi, true));
             }
         }
     }
+    PacedWaits {
+        first,
+        last,
+        head,
+        tail,
+        recv_only,
+        send_only,
+        pairs,
+    }
+}
+
+/// Makes the executor hold the waits it would not (docs/msccl.md,
+/// "Pacing"). A wait of send `y` (from gpu `g`) on transfer `x` holds when
+/// some operation `x` leads to arrives on `g` (a receive or copy there is
+/// done when its data is). Otherwise it lands on sends of `g` (done when
+/// staged) and on `y`'s receiver (which holds only its receive). Then:
+/// - each awaited send of `g` (the last operation of its transfer) ends in
+///   `window` one-chunk steps: its last step is staged only once the
+///   receiver has taken the call `window` places before it, the body's
+///   last call, so its gpu's wait now ends when the body has arrived;
+/// - `y` (the first operation of its transfer) starts with `window`
+///   one-chunk steps when its receiver has a wait: the body's first call
+///   waits until the receiver takes the first of them, which its wait holds.
+///
+/// The leak is `window` chunks each way. Operations keep their transfer
+/// (`from`), so lanes keep them together and a reader streams them as one.
+///
+/// `release = Some((timeline, lead_us))` (the plan's timeline): a head
+/// also waits for the latest earlier send of its gpu that the plan starts
+/// at least `lead_us` before the head's transfer, so it leaves shortly
+/// before its body's planned start rather than as soon as its data is
+/// there, when it takes NIC shares from the bodies the plan runs then.
+///
+/// `uncut` (per gpu; empty: none) marks gpus whose transfers, sent or
+/// received, are not cut ([`uncut_gpus`](super::tbs::uncut_gpus)); their waits that only a cut
+/// would hold count as unheld.
+///
+/// `waits`: [`paced_waits`] of `ops` (the walks, which depend on nothing
+/// else).
+pub(super) fn cut_for_pacing(
+    ops: &[ChunkOp],
+    waits: &PacedWaits,
+    window: u32,
+    release: Option<(&[TransferTime], f64)>,
+    uncut: &[bool],
+) -> Paced {
+    let n = ops.len();
+    let remote = |o: &ChunkOp| o.src != o.dst;
+    let PacedWaits {
+        first,
+        last,
+        head,
+        tail,
+        recv_only,
+        send_only,
+        pairs,
+    } = waits;
+    debug_assert_eq!(first.len(), n, "waits found for other operations");
     // One-chunk steps to split off each operation's start and end: the
     // first `window` chunks of a transfer with a head, the last `window` of
     // one with a tail (operations of one chunk count as they are).
@@ -144,7 +203,7 @@ pub(super) fn cut_for_pacing(
     let mut cut_ok = vec![true; n];
     let mut i = 0;
     while i < n {
-        let (f, l) = (i, last[i]);
+        let (f, l) = (i, last[i] as usize);
         let total: u64 = ops[f..=l].iter().map(|o| u64::from(o.cnt)).sum();
         let w = u64::from(window);
         // The tail first (it holds the sending gpu's own waits), then the
@@ -201,7 +260,7 @@ pub(super) fn cut_for_pacing(
     let mut sends_of: Vec<Vec<usize>> = Vec::new();
     if release.is_some() {
         for (i, o) in ops.iter().enumerate() {
-            if first[i] == i && remote(o) {
+            if first[i] as usize == i && remote(o) {
                 let g = o.src as usize;
                 if sends_of.len() <= g {
                     sends_of.resize(g + 1, Vec::new());
@@ -219,10 +278,11 @@ pub(super) fn cut_for_pacing(
                 .collect()
         };
         let deps = map(&op.deps);
-        let f = first[i];
+        let f = first[i] as usize;
         let (held, recv): (Vec<u32>, Vec<u32>) = if lead[i] > 0 {
-            let r = &recv_only[f];
-            let sent = &send_only[f];
+            let none = Vec::new();
+            let r = recv_only.get(&(f as u32)).unwrap_or(&none);
+            let sent = send_only.get(&(f as u32)).unwrap_or(&none);
             let held: Vec<u32> = op
                 .deps
                 .iter()

@@ -52,8 +52,9 @@ mod tbs;
 mod tests;
 mod walks;
 
+use super::ops::ChunkOp;
 use chunk_trace::trace_chunks;
-use cuts::{cut_for_pacing, Paced};
+use cuts::{cut_for_pacing, paced_waits, Paced, PacedWaits};
 use lanes::MAX_LANES;
 use tbs::{build_tbs, uncut_gpus, SendChain, UNCUT_ABOVE};
 
@@ -289,6 +290,8 @@ pub fn to_xml(
         |start: u64, handoff: bool, lead: Option<f64>, laps: &mut Laps| -> Result<Lowered> {
             let mut u = start;
             let mut retry = Retry::new(uncut_retry);
+            // What a cut lowering keeps for its uncut retry (`Traced`).
+            let mut traced: Option<Traced> = None;
             loop {
                 let (why, after_cuts) = match lower_with(
                     plan,
@@ -302,6 +305,7 @@ pub fn to_xml(
                     handoff,
                     lead,
                     retry.uncut,
+                    retry.may_uncut.then_some(&mut traced),
                 ) {
                     Ok(x) => return Ok(x),
                     Err(LowerError::Other(e)) => return Err(e),
@@ -322,6 +326,7 @@ pub fn to_xml(
                     ));
                 } else if u < start << 10 && u * 2 <= MAX_CHUNK_BYTES {
                     laps.note(&format!("chunk {u} bytes missed a limit ({why}); doubling"));
+                    traced = None;
                     u *= 2;
                 } else {
                     return Err(unsupported(format!(
@@ -371,6 +376,7 @@ pub fn to_xml(
                 true,
                 None,
                 false,
+                None,
             );
             if let Ok(r) = r {
                 if cands.iter().all(|y| y.0.text != r.x.text) {
@@ -497,7 +503,7 @@ pub fn to_xml(
                 Streams::Rate(RATE_CAPS[1]),
             ] {
                 match lower_with(
-                    plan, topo, traffic, o, u, &timeline, streams, laps, true, None, false,
+                    plan, topo, traffic, o, u, &timeline, streams, laps, true, None, false, None,
                 ) {
                     Ok(y) if y.x.chunk_bytes == u && cands.iter().all(|c| c.0.text != y.x.text) => {
                         let spread = y.spread;
@@ -756,12 +762,52 @@ enum Streams {
 /// [`Streams::Window`] where a file spreads a stream.
 const RATE_CAPS: [u32; 2] = [10, 30];
 
+/// A chunk's operations before pacing cuts (traced, `fast`'s sources
+/// gathered) and the cuts' walks, kept by a lowering with cuts that
+/// `to_xml`'s `lower_from` may lower again uncut at the same chunk
+/// ([`Retry`]): the retry traces and walks nothing (at 64 x 8 the trace
+/// and the walks were about 15 s of a missed lowering's, docs/benchmarks.md
+/// "The cut lowering's walks and trace kept for its uncut retry"). The
+/// retry's file is the one a fresh trace would give: both depend on the
+/// chunk alone.
+struct Traced {
+    u: u64,
+    ops: Vec<ChunkOp>,
+    scratch: Vec<u32>,
+    waits: Option<PacedWaits>,
+}
+
 /// A lowered file, and whether it spread some stream over lanes.
 struct Lowered {
     x: XmlPlan,
     spread: bool,
     /// The symbolic executor's run of the written file, for its pricing.
     trace: exec::Trace,
+}
+
+/// A chunk's operations before any pacing cut, and the scratch chunks per
+/// rank they use: the plan traced through the chunk map, `fast`'s sources
+/// gathered.
+fn traced_ops(
+    plan: &Plan,
+    traffic: &TrafficMatrix,
+    opts: &XmlOptions,
+    map: &ChunkMap,
+    u: u64,
+    timeline: &[TransferTime],
+    laps: &mut Laps,
+) -> std::result::Result<(Vec<ChunkOp>, Vec<u32>), LowerError> {
+    let (ops, mut scratch) = trace_chunks(plan, traffic, map, u, timeline)?;
+    laps.lap("trace chunks");
+    // `fast`'s sends that read several blocks of their input go out as one
+    // run (`super::gather`). Measured for `fast` only: `lp`'s files use
+    // most of the threadblock budget for lanes, which copies would share.
+    let ops = if opts.pacing == Pacing::Cut && plan.algorithm == "fast" {
+        super::gather::gather_sources(ops, &mut scratch)
+    } else {
+        ops
+    };
+    Ok((ops, scratch))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -777,6 +823,7 @@ fn lower_with(
     handoff: bool,
     head_lead_us: Option<f64>,
     uncut_all: bool,
+    mut traced: Option<&mut Option<Traced>>,
 ) -> std::result::Result<Lowered, LowerError> {
     let n = traffic.ranks();
     let k: Vec<Vec<u32>> = (0..n)
@@ -803,15 +850,23 @@ fn lower_with(
             map.nchunksperloop
         )));
     }
-    let (ops, mut scratch) = trace_chunks(plan, traffic, &map, u, timeline)?;
-    laps.lap("trace chunks");
-    // `fast`'s sends that read several blocks of their input go out as one
-    // run (`super::gather`). Measured for `fast` only: `lp`'s files use
-    // most of the threadblock budget for lanes, which copies would share.
-    let ops = if opts.pacing == Pacing::Cut && plan.algorithm == "fast" {
-        super::gather::gather_sources(ops, &mut scratch)
-    } else {
-        ops
+    // The same chunk's operations and walks, kept by the cut lowering
+    // that missed a limit after its cuts (`Traced`).
+    let kept = traced
+        .as_deref_mut()
+        .and_then(Option::take)
+        .filter(|t| t.u == u);
+    let (ops, scratch, mut waits) = match kept {
+        Some(t) => {
+            laps.note(&format!(
+                "chunk {u} bytes: the operations and pacing walks of its lowering with cuts reused"
+            ));
+            (t.ops, t.scratch, t.waits)
+        }
+        None => {
+            let (ops, scratch) = traced_ops(plan, traffic, opts, &map, u, timeline, laps)?;
+            (ops, scratch, None)
+        }
     };
     let nchunks = map.nchunksperloop;
     let nbytes = nchunks as u64 * u;
@@ -840,7 +895,8 @@ fn lower_with(
     } else {
         opts.pacing
     };
-    let paced = match pacing {
+    // With cuts: the operations before them too (`Traced`).
+    let (paced, before_cuts) = match pacing {
         Pacing::Cut => {
             // LL and LL128 hold 8 calls per connection, so a cut needs 8
             // one-chunk steps where Simple needs 2: a transfer too short
@@ -848,11 +904,10 @@ fn lower_with(
             // matrix (its window is its own size whatever the protocol)
             // whose protocol was chosen by size takes Simple when that
             // holds more of the plan's waits (docs/msccl.md, "Pacing").
-            let retry = (opts.protocol.is_none()
+            let retry = opts.protocol.is_none()
                 && !uncut_all
                 && exact_matrix
-                && proto.fifo_depth() > Protocol::Simple.fifo_depth())
-            .then(|| ops.clone());
+                && proto.fifo_depth() > Protocol::Simple.fifo_depth();
             let release = head_lead_us.map(|l| (timeline, l));
             // Gpus whose steps before any cut nearly fill the parse: their
             // transfers are written whole (`uncut_gpus`).
@@ -868,30 +923,53 @@ fn lower_with(
                     "gpus holding over {UNCUT_ABOVE} elements before pacing cuts, their transfers not cut: {hot}"
                 ));
             }
-            let first = cut_for_pacing(ops, proto.fifo_depth() as u32, release, &uncut);
+            // The walks depend on the operations alone: one set serves
+            // both windows, and the uncut retry (`Traced`).
+            let waits = waits.get_or_insert_with(|| paced_waits(&ops));
+            let first = cut_for_pacing(&ops, waits, proto.fifo_depth() as u32, release, &uncut);
             match retry {
-                Some(ops) if first.unheld.unwrap_or(0) > 0 => {
-                    let simple =
-                        cut_for_pacing(ops, Protocol::Simple.fifo_depth() as u32, release, &uncut);
+                true if first.unheld.unwrap_or(0) > 0 => {
+                    let simple = cut_for_pacing(
+                        &ops,
+                        waits,
+                        Protocol::Simple.fifo_depth() as u32,
+                        release,
+                        &uncut,
+                    );
                     if simple.unheld < first.unheld {
                         proto = Protocol::Simple;
-                        simple
+                        (simple, Some(ops))
                     } else {
-                        first
+                        (first, Some(ops))
                     }
                 }
-                _ => first,
+                _ => (first, Some(ops)),
             }
         }
-        Pacing::Off => Paced {
-            parts: Vec::new(),
-            ops,
-            steps: 0,
-            unheld: None,
-            pinned: std::collections::HashSet::new(),
-            released: 0,
-        },
+        Pacing::Off => (
+            Paced {
+                parts: Vec::new(),
+                ops,
+                steps: 0,
+                unheld: None,
+                pinned: std::collections::HashSet::new(),
+                released: 0,
+            },
+            None,
+        ),
     };
+    // A file with cuts may miss a limit after them and be lowered again
+    // uncut at this chunk: its operations and walks are kept for that.
+    if let (Some(slot), Some(ops)) = (traced.as_deref_mut(), before_cuts) {
+        if paced.steps > 0 {
+            *slot = Some(Traced {
+                u,
+                ops,
+                scratch: scratch.clone(),
+                waits,
+            });
+        }
+    }
     let ops = paced.ops;
     let fifo = proto.fifo_depth() as u32;
     laps.lap("pacing cuts");
@@ -968,9 +1046,10 @@ fn lower_with(
         let short = shapes.iter().map(|s| s.calls <= fifo as u64).collect();
         SendChain::new(short, n)
     });
-    let mut built =
-        build_tbs(&ops, n, timeline, opts.executor, &groups, hand, chain).map_err(after_cuts)?;
+    let built = build_tbs(&ops, n, timeline, opts.executor, &groups, hand, chain);
+    // Timed whether it fits or not (a missed chunk's cost shows).
     laps.lap("threadblocks and waits");
+    let mut built = built.map_err(after_cuts)?;
     if let Some(unheld) = paced.unheld {
         built.unheld = unheld;
     }
@@ -1045,6 +1124,10 @@ fn lower_with(
                 g.id, g.s_chunks
             ))));
         }
+    }
+    // Every limit met: no retry of this chunk.
+    if let Some(slot) = traced {
+        *slot = None;
     }
     laps.lap("packing");
     let text = write_algo(&algo);

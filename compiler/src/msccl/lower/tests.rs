@@ -57,6 +57,16 @@ fn ancestors_on_vec_memo(
     memo.insert(key, v);
 }
 
+/// `cut_for_pacing` with its own walks.
+fn cut_own(
+    ops: &[ChunkOp],
+    window: u32,
+    release: Option<(&[TransferTime], f64)>,
+    uncut: &[bool],
+) -> Paced {
+    cut_for_pacing(ops, &paced_waits(ops), window, release, uncut)
+}
+
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
     /// Random dependency graphs over a few gpus, walked for random
@@ -107,7 +117,7 @@ fn cut_pieces_wait_only_for_their_own_data() {
         // one-chunk steps (Simple's window) carries the receiver's wait.
         op(0, BufRef::Scratch, 0, 5, 5, 10, vec![0, 1, 2], 3),
     ];
-    let paced = cut_for_pacing(ops, 2, None, &[]);
+    let paced = cut_own(&ops, 2, None, &[]);
     let fwd: Vec<&ChunkOp> = paced.ops.iter().filter(|o| o.from == 3).collect();
     assert_eq!(fwd.iter().map(|o| o.cnt).collect::<Vec<_>>(), vec![1, 1, 8]);
     // The head steps read chunks 0 and 1, written by operation 0 only:
@@ -141,19 +151,19 @@ fn transfers_of_an_uncut_gpu_are_written_whole() {
             .map(|o| o.cnt)
             .collect()
     };
-    let cut = cut_for_pacing(ops(), 2, None, &[]);
+    let cut = cut_own(&ops(), 2, None, &[]);
     assert_eq!(cnts(&cut), [1, 1, 8]);
     assert_eq!(cut.unheld, Some(0));
     // An uncut gpu elsewhere changes nothing.
     let mut uncut = vec![false; 6];
     uncut[3] = true;
-    let other = cut_for_pacing(ops(), 2, None, &uncut);
+    let other = cut_own(&ops(), 2, None, &uncut);
     assert_eq!(cnts(&other), [1, 1, 8]);
     assert_eq!(other.unheld, Some(0));
     // Gpu 5 uncut: the forward it receives stays one operation, and
     // its receiver's wait is counted as unheld.
     uncut[5] = true;
-    let whole = cut_for_pacing(ops(), 2, None, &uncut);
+    let whole = cut_own(&ops(), 2, None, &uncut);
     assert_eq!(cnts(&whole), [10]);
     assert_eq!(whole.unheld, Some(1));
     assert_eq!(whole.steps, 0);
@@ -178,6 +188,85 @@ fn a_chunk_missed_after_cuts_is_lowered_uncut_before_it_is_doubled() {
     assert!(!r.uncut);
     assert_eq!([r.missed(true), r.missed(true)], [Next::Doubled; 2]);
     assert!(!r.uncut);
+}
+
+#[test]
+fn an_uncut_retry_from_kept_operations_writes_the_file_a_fresh_one_does() {
+    let topo = Topology::preset("dgx-h100", 2, None).unwrap();
+    let mut spec = crate::generate::TrafficSpec::new(16, crate::generate::Pattern::Zipf(1.2));
+    spec.bytes = 32 << 10;
+    let m = crate::generate::generate(&spec).unwrap();
+    let plan = crate::sched::schedule(
+        crate::sched::Algorithm::Fast,
+        &topo,
+        &m,
+        &crate::sched::Options::default(),
+    )
+    .unwrap();
+    let opts = XmlOptions::default();
+    let u = crate::msccl::chunk::base_chunk_bytes(&m);
+    let timeline = simulate(&topo, &plan, &timeline_options(16))
+        .unwrap()
+        .transfers;
+    let mut laps = Laps::start("test");
+    let mut lower = |uncut_all: bool, traced: Option<&mut Option<Traced>>| match lower_with(
+        &plan,
+        &topo,
+        &m,
+        &opts,
+        u,
+        &timeline,
+        Streams::Window,
+        &mut laps,
+        true,
+        None,
+        uncut_all,
+        traced,
+    ) {
+        Ok(l) => l.x,
+        Err(_) => panic!("a 2x8 file misses a limit"),
+    };
+    // A cut file that meets every limit keeps nothing for a retry.
+    let mut slot = None;
+    let cut = lower(false, Some(&mut slot));
+    assert!(cut.pacing_steps > 0);
+    assert!(slot.is_none());
+    // What a cut lowering that missed keeps: its operations and walks.
+    let k = (0..16)
+        .map(|s| (0..16).map(|d| m.get(s, d).div_ceil(u) as u32).collect())
+        .collect();
+    let map = ChunkMap::new(k, opts.layout);
+    let kept = |u: u64| {
+        let Ok((ops, scratch)) = traced_ops(
+            &plan,
+            &m,
+            &opts,
+            &map,
+            u,
+            &timeline,
+            &mut Laps::start("test"),
+        ) else {
+            panic!("a 2x8 plan traces");
+        };
+        let waits = Some(paced_waits(&ops));
+        Some(Traced {
+            u,
+            ops,
+            scratch,
+            waits,
+        })
+    };
+    let fresh = lower(true, None);
+    assert_eq!(fresh.pacing_steps, 0);
+    let mut slot = kept(u);
+    let retry = lower(true, Some(&mut slot));
+    assert!(slot.is_none(), "taken by the retry");
+    assert_eq!(retry.text, fresh.text);
+    assert_eq!(retry.unheld_deps, fresh.unheld_deps);
+    assert!(fresh.unheld_deps > 0);
+    // Kept for another chunk: not used (the file of this chunk's trace).
+    let mut slot = kept(u * 2);
+    assert_eq!(lower(true, Some(&mut slot)).text, fresh.text);
 }
 
 #[test]
@@ -213,7 +302,7 @@ fn released_heads_wait_for_a_send_planned_lead_us_earlier() {
     };
     let timeline = [at(0.0), at(0.0), at(0.0), at(30.0), at(0.0), at(15.0)];
     let heads = |release: Option<f64>| {
-        let paced = cut_for_pacing(ops.clone(), 2, release.map(|l| (&timeline[..], l)), &[]);
+        let paced = cut_own(&ops, 2, release.map(|l| (&timeline[..], l)), &[]);
         let fwd: Vec<ChunkOp> = paced.ops.into_iter().filter(|o| o.from == 3).collect();
         assert_eq!(fwd.iter().map(|o| o.cnt).collect::<Vec<_>>(), vec![1, 1, 8]);
         // The body never gets the release wait.
