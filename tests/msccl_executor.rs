@@ -13,7 +13,7 @@ use switchyard::compiler::Topology;
 const U: u64 = 450_000;
 
 /// The ignored sweeps' skewed matrices (docs/benchmarks.md): name, pattern
-/// and matrix (seeds 1-5, 256 KiB mean pair, 512 tokens per rank) on
+/// and matrix (seeds 1-5, or 1-5 plus `XSIM_SEED_SHIFT`; 256 KiB mean pair, 512 tokens per rank) on
 /// `topo`; `XSIM_PATTERNS` (names or their prefixes, any case) narrows them.
 fn sweep_matrices(
     topo: &Topology,
@@ -38,7 +38,15 @@ fn sweep_matrices(
         only.as_ref()
             .is_none_or(|v| v.split(',').any(|p| name.starts_with(p)))
     })
-    .map(|(name, seed, pattern)| (name, pattern, sweep_matrix(topo.ranks(), pattern, seed)))
+    .map(|(name, seed, pattern)| {
+        // `XSIM_SEED_SHIFT=k`: seeds k+1..k+5 (held-out matrices).
+        let shift: u64 = std::env::var("XSIM_SEED_SHIFT").map_or(0, |v| v.parse().unwrap());
+        (
+            name,
+            pattern,
+            sweep_matrix(topo.ranks(), pattern, seed + shift),
+        )
+    })
     .collect()
 }
 

@@ -205,7 +205,7 @@ pub fn schedule(
         Algorithm::Direct => Ok(direct(topo, traffic)),
         // A plan for MSCCL XML waits only where an executor can hold it.
         Algorithm::Pairwise if opts.target == Target::Msccl => {
-            pairwise_msccl(topo, traffic, opts.network)
+            pairwise_msccl(topo, traffic, opts.network, opts.max_lanes_per_gpu)
         }
         Algorithm::Pairwise => Ok(pairwise(topo, traffic)),
         Algorithm::Hierarchical => Ok(hierarchical(topo, traffic)),

@@ -93,9 +93,20 @@ const SPLIT_GAIN: f64 = 0.03;
 /// links (`msccl::spread`), so a file of the one-flow plan ran up to 7%
 /// ahead of it (4x8 log-normal padded); the split plan prices the flows the
 /// file runs, and where they make the plan sooner the file is sooner too.
-/// Above `msccl::chunk::MAX_RANKS_PRICED` ranks, where no file is priced
-/// either, the one-flow plan without a simulation.
-pub fn pairwise_msccl(topo: &Topology, traffic: &TrafficMatrix, network: Network) -> Result<Plan> {
+/// A split plan must also fit `lanes_per_gpu` (`sched::Options::
+/// max_lanes_per_gpu`, the lanes a file can run at once on a gpu): each
+/// flow between gpus is a lane of its own on both of its gpus, and where
+/// the file has no lane for a flow it serialises it behind another (8x8
+/// intra-skew, seed 15: a plan 8.7% sooner whose file ran 6.9% behind it;
+/// every gpu there already has 126 connections for 106 lanes). Above
+/// `msccl::chunk::MAX_RANKS_PRICED` ranks, where no file is priced either,
+/// the one-flow plan without a simulation.
+pub fn pairwise_msccl(
+    topo: &Topology,
+    traffic: &TrafficMatrix,
+    network: Network,
+    lanes_per_gpu: Option<u32>,
+) -> Result<Plan> {
     let one = pairwise_held(topo, traffic);
     if traffic.ranks() > crate::msccl::chunk::MAX_RANKS_PRICED {
         return Ok(one);
@@ -106,7 +117,7 @@ pub fn pairwise_msccl(topo: &Topology, traffic: &TrafficMatrix, network: Network
     for k in SPLITS {
         let piece = traffic.max_entry() / k;
         let plan = held_split(topo, traffic, piece);
-        if plan.transfers.len() == best.transfers.len() {
+        if plan.transfers.len() == best.transfers.len() || !fits(&plan, lanes_per_gpu) {
             continue;
         }
         let us = simulate(topo, &plan, &sim)?.completion_us;
@@ -115,6 +126,19 @@ pub fn pairwise_msccl(topo: &Topology, traffic: &TrafficMatrix, network: Network
         }
     }
     Ok(best)
+}
+
+/// Whether every gpu of `plan` has at most `lanes` flows to and from other
+/// gpus (in `pairwise` each connection carries one block, so each flow is
+/// a lane the file needs at once). `None`: no limit.
+fn fits(plan: &Plan, lanes: Option<u32>) -> bool {
+    let Some(lanes) = lanes else { return true };
+    let mut per = vec![0u32; plan.ranks as usize];
+    for t in plan.transfers.iter().filter(|t| t.src != t.dst) {
+        per[t.src as usize] += 1;
+        per[t.dst as usize] += 1;
+    }
+    per.into_iter().all(|l| l <= lanes)
 }
 
 /// [`pairwise_held`] with every block between gpus longer than `piece`
@@ -257,8 +281,9 @@ mod tests {
 
     /// The sweep's 4x8 log-normal matrix (docs/benchmarks.md): its long
     /// blocks as parallel flows price more than 3% sooner, and the MSCCL
-    /// plan takes them; on its MoE matrix no split gains 3% and the plan
-    /// is the one-flow plan (the test can fail either way).
+    /// plan takes them, unless the gpus have no lanes to spare; on its MoE
+    /// matrix no split gains 3% and the plan is the one-flow plan (the
+    /// test can fail either way).
     #[test]
     fn msccl_plan_splits_where_the_plan_is_sooner() {
         use crate::generate::{generate, Pattern, TrafficSpec};
@@ -273,7 +298,7 @@ mod tests {
             spec.moe.tokens_per_rank = 512;
             let m = generate(&spec).unwrap();
             let one = pairwise_held(&topo, &m);
-            let p = pairwise_msccl(&topo, &m, Network::Ideal).unwrap();
+            let p = pairwise_msccl(&topo, &m, Network::Ideal, Some(106)).unwrap();
             verify_on(&p, &m, &topo).unwrap();
             let (a, b) = (
                 simulate(&topo, &one, &sim).unwrap().completion_us,
@@ -285,6 +310,10 @@ mod tests {
                     b < a * (1.0 - SPLIT_GAIN),
                     "{pattern:?}: {b:.1} against {a:.1} us"
                 );
+                // No lane to spare on a gpu (62: its 31 peers both ways):
+                // no split.
+                let tight = pairwise_msccl(&topo, &m, Network::Ideal, Some(62)).unwrap();
+                assert_eq!(tight, one);
             } else {
                 assert_eq!(p, one, "{pattern:?}");
             }
