@@ -175,6 +175,10 @@ fn held_split(topo: &Topology, traffic: &TrafficMatrix, piece: u64) -> Plan {
                 } else {
                     bytes * f / flows / 16 * 16
                 };
+                // Pieces under 16 bytes join the next.
+                if end == done {
+                    continue;
+                }
                 let mut t = block.clone();
                 t.src_off += done;
                 t.dst_off += done;
@@ -270,6 +274,18 @@ mod tests {
         }
         // A block of at most `piece` bytes stays one flow: 15 + 3 transfers.
         assert_eq!(p.transfers.len(), 19);
+        // Pieces shorter than 16 bytes are not written: 30 bytes in pieces
+        // of 7 are 5 flows by count, but cut at 16 bytes only 16 + 14.
+        m.set(0, 2, 30);
+        let small = held_split(&topo, &m, 7);
+        verify_on(&small, &m, &topo).unwrap();
+        let sizes: Vec<u64> = small
+            .transfers
+            .iter()
+            .filter(|t| (t.src, t.dst) == (0, 2))
+            .map(|t| t.bytes)
+            .collect();
+        assert_eq!(sizes, vec![16, 14]);
         // Rank 2's next round (2 -> 1, round 3) waits for every flow.
         let t = p
             .transfers
