@@ -30,7 +30,7 @@ pub use direct::{block_transfer, direct, path_between};
 pub use fast::fast;
 pub use hierarchical::hierarchical;
 pub use lp::{lp, lp_with_report, LpReport};
-pub use pairwise::{pairwise, pairwise_held};
+pub use pairwise::{pairwise, pairwise_held, pairwise_msccl};
 pub use pxn::{pxn, pxn_relay};
 pub(crate) use pxn::{pxn_into, pxn_local};
 pub use spray::spray;
@@ -112,7 +112,7 @@ pub enum Target {
     Runtime,
     /// An MSCCL executor's XML (`compile --out plan.xml`): a send's wait holds
     /// only on its own GPU's steps and a send is done once staged
-    /// (docs/msccl.md). `pairwise` then plans [`pairwise_held`]; the other
+    /// (docs/msccl.md). `pairwise` then plans [`pairwise_msccl`]; the other
     /// schedulers' plans fit the lowering already and are the same.
     Msccl,
 }
@@ -140,7 +140,7 @@ pub struct Options {
     /// GPU ([`crate::msccl::fit::lp_rail_aligned`]). `false` by default.
     pub lp_rail_aligned: bool,
     /// Where the plan goes ([`Target::Msccl`]: `pairwise` asks only for the
-    /// waits an MSCCL executor holds, [`pairwise_held`]).
+    /// waits an MSCCL executor holds, [`pairwise_msccl`]).
     pub target: Target,
     /// `auto`: the network mode whose completion it minimises.
     pub network: Network,
@@ -204,7 +204,9 @@ pub fn schedule(
     let mut plan = match alg {
         Algorithm::Direct => Ok(direct(topo, traffic)),
         // A plan for MSCCL XML waits only where an executor can hold it.
-        Algorithm::Pairwise if opts.target == Target::Msccl => Ok(pairwise_held(topo, traffic)),
+        Algorithm::Pairwise if opts.target == Target::Msccl => {
+            pairwise_msccl(topo, traffic, opts.network, opts.max_lanes_per_gpu)
+        }
         Algorithm::Pairwise => Ok(pairwise(topo, traffic)),
         Algorithm::Hierarchical => Ok(hierarchical(topo, traffic)),
         // Chunked for the network the plan is for (its per-message cost).
