@@ -333,12 +333,15 @@ pub fn check_before_planning(
 /// Whether `lp`'s plan for a file of `executor` must route every
 /// inter-node hop rail to rail, decided before its solve from the
 /// cluster alone. Its routes may relay through any GPU, so a plan with
-/// any routes may talk to every other GPU: where that fits, `false` (any
-/// route; the plan's own peers are checked once it has planned). Else, on
-/// a hierarchical cluster of several nodes, `true` when the rail-aligned
-/// peers ([`Peers::lp_rail_aligned`]) fit, and refused at once when even
-/// they do not (naming the limit and what fits). A `links` topology has
-/// no rails: `false`, checked after planning as before.
+/// any routes may talk to every other GPU: where that fits, and (on
+/// clusters of at most [`super::chunk::MAX_RANKS_PRICED`] ranks) one
+/// lane per connection leaves the lowering threadblocks for more
+/// ([`leaves_lanes`]), `false` (any route; the plan's own peers
+/// are checked once it has planned). Else, on a hierarchical cluster of
+/// several nodes, `true` when the rail-aligned peers
+/// ([`Peers::lp_rail_aligned`]) fit, and refused at once when even they
+/// do not (naming the limit and what fits). A `links` topology has no
+/// rails: `false`, checked after planning as before.
 pub fn lp_rail_aligned(
     topo: &Topology,
     traffic: &TrafficMatrix,
@@ -351,7 +354,8 @@ pub fn lp_rail_aligned(
             .collect(),
         local: (0..n).map(|s| traffic.get(s, s) > 0).collect(),
     };
-    if unmet(&any, executor).is_none() || !topo.is_hierarchical() || topo.nodes() < 2 {
+    let lanes_fit = n > super::chunk::MAX_RANKS_PRICED || leaves_lanes(&any, executor);
+    if unmet(&any, executor).is_none() && lanes_fit || !topo.is_hierarchical() || topo.nodes() < 2 {
         return Ok(false);
     }
     // The LP's size first: where it is too large for any profile, the
@@ -376,6 +380,25 @@ pub fn lp_rail_aligned(
     let rails = Peers::lp_rail_aligned(topo, traffic);
     check(&rails, "lp (routed rail to rail)", topo, traffic, executor)?;
     Ok(true)
+}
+
+/// Whether one lane per connection of `peers` fits the lowering's
+/// threadblock budget on every gpu: it gives every connection one send and
+/// one receive tb (and local copies one) before any second lane, and
+/// second lanes only while both gpus stay within [`Executor::tb_budget`]
+/// (docs/msccl.md, "Lowering" step 2). Past that, the lanes a plan runs
+/// side by side on one connection run one after another in its file: an
+/// `lp` plan with any routes on 8 x 8 (126 tbs for one lane each, budget
+/// 108) had 155 lanes short, its relays' forwards queued on one tb behind
+/// late arrivals, and its Zipf and log-normal files were 3-4% behind
+/// their plans (docs/benchmarks.md, issue 22 item 2, 2026-12-05).
+pub fn leaves_lanes(peers: &Peers, executor: Executor) -> bool {
+    let mut tbs: Vec<usize> = peers.local.iter().map(|&l| usize::from(l)).collect();
+    for &(s, d) in &peers.conns {
+        tbs[s] += 1;
+        tbs[d] += 1;
+    }
+    tbs.into_iter().all(|t| t <= executor.tb_budget())
 }
 
 /// The largest rail-aligned flow LP [`lp_rail_aligned`] lets `lp` solve
@@ -440,6 +463,56 @@ mod tests {
         assert!(p.local[0] && !p.local[5]);
         // Both directions: a receive peer for every send peer.
         assert!(p.conns.iter().all(|&(s, d)| p.conns.contains(&(d, s))));
+    }
+
+    #[test]
+    fn lp_routes_rail_to_rail_where_one_lane_per_peer_passes_the_tb_budget() {
+        // Any route: 2 (n - 1) tbs for one lane per connection, and one
+        // for the local copies. NCCL-MSCCL's loader takes 8 x 8's 127
+        // (packed: 63), but the lowering's budget is 108, so 7 x 8 (111)
+        // and 8 x 8 route rail to rail (29 tbs); RCCL's budget is 64, so
+        // from 5 x 8 (79) on. Above 64 ranks unchanged: any route where
+        // every peer fits the loader (16 x 8 with NCCL-MSCCL).
+        for (nodes, msccl, rccl) in [
+            (4, false, false),
+            (5, false, true),
+            (6, false, true),
+            (7, true, true),
+            (8, true, true),
+            (16, false, true),
+        ] {
+            let topo = Topology::preset("dgx-h100", nodes, None).unwrap();
+            let m = TrafficMatrix::uniform(topo.ranks(), 4096);
+            assert_eq!(
+                lp_rail_aligned(&topo, &m, Executor::Msccl).unwrap(),
+                msccl,
+                "{nodes} x 8 msccl"
+            );
+            assert_eq!(
+                lp_rail_aligned(&topo, &m, Executor::Rccl).unwrap(),
+                rccl,
+                "{nodes} x 8 rccl"
+            );
+        }
+        // No local copy: 8 x 8 any route takes 126, still over 108.
+        let topo = Topology::preset("dgx-h100", 8, None).unwrap();
+        let mut m = TrafficMatrix::uniform(64, 4096);
+        for g in 0..64 {
+            m.set(g, g, 0);
+        }
+        assert!(lp_rail_aligned(&topo, &m, Executor::Msccl).unwrap());
+        // The threshold: 55 ranks (108 tbs) fit NCCL-MSCCL's budget and
+        // 56 (110) do not; RCCL's 64: 33 ranks and 34.
+        let any = |n: usize| Peers {
+            conns: (0..n)
+                .flat_map(|s| (0..n).filter(move |&d| d != s).map(move |d| (s, d)))
+                .collect(),
+            local: vec![false; n],
+        };
+        assert!(leaves_lanes(&any(55), Executor::Msccl));
+        assert!(!leaves_lanes(&any(56), Executor::Msccl));
+        assert!(leaves_lanes(&any(33), Executor::Rccl));
+        assert!(!leaves_lanes(&any(34), Executor::Rccl));
     }
 
     /// Rank `s` sends to the rank `s + 1` further on: one peer each way
