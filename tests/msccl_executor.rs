@@ -118,9 +118,10 @@ fn sweep_executor() -> switchyard::compiler::msccl::Executor {
 }
 
 /// [`sweep_sched`] for `alg` on `m`, as `compile --out f.xml` plans it for
-/// [`sweep_executor`]: its lanes per gpu, and `lp` routed rail to rail
-/// where `fit::lp_rail_aligned` says so; `XSIM_LP_ANY=1` keeps any route
-/// where every peer fits (the files before 2026-12-05).
+/// [`sweep_executor`] on the ideal network (the sweeps' `SimOptions`):
+/// its lanes per gpu, and `lp` routed rail to rail where
+/// `fit::lp_rail_aligned_for_lanes` says so; `XSIM_LP_ANY=1` keeps any
+/// route where every peer fits (the files before 2026-12-05).
 fn sweep_sched_for(
     alg: switchyard::compiler::Algorithm,
     topo: &Topology,
@@ -144,7 +145,7 @@ fn sweep_sched_for(
         .is_ok();
     let lp_rail_aligned = alg == switchyard::compiler::Algorithm::Lp
         && !any
-        && fit::lp_rail_aligned(topo, m, executor).unwrap();
+        && fit::lp_rail_aligned_for_lanes(topo, m, executor).unwrap();
     let base = switchyard::compiler::sched::Options::for_msccl(executor.plan_lanes_per_gpu());
     switchyard::compiler::sched::Options {
         lp_rail_aligned,

@@ -8,7 +8,9 @@
 use std::time::Instant;
 
 use switchyard::compiler::generate::{generate, Pattern, TrafficSpec};
-use switchyard::compiler::msccl::fit::{check_before_planning, fitting, lp_rail_aligned, Peers};
+use switchyard::compiler::msccl::fit::{
+    check_before_planning, fitting, lp_rail_aligned, lp_rail_aligned_for_lanes, Peers,
+};
 use switchyard::compiler::msccl::{check_executable, to_xml, Executor, XmlOptions};
 use switchyard::compiler::sched::{schedule, Options};
 use switchyard::compiler::{verify_on, Algorithm, Topology, TrafficMatrix};
@@ -165,11 +167,13 @@ fn lp_routes_rail_to_rail_where_one_lane_per_peer_passes_the_budget() {
     spec.bytes = 256 << 10;
     spec.moe.tokens_per_rank = 512;
     let m = generate(&spec).unwrap();
-    assert!(lp_rail_aligned(&topo, &m, Executor::Rccl).unwrap());
+    assert!(lp_rail_aligned_for_lanes(&topo, &m, Executor::Rccl).unwrap());
+    assert!(!lp_rail_aligned(&topo, &m, Executor::Rccl).unwrap());
     let opts = XmlOptions {
         executor: Executor::Rccl,
         ..XmlOptions::default()
     };
+    // The ideal network, which `lp_rail_aligned_for_lanes` is for.
     let sim = SimOptions::default();
     // (file us, plan us) of the plan routed rail to rail or not.
     let file = |rails: bool| {

@@ -333,19 +333,45 @@ pub fn check_before_planning(
 /// Whether `lp`'s plan for a file of `executor` must route every
 /// inter-node hop rail to rail, decided before its solve from the
 /// cluster alone. Its routes may relay through any GPU, so a plan with
-/// any routes may talk to every other GPU: where that fits, and (on
-/// clusters of at most [`super::chunk::MAX_RANKS_PRICED`] ranks) one
-/// lane per connection leaves the lowering threadblocks for more
-/// ([`leaves_lanes`]), `false` (any route; the plan's own peers
-/// are checked once it has planned). Else, on a hierarchical cluster of
-/// several nodes, `true` when the rail-aligned peers
-/// ([`Peers::lp_rail_aligned`]) fit, and refused at once when even they
-/// do not (naming the limit and what fits). A `links` topology has no
-/// rails: `false`, checked after planning as before.
+/// any routes may talk to every other GPU: where that fits, `false` (any
+/// route; the plan's own peers are checked once it has planned). Else, on
+/// a hierarchical cluster of several nodes, `true` when the rail-aligned
+/// peers ([`Peers::lp_rail_aligned`]) fit, and refused at once when even
+/// they do not (naming the limit and what fits). A `links` topology has
+/// no rails: `false`, checked after planning as before.
+/// [`lp_rail_aligned_for_lanes`] also routes rail to rail where lanes
+/// are short (plans for the ideal network).
 pub fn lp_rail_aligned(
     topo: &Topology,
     traffic: &TrafficMatrix,
     executor: Executor,
+) -> Result<bool> {
+    lp_rail_aligned_with(topo, traffic, executor, false)
+}
+
+/// [`lp_rail_aligned`], and also `true` on clusters of at most
+/// [`super::chunk::MAX_RANKS_PRICED`] ranks where every peer fits but one
+/// lane per connection passes the lowering's threadblock budget
+/// ([`leaves_lanes`]: 7 x 8 and 8 x 8 with `msccl`, 5 x 8 to 8 x 8 with
+/// `rccl`). For plans priced on the ideal network (`compile --network
+/// ideal`): there the files of the 8 x 8 sweep are within 3% of their
+/// plans and 1.3-9.0% faster rail to rail, but rail to rail relays most
+/// inter-node blocks in slices, 4-10 times the messages, which a
+/// per-message cost (the calibrated network) prices 26-107% slower
+/// (docs/benchmarks.md, issue 22 item 2, 2026-12-05).
+pub fn lp_rail_aligned_for_lanes(
+    topo: &Topology,
+    traffic: &TrafficMatrix,
+    executor: Executor,
+) -> Result<bool> {
+    lp_rail_aligned_with(topo, traffic, executor, true)
+}
+
+fn lp_rail_aligned_with(
+    topo: &Topology,
+    traffic: &TrafficMatrix,
+    executor: Executor,
+    lanes: bool,
 ) -> Result<bool> {
     let n = traffic.ranks();
     let any = Peers {
@@ -354,7 +380,7 @@ pub fn lp_rail_aligned(
             .collect(),
         local: (0..n).map(|s| traffic.get(s, s) > 0).collect(),
     };
-    let lanes_fit = n > super::chunk::MAX_RANKS_PRICED || leaves_lanes(&any, executor);
+    let lanes_fit = !lanes || n > super::chunk::MAX_RANKS_PRICED || leaves_lanes(&any, executor);
     if unmet(&any, executor).is_none() && lanes_fit || !topo.is_hierarchical() || topo.nodes() < 2 {
         return Ok(false);
     }
@@ -467,8 +493,9 @@ mod tests {
 
     #[test]
     fn lp_routes_rail_to_rail_where_one_lane_per_peer_passes_the_tb_budget() {
-        // Any route: 2 (n - 1) tbs for one lane per connection, and one
-        // for the local copies. NCCL-MSCCL's loader takes 8 x 8's 127
+        // Plans for the ideal network (`lp_rail_aligned_for_lanes`). Any
+        // route: 2 (n - 1) tbs for one lane per connection, and one for
+        // the local copies. NCCL-MSCCL's loader takes 8 x 8's 127
         // (packed: 63), but the lowering's budget is 108, so 7 x 8 (111)
         // and 8 x 8 route rail to rail (29 tbs); RCCL's budget is 64, so
         // from 5 x 8 (79) on. Above 64 ranks unchanged: any route where
@@ -484,14 +511,22 @@ mod tests {
             let topo = Topology::preset("dgx-h100", nodes, None).unwrap();
             let m = TrafficMatrix::uniform(topo.ranks(), 4096);
             assert_eq!(
-                lp_rail_aligned(&topo, &m, Executor::Msccl).unwrap(),
+                lp_rail_aligned_for_lanes(&topo, &m, Executor::Msccl).unwrap(),
                 msccl,
                 "{nodes} x 8 msccl"
             );
             assert_eq!(
-                lp_rail_aligned(&topo, &m, Executor::Rccl).unwrap(),
+                lp_rail_aligned_for_lanes(&topo, &m, Executor::Rccl).unwrap(),
                 rccl,
                 "{nodes} x 8 rccl"
+            );
+            // Without the lanes (a per-message cost): only where a peer
+            // each cannot fit, as before (16 x 8 with `rccl`).
+            assert_eq!(
+                lp_rail_aligned(&topo, &m, Executor::Msccl).unwrap()
+                    || lp_rail_aligned(&topo, &m, Executor::Rccl).unwrap(),
+                nodes == 16,
+                "{nodes} x 8"
             );
         }
         // No local copy: 8 x 8 any route takes 126, still over 108.
@@ -500,7 +535,7 @@ mod tests {
         for g in 0..64 {
             m.set(g, g, 0);
         }
-        assert!(lp_rail_aligned(&topo, &m, Executor::Msccl).unwrap());
+        assert!(lp_rail_aligned_for_lanes(&topo, &m, Executor::Msccl).unwrap());
         // The threshold: 55 ranks (108 tbs) fit NCCL-MSCCL's budget and
         // 56 (110) do not; RCCL's 64: 33 ranks and 34.
         let any = |n: usize| Peers {
