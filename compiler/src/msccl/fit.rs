@@ -356,7 +356,7 @@ pub fn lp_rail_aligned(
 /// `rccl`). For plans priced on the ideal network (`compile --network
 /// ideal`): there the files of the 8 x 8 sweep are within 3% of their
 /// plans and 1.3-9.0% faster rail to rail, but rail to rail relays most
-/// inter-node blocks in slices, 4-10 times the messages, which a
+/// inter-node blocks in slices, 3.7-9.9 times the messages, which a
 /// per-message cost (the calibrated network) prices 26-107% slower
 /// (docs/benchmarks.md, issue 22 item 2, 2026-12-05).
 pub fn lp_rail_aligned_for_lanes(
