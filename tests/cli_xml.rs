@@ -278,3 +278,64 @@ fn a_plan_for_another_matrix_is_refused_first() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--executor: unknown executor `nccl`"), "{err}");
 }
+
+/// `compile --out *.xml --network ideal` routes 8 x 8 `lp` rail to rail:
+/// a lane to each of its 63 peers would need 127 threadblocks, more than
+/// the 108 the file gives out. With a per-message cost (the default,
+/// `calibrated`) it keeps any route: rail to rail carries several times
+/// the messages (docs/msccl.md, "Cluster size").
+#[test]
+fn lp_xml_for_the_ideal_network_routes_rail_to_rail_at_8x8() {
+    let dir = std::env::temp_dir().join(format!("switchyard-cli-lp8-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = |f: &str| dir.join(f).display().to_string();
+    let (code, _, err) = run(&[
+        "topology",
+        "--preset",
+        "dgx-h100",
+        "--nodes",
+        "8",
+        "--out",
+        &p("t.json"),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = run(&[
+        "traffic",
+        "--ranks",
+        "64",
+        "--pattern",
+        "lognormal:1.0",
+        "--bytes",
+        "65536",
+        "--seed",
+        "3",
+        "--out",
+        &p("m.json"),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let summary = |network: &str| {
+        let (code, out, err) = run(&[
+            "compile",
+            "--topology",
+            &p("t.json"),
+            "--traffic",
+            &p("m.json"),
+            "--algorithm",
+            "lp",
+            "--network",
+            network,
+            "--out",
+            &p("f.xml"),
+        ]);
+        assert_eq!(code, 0, "{err}");
+        format!("{out}{err}")
+    };
+    let ideal = summary("ideal");
+    assert!(
+        ideal.contains("lp: routed rail to rail (a lane to each of the 63 peers"),
+        "{ideal}"
+    );
+    let calibrated = summary("calibrated");
+    assert!(!calibrated.contains("rail to rail"), "{calibrated}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -116,6 +116,52 @@ fn sweep_sched() -> switchyard::compiler::sched::Options {
     }
 }
 
+/// The sweeps' executor profile: `XSIM_EXECUTOR=rccl`, else NCCL-MSCCL.
+fn sweep_executor() -> switchyard::compiler::msccl::Executor {
+    use switchyard::compiler::msccl::Executor;
+    match std::env::var("XSIM_EXECUTOR").as_deref() {
+        Ok("rccl") => Executor::Rccl,
+        _ => Executor::Msccl,
+    }
+}
+
+/// [`sweep_sched`] for `alg` on `m`, as `compile --out f.xml` plans it for
+/// [`sweep_executor`] on the ideal network (the sweeps' `SimOptions`):
+/// its lanes per gpu, and `lp` routed rail to rail where
+/// `fit::lp_rail_aligned_for_lanes` says so; `XSIM_LP_ANY=1` keeps any
+/// route where every peer fits (the files before 2026-12-05).
+fn sweep_sched_for(
+    alg: switchyard::compiler::Algorithm,
+    topo: &Topology,
+    m: &switchyard::compiler::TrafficMatrix,
+) -> switchyard::compiler::sched::Options {
+    use switchyard::compiler::msccl::fit;
+    let executor = sweep_executor();
+    let any = std::env::var("XSIM_LP_ANY").is_ok()
+        && fit::check(
+            &fit::Peers {
+                conns: (0..m.ranks())
+                    .flat_map(|s| (0..m.ranks()).filter(move |&d| d != s).map(move |d| (s, d)))
+                    .collect(),
+                local: (0..m.ranks()).map(|s| m.get(s, s) > 0).collect(),
+            },
+            "lp",
+            topo,
+            m,
+            executor,
+        )
+        .is_ok();
+    let lp_rail_aligned = alg == switchyard::compiler::Algorithm::Lp
+        && !any
+        && fit::lp_rail_aligned_for_lanes(topo, m, executor).unwrap();
+    let base = switchyard::compiler::sched::Options::for_msccl(executor.plan_lanes_per_gpu());
+    switchyard::compiler::sched::Options {
+        lp_rail_aligned,
+        max_lanes_per_gpu: base.max_lanes_per_gpu,
+        ..sweep_sched()
+    }
+}
+
 fn step(
     s: usize,
     ty: &str,
@@ -319,7 +365,6 @@ fn executor_rule_sweep() {
     use switchyard::compiler::sched::schedule;
     use switchyard::compiler::Algorithm;
     let sim = SimOptions::default();
-    let sched = sweep_sched();
     let nodes: Vec<usize> = std::env::var("XSIM_NODES").ok().map_or(vec![2, 4, 8], |v| {
         v.split(',').map(|x| x.parse().unwrap()).collect()
     });
@@ -335,7 +380,7 @@ fn executor_rule_sweep() {
                 {
                     continue;
                 }
-                let plan = schedule(alg, &topo, &m, &sched).unwrap();
+                let plan = schedule(alg, &topo, &m, &sweep_sched_for(alg, &topo, &m)).unwrap();
                 let want = simulate(&topo, &plan, &sim).unwrap().completion_us;
                 for (pacing, layout) in [
                     (Pacing::Off, Layout::Padded),
@@ -351,17 +396,17 @@ fn executor_rule_sweep() {
                         layout,
                         pacing,
                         protocol: std::env::var("XSIM_PROTO").ok().map(|p| p.parse().unwrap()),
+                        executor: sweep_executor(),
                         chunk_bytes: std::env::var("XSIM_BASE_CHUNK")
                             .is_ok()
                             .then(|| base_chunk_bytes(&m)),
-                        ..XmlOptions::default()
                     };
                     match to_xml(&plan, &topo, &m, &opts) {
                         Ok(x) => {
                             let (us, _) =
                                 simulate_executor(&x.text, "sweep", &m, &topo, &sim).unwrap();
                             println!(
-                                "{nodes}x8 {pattern:?} {alg} {layout} {pacing:?}: executor/plan {:+.2}% unheld {} handoffs {} released heads {} chunk {} B",
+                                "{nodes}x8 {pattern:?} {alg} {layout} {pacing:?}: executor/plan {:+.2}% ({us:.1} / {want:.1} us) unheld {} handoffs {} released heads {} chunk {} B",
                                 100.0 * (us / want - 1.0),
                                 x.unheld_deps,
                                 x.handoffs,
@@ -388,10 +433,9 @@ fn executor_rule_breakdown() {
     use switchyard::compiler::generate::Pattern;
     use switchyard::compiler::msccl::xsim::{executor_plan_with, Rules};
     use switchyard::compiler::msccl::{to_xml, Layout, Pacing, XmlOptions};
-    use switchyard::compiler::sched::{schedule, Options};
+    use switchyard::compiler::sched::schedule;
     use switchyard::compiler::Algorithm;
     let sim = SimOptions::default();
-    let sched = Options::for_msccl(switchyard::compiler::msccl::PLAN_LANES_PER_GPU);
     let nodes: Vec<usize> = std::env::var("XSIM_NODES").ok().map_or(vec![2, 4], |v| {
         v.split(',').map(|x| x.parse().unwrap()).collect()
     });
@@ -420,7 +464,7 @@ fn executor_rule_breakdown() {
                 {
                     continue;
                 }
-                let plan = schedule(alg, &topo, &m, &sched).unwrap();
+                let plan = schedule(alg, &topo, &m, &sweep_sched_for(alg, &topo, &m)).unwrap();
                 let want = simulate(&topo, &plan, &sim).unwrap().completion_us;
                 for pacing in [Pacing::Off, Pacing::Cut] {
                     let opts = XmlOptions {
@@ -925,7 +969,6 @@ fn executor_rule_links() {
     use switchyard::compiler::sched::schedule;
     use switchyard::compiler::Algorithm;
     let sim = SimOptions::default();
-    let sched = sweep_sched();
     let env_list = |k: &str| std::env::var(k).ok();
     let (nodes, layout) = diag_shape(8);
     // `XSIM_BASE_CHUNK=1`: the largest pair in 284 chunks whatever the
@@ -937,7 +980,7 @@ fn executor_rule_links() {
             if !diag_wants(alg) {
                 continue;
             }
-            let plan = schedule(alg, &topo, &m, &sched).unwrap();
+            let plan = schedule(alg, &topo, &m, &sweep_sched_for(alg, &topo, &m)).unwrap();
             let p = simulate(&topo, &plan, &sim).unwrap();
             let opts = XmlOptions {
                 layout,
@@ -1026,7 +1069,6 @@ fn executor_rule_path() {
     use switchyard::compiler::sched::schedule;
     use switchyard::compiler::Algorithm;
     let sim = SimOptions::default();
-    let sched = sweep_sched();
     let env = |k: &str| std::env::var(k).ok();
     let (nodes, layout) = diag_shape(4);
     let topo = Topology::preset("dgx-h100", nodes, None).unwrap();
@@ -1035,7 +1077,7 @@ fn executor_rule_path() {
             if !diag_wants(alg) {
                 continue;
             }
-            let plan = schedule(alg, &topo, &m, &sched).unwrap();
+            let plan = schedule(alg, &topo, &m, &sweep_sched_for(alg, &topo, &m)).unwrap();
             let p = simulate(&topo, &plan, &sim).unwrap();
             let opts = XmlOptions {
                 layout,
@@ -1207,13 +1249,63 @@ fn executor_rule_path() {
                 loop {
                     let tt = p.transfers[t];
                     println!(
-                        "    {:>8.1}..{:>8.1} t{t} g{}->g{} {} B",
-                        tt.start_us, tt.end_us, pt[t].src, pt[t].dst, pt[t].bytes
+                        "    {:>8.1}..{:>8.1} t{t} g{}->g{} {} B {:?}[{}] -> {:?}[{}]",
+                        tt.start_us,
+                        tt.end_us,
+                        pt[t].src,
+                        pt[t].dst,
+                        pt[t].bytes,
+                        pt[t].src_buf,
+                        pt[t].src_off,
+                        pt[t].dst_buf,
+                        pt[t].dst_off
                     );
                     let Some(&d) = pt[t].deps.iter().max_by(|&&a, &&b| {
                         p.transfers[a as usize]
                             .end_us
                             .total_cmp(&p.transfers[b as usize].end_us)
+                    }) else {
+                        break;
+                    };
+                    t = d as usize;
+                }
+            }
+            // `XSIM_ENCODED=1`: the critical path of the plan the file
+            // encodes (`XmlPlan::plan`, the lowering's own plan) under the
+            // plan's simulator, no executor rule.
+            if env("XSIM_ENCODED").is_some() {
+                let pt = &x.plan.transfers;
+                let r = simulate(&topo, &x.plan, &sim).unwrap();
+                println!(
+                    "  encoded plan {:.1} us (chunk {} B, lanes short {}, tbs wanted {}, channels {}, max tbs {}), path:",
+                    r.completion_us,
+                    x.chunk_bytes,
+                    x.lanes_short,
+                    x.tbs_wanted,
+                    x.channels,
+                    x.max_tbs_per_gpu
+                );
+                let mut t = (0..pt.len())
+                    .max_by(|&a, &b| r.transfers[a].end_us.total_cmp(&r.transfers[b].end_us))
+                    .unwrap();
+                loop {
+                    let tt = r.transfers[t];
+                    println!(
+                        "    {:>8.1}..{:>8.1} t{t} g{}->g{} {} B {:?}[{}] -> {:?}[{}]",
+                        tt.start_us,
+                        tt.end_us,
+                        pt[t].src,
+                        pt[t].dst,
+                        pt[t].bytes,
+                        pt[t].src_buf,
+                        pt[t].src_off,
+                        pt[t].dst_buf,
+                        pt[t].dst_off
+                    );
+                    let Some(&d) = pt[t].deps.iter().max_by(|&&a, &&b| {
+                        r.transfers[a as usize]
+                            .end_us
+                            .total_cmp(&r.transfers[b as usize].end_us)
                     }) else {
                         break;
                     };
@@ -1340,7 +1432,6 @@ fn executor_rule_nics() {
     use switchyard::compiler::sched::schedule;
     use switchyard::compiler::Algorithm;
     let sim = SimOptions::default();
-    let sched = sweep_sched();
     let (nodes, layout) = diag_shape(4);
     let show: usize = std::env::var("XSIM_SHOW").map_or(12, |v| v.parse().unwrap());
     let topo = Topology::preset("dgx-h100", nodes, None).unwrap();
@@ -1350,7 +1441,7 @@ fn executor_rule_nics() {
             if !diag_wants(alg) {
                 continue;
             }
-            let plan = schedule(alg, &topo, &m, &sched).unwrap();
+            let plan = schedule(alg, &topo, &m, &sweep_sched_for(alg, &topo, &m)).unwrap();
             let p = simulate(&topo, &plan, &sim).unwrap();
             // `XSIM_CHUNK=bytes`: that chunk instead of the default.
             let opts = XmlOptions {
@@ -1555,7 +1646,6 @@ fn executor_rule_chunks() {
     use switchyard::compiler::sched::schedule;
     use switchyard::compiler::Algorithm;
     let sim = SimOptions::default();
-    let sched = sweep_sched();
     let (nodes, layout) = diag_shape(8);
     let topo = Topology::preset("dgx-h100", nodes, None).unwrap();
     let spec = std::env::var("XSIM_CHUNKS").unwrap_or_default();
@@ -1579,7 +1669,7 @@ fn executor_rule_chunks() {
         .unwrap_or(Algorithm::Fast);
     let protocol = std::env::var("XSIM_PROTO").ok().map(|p| p.parse().unwrap());
     for (name, _, m) in sweep_matrices(&topo) {
-        let plan = schedule(alg, &topo, &m, &sched).unwrap();
+        let plan = schedule(alg, &topo, &m, &sweep_sched_for(alg, &topo, &m)).unwrap();
         let want = simulate(&topo, &plan, &sim).unwrap().completion_us;
         // `XSIM_RUN_BYTES=b`: the score's bytes per extra operation;
         // `XSIM_BEST=k`: with `XSIM_COSTS_ONLY`, the k best-scored chunks.

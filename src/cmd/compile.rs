@@ -171,10 +171,22 @@ pub fn compile(a: CompileArgs) -> CliResult {
     };
     // `lp` for a file routes rail to rail where the executor's
     // threadblocks cannot hold a peer per GPU (refused above where even
-    // that cannot fit).
-    let lp_rail_aligned = xml_out
-        && alg == Algorithm::Lp
-        && fit::lp_rail_aligned(&topo, &m, executor).map_err(|e| CliError::Input(e.to_string()))?;
+    // that cannot fit); made for the ideal network, also where one lane
+    // per peer passes the threadblocks the lowering gives out (8 x 8:
+    // its relays' lanes would run one after another; with a per-message
+    // cost the rail-aligned plan's many slices cost more than that).
+    let rail_check = |lanes: bool| {
+        if lanes {
+            fit::lp_rail_aligned_for_lanes(&topo, &m, executor)
+        } else {
+            fit::lp_rail_aligned(&topo, &m, executor)
+        }
+        .map_err(|e| CliError::Input(e.to_string()))
+    };
+    let lp_xml = xml_out && alg == Algorithm::Lp;
+    let rails_for_peers = lp_xml && rail_check(false)?;
+    let lp_rail_aligned =
+        rails_for_peers || lp_xml && network == Network::Ideal && rail_check(true)?;
     let opts = Options {
         time_limit_s: a.time_limit,
         verbose: a.verbose,
@@ -360,11 +372,17 @@ pub fn compile(a: CompileArgs) -> CliResult {
     if let Some(b) = buffers {
         parts.push(b.trim_start_matches("; ").to_string());
     }
-    if lp_rail_aligned {
+    if rails_for_peers {
         parts.push(format!(
             "lp: routed rail to rail ({executor} loads at most {} threadblocks per GPU, fewer than the {} peers any route may use)",
             executor.max_tbs_per_gpu(),
             m.ranks() - 1
+        ));
+    } else if lp_rail_aligned {
+        parts.push(format!(
+            "lp: routed rail to rail (a lane to each of the {} peers any route may use needs more than the {} threadblocks per GPU the file gives out, so its lanes would run one after another)",
+            m.ranks() - 1,
+            executor.tb_budget()
         ));
     }
     match lp_status {

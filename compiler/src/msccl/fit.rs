@@ -339,10 +339,39 @@ pub fn check_before_planning(
 /// peers ([`Peers::lp_rail_aligned`]) fit, and refused at once when even
 /// they do not (naming the limit and what fits). A `links` topology has
 /// no rails: `false`, checked after planning as before.
+/// [`lp_rail_aligned_for_lanes`] also routes rail to rail where lanes
+/// are short (plans for the ideal network).
 pub fn lp_rail_aligned(
     topo: &Topology,
     traffic: &TrafficMatrix,
     executor: Executor,
+) -> Result<bool> {
+    lp_rail_aligned_with(topo, traffic, executor, false)
+}
+
+/// [`lp_rail_aligned`], and also `true` on clusters of at most
+/// [`super::chunk::MAX_RANKS_PRICED`] ranks where every peer fits but one
+/// lane per connection passes the lowering's threadblock budget
+/// ([`leaves_lanes`]: 7 x 8 and 8 x 8 with `msccl`, 5 x 8 to 8 x 8 with
+/// `rccl`). For plans priced on the ideal network (`compile --network
+/// ideal`): there the files of the 8 x 8 sweep are within 3% of their
+/// plans and 1.3-9.0% faster rail to rail, but rail to rail relays most
+/// inter-node blocks in slices, 3.7-9.9 times the messages, which a
+/// per-message cost (the calibrated network) prices 26-107% slower
+/// (docs/benchmarks.md, issue 22 item 2, 2026-12-05).
+pub fn lp_rail_aligned_for_lanes(
+    topo: &Topology,
+    traffic: &TrafficMatrix,
+    executor: Executor,
+) -> Result<bool> {
+    lp_rail_aligned_with(topo, traffic, executor, true)
+}
+
+fn lp_rail_aligned_with(
+    topo: &Topology,
+    traffic: &TrafficMatrix,
+    executor: Executor,
+    lanes: bool,
 ) -> Result<bool> {
     let n = traffic.ranks();
     let any = Peers {
@@ -351,7 +380,8 @@ pub fn lp_rail_aligned(
             .collect(),
         local: (0..n).map(|s| traffic.get(s, s) > 0).collect(),
     };
-    if unmet(&any, executor).is_none() || !topo.is_hierarchical() || topo.nodes() < 2 {
+    let lanes_fit = !lanes || n > super::chunk::MAX_RANKS_PRICED || leaves_lanes(&any, executor);
+    if unmet(&any, executor).is_none() && lanes_fit || !topo.is_hierarchical() || topo.nodes() < 2 {
         return Ok(false);
     }
     // The LP's size first: where it is too large for any profile, the
@@ -376,6 +406,25 @@ pub fn lp_rail_aligned(
     let rails = Peers::lp_rail_aligned(topo, traffic);
     check(&rails, "lp (routed rail to rail)", topo, traffic, executor)?;
     Ok(true)
+}
+
+/// Whether one lane per connection of `peers` fits the lowering's
+/// threadblock budget on every gpu: it gives every connection one send and
+/// one receive tb (and local copies one) before any second lane, and
+/// second lanes only while both gpus stay within [`Executor::tb_budget`]
+/// (docs/msccl.md, "Lowering" step 2). Past that, the lanes a plan runs
+/// side by side on one connection run one after another in its file: an
+/// `lp` plan with any routes on 8 x 8 (126 tbs for one lane each, budget
+/// 108) had 155 lanes short, its relays' forwards queued on one tb behind
+/// late arrivals, and its Zipf and log-normal files were 3-4% behind
+/// their plans (docs/benchmarks.md, issue 22 item 2, 2026-12-05).
+pub fn leaves_lanes(peers: &Peers, executor: Executor) -> bool {
+    let mut tbs: Vec<usize> = peers.local.iter().map(|&l| usize::from(l)).collect();
+    for &(s, d) in &peers.conns {
+        tbs[s] += 1;
+        tbs[d] += 1;
+    }
+    tbs.into_iter().all(|t| t <= executor.tb_budget())
 }
 
 /// The largest rail-aligned flow LP [`lp_rail_aligned`] lets `lp` solve
@@ -440,6 +489,65 @@ mod tests {
         assert!(p.local[0] && !p.local[5]);
         // Both directions: a receive peer for every send peer.
         assert!(p.conns.iter().all(|&(s, d)| p.conns.contains(&(d, s))));
+    }
+
+    #[test]
+    fn lp_routes_rail_to_rail_where_one_lane_per_peer_passes_the_tb_budget() {
+        // Plans for the ideal network (`lp_rail_aligned_for_lanes`). Any
+        // route: 2 (n - 1) tbs for one lane per connection, and one for
+        // the local copies. NCCL-MSCCL's loader takes 8 x 8's 127
+        // (packed: 63), but the lowering's budget is 108, so 7 x 8 (111)
+        // and 8 x 8 route rail to rail (29 tbs); RCCL's budget is 64, so
+        // from 5 x 8 (79) on. Above 64 ranks unchanged: any route where
+        // every peer fits the loader (16 x 8 with NCCL-MSCCL).
+        for (nodes, msccl, rccl) in [
+            (4, false, false),
+            (5, false, true),
+            (6, false, true),
+            (7, true, true),
+            (8, true, true),
+            (16, false, true),
+        ] {
+            let topo = Topology::preset("dgx-h100", nodes, None).unwrap();
+            let m = TrafficMatrix::uniform(topo.ranks(), 4096);
+            assert_eq!(
+                lp_rail_aligned_for_lanes(&topo, &m, Executor::Msccl).unwrap(),
+                msccl,
+                "{nodes} x 8 msccl"
+            );
+            assert_eq!(
+                lp_rail_aligned_for_lanes(&topo, &m, Executor::Rccl).unwrap(),
+                rccl,
+                "{nodes} x 8 rccl"
+            );
+            // Without the lanes (a per-message cost): only where a peer
+            // each cannot fit, as before (16 x 8 with `rccl`).
+            assert_eq!(
+                lp_rail_aligned(&topo, &m, Executor::Msccl).unwrap()
+                    || lp_rail_aligned(&topo, &m, Executor::Rccl).unwrap(),
+                nodes == 16,
+                "{nodes} x 8"
+            );
+        }
+        // No local copy: 8 x 8 any route takes 126, still over 108.
+        let topo = Topology::preset("dgx-h100", 8, None).unwrap();
+        let mut m = TrafficMatrix::uniform(64, 4096);
+        for g in 0..64 {
+            m.set(g, g, 0);
+        }
+        assert!(lp_rail_aligned_for_lanes(&topo, &m, Executor::Msccl).unwrap());
+        // The threshold: 55 ranks (108 tbs) fit NCCL-MSCCL's budget and
+        // 56 (110) do not; RCCL's 64: 33 ranks and 34.
+        let any = |n: usize| Peers {
+            conns: (0..n)
+                .flat_map(|s| (0..n).filter(move |&d| d != s).map(move |d| (s, d)))
+                .collect(),
+            local: vec![false; n],
+        };
+        assert!(leaves_lanes(&any(55), Executor::Msccl));
+        assert!(!leaves_lanes(&any(56), Executor::Msccl));
+        assert!(leaves_lanes(&any(33), Executor::Rccl));
+        assert!(!leaves_lanes(&any(34), Executor::Rccl));
     }
 
     /// Rank `s` sends to the rank `s + 1` further on: one peer each way
