@@ -60,6 +60,10 @@ pub(crate) struct Decomposer {
     /// only free rows' bits are read, and a row's matched entry is
     /// written back before the row is free again.
     big: Vec<u64>,
+    /// Live entries per row (bits of `live`). A row without any is out
+    /// of the decomposition for good (entries never grow): it is dropped
+    /// from `free_rows` instead of being tried, and failing, every stage.
+    row_live: Vec<u32>,
     /// Free rows in increasing order (the next stage's greedy step), and
     /// the rows whose search failed / whose match was exhausted this stage.
     free_rows: Vec<u32>,
@@ -71,6 +75,11 @@ pub(crate) struct Decomposer {
     /// order, and the reordered pairs.
     stage_at: Vec<usize>,
     stage_bytes: Vec<u64>,
+    /// `(start, end, count)` of the stages the last `decompose` appended
+    /// to its `out`, whose `stage_at` and `stage_bytes` it left: the next
+    /// `order_light_first` of exactly those stages does not count them
+    /// again.
+    recorded: Option<(usize, usize, u32)>,
     stage_order: Vec<u32>,
     reordered: Vec<StagePair>,
 }
@@ -91,6 +100,7 @@ impl Decomposer {
         stage_floor: impl Fn(u64) -> u64,
         out: &mut Vec<StagePair>,
     ) -> u32 {
+        self.recorded = None;
         self.cells.clear();
         self.cells.extend(t.iter().map(|&x| [x, 0]));
         for a in 0..n {
@@ -116,6 +126,8 @@ impl Decomposer {
         self.live.resize(n * words, 0);
         self.big.clear();
         self.big.resize(n * words, 0);
+        self.row_live.clear();
+        self.row_live.resize(n, 0);
         for a in 0..n {
             let row = &self.cells[a * n..(a + 1) * n];
             let (live, big) = (
@@ -132,6 +144,7 @@ impl Decomposer {
                     big[b / 64] |= bit;
                 }
             }
+            self.row_live[a] = live.iter().map(|w| w.count_ones()).sum();
         }
         self.seen.clear();
         self.seen.resize(words, 0);
@@ -144,7 +157,13 @@ impl Decomposer {
         }
         self.free_rows.clear();
         self.free_rows.extend(0..n as u32);
+        self.path.clear();
+        self.path.resize(n + 1, [0; 3]);
         let mut stage = 0u32;
+        let start = out.len();
+        self.stage_at.clear();
+        self.stage_at.push(0);
+        self.stage_bytes.clear();
         while real_left > 0 {
             self.augment();
             let mut w = u64::MAX;
@@ -158,6 +177,7 @@ impl Decomposer {
             }
             let w = w.max(theta);
             let mut any = false;
+            let mut stage_sum = 0;
             self.exhausted.clear();
             let rows = self.match_row.iter().zip(self.held.iter_mut());
             for (a, (&b, [real, pad])) in rows.enumerate() {
@@ -171,6 +191,7 @@ impl Decomposer {
                 real_left -= r;
                 if r > 0 {
                     any = true;
+                    stage_sum += r;
                     out.push(StagePair {
                         stage,
                         src_node: a as u32,
@@ -183,9 +204,10 @@ impl Decomposer {
                 }
             }
             // Exhausted: out of the support and of the matching (the next
-            // stage matches the row again).
+            // stage matches the row again, if it has live entries left).
             for &a in &self.exhausted {
                 let a = a as usize;
+                self.row_live[a] -= 1;
                 let b = self.match_row[a] as usize;
                 self.cells[a * n + b] = [0, 0];
                 let (word, bit) = (a * words + b / 64, 1u64 << (b % 64));
@@ -197,9 +219,15 @@ impl Decomposer {
             }
             if any {
                 stage += 1;
+                self.stage_bytes.push(stage_sum);
+                self.stage_at.push(out.len() - start);
             }
             // The next stage's free rows, in order: those still unmatched
-            // (in `free_rows`, increasing) and those just exhausted.
+            // (in `free_rows`, increasing) and those just exhausted, less
+            // the rows without live entries (no greedy entry, and a search
+            // that visits nothing: they stay free for good).
+            let row_live = &self.row_live;
+            self.exhausted.retain(|&a| row_live[a as usize] > 0);
             if !self.exhausted.is_empty() {
                 if self.free_rows.is_empty() {
                     std::mem::swap(&mut self.free_rows, &mut self.exhausted);
@@ -210,6 +238,7 @@ impl Decomposer {
                 }
             }
         }
+        self.recorded = Some((start, out.len(), stage));
         stage
     }
 
@@ -229,21 +258,39 @@ impl Decomposer {
     /// end up next to each other, so the sends in flight at once are of
     /// similar length. See docs/algorithms.md (3) for the measurements.
     pub fn order_light_first(&mut self, out: &mut Vec<StagePair>, start: usize, count: u32) {
+        self.order_light_first_with(out, start, count, |_| {});
+    }
+
+    /// [`Decomposer::order_light_first`], giving `f` each pair in its new
+    /// place, in order (every pair of `out[start..]` as it is where there
+    /// is nothing to reorder): the reordered stages priced in the same pass
+    /// that writes them.
+    pub(crate) fn order_light_first_with(
+        &mut self,
+        out: &mut Vec<StagePair>,
+        start: usize,
+        count: u32,
+        mut f: impl FnMut(&StagePair),
+    ) {
         let k = count as usize;
+        let recorded = self.recorded.take() == Some((start, out.len(), count));
         if k < 2 {
+            out[start..].iter().for_each(f);
             return;
         }
-        self.stage_at.clear();
-        self.stage_at.resize(k + 1, 0);
-        self.stage_bytes.clear();
-        self.stage_bytes.resize(k, 0);
-        for p in &out[start..] {
-            let s = p.stage as usize;
-            self.stage_bytes[s] += p.bytes;
-            self.stage_at[s + 1] += 1;
-        }
-        for s in 0..k {
-            self.stage_at[s + 1] += self.stage_at[s];
+        if !recorded {
+            self.stage_at.clear();
+            self.stage_at.resize(k + 1, 0);
+            self.stage_bytes.clear();
+            self.stage_bytes.resize(k, 0);
+            for p in &out[start..] {
+                let s = p.stage as usize;
+                self.stage_bytes[s] += p.bytes;
+                self.stage_at[s + 1] += 1;
+            }
+            for s in 0..k {
+                self.stage_at[s + 1] += self.stage_at[s];
+            }
         }
         self.stage_order.clear();
         self.stage_order.extend(0..count);
@@ -256,11 +303,13 @@ impl Decomposer {
         self.reordered.extend_from_slice(&out[..start]);
         for (new, &s) in self.stage_order.iter().enumerate() {
             let (lo, hi) = (self.stage_at[s as usize], self.stage_at[s as usize + 1]);
+            let from = self.reordered.len();
             self.reordered
                 .extend(out[start + lo..start + hi].iter().map(|p| StagePair {
                     stage: new as u32,
                     ..*p
                 }));
+            self.reordered[from..].iter().for_each(&mut f);
         }
         std::mem::swap(out, &mut self.reordered);
     }
@@ -437,6 +486,12 @@ impl Decomposer {
         self.dead.fill(0);
         rows.clear();
         for &a in &order {
+            // A row whose live columns are all dead fails at once.
+            let row_live = &self.live[a as usize * words..(a as usize + 1) * words];
+            if row_live.iter().zip(&self.dead).all(|(&l, &d)| l & !d == 0) {
+                rows.push(a);
+                continue;
+            }
             self.seen.copy_from_slice(&self.dead);
             if !self.try_row(a as usize) {
                 self.dead.copy_from_slice(&self.seen);
@@ -454,21 +509,23 @@ impl Decomposer {
     /// statement, each row resuming its scan where it was.
     fn try_row(&mut self, a: usize) -> bool {
         let words = self.words;
-        let (live, seen, match_col, path) =
-            (&self.live, &mut self.seen, &self.match_col, &mut self.path);
+        let (live, seen, match_col) = (&self.live[..], &mut self.seen[..], &self.match_col[..]);
+        // The stack holds each row at most once: `n + 1` entries, sized
+        // once per decomposition, indexed by `depth` (no push or pop).
+        let path = &mut self.path[..];
         // Words of `seen` below `lo` are full: no row finds a column there,
         // so the scans start at `lo` (seen only grows during a search).
         let full = |w: u64| w == u64::MAX;
         let mut lo = seen.iter().position(|&w| !full(w)).unwrap_or(words);
-        path.clear();
-        path.push([a as u32, 0, NONE]);
+        path[0] = [a as u32, 0, NONE];
+        let mut depth = 1;
         let (k, bit) = loop {
-            let Some(top) = path.last_mut() else {
+            if depth == 0 {
                 return false;
-            };
-            let row = top[0] as usize;
-            let row_live = &live[row * words..(row + 1) * words];
-            let mut k = (top[1] as usize).max(lo);
+            }
+            let [row, at, _] = path[depth - 1];
+            let row_live = &live[row as usize * words..][..words];
+            let mut k = (at as usize).max(lo);
             let mut cand = 0;
             while k < words {
                 cand = row_live[k] & !seen[k];
@@ -479,7 +536,7 @@ impl Decomposer {
             }
             if k == words {
                 // Every column of this row fails: back to its parent.
-                path.pop();
+                depth -= 1;
                 continue;
             }
             let bit = cand.trailing_zeros() as usize;
@@ -490,17 +547,18 @@ impl Decomposer {
                 }
             }
             let b = k * 64 + bit;
-            *top = [row as u32, k as u32, b as u32];
+            path[depth - 1] = [row, k as u32, b as u32];
             let owner = match_col[b];
             if owner == NONE {
                 break (k, bit);
             }
-            path.push([owner, 0, NONE]);
+            path[depth] = [owner, 0, NONE];
+            depth += 1;
         };
         // A free column: every row on the path takes the column it went
         // down through, the deepest first.
         self.free[k] &= !(1 << bit);
-        for i in (0..self.path.len()).rev() {
+        for i in (0..depth).rev() {
             let [row, _, col] = self.path[i];
             self.rematch(row as usize, col as usize);
         }
@@ -657,6 +715,7 @@ impl StageChains {
     /// are): the same value, in one pass and no buffer. Within such a
     /// stage no pair reads the sender or receiver clock another pair
     /// writes, so each pair can move its clocks at once.
+    #[cfg(test)]
     pub(crate) fn end_of_permutations(
         &mut self,
         nodes: usize,
@@ -673,7 +732,7 @@ impl StageChains {
     }
 
     /// Clocks at zero for `nodes` nodes; false (the end is 0) below two.
-    fn start(&mut self, nodes: usize) -> bool {
+    pub(crate) fn start(&mut self, nodes: usize) -> bool {
         if nodes < 2 {
             return false;
         }
@@ -685,16 +744,20 @@ impl StageChains {
     }
 
     /// One pair of a partial-permutation stage (see
-    /// [`StageChains::end_of_permutations`]).
+    /// [`StageChains::end_of_permutations`]). The clocks are finite and
+    /// non-negative and a pair's time too (`rate` is positive), so the
+    /// pair's end is at least both clocks: both become it (what
+    /// `f64::max` of each with it gives, without its NaN handling).
     #[inline]
-    fn step(&mut self, p: &StagePair, rate: f64) {
+    pub(crate) fn step(&mut self, p: &StagePair, rate: f64) {
         let (a, b) = (p.src_node as usize, p.dst_node as usize);
-        let e = self.sent[a].max(self.recv[b]) + p.bytes as f64 / rate;
-        self.sent[a] = self.sent[a].max(e);
-        self.recv[b] = self.recv[b].max(e);
+        let (s, r) = (self.sent[a], self.recv[b]);
+        let e = if s >= r { s } else { r } + p.bytes as f64 / rate;
+        self.sent[a] = e;
+        self.recv[b] = e;
     }
 
-    fn finish(&self) -> f64 {
+    pub(crate) fn finish(&self) -> f64 {
         self.sent
             .iter()
             .chain(&self.recv)
