@@ -114,6 +114,12 @@ impl Decomposer {
         }
         let mut real_left: u64 = self.cells.iter().map(|c| c[0]).sum();
         if real_left == 0 {
+            // No stage: recorded as such, so that the next
+            // `order_light_first` of these (no) stages counts nothing.
+            self.stage_at.clear();
+            self.stage_at.push(0);
+            self.stage_bytes.clear();
+            self.recorded = Some((out.len(), out.len(), 0));
             return 0;
         }
         let m = self.pad_to_doubly_stochastic(n);
