@@ -551,6 +551,39 @@ const PACED_CASES: [(
     ]
 };
 
+/// The diagnosis' critical path: from transfer `t`, each transfer and the
+/// dependency of `pt[t]` that ends last, back to one with none (`times`:
+/// a simulation of `pt`).
+fn print_path(
+    pt: &[switchyard::compiler::plan::Transfer],
+    times: &[switchyard::compiler::sim::TransferTime],
+    mut t: usize,
+) {
+    loop {
+        let tt = times[t];
+        println!(
+            "    {:>8.1}..{:>8.1} t{t} g{}->g{} {} B {:?}[{}] -> {:?}[{}]",
+            tt.start_us,
+            tt.end_us,
+            pt[t].src,
+            pt[t].dst,
+            pt[t].bytes,
+            pt[t].src_buf,
+            pt[t].src_off,
+            pt[t].dst_buf,
+            pt[t].dst_off
+        );
+        let Some(&d) = pt[t].deps.iter().max_by(|&&a, &&b| {
+            times[a as usize]
+                .end_us
+                .total_cmp(&times[b as usize].end_us)
+        }) else {
+            break;
+        };
+        t = d as usize;
+    }
+}
+
 /// The executor-rule completion of `alg`'s file over its plan's, on the
 /// sweep's matrix `(seed, pattern)` for `nodes` x 8 DGX-H100.
 fn executor_over_plan(
@@ -1234,7 +1267,7 @@ fn executor_rule_path() {
             // `XSIM_PLAN_PATH=1` (or a transfer of the plan to start from).
             if let Some(from) = env("XSIM_PLAN_PATH") {
                 let pt = &plan.transfers;
-                let mut t = from
+                let t = from
                     .parse()
                     .ok()
                     .filter(|&t: &usize| t < pt.len() && from != "1")
@@ -1246,29 +1279,7 @@ fn executor_rule_path() {
                             .unwrap()
                     });
                 println!("  plan path:");
-                loop {
-                    let tt = p.transfers[t];
-                    println!(
-                        "    {:>8.1}..{:>8.1} t{t} g{}->g{} {} B {:?}[{}] -> {:?}[{}]",
-                        tt.start_us,
-                        tt.end_us,
-                        pt[t].src,
-                        pt[t].dst,
-                        pt[t].bytes,
-                        pt[t].src_buf,
-                        pt[t].src_off,
-                        pt[t].dst_buf,
-                        pt[t].dst_off
-                    );
-                    let Some(&d) = pt[t].deps.iter().max_by(|&&a, &&b| {
-                        p.transfers[a as usize]
-                            .end_us
-                            .total_cmp(&p.transfers[b as usize].end_us)
-                    }) else {
-                        break;
-                    };
-                    t = d as usize;
-                }
+                print_path(pt, &p.transfers, t);
             }
             // `XSIM_ENCODED=1`: the critical path of the plan the file
             // encodes (`XmlPlan::plan`, the lowering's own plan) under the
@@ -1285,32 +1296,10 @@ fn executor_rule_path() {
                     x.channels,
                     x.max_tbs_per_gpu
                 );
-                let mut t = (0..pt.len())
+                let t = (0..pt.len())
                     .max_by(|&a, &b| r.transfers[a].end_us.total_cmp(&r.transfers[b].end_us))
                     .unwrap();
-                loop {
-                    let tt = r.transfers[t];
-                    println!(
-                        "    {:>8.1}..{:>8.1} t{t} g{}->g{} {} B {:?}[{}] -> {:?}[{}]",
-                        tt.start_us,
-                        tt.end_us,
-                        pt[t].src,
-                        pt[t].dst,
-                        pt[t].bytes,
-                        pt[t].src_buf,
-                        pt[t].src_off,
-                        pt[t].dst_buf,
-                        pt[t].dst_off
-                    );
-                    let Some(&d) = pt[t].deps.iter().max_by(|&&a, &&b| {
-                        r.transfers[a as usize]
-                            .end_us
-                            .total_cmp(&r.transfers[b as usize].end_us)
-                    }) else {
-                        break;
-                    };
-                    t = d as usize;
-                }
+                print_path(pt, &r.transfers, t);
             }
         }
     }
