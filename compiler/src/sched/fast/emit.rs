@@ -626,7 +626,6 @@ impl NodeStages {
             }
         }
         let count = self.decomposer.decompose(nn, t, floor, out);
-        self.decomposer.order_light_first(out, start, count);
         // The rotation instead, where its stage chains end clearly sooner
         // (ROTATION_MARGIN): from the node matrix alone, so every rank
         // makes the same choice as the whole plan. Not where leaves can
@@ -635,10 +634,16 @@ impl NodeStages {
         // 0.8 of the decomposition run 12% slower).
         if self.leaves.is_none() && nn > 2 && opts.per_message_us <= 0.0 {
             // Both priced as `StageChains::end` would (lanes, chunk and
-            // per-message cost out of it), in one pass each; the rotation
-            // from the matrix, written only if taken.
+            // per-message cost out of it), in one pass each
+            // (`StageChains::end_of_permutations`): today's stages as they
+            // are written in their order, the rotation from the matrix,
+            // written only if taken.
             let rate = self.node_rate;
-            let today = self.chains.end_of_permutations(nn, &out[start..], rate);
+            let chains = &mut self.chains;
+            chains.start(nn);
+            self.decomposer
+                .order_light_first_with(out, start, count, |p| chains.step(p, rate));
+            let today = chains.finish();
             let dec = &mut self.decomposer;
             let rotation = dec.rotation_end(nn, t, &mut self.chains, rate);
             if rotation < ROTATION_MARGIN * today {
@@ -646,6 +651,8 @@ impl NodeStages {
                 out.truncate(start);
                 return dec.rotation_pairs(nn, t, |p| out.push(p));
             }
+        } else {
+            self.decomposer.order_light_first(out, start, count);
         }
         count
     }

@@ -60,6 +60,16 @@ pub(crate) struct Decomposer {
     /// only free rows' bits are read, and a row's matched entry is
     /// written back before the row is free again.
     big: Vec<u64>,
+    /// Live entries per row (bits of `live`). A row without any is out
+    /// of the decomposition for good (entries never grow): it is dropped
+    /// from `free_rows` instead of being tried, and failing, every stage.
+    row_live: Vec<u32>,
+    /// Bit `k` of row `a`: word `k` of the row's `live` bits is not zero
+    /// (`masked`: where a row has 4 to 64 words; at 2 words the plain scan
+    /// costs less): the searches skip the empty words of a row, which grow
+    /// as its entries are exhausted.
+    live_words: Vec<u64>,
+    masked: bool,
     /// Free rows in increasing order (the next stage's greedy step), and
     /// the rows whose search failed / whose match was exhausted this stage.
     free_rows: Vec<u32>,
@@ -71,6 +81,11 @@ pub(crate) struct Decomposer {
     /// order, and the reordered pairs.
     stage_at: Vec<usize>,
     stage_bytes: Vec<u64>,
+    /// `(start, end, count)` of the stages the last `decompose` appended
+    /// to its `out`, whose `stage_at` and `stage_bytes` it left: the next
+    /// `order_light_first` of exactly those stages does not count them
+    /// again.
+    recorded: Option<(usize, usize, u32)>,
     stage_order: Vec<u32>,
     reordered: Vec<StagePair>,
 }
@@ -91,6 +106,7 @@ impl Decomposer {
         stage_floor: impl Fn(u64) -> u64,
         out: &mut Vec<StagePair>,
     ) -> u32 {
+        self.recorded = None;
         self.cells.clear();
         self.cells.extend(t.iter().map(|&x| [x, 0]));
         for a in 0..n {
@@ -98,6 +114,12 @@ impl Decomposer {
         }
         let mut real_left: u64 = self.cells.iter().map(|c| c[0]).sum();
         if real_left == 0 {
+            // No stage: recorded as such, so that the next
+            // `order_light_first` of these (no) stages counts nothing.
+            self.stage_at.clear();
+            self.stage_at.push(0);
+            self.stage_bytes.clear();
+            self.recorded = Some((out.len(), out.len(), 0));
             return 0;
         }
         let m = self.pad_to_doubly_stochastic(n);
@@ -116,6 +138,11 @@ impl Decomposer {
         self.live.resize(n * words, 0);
         self.big.clear();
         self.big.resize(n * words, 0);
+        self.row_live.clear();
+        self.row_live.resize(n, 0);
+        self.masked = (4..=64).contains(&words);
+        self.live_words.clear();
+        self.live_words.resize(n, 0);
         for a in 0..n {
             let row = &self.cells[a * n..(a + 1) * n];
             let (live, big) = (
@@ -132,6 +159,14 @@ impl Decomposer {
                     big[b / 64] |= bit;
                 }
             }
+            self.row_live[a] = live.iter().map(|w| w.count_ones()).sum();
+            if self.masked {
+                self.live_words[a] = live
+                    .iter()
+                    .enumerate()
+                    .filter(|&(_, &w)| w != 0)
+                    .fold(0, |m, (k, _)| m | 1 << k);
+            }
         }
         self.seen.clear();
         self.seen.resize(words, 0);
@@ -144,7 +179,13 @@ impl Decomposer {
         }
         self.free_rows.clear();
         self.free_rows.extend(0..n as u32);
+        self.path.clear();
+        self.path.resize(n + 1, [0; 3]);
         let mut stage = 0u32;
+        let start = out.len();
+        self.stage_at.clear();
+        self.stage_at.push(0);
+        self.stage_bytes.clear();
         while real_left > 0 {
             self.augment();
             let mut w = u64::MAX;
@@ -158,6 +199,7 @@ impl Decomposer {
             }
             let w = w.max(theta);
             let mut any = false;
+            let mut stage_sum = 0;
             self.exhausted.clear();
             let rows = self.match_row.iter().zip(self.held.iter_mut());
             for (a, (&b, [real, pad])) in rows.enumerate() {
@@ -171,6 +213,7 @@ impl Decomposer {
                 real_left -= r;
                 if r > 0 {
                     any = true;
+                    stage_sum += r;
                     out.push(StagePair {
                         stage,
                         src_node: a as u32,
@@ -183,13 +226,17 @@ impl Decomposer {
                 }
             }
             // Exhausted: out of the support and of the matching (the next
-            // stage matches the row again).
+            // stage matches the row again, if it has live entries left).
             for &a in &self.exhausted {
                 let a = a as usize;
+                self.row_live[a] -= 1;
                 let b = self.match_row[a] as usize;
                 self.cells[a * n + b] = [0, 0];
                 let (word, bit) = (a * words + b / 64, 1u64 << (b % 64));
                 self.live[word] &= !bit;
+                if self.masked && self.live[word] == 0 {
+                    self.live_words[a] &= !(1 << (b / 64));
+                }
                 self.big[word] &= !bit;
                 self.match_row[a] = NONE;
                 self.match_col[b] = NONE;
@@ -197,9 +244,15 @@ impl Decomposer {
             }
             if any {
                 stage += 1;
+                self.stage_bytes.push(stage_sum);
+                self.stage_at.push(out.len() - start);
             }
             // The next stage's free rows, in order: those still unmatched
-            // (in `free_rows`, increasing) and those just exhausted.
+            // (in `free_rows`, increasing) and those just exhausted, less
+            // the rows without live entries (no greedy entry, and a search
+            // that visits nothing: they stay free for good).
+            let row_live = &self.row_live;
+            self.exhausted.retain(|&a| row_live[a as usize] > 0);
             if !self.exhausted.is_empty() {
                 if self.free_rows.is_empty() {
                     std::mem::swap(&mut self.free_rows, &mut self.exhausted);
@@ -210,6 +263,7 @@ impl Decomposer {
                 }
             }
         }
+        self.recorded = Some((start, out.len(), stage));
         stage
     }
 
@@ -229,21 +283,39 @@ impl Decomposer {
     /// end up next to each other, so the sends in flight at once are of
     /// similar length. See docs/algorithms.md (3) for the measurements.
     pub fn order_light_first(&mut self, out: &mut Vec<StagePair>, start: usize, count: u32) {
+        self.order_light_first_with(out, start, count, |_| {});
+    }
+
+    /// [`Decomposer::order_light_first`], giving `f` each pair in its new
+    /// place, in order (every pair of `out[start..]` as it is where there
+    /// is nothing to reorder): the reordered stages priced in the same pass
+    /// that writes them.
+    pub(crate) fn order_light_first_with(
+        &mut self,
+        out: &mut Vec<StagePair>,
+        start: usize,
+        count: u32,
+        mut f: impl FnMut(&StagePair),
+    ) {
         let k = count as usize;
+        let recorded = self.recorded.take() == Some((start, out.len(), count));
         if k < 2 {
+            out[start..].iter().for_each(f);
             return;
         }
-        self.stage_at.clear();
-        self.stage_at.resize(k + 1, 0);
-        self.stage_bytes.clear();
-        self.stage_bytes.resize(k, 0);
-        for p in &out[start..] {
-            let s = p.stage as usize;
-            self.stage_bytes[s] += p.bytes;
-            self.stage_at[s + 1] += 1;
-        }
-        for s in 0..k {
-            self.stage_at[s + 1] += self.stage_at[s];
+        if !recorded {
+            self.stage_at.clear();
+            self.stage_at.resize(k + 1, 0);
+            self.stage_bytes.clear();
+            self.stage_bytes.resize(k, 0);
+            for p in &out[start..] {
+                let s = p.stage as usize;
+                self.stage_bytes[s] += p.bytes;
+                self.stage_at[s + 1] += 1;
+            }
+            for s in 0..k {
+                self.stage_at[s + 1] += self.stage_at[s];
+            }
         }
         self.stage_order.clear();
         self.stage_order.extend(0..count);
@@ -256,11 +328,13 @@ impl Decomposer {
         self.reordered.extend_from_slice(&out[..start]);
         for (new, &s) in self.stage_order.iter().enumerate() {
             let (lo, hi) = (self.stage_at[s as usize], self.stage_at[s as usize + 1]);
+            let from = self.reordered.len();
             self.reordered
                 .extend(out[start + lo..start + hi].iter().map(|p| StagePair {
                     stage: new as u32,
                     ..*p
                 }));
+            self.reordered[from..].iter().for_each(&mut f);
         }
         std::mem::swap(out, &mut self.reordered);
     }
@@ -437,6 +511,12 @@ impl Decomposer {
         self.dead.fill(0);
         rows.clear();
         for &a in &order {
+            // A row whose live columns are all dead fails at once.
+            let row_live = &self.live[a as usize * words..(a as usize + 1) * words];
+            if row_live.iter().zip(&self.dead).all(|(&l, &d)| l & !d == 0) {
+                rows.push(a);
+                continue;
+            }
             self.seen.copy_from_slice(&self.dead);
             if !self.try_row(a as usize) {
                 self.dead.copy_from_slice(&self.seen);
@@ -454,32 +534,55 @@ impl Decomposer {
     /// statement, each row resuming its scan where it was.
     fn try_row(&mut self, a: usize) -> bool {
         let words = self.words;
-        let (live, seen, match_col, path) =
-            (&self.live, &mut self.seen, &self.match_col, &mut self.path);
+        let (live, seen, match_col) = (&self.live[..], &mut self.seen[..], &self.match_col[..]);
+        let (masked, live_words) = (self.masked, &self.live_words[..]);
+        // The stack holds each row at most once: `n + 1` entries, sized
+        // once per decomposition, indexed by `depth` (no push or pop).
+        let path = &mut self.path[..];
         // Words of `seen` below `lo` are full: no row finds a column there,
         // so the scans start at `lo` (seen only grows during a search).
         let full = |w: u64| w == u64::MAX;
         let mut lo = seen.iter().position(|&w| !full(w)).unwrap_or(words);
-        path.clear();
-        path.push([a as u32, 0, NONE]);
+        path[0] = [a as u32, 0, NONE];
+        let mut depth = 1;
         let (k, bit) = loop {
-            let Some(top) = path.last_mut() else {
+            if depth == 0 {
                 return false;
-            };
-            let row = top[0] as usize;
-            let row_live = &live[row * words..(row + 1) * words];
-            let mut k = (top[1] as usize).max(lo);
+            }
+            let [row, at, _] = path[depth - 1];
+            let row_live = &live[row as usize * words..][..words];
+            let mut k = (at as usize).max(lo);
             let mut cand = 0;
-            while k < words {
-                cand = row_live[k] & !seen[k];
-                if cand != 0 {
-                    break;
+            if masked {
+                // Only the row's words with live bits (the same first
+                // word with an unseen live column as the plain scan).
+                let mut m = if k < 64 {
+                    live_words[row as usize] & (u64::MAX << k)
+                } else {
+                    0
+                };
+                k = words;
+                while m != 0 {
+                    let w = m.trailing_zeros() as usize;
+                    cand = row_live[w] & !seen[w];
+                    if cand != 0 {
+                        k = w;
+                        break;
+                    }
+                    m &= m - 1;
                 }
-                k += 1;
+            } else {
+                while k < words {
+                    cand = row_live[k] & !seen[k];
+                    if cand != 0 {
+                        break;
+                    }
+                    k += 1;
+                }
             }
             if k == words {
                 // Every column of this row fails: back to its parent.
-                path.pop();
+                depth -= 1;
                 continue;
             }
             let bit = cand.trailing_zeros() as usize;
@@ -490,17 +593,18 @@ impl Decomposer {
                 }
             }
             let b = k * 64 + bit;
-            *top = [row as u32, k as u32, b as u32];
+            path[depth - 1] = [row, k as u32, b as u32];
             let owner = match_col[b];
             if owner == NONE {
                 break (k, bit);
             }
-            path.push([owner, 0, NONE]);
+            path[depth] = [owner, 0, NONE];
+            depth += 1;
         };
         // A free column: every row on the path takes the column it went
         // down through, the deepest first.
         self.free[k] &= !(1 << bit);
-        for i in (0..self.path.len()).rev() {
+        for i in (0..depth).rev() {
             let [row, _, col] = self.path[i];
             self.rematch(row as usize, col as usize);
         }
@@ -657,6 +761,7 @@ impl StageChains {
     /// are): the same value, in one pass and no buffer. Within such a
     /// stage no pair reads the sender or receiver clock another pair
     /// writes, so each pair can move its clocks at once.
+    #[cfg(test)]
     pub(crate) fn end_of_permutations(
         &mut self,
         nodes: usize,
@@ -673,7 +778,7 @@ impl StageChains {
     }
 
     /// Clocks at zero for `nodes` nodes; false (the end is 0) below two.
-    fn start(&mut self, nodes: usize) -> bool {
+    pub(crate) fn start(&mut self, nodes: usize) -> bool {
         if nodes < 2 {
             return false;
         }
@@ -685,16 +790,20 @@ impl StageChains {
     }
 
     /// One pair of a partial-permutation stage (see
-    /// [`StageChains::end_of_permutations`]).
+    /// [`StageChains::end_of_permutations`]). The clocks are finite and
+    /// non-negative and a pair's time too (`rate` is positive), so the
+    /// pair's end is at least both clocks: both become it (what
+    /// `f64::max` of each with it gives, without its NaN handling).
     #[inline]
-    fn step(&mut self, p: &StagePair, rate: f64) {
+    pub(crate) fn step(&mut self, p: &StagePair, rate: f64) {
         let (a, b) = (p.src_node as usize, p.dst_node as usize);
-        let e = self.sent[a].max(self.recv[b]) + p.bytes as f64 / rate;
-        self.sent[a] = self.sent[a].max(e);
-        self.recv[b] = self.recv[b].max(e);
+        let (s, r) = (self.sent[a], self.recv[b]);
+        let e = if s >= r { s } else { r } + p.bytes as f64 / rate;
+        self.sent[a] = e;
+        self.recv[b] = e;
     }
 
-    fn finish(&self) -> f64 {
+    pub(crate) fn finish(&self) -> f64 {
         self.sent
             .iter()
             .chain(&self.recv)
@@ -932,6 +1041,46 @@ mod tests {
             let mut again = Vec::new();
             prop_assert_eq!(d.rotation_pairs(n, &t, |p| again.push(p)), stages);
             prop_assert_eq!(again, rotation);
+        }
+
+        /// `order_light_first_with` after `decompose` (the stage sums the
+        /// decomposition recorded, the pairs priced as they are written)
+        /// gives the stages `order_light_first` gives counting them itself,
+        /// after pairs already in `out`, and the price `StageChains::end`
+        /// gives them, bit for bit.
+        #[test]
+        fn priced_reorder_is_the_reorder_then_the_chains(
+            n in 2usize..=40,
+            seed in any::<u64>(),
+            sparse in 0u64..4,
+            floor_div in 1u64..64,
+            rate in 0.5f64..100.0,
+            before in 0usize..3,
+        ) {
+            let t = skewed(n, seed, sparse);
+            let floor = |m: u64| (m / floor_div).max(1);
+            let lead = StagePair { stage: 7, src_node: 0, dst_node: 1, bytes: 3 };
+            let mut d = Decomposer::default();
+            let mut plain = vec![lead; before];
+            let k = d.decompose(n, &t, floor, &mut plain);
+            d.recorded = None; // counted again by `order_light_first`
+            d.order_light_first(&mut plain, before, k);
+            let mut priced = vec![lead; before];
+            prop_assert_eq!(d.decompose(n, &t, floor, &mut priced), k);
+            prop_assert!(d.recorded.is_some());
+            let mut c = StageChains::default();
+            c.start(n.max(2));
+            let mut seen = 0;
+            d.order_light_first_with(&mut priced, before, k, |p| {
+                seen += 1;
+                c.step(p, rate);
+            });
+            let got = c.finish();
+            prop_assert!(d.recorded.is_none());
+            prop_assert_eq!(&priced, &plain);
+            prop_assert_eq!(seen, plain.len() - before);
+            let want = StageChains::default().end(n.max(2), &plain[before..], rate, 1.0, 1.0, 0.0);
+            prop_assert_eq!(got.to_bits(), want.to_bits());
         }
     }
 
