@@ -88,7 +88,7 @@ const SPLIT_GAIN: f64 = 0.03;
 /// or the same exchange with every block longer than a half or a quarter
 /// of the largest sent as parallel flows, the one the plan's simulator (in
 /// `network`'s mode) prices soonest where that beats the one-flow plan by
-/// [`SPLIT_GAIN`]. The lowering spreads a block longer than a connection's
+/// 3% (`SPLIT_GAIN`). The lowering spreads a block longer than a connection's
 /// FIFO window over lanes of its own, each a flow with its own share of the
 /// links (`msccl::spread`), so a file of the one-flow plan ran up to 7%
 /// ahead of it (4x8 log-normal padded); the split plan prices the flows the
