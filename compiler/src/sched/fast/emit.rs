@@ -546,7 +546,7 @@ impl Emitter {
 /// matrix alone: the layered stages of leaves.rs where the fabric's
 /// uplinks are (near) the cut, else the plain coarsened Birkhoff–von
 /// Neumann stages of stages.rs, lightest first. [`Emitter::decompose`]
-/// plans with it, and `auto`'s estimate of `fast` (sched/auto.rs) prices
+/// plans with it, and `auto`'s estimate of `fast` (sched/auto/estimate.rs) prices
 /// the same stages, so the two cannot drift apart.
 #[derive(Clone, Debug)]
 pub(crate) struct NodeStages {
