@@ -502,6 +502,26 @@ pub fn to_xml(
             price_new(&cands, &mut best, &mut best_us)?;
         }
     }
+    // `fast`'s files still over: a transfer that reads a cut transfer's
+    // tail chunks starts a flight after its plan's start (the tail is
+    // staged once the body has been taken), so a transfer that follows it
+    // on a lane only because the plan ends it first waits that flight too
+    // (2x8 intra-skew, held out: the forward of a tail's chunk held the
+    // hot gpu's next send 2 us, +5.5%). The files at the best one's chunk
+    // with such transfers followed only by their descendants
+    // (`lanes::assign_lanes`' `late`) are priced too (docs/msccl.md,
+    // "Pacing", "Lanes behind a tail").
+    if fast_priced && opts.chunk_bytes.is_none() && over(best_us) {
+        let files = [(true, None), (false, None), (true, Some(HEAD_LEAD_US))];
+        files_at(
+            cands[best].0.chunk_bytes,
+            &files,
+            true,
+            &mut cands,
+            &mut laps,
+        );
+        price_new(&cands, &mut best, &mut best_us)?;
+    }
     // The window file at chunk `u` lowered with options `o`, and where it
     // spreads a stream, its rate-lane files (as `with_rates`).
     let files_with =
