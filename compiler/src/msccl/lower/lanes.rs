@@ -5,7 +5,7 @@ use std::cmp::Reverse;
 use std::collections::hash_map::Entry;
 use std::collections::{BinaryHeap, HashMap};
 
-use crate::msccl::ops::ChunkOp;
+use crate::msccl::ops::{ChunkOp, Part};
 use crate::msccl::spread::spread_lanes;
 use crate::msccl::MAX_STEPS_PER_TB;
 use crate::sim::TransferTime;
@@ -43,13 +43,17 @@ const MAX_ANCESTOR_TRANSFERS: usize = 16_384;
 /// ones go, one at a time, to the connection that wants the most more than
 /// it has, while both its gpus stay within `budget` tbs
 /// ([`Executor::tb_budget`](crate::msccl::Executor::tb_budget)). A transfer
-/// that finds no free lane takes the one with the fewest bytes.
+/// that finds no free lane takes the one with the fewest bytes. With
+/// `parts` (the pacing cuts' pieces of `ops`; empty: none), a transfer that
+/// reads another's tail chunks is followed on its lane only by its
+/// descendants (it starts a flight after its planned start).
 pub(super) fn assign_lanes(
     ops: &[ChunkOp],
     n: usize,
     timeline: &[TransferTime],
     budget: usize,
     groups: &[u32],
+    parts: &[Part],
     max_per_conn: u32,
 ) -> Lanes {
     // Source transfers in the order of their remote operations (then those
@@ -99,6 +103,24 @@ pub(super) fn assign_lanes(
             anc[t] = a;
         }
     }
+    // With `parts` (the cuts' pieces of `ops`): transfers that read the
+    // chunks of another transfer's tail step. The tail is staged only once
+    // its body has been taken (`super::cuts`), so it arrives a flight after
+    // the body and these start that much later than the plan's timeline
+    // says; a transfer follows them on a lane only if it descends from
+    // them. (A wait of the tail's sending gpu on it ends when the body has
+    // arrived, as planned: not late.)
+    let mut late = vec![false; nt];
+    if !parts.is_empty() {
+        for op in ops {
+            if op.deps.iter().any(|&d| {
+                let x = &ops[d as usize];
+                parts[d as usize] == Part::Tail && x.from != op.from && x.dst == op.src
+            }) {
+                late[dense[&op.from]] = true;
+            }
+        }
+    }
     let time = |t: usize| {
         timeline
             .get(order[t] as usize)
@@ -124,7 +146,8 @@ pub(super) fn assign_lanes(
         // `t`'s duration by then).
         let free = |x: usize, t: usize| {
             let ((_, xe), (ts, te)) = (time(x), time(t));
-            (exact && anc[t][x / 64] >> (x % 64) & 1 == 1) || xe <= ts + slack * (te - ts)
+            (exact && anc[t][x / 64] >> (x % 64) & 1 == 1)
+                || !late[x] && xe <= ts + slack * (te - ts)
         };
         // Lanes each connection wants: the greedy cover in start order.
         let mut want: HashMap<(u32, u32), Vec<usize>> = HashMap::new();
@@ -225,4 +248,49 @@ pub(super) fn assign_lanes(
         max_per_conn,
     );
     lanes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::msccl::BufRef;
+
+    /// A forward of a cut transfer's tail chunk ends, in the plan, before
+    /// the next send of its connection starts; in the file it starts a
+    /// flight late. With the cuts' pieces, that next send takes a lane of
+    /// its own, and only a descendant of the forward follows it.
+    #[test]
+    fn a_transfer_reading_a_tail_is_followed_only_by_its_descendants() {
+        let ops = vec![
+            // Transfer 0, gpu 0 -> 1, cut: a body of 3 chunks, a tail of 1.
+            ChunkOp::test(0, 0, 1, 0, 3, 0),
+            ChunkOp::test(0, 3, 1, 3, 1, 0),
+            // Transfer 1, gpu 1 -> 2: the tail's chunk forwarded.
+            ChunkOp::test(1, 3, 2, 0, 1, 1)
+                .reading(BufRef::Scratch)
+                .after(vec![1], Vec::new()),
+            // Transfer 2, gpu 1 -> 2: its own input, planned after 1 ends.
+            ChunkOp::test(1, 0, 2, 1, 4, 2),
+            // Transfer 3, gpu 1 -> 2: waits for the forward.
+            ChunkOp::test(1, 4, 2, 5, 1, 3).after(vec![2], Vec::new()),
+        ];
+        let at = |start_us: f64, end_us: f64| TransferTime { start_us, end_us };
+        let timeline = [at(0.0, 5.0), at(5.0, 6.0), at(7.0, 9.0), at(9.5, 10.0)];
+        let parts = [
+            Part::Body,
+            Part::Tail,
+            Part::Whole,
+            Part::Whole,
+            Part::Whole,
+        ];
+        let lanes = |parts: &[Part]| assign_lanes(&ops, 3, &timeline, 108, &[0; 5], parts, 32);
+        // Without the pieces: the plan's timeline alone, one lane.
+        let plain = lanes(&[]);
+        assert_eq!(plain.of_op, vec![0, 0, 0, 0, 0]);
+        assert_eq!(plain.per_conn[&(1, 2)], 1);
+        // With them: transfer 2 on a lane of its own, 3 after the forward.
+        let late = lanes(&parts);
+        assert_eq!(late.of_op, vec![0, 0, 0, 1, 0]);
+        assert_eq!(late.per_conn[&(1, 2)], 2);
+    }
 }

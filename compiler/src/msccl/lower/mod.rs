@@ -286,58 +286,58 @@ pub fn to_xml(
         && opts.pacing == Pacing::Cut
         && opts.layout == Layout::Padded
         && n > super::chunk::MAX_RANKS_PRICED;
-    let lower_from =
-        |start: u64, handoff: bool, lead: Option<f64>, laps: &mut Laps| -> Result<Lowered> {
-            let mut u = start;
-            let mut retry = Retry::new(uncut_retry);
-            // What a cut lowering keeps for its uncut retry (`Traced`).
-            let mut traced: Option<Traced> = None;
-            loop {
-                let (why, after_cuts) = match lower_with(
-                    plan,
-                    topo,
-                    traffic,
-                    opts,
-                    u,
-                    &timeline,
-                    Streams::Window,
-                    laps,
-                    handoff,
-                    lead,
-                    retry.uncut,
-                    retry.may_uncut.then_some(&mut traced),
-                ) {
-                    Ok(x) => return Ok(x),
-                    Err(LowerError::Other(e)) => return Err(e),
-                    Err(LowerError::Limit(why)) => (why, false),
-                    Err(LowerError::CutLimit(why)) => (why, true),
-                };
-                // The caller's chunk size is too small for the executor: bad
-                // input.
-                if opts.chunk_bytes.is_some() {
-                    return Err(chunk_too_small(u, opts.executor, &why));
-                }
-                // The failed lowering's cost shows in the laps above; say
-                // which limit it missed.
-                if retry.missed(after_cuts) == Next::Uncut {
-                    laps.note(&format!(
-                        "chunk {u} bytes missed a limit after pacing cuts ({why}); \
-                         lowering it again without cuts"
-                    ));
-                } else if u < start << 10 && u * 2 <= MAX_CHUNK_BYTES {
-                    laps.note(&format!("chunk {u} bytes missed a limit ({why}); doubling"));
-                    traced = None;
-                    u *= 2;
-                } else {
-                    return Err(unsupported(format!(
-                        "{why} (chunk size {u} bytes); try a larger --chunk-bytes"
-                    )));
-                }
+    let lower_from = |start: u64, handoff: bool, lead: Option<f64>, late: bool, laps: &mut Laps| {
+        let mut u = start;
+        let mut retry = Retry::new(uncut_retry);
+        // What a cut lowering keeps for its uncut retry (`Traced`).
+        let mut traced: Option<Traced> = None;
+        loop {
+            let (why, after_cuts) = match lower_with(
+                plan,
+                topo,
+                traffic,
+                opts,
+                u,
+                &timeline,
+                Streams::Window,
+                laps,
+                handoff,
+                lead,
+                late,
+                retry.uncut,
+                retry.may_uncut.then_some(&mut traced),
+            ) {
+                Ok(x) => return Ok(x),
+                Err(LowerError::Other(e)) => return Err(e),
+                Err(LowerError::Limit(why)) => (why, false),
+                Err(LowerError::CutLimit(why)) => (why, true),
+            };
+            // The caller's chunk size is too small for the executor: bad
+            // input.
+            if opts.chunk_bytes.is_some() {
+                return Err(chunk_too_small(u, opts.executor, &why));
             }
-        };
+            // The failed lowering's cost shows in the laps above; say
+            // which limit it missed.
+            if retry.missed(after_cuts) == Next::Uncut {
+                laps.note(&format!(
+                    "chunk {u} bytes missed a limit after pacing cuts ({why}); \
+                         lowering it again without cuts"
+                ));
+            } else if u < start << 10 && u * 2 <= MAX_CHUNK_BYTES {
+                laps.note(&format!("chunk {u} bytes missed a limit ({why}); doubling"));
+                traced = None;
+                u *= 2;
+            } else {
+                return Err(unsupported(format!(
+                    "{why} (chunk size {u} bytes); try a larger --chunk-bytes"
+                )));
+            }
+        }
+    };
     // Every file the executor's rules price against this one: finer
     // chunks, and rate lanes where a stream was spread (below).
-    let first = lower_from(base, true, None, &mut laps)?;
+    let first = lower_from(base, true, None, false, &mut laps)?;
     // Each with the symbolic executor's run the lowering made of it.
     let mut cands: Vec<(XmlPlan, exec::Trace)> = Vec::new();
     // Tails handed to the next head (`super::handoff`) start the heads'
@@ -346,7 +346,7 @@ pub fn to_xml(
     // hotspot +3.0% -> +4.0% (docs/benchmarks.md, issue 22). Where there
     // are any, the file without them is priced too (first: it wins a tie).
     if first.x.handoffs > 0 && n <= super::chunk::MAX_RANKS_PRICED {
-        if let Ok(plain) = lower_from(base, false, None, &mut laps) {
+        if let Ok(plain) = lower_from(base, false, None, false, &mut laps) {
             cands.push((plain.x, plain.trace));
         }
     }
@@ -376,6 +376,7 @@ pub fn to_xml(
                 true,
                 None,
                 false,
+                false,
                 None,
             );
             if let Ok(r) = r {
@@ -404,7 +405,7 @@ pub fn to_xml(
         || is_fast
         || plan.algorithm == "spray")
     {
-        if let Ok(y) = lower_from(fine, true, None, &mut laps) {
+        if let Ok(y) = lower_from(fine, true, None, false, &mut laps) {
             if y.x.chunk_bytes < base_u {
                 with_rates(y, &mut cands, &mut laps);
             }
@@ -420,10 +421,11 @@ pub fn to_xml(
     // (hand-offs, head lead) of a `fast` file.
     let files_at = |u: u64,
                     files: &[(bool, Option<f64>)],
+                    late: bool,
                     cands: &mut Vec<(XmlPlan, exec::Trace)>,
                     laps: &mut Laps| {
         for &(handoff, lead) in files {
-            if let Ok(y) = lower_from(u, handoff, lead, laps) {
+            if let Ok(y) = lower_from(u, handoff, lead, late, laps) {
                 if y.x.chunk_bytes == u && cands.iter().all(|c| c.0.text != y.x.text) {
                     cands.push((y.x, y.trace));
                 }
@@ -431,12 +433,19 @@ pub fn to_xml(
         }
     };
     if fast_priced {
-        files_at(base_u, &[(true, Some(HEAD_LEAD_US))], &mut cands, &mut laps);
+        files_at(
+            base_u,
+            &[(true, Some(HEAD_LEAD_US))],
+            false,
+            &mut cands,
+            &mut laps,
+        );
         if opts.chunk_bytes.is_none() {
             for u in super::chunk::near_chunk_bytes(traffic, opts.layout) {
                 files_at(
                     u,
                     &[(true, None), (true, Some(HEAD_LEAD_US))],
+                    false,
                     &mut cands,
                     &mut laps,
                 );
@@ -489,9 +498,29 @@ pub fn to_xml(
                 break;
             }
             let files = [(true, None), (false, None), (true, Some(HEAD_LEAD_US))];
-            files_at(u, &files, &mut cands, &mut laps);
+            files_at(u, &files, false, &mut cands, &mut laps);
             price_new(&cands, &mut best, &mut best_us)?;
         }
+    }
+    // `fast`'s files still over: a transfer that reads a cut transfer's
+    // tail chunks starts a flight after its plan's start (the tail is
+    // staged once the body has been taken), so a transfer that follows it
+    // on a lane only because the plan ends it first waits that flight too
+    // (2x8 intra-skew, held out: the forward of a tail's chunk held the
+    // hot gpu's next send 2 us, +5.5%). The files at the best one's chunk
+    // with such transfers followed only by their descendants
+    // (`lanes::assign_lanes`' `late`) are priced too (docs/msccl.md,
+    // "Pacing", "Lanes behind a tail").
+    if fast_priced && opts.chunk_bytes.is_none() && over(best_us) {
+        let files = [(true, None), (false, None), (true, Some(HEAD_LEAD_US))];
+        files_at(
+            cands[best].0.chunk_bytes,
+            &files,
+            true,
+            &mut cands,
+            &mut laps,
+        );
+        price_new(&cands, &mut best, &mut best_us)?;
     }
     // The window file at chunk `u` lowered with options `o`, and where it
     // spreads a stream, its rate-lane files (as `with_rates`).
@@ -503,7 +532,8 @@ pub fn to_xml(
                 Streams::Rate(RATE_CAPS[1]),
             ] {
                 match lower_with(
-                    plan, topo, traffic, o, u, &timeline, streams, laps, true, None, false, None,
+                    plan, topo, traffic, o, u, &timeline, streams, laps, true, None, false, false,
+                    None,
                 ) {
                     Ok(y) if y.x.chunk_bytes == u && cands.iter().all(|c| c.0.text != y.x.text) => {
                         let spread = y.spread;
@@ -822,6 +852,7 @@ fn lower_with(
     laps: &mut Laps,
     handoff: bool,
     head_lead_us: Option<f64>,
+    late_lanes: bool,
     uncut_all: bool,
     mut traced: Option<&mut Option<Traced>>,
 ) -> std::result::Result<Lowered, LowerError> {
@@ -1046,7 +1077,16 @@ fn lower_with(
         let short = shapes.iter().map(|s| s.calls <= fifo as u64).collect();
         SendChain::new(short, n)
     });
-    let built = build_tbs(&ops, n, timeline, opts.executor, &groups, hand, chain);
+    let built = build_tbs(
+        &ops,
+        n,
+        timeline,
+        opts.executor,
+        &groups,
+        if late_lanes { &paced.parts } else { &[] },
+        hand,
+        chain,
+    );
     // Timed whether it fits or not (a missed chunk's cost shows).
     laps.lap("threadblocks and waits");
     let mut built = built.map_err(after_cuts)?;

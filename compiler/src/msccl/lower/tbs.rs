@@ -106,12 +106,14 @@ pub(super) struct TbDraft {
     waited: HashMap<u32, u32>,
 }
 
+#[allow(clippy::too_many_arguments)]
 pub(super) fn build_tbs(
     ops: &[ChunkOp],
     n: usize,
     timeline: &[TransferTime],
     executor: Executor,
     split: &[u32],
+    parts: &[Part],
     hand: Option<(&[Part], u32)>,
     mut chain: Option<SendChain>,
 ) -> std::result::Result<Built, LowerError> {
@@ -153,7 +155,15 @@ pub(super) fn build_tbs(
     // Lanes a connection may have in all: half the channels its group can
     // reach, the rest left for tbs that pass 64 steps.
     let max_per_conn = (max_channels / groups.max(1) / 2).clamp(1, MAX_LANES);
-    let lanes = assign_lanes(ops, n, timeline, executor.tb_budget(), split, max_per_conn);
+    let lanes = assign_lanes(
+        ops,
+        n,
+        timeline,
+        executor.tb_budget(),
+        split,
+        parts,
+        max_per_conn,
+    );
     // A paced transfer's tail handed to the head that follows it on its
     // lane (`super::handoff`): the operations change, the lanes stay.
     let handed = hand.and_then(|(parts, window)| {

@@ -220,6 +220,7 @@ fn an_uncut_retry_from_kept_operations_writes_the_file_a_fresh_one_does() {
         &mut laps,
         true,
         None,
+        false,
         uncut_all,
         traced,
     ) {
