@@ -322,7 +322,7 @@ pub fn to_xml(
             if retry.missed(after_cuts) == Next::Uncut {
                 laps.note(&format!(
                     "chunk {u} bytes missed a limit after pacing cuts ({why}); \
-                         lowering it again without cuts"
+                     lowering it again without cuts"
                 ));
             } else if u < start << 10 && u * 2 <= MAX_CHUNK_BYTES {
                 laps.note(&format!("chunk {u} bytes missed a limit ({why}); doubling"));
