@@ -958,24 +958,21 @@ fn lower_with(
             // both windows, and the uncut retry (`Traced`).
             let waits = waits.get_or_insert_with(|| paced_waits(&ops));
             let first = cut_for_pacing(&ops, waits, proto.fifo_depth() as u32, release, &uncut);
-            match retry {
-                true if first.unheld.unwrap_or(0) > 0 => {
-                    let simple = cut_for_pacing(
-                        &ops,
-                        waits,
-                        Protocol::Simple.fifo_depth() as u32,
-                        release,
-                        &uncut,
-                    );
-                    if simple.unheld < first.unheld {
-                        proto = Protocol::Simple;
-                        (simple, Some(ops))
-                    } else {
-                        (first, Some(ops))
-                    }
+            let mut paced = first;
+            if retry && paced.unheld.unwrap_or(0) > 0 {
+                let simple = cut_for_pacing(
+                    &ops,
+                    waits,
+                    Protocol::Simple.fifo_depth() as u32,
+                    release,
+                    &uncut,
+                );
+                if simple.unheld < paced.unheld {
+                    proto = Protocol::Simple;
+                    paced = simple;
                 }
-                _ => (first, Some(ops)),
             }
+            (paced, Some(ops))
         }
         Pacing::Off => (
             Paced {
