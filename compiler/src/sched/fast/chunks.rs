@@ -238,11 +238,47 @@ impl Emitter {
         // with several sends in flight, a first send shorter than the next
         // staggers them, so one's latency overlaps another's transfer
         // instead of all starting (and waiting) in lockstep.
-        if first && self.depth >= 2 && self.depth != u32::MAX && self.chunks.len() >= 2 {
+        if !first || self.depth < 2 || self.depth == u32::MAX {
+            return;
+        }
+        if self.graded_first_send() {
+            // Where every stage crosses the leaves' uplinks (one node per
+            // leaf: the layered stages have no intra-leaf layer), every
+            // part is about one send of one size, and the `D` sends in
+            // flight on the binding uplink share it evenly, end together,
+            // and the next `D` start after a latency with the uplink idle.
+            // The first send is cut into `D` pieces of 1, 2, ..., `D`
+            // shares (sent smallest first): the window's sends then end one
+            // at a time, each replaced while the other `D - 1` carry the
+            // link, and each new send (a whole chunk) keeps the stagger.
+            let d = self.depth as u64;
+            let total = d * (d + 1) / 2;
+            let (lo, hi) = self.chunks[0];
+            let at = |k: u64| lo + mul_div(hi - lo, k * (k + 1) / 2, total);
+            self.chunks.splice(
+                0..1,
+                (0..d).map(|k| (at(k), at(k + 1))).filter(|&(x, y)| y > x),
+            );
+        } else if self.chunks.len() >= 2 {
             let (lo, hi) = self.chunks[0];
             let mid = lo + (hi - lo) / 2;
             self.chunks[0] = (lo, mid);
             self.chunks.push((mid, hi));
         }
+    }
+
+    /// Whether a GPU's first send is cut into graded pieces rather than
+    /// halved (`cut_chunks`): layered stages without an intra-leaf layer,
+    /// planned without a per-message cost. Where both layers interleave,
+    /// a GPU's window holds sends of unequal lengths (crossing sends at
+    /// the uplink's share, intra-leaf ones at the NIC's) that stagger by
+    /// themselves, and pieces of one first send would take the window
+    /// places of the other layer's first sends; under a per-message cost
+    /// every piece pays it and a lane's few large sends mostly fit in
+    /// its window (docs/algorithms.md, 2b, measured).
+    fn graded_first_send(&self) -> bool {
+        !self.chunks.is_empty()
+            && self.opts.per_message_us <= 0.0
+            && self.node_stages.crossing_only()
     }
 }

@@ -559,6 +559,8 @@ pub(crate) struct NodeStages {
     chains: StageChains,
     /// Whether the last [`NodeStages::decompose`] cut the rotation stages.
     rotated: bool,
+    /// Whether the last [`NodeStages::decompose`] cut the layered stages.
+    layered: bool,
 }
 
 impl NodeStages {
@@ -570,6 +572,7 @@ impl NodeStages {
             node_rate,
             chains: StageChains::default(),
             rotated: false,
+            layered: false,
         }
     }
 
@@ -577,6 +580,13 @@ impl NodeStages {
     /// the rotation stages (whole node pairs, `N - 1` permutations).
     pub(crate) fn rotated(&self) -> bool {
         self.rotated
+    }
+
+    /// Whether the last [`NodeStages::decompose`] cut layered stages that
+    /// all cross the leaves' uplinks (no intra-leaf layer: one node per
+    /// leaf).
+    pub(crate) fn crossing_only(&self) -> bool {
+        self.layered && self.leaves.as_ref().is_some_and(|l| l.crossing_only())
     }
 
     /// Decomposes the `nn x nn` node matrix `t` (row-major, the diagonal
@@ -593,9 +603,11 @@ impl NodeStages {
         out: &mut Vec<StagePair>,
     ) -> u32 {
         self.rotated = false;
+        self.layered = false;
         if let Some(leaves) = self.leaves.as_mut() {
             let s = opts.stages_per_node;
             if let Some(count) = leaves.decompose(&mut self.decomposer, nn, t, s, part, out) {
+                self.layered = true;
                 return count;
             }
         }

@@ -132,6 +132,12 @@ impl LeafStages {
         })
     }
 
+    /// Whether the last [`LeafStages::decompose`] found no intra-leaf
+    /// stages (every node pair crosses the uplinks).
+    pub(crate) fn crossing_only(&self) -> bool {
+        self.intra_time.is_empty()
+    }
+
     fn crosses(&self, a: usize, b: usize) -> bool {
         self.leaf[a] != self.leaf[b]
     }
