@@ -104,9 +104,9 @@ pub enum Settle {
     /// The default (the per-batch time budget): the estimates alone, never a simulation: the choice
     /// costs well under a millisecond at 64 GPUs. On the acceptance sweep
     /// (672 case-modes, 2-16 nodes) it picks within 1% of the best
-    /// candidate in 641 (worst 1.057x: since `spray` pipelines its relays
+    /// candidate in 651 (worst 1.041x: since `spray` pipelines its relays
     /// it is often within a few percent of `fast`, closer than the two
-    /// estimates' errors); on a held-out seed in 194 of 210 (worst
+    /// estimates' errors); on a held-out seed in 196 of 210 (worst
     /// 1.067x) (docs/algorithms.md, `auto`, "Limits").
     #[default]
     Never,
