@@ -179,11 +179,9 @@ impl Decomposer {
         out.reserve_exact(self.drawn.len());
         let k = count as usize;
         let mut write = |out: &mut Vec<StagePair>, lo: usize, hi: usize, stage: usize| {
-            for d in &self.drawn[lo..hi] {
-                let p = d.pair(stage as u32);
-                f(&p);
-                out.push(p);
-            }
+            let from = out.len();
+            out.extend(self.drawn[lo..hi].iter().map(|d| d.pair(stage as u32)));
+            out[from..].iter().for_each(&mut f);
         };
         if k < 2 {
             // Nothing to reorder: the extraction's own order.
