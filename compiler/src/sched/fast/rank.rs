@@ -352,9 +352,8 @@ pub(crate) struct RankPairs {
     /// Index in `stages` of each pair to emit, in stage order, and the bytes
     /// its node pair sent in the stage pairs before it.
     pub(super) pairs: Vec<(u32, u64)>,
-    /// Per node pair: bytes sent so far, its lane on the rank's rail and
-    /// its total.
-    node_pairs: Vec<[u64; 3]>,
+    /// Per node pair: bytes sent so far.
+    sent: Vec<u64>,
     /// Per stage pair: the bytes its node pair sent before it.
     before: Vec<u64>,
     /// Bit `i`: stage pair `i` is emitted (a pair can be picked several
@@ -403,20 +402,23 @@ fn grow<T: Copy + Default>(v: &mut Vec<T>, len: usize) {
     }
 }
 
-/// Whether stage pair `p`, whose node pair (`[_, len, total]`: lane `len`
-/// of `total` bytes) sent `before` bytes in the pairs before it, gives the
-/// lane a slice that carries bytes (`lane_slice(before, after, total,
-/// len)` not empty).
-#[inline]
-fn carries(p: &StagePair, before: u64, [_, len, total]: [u64; 3]) -> bool {
-    if len == 0 {
-        return false;
-    }
-    let (from, to) = lane_slice(before, before + p.bytes, total, len);
-    to > from
-}
-
 impl Emitter {
+    /// Whether stage pair `p`, whose node pair sent `before` bytes in the
+    /// pairs before it, gives lane `j` of rank `(a, j)`'s lanes a slice
+    /// that carries bytes (`lane_slice` not empty).
+    #[inline]
+    fn carries(&self, a: usize, j: usize, p: &StagePair, before: u64) -> bool {
+        let (nn, g) = (self.nodes, self.gpus);
+        let (s, d) = (p.src_node as usize, p.dst_node as usize);
+        let len = self.lanes[rank_lane_index(nn, g, a, j, s, d, j)].len();
+        if len == 0 {
+            return false;
+        }
+        let total = self.node_bytes[s * nn + d];
+        let (from, to) = lane_slice(before, before + p.bytes, total, len);
+        to > from
+    }
+
     /// The stage pairs rank `(a, j)`'s program emits, into `rp.pairs`:
     /// every pair of its node `a` (its sends, its receives, its node's
     /// moves and forwards: every lane), and of the other pairs (lane `j`
@@ -445,7 +447,7 @@ impl Emitter {
     /// rank's pairs and those, not for every pair of the rail.
     #[inline(never)]
     pub(super) fn rank_pairs(&self, a: usize, j: usize, rp: &mut RankPairs) {
-        let (nn, g) = (self.nodes, self.gpus);
+        let nn = self.nodes;
         let stages = &self.stages[..];
         rp.pairs.clear();
         let chains = self.opts.staged;
@@ -456,14 +458,8 @@ impl Emitter {
         let window = window.clamp(1, MAX_WINDOW);
         rp.picked.clear();
         rp.picked.resize(stages.len().div_ceil(64), 0);
-        rp.node_pairs.clear();
-        for (s, row) in self.node_bytes.chunks_exact(nn).enumerate() {
-            rp.node_pairs
-                .extend(row.iter().enumerate().map(|(d, &total)| {
-                    let len = self.lanes[rank_lane_index(nn, g, a, j, s, d, j)].len();
-                    [0, len, total]
-                }));
-        }
+        rp.sent.clear();
+        rp.sent.resize(nn * nn, 0);
         rp.own.clear();
         rp.at.clear();
         rp.at.resize(2 * nn + 1, 0);
@@ -473,12 +469,12 @@ impl Emitter {
         // Each pair's bytes before it; the rank's pairs; each chain's count
         // (at `at[chain + 1]`). Over the buffers as slices: this and the
         // next pass are the only ones over every stage pair.
-        let (node_pairs, at, own) = (&mut rp.node_pairs[..], &mut rp.at[..], &mut rp.own);
+        let (sent, at, own) = (&mut rp.sent[..], &mut rp.at[..], &mut rp.own);
         for (i, (p, before)) in stages.iter().zip(&mut rp.before[..]).enumerate() {
             let (s, d) = (p.src_node as usize, p.dst_node as usize);
-            let pair = &mut node_pairs[s * nn + d];
-            *before = pair[0];
-            pair[0] += p.bytes;
+            let pair = &mut sent[s * nn + d];
+            *before = *pair;
+            *pair += p.bytes;
             if s == a || d == a {
                 own.push(i as u32);
             } else if by_chain {
@@ -488,8 +484,7 @@ impl Emitter {
         }
         if every {
             for (i, p) in stages.iter().enumerate() {
-                let (s, d) = (p.src_node as usize, p.dst_node as usize);
-                if carries(p, rp.before[i], rp.node_pairs[s * nn + d]) {
+                if self.carries(a, j, p, rp.before[i]) {
                     rp.pick(i as u32);
                 }
             }
@@ -524,7 +519,7 @@ impl Emitter {
             }
             let p = &stages[i as usize];
             let (s, d) = (p.src_node as usize, p.dst_node as usize);
-            if !carries(p, rp.before[i as usize], rp.node_pairs[s * nn + d]) {
+            if !self.carries(a, j, p, rp.before[i as usize]) {
                 continue;
             }
             // The rank's send into GPU (d, j): its receive chain; a send
@@ -537,9 +532,7 @@ impl Emitter {
             while k > lo && taken < window {
                 k -= 1;
                 let x = rp.list[k];
-                let q = &stages[x as usize];
-                let at = q.src_node as usize * nn + q.dst_node as usize;
-                if carries(q, rp.before[x as usize], rp.node_pairs[at]) {
+                if self.carries(a, j, &stages[x as usize], rp.before[x as usize]) {
                     rp.pick(x);
                     taken += 1;
                 }
