@@ -626,18 +626,15 @@ impl NodeStages {
             if let Some((m, rest, paired)) = leaves.hot_receiver_split(nn, t) {
                 let theta = floor(m);
                 let dec = &mut self.decomposer;
-                let first = dec.decompose(nn, paired, |_| theta, out);
-                dec.order_light_first(out, start, first);
+                let first = dec.decompose_light_first_with(nn, paired, |_| theta, out, |_| {});
                 let mid = out.len();
-                let second = dec.decompose(nn, rest, |_| theta, out);
-                dec.order_light_first(out, mid, second);
+                let second = dec.decompose_light_first_with(nn, rest, |_| theta, out, |_| {});
                 for p in &mut out[mid..] {
                     p.stage += first;
                 }
                 return first + second;
             }
         }
-        let count = self.decomposer.decompose(nn, t, floor, out);
         // The rotation instead, where its stage chains end clearly sooner
         // (ROTATION_MARGIN): from the node matrix alone, so every rank
         // makes the same choice as the whole plan. Not where leaves can
@@ -653,8 +650,9 @@ impl NodeStages {
             let rate = self.node_rate;
             let chains = &mut self.chains;
             chains.start(nn);
-            self.decomposer
-                .order_light_first_with(out, start, count, |p| chains.step(p, rate));
+            let count = self
+                .decomposer
+                .decompose_light_first_with(nn, t, floor, out, |p| chains.step(p, rate));
             let today = chains.finish();
             let dec = &mut self.decomposer;
             let rotation = dec.rotation_end(nn, t, &mut self.chains, rate);
@@ -663,10 +661,11 @@ impl NodeStages {
                 out.truncate(start);
                 return dec.rotation_pairs(nn, t, |p| out.push(p));
             }
+            count
         } else {
-            self.decomposer.order_light_first(out, start, count);
+            self.decomposer
+                .decompose_light_first_with(nn, t, floor, out, |_| {})
         }
-        count
     }
 }
 

@@ -224,8 +224,8 @@ impl LeafStages {
                 &mut self.intra
             };
             buf.clear();
-            let count = dec.decompose(n, &layer, |m| (m as f64 / per).ceil() as u64, buf);
-            dec.order_light_first(buf, 0, count);
+            let floor = |m: u64| (m as f64 / per).ceil() as u64;
+            let count = dec.decompose_light_first_with(n, &layer, floor, buf, |_| {});
             counts[k] = count;
         }
         self.layer = layer;

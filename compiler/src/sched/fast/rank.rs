@@ -14,7 +14,6 @@ use std::ops::Range;
 use super::blocks::Blocks;
 use super::emit::{Emitter, Sink};
 use super::lanes::rank_lane_index;
-use super::mul_div;
 use super::sends::lane_slice;
 use super::slots::NONE;
 use crate::error::{Error, InputError, Result};
@@ -353,62 +352,29 @@ pub(crate) struct RankPairs {
     /// Index in `stages` of each pair to emit, in stage order, and the bytes
     /// its node pair sent in the stage pairs before it.
     pub(super) pairs: Vec<(u32, u64)>,
-    /// Per node pair: bytes sent so far, its lane on the rank's rail, its
-    /// total, and where the lane's slice of its last stage pair ended (the
-    /// next one starts there: one division per stage pair, not two).
-    node_pairs: Vec<[u64; 4]>,
+    /// Per node pair: bytes sent so far.
+    sent: Vec<u64>,
     /// Per stage pair: the bytes its node pair sent before it.
     before: Vec<u64>,
     /// Bit `i`: stage pair `i` is emitted (a pair can be picked several
     /// times, by its node and by both of its chains).
     picked: Vec<u64>,
-    /// Per chain of the rail (GPU `(a', j)` sending, then GPU `(b, j)`
-    /// receiving), its last slices since the rank last met it (at most
-    /// `window`), in a ring of `mask + 1` entries (`window` rounded up to
-    /// a power of two: no division per slice).
-    ring: Vec<u32>,
-    /// Per chain: slices pushed into its ring, and how many of them it holds.
-    pushed: Vec<u32>,
-    held: Vec<u32>,
-    window: usize,
-    mask: usize,
+    /// The pairs of the rank's node (it sends or receives), in stage order.
+    own: Vec<u32>,
+    /// The other pairs by chain of the rail, in stage order: chain `s`
+    /// (GPU `(s, j)` sending) holds `list[at[s]..at[s + 1]]`, chain
+    /// `N + d` (GPU `(d, j)` receiving) `list[at[N + d]..at[N + d + 1]]`.
+    at: Vec<u32>,
+    list: Vec<u32>,
+    /// Per chain: where in `list` the pairs after the rank's last meeting
+    /// with it start (a meeting takes only those: the earlier ones it
+    /// left are behind a window already emitted).
+    cursor: Vec<u32>,
 }
 
 impl RankPairs {
-    /// Empty rings of `window` slices for `chains` chains.
-    fn reset_rings(&mut self, chains: usize, window: usize) {
-        let size = window.next_power_of_two();
-        self.window = window;
-        self.mask = size - 1;
-        self.ring.clear();
-        self.ring.resize(chains * size, 0);
-        self.pushed.clear();
-        self.pushed.resize(chains, 0);
-        self.held.clear();
-        self.held.resize(chains, 0);
-    }
-
-    #[inline]
-    fn push(&mut self, chain: usize, i: u32) {
-        let size = self.mask + 1;
-        self.ring[chain * size + (self.pushed[chain] as usize & self.mask)] = i;
-        self.pushed[chain] += 1;
-        self.held[chain] = (self.held[chain] + 1).min(self.window as u32);
-    }
-
     fn pick(&mut self, i: u32) {
         self.picked[i as usize / 64] |= 1 << (i % 64);
-    }
-
-    /// The rank's slice meets `chain`: the slices its ring holds are emitted.
-    fn meet(&mut self, chain: usize) {
-        let size = self.mask + 1;
-        let (pushed, held) = (self.pushed[chain] as usize, self.held[chain] as usize);
-        for k in pushed - held..pushed {
-            let i = self.ring[chain * size + (k & self.mask)];
-            self.pick(i);
-        }
-        self.held[chain] = 0;
     }
 
     /// The picked pairs into `pairs`, in stage order.
@@ -425,7 +391,34 @@ impl RankPairs {
     }
 }
 
+/// `v` at `len` entries, those it keeps as they were (to be overwritten):
+/// zeroed only where it grows, so a buffer reused at its size is not
+/// written twice.
+fn grow<T: Copy + Default>(v: &mut Vec<T>, len: usize) {
+    if v.len() < len {
+        v.resize(len, T::default());
+    } else {
+        v.truncate(len);
+    }
+}
+
 impl Emitter {
+    /// Whether stage pair `p`, whose node pair sent `before` bytes in the
+    /// pairs before it, gives lane `j` of rank `(a, j)`'s lanes a slice
+    /// that carries bytes (`lane_slice` not empty).
+    #[inline]
+    fn carries(&self, a: usize, j: usize, p: &StagePair, before: u64) -> bool {
+        let (nn, g) = (self.nodes, self.gpus);
+        let (s, d) = (p.src_node as usize, p.dst_node as usize);
+        let len = self.lanes[rank_lane_index(nn, g, a, j, s, d, j)].len();
+        if len == 0 {
+            return false;
+        }
+        let total = self.node_bytes[s * nn + d];
+        let (from, to) = lane_slice(before, before + p.bytes, total, len);
+        to > from
+    }
+
     /// The stage pairs rank `(a, j)`'s program emits, into `rp.pairs`:
     /// every pair of its node `a` (its sends, its receives, its node's
     /// moves and forwards: every lane), and of the other pairs (lane `j`
@@ -437,75 +430,174 @@ impl Emitter {
     /// rank on one at most `2 depth` back in its sender `(a', j)`'s chain;
     /// every slice that carries bytes holds at least one slot. So each of
     /// those chains needs only its last `2 depth` slices that carry bytes
-    /// before each slice of the rank: emitted in stage order with the rest,
-    /// those chains end, at each of the rank's slices, in the same slots as
-    /// the whole plan's, and the chains' lengths agree up to `2 depth`
-    /// (all the checks read). One pass over the stage pairs, with a ring
-    /// of the last `2 depth` slices per chain of the rail; `spray` has no
-    /// chains and takes its node's pairs only.
+    /// before each slice of the rank (since the rank's last slice on that
+    /// chain: those before were taken then): emitted in stage order with
+    /// the rest, those chains end, at each of the rank's slices, in the
+    /// same slots as the whole plan's, and the chains' lengths agree up to
+    /// `2 depth` (all the checks read). `spray` has no chains and takes its
+    /// node's pairs only; a pipeline deeper than `MAX_WINDOW / 2` takes
+    /// every slice of the rail.
+    ///
+    /// One pass over the stage pairs adds up what each node pair sent
+    /// before each (no division) and counts the pairs of each chain; a
+    /// second files them by chain. Then only the rank's own pairs are
+    /// walked, each slice meeting its chain walking back from there over
+    /// the chain's pairs since the last meeting, until `2 depth` of them
+    /// carry bytes: the lane slices (a division each) are cut for the
+    /// rank's pairs and those, not for every pair of the rail.
     #[inline(never)]
     pub(super) fn rank_pairs(&self, a: usize, j: usize, rp: &mut RankPairs) {
-        let (nn, g) = (self.nodes, self.gpus);
+        let nn = self.nodes;
+        let stages = &self.stages[..];
         rp.pairs.clear();
         let chains = self.opts.staged;
         let window = (self.depth as usize).saturating_mul(2);
-        // A pipeline too deep for rings: every slice of the rail.
+        // A pipeline too deep for windows: every slice of the rail.
         let every = chains && window > MAX_WINDOW;
-        if chains && !every {
-            rp.reset_rings(2 * nn, window.clamp(1, MAX_WINDOW));
-        }
+        let by_chain = chains && !every;
+        let window = window.clamp(1, MAX_WINDOW);
         rp.picked.clear();
-        rp.picked.resize(self.stages.len().div_ceil(64), 0);
-        // Both written below; out of `rp` while its rings change.
-        let mut before_of = std::mem::take(&mut rp.before);
-        before_of.resize(self.stages.len(), 0);
-        let mut node_pairs = std::mem::take(&mut rp.node_pairs);
-        node_pairs.clear();
-        for (s, row) in self.node_bytes.chunks_exact(nn).enumerate() {
-            node_pairs.extend(row.iter().enumerate().map(|(d, &total)| {
-                let len = self.lanes[rank_lane_index(nn, g, a, j, s, d, j)].len();
-                [0, len, total, 0]
-            }));
-        }
-        for ((i, p), before_p) in self.stages.iter().enumerate().zip(&mut before_of) {
+        rp.picked.resize(stages.len().div_ceil(64), 0);
+        rp.sent.clear();
+        rp.sent.resize(nn * nn, 0);
+        rp.own.clear();
+        rp.at.clear();
+        rp.at.resize(2 * nn + 1, 0);
+        // Every entry of `before` and `list` is written below: they grow
+        // (zeroed) only past their longest use so far.
+        grow(&mut rp.before, stages.len());
+        // Each pair's bytes before it; the rank's pairs; each chain's count
+        // (at `at[chain + 1]`). Over the buffers as slices: this and the
+        // next pass are the only ones over every stage pair.
+        let (sent, at, own) = (&mut rp.sent[..], &mut rp.at[..], &mut rp.own);
+        for (i, (p, before)) in stages.iter().zip(&mut rp.before[..]).enumerate() {
             let (s, d) = (p.src_node as usize, p.dst_node as usize);
-            let pair = &mut node_pairs[s * nn + d];
-            let [before, len, total, from] = *pair;
-            let after = before + p.bytes;
-            // `lane_slice(before, after, total, len)`, its start carried over.
-            let to = if after == total {
-                len
-            } else {
-                mul_div(after, len, total)
-            };
-            *pair = [after, len, total, to];
-            *before_p = before;
-            let i = i as u32;
+            let pair = &mut sent[s * nn + d];
+            *before = *pair;
+            *pair += p.bytes;
             if s == a || d == a {
-                rp.pick(i);
+                own.push(i as u32);
+            } else if by_chain {
+                at[s + 1] += 1;
+                at[nn + d + 1] += 1;
             }
-            if !chains {
+        }
+        if every {
+            for (i, p) in stages.iter().enumerate() {
+                if self.carries(a, j, p, rp.before[i]) {
+                    rp.pick(i as u32);
+                }
+            }
+        }
+        if by_chain {
+            for c in 0..2 * nn {
+                rp.at[c + 1] += rp.at[c];
+            }
+            rp.cursor.clear();
+            rp.cursor.extend_from_slice(&rp.at[..2 * nn]);
+            grow(&mut rp.list, rp.at[2 * nn] as usize);
+            // Filed by chain (`cursor` as the next free place of each).
+            let (list, next) = (&mut rp.list[..], &mut rp.cursor[..]);
+            for (i, p) in stages.iter().enumerate() {
+                let (s, d) = (p.src_node as usize, p.dst_node as usize);
+                if s != a && d != a {
+                    let (x, y) = (next[s], next[nn + d]);
+                    list[x as usize] = i as u32;
+                    list[y as usize] = i as u32;
+                    next[s] = x + 1;
+                    next[nn + d] = y + 1;
+                }
+            }
+            rp.cursor.clear();
+            rp.cursor.extend_from_slice(&rp.at[..2 * nn]);
+        }
+        let own = std::mem::take(&mut rp.own);
+        for &i in &own {
+            rp.pick(i);
+            if !by_chain {
                 continue;
             }
-            if to <= from {
+            let p = &stages[i as usize];
+            let (s, d) = (p.src_node as usize, p.dst_node as usize);
+            if !self.carries(a, j, p, rp.before[i as usize]) {
+                continue;
+            }
+            // The rank's send into GPU (d, j): its receive chain; a send
+            // into the rank from GPU (s, j): its send chain.
+            let c = if s == a { nn + d } else { s };
+            let (lo, end) = (rp.cursor[c] as usize, rp.at[c + 1] as usize);
+            let hi = lo + rp.list[lo..end].partition_point(|&x| x < i);
+            let mut k = hi;
+            let mut taken = 0;
+            while k > lo && taken < window {
+                k -= 1;
+                let x = rp.list[k];
+                if self.carries(a, j, &stages[x as usize], rp.before[x as usize]) {
+                    rp.pick(x);
+                    taken += 1;
+                }
+            }
+            rp.cursor[c] = hi as u32;
+        }
+        rp.own = own;
+        rp.collect();
+    }
+
+    /// [`Emitter::rank_pairs`] as it was first written, the reference of
+    /// the tests: one pass over every stage pair in order, cutting each
+    /// one's lane slice, with a ring of the last `2 depth` slices that
+    /// carry bytes per chain of the rail, emptied into the picked pairs
+    /// when the rank's slice meets the chain.
+    #[cfg(test)]
+    pub(super) fn rank_pairs_by_rings(&self, a: usize, j: usize) -> Vec<(u32, u64)> {
+        let (nn, g) = (self.nodes, self.gpus);
+        let chains = self.opts.staged;
+        let window = (self.depth as usize).saturating_mul(2);
+        let every = chains && window > MAX_WINDOW;
+        let window = window.clamp(1, MAX_WINDOW);
+        let mut rings: Vec<Vec<u32>> = vec![Vec::new(); 2 * nn];
+        let mut held = vec![0usize; 2 * nn];
+        let mut picked = vec![false; self.stages.len()];
+        let mut before_of = vec![0; self.stages.len()];
+        let mut sent = vec![0u64; nn * nn];
+        let meet = |chain: usize, rings: &[Vec<u32>], held: &mut [usize], picked: &mut [bool]| {
+            let r = &rings[chain];
+            for &i in &r[r.len() - held[chain]..] {
+                picked[i as usize] = true;
+            }
+            held[chain] = 0;
+        };
+        for (i, p) in self.stages.iter().enumerate() {
+            let (s, d) = (p.src_node as usize, p.dst_node as usize);
+            let before = sent[s * nn + d];
+            sent[s * nn + d] += p.bytes;
+            before_of[i] = before;
+            let len = self.lanes[rank_lane_index(nn, g, a, j, s, d, j)].len();
+            let total = self.node_bytes[s * nn + d];
+            let (from, to) = lane_slice(before, before + p.bytes, total, len);
+            if s == a || d == a {
+                picked[i] = true;
+            }
+            if !chains || to <= from {
                 continue;
             }
             if every {
-                rp.pick(i);
+                picked[i] = true;
             } else if s == a {
-                // The rank's send into GPU (d, j): its receive chain.
-                rp.meet(nn + d);
+                meet(nn + d, &rings, &mut held, &mut picked);
             } else if d == a {
-                // A send into the rank from GPU (s, j): its send chain.
-                rp.meet(s);
+                meet(s, &rings, &mut held, &mut picked);
             } else {
-                rp.push(s, i);
-                rp.push(nn + d, i);
+                for c in [s, nn + d] {
+                    rings[c].push(i as u32);
+                    held[c] = (held[c] + 1).min(window);
+                }
             }
         }
-        rp.before = before_of;
-        rp.node_pairs = node_pairs;
-        rp.collect();
+        (0..self.stages.len())
+            .filter(|&i| picked[i])
+            .map(|i| (i as u32, before_of[i]))
+            .collect()
     }
 }
 
@@ -597,53 +689,5 @@ impl Sink for RankSink {
 
     fn intra_nodes(&self, _: usize) -> Range<usize> {
         self.node..self.node + 1
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::RankPairs;
-
-    fn rings(chains: usize, window: usize, stages: usize) -> RankPairs {
-        let mut rp = RankPairs {
-            picked: vec![0; stages.div_ceil(64)],
-            before: (0..stages as u64).map(|i| 10 * i).collect(),
-            ..RankPairs::default()
-        };
-        rp.reset_rings(chains, window);
-        rp
-    }
-
-    fn picked(rp: &mut RankPairs) -> Vec<(u32, u64)> {
-        rp.collect();
-        std::mem::take(&mut rp.pairs)
-    }
-
-    #[test]
-    fn a_meeting_takes_the_last_window_of_its_chain_since_the_last() {
-        let mut rp = rings(2, 3, 200);
-        for i in 0..5 {
-            rp.push(0, i);
-            rp.push(1, 100 + i);
-        }
-        // Chain 0 held 5 slices: the last 3, with their bytes before.
-        rp.meet(0);
-        assert_eq!(picked(&mut rp), vec![(2, 20), (3, 30), (4, 40)]);
-        // Met again with nothing new: nothing more (those are emitted).
-        rp.meet(0);
-        assert_eq!(picked(&mut rp).len(), 3);
-        rp.push(0, 5);
-        rp.meet(0);
-        assert_eq!(picked(&mut rp)[3..], [(5, 50)]);
-        // The other chain kept its own; picked twice, a pair is emitted
-        // once, and the pairs come out in stage order.
-        rp.picked.fill(0);
-        rp.pick(103);
-        rp.meet(1);
-        rp.pick(7);
-        assert_eq!(
-            picked(&mut rp),
-            vec![(7, 70), (102, 1020), (103, 1030), (104, 1040)]
-        );
     }
 }

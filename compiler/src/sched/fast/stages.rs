@@ -77,28 +77,56 @@ pub(crate) struct Decomposer {
     /// The search's stack (`try_row`).
     path: Vec<[u32; 3]>,
     exhausted: Vec<u32>,
-    /// Stage reordering: where each stage starts, its real bytes, the new
-    /// order, and the reordered pairs.
+    /// Stage reordering: where each stage starts, its real bytes and the
+    /// new order.
     stage_at: Vec<usize>,
     stage_bytes: Vec<u64>,
-    /// `(start, end, count)` of the stages the last `decompose` appended
-    /// to its `out`, whose `stage_at` and `stage_bytes` it left: the next
-    /// `order_light_first` of exactly those stages does not count them
-    /// again.
-    recorded: Option<(usize, usize, u32)>,
     stage_order: Vec<u32>,
+    /// Tests' reference of the two steps (`decompose`, then
+    /// `order_light_first`): `(start, end, count)` of the stages the last
+    /// `decompose` appended to its `out`, whose `stage_at` and
+    /// `stage_bytes` it left (the next `order_light_first` of exactly
+    /// those stages does not count them again), and the reordered pairs.
+    #[cfg(test)]
+    recorded: Option<(usize, usize, u32)>,
+    #[cfg(test)]
     reordered: Vec<StagePair>,
+    /// The pairs of the last extraction ([`Decomposer::extract`]), in
+    /// extraction order, each stage from `stage_at[s]` on: 16 bytes a
+    /// pair, not a [`StagePair`]'s 24, and written into the caller's
+    /// stages once, in their final order
+    /// ([`Decomposer::decompose_light_first_with`]).
+    drawn: Vec<Drawn>,
+}
+
+/// One pair of an extraction: its stage is where it sits
+/// (`Decomposer::stage_at`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Drawn {
+    src: u32,
+    dst: u32,
+    bytes: u64,
+}
+
+impl Drawn {
+    fn pair(&self, stage: u32) -> StagePair {
+        StagePair {
+            stage,
+            src_node: self.src,
+            dst_node: self.dst,
+            bytes: self.bytes,
+        }
+    }
 }
 
 const NONE: u32 = u32::MAX;
 
 impl Decomposer {
     /// Decomposes the `n x n` node matrix `t` (row-major) into stages appended
-    /// to `out`; `stage_floor(max_line)` gives θ. Returns the stage count.
-    ///
-    /// Per stage it touches the matched rows' entries (`held`, side by
-    /// side), the rows whose match ended (exhausted, or still unmatched)
-    /// and the columns their searches visit; no pass over the matrix.
+    /// to `out`, in extraction order; `stage_floor(max_line)` gives θ.
+    /// Returns the stage count. The tests' reference:
+    /// [`Decomposer::decompose_light_first_with`] plans.
+    #[cfg(test)]
     pub fn decompose(
         &mut self,
         n: usize,
@@ -106,7 +134,87 @@ impl Decomposer {
         stage_floor: impl Fn(u64) -> u64,
         out: &mut Vec<StagePair>,
     ) -> u32 {
-        self.recorded = None;
+        let start = out.len();
+        let count = self.extract(n, t, stage_floor);
+        out.reserve_exact(self.drawn.len());
+        for s in 0..count as usize {
+            let (lo, hi) = (self.stage_at[s], self.stage_at[s + 1]);
+            out.extend(self.drawn[lo..hi].iter().map(|d| d.pair(s as u32)));
+        }
+        self.recorded = Some((start, out.len(), count));
+        count
+    }
+
+    /// Decomposes the `n x n` node matrix `t` (row-major) into stages
+    /// appended to `out`, lightest first; `stage_floor(max_line)` gives θ.
+    /// Returns the stage count, and gives `f` each pair as it is written,
+    /// in order (the stages priced in the same pass that writes them).
+    ///
+    /// The extraction ([`Decomposer::extract`]) draws the stages in a
+    /// ragged order: heavy full permutations alternate with partial stages
+    /// of a few pairs, and the last stages are the decomposition's
+    /// leftovers, a few uneven pairs. Run last, those make a ragged finish
+    /// (some nodes done, others still sending) that nothing can fill; run
+    /// first, when every node starts together, their gaps are filled by
+    /// the stages behind them in the pipeline, and the exchange ends on the
+    /// heaviest stages, full permutations whose pairs carry near-equal
+    /// bytes and finish together. Stages of similar weight also end up next
+    /// to each other, so the sends in flight at once are of similar length.
+    /// See docs/algorithms.md (3) for the measurements. So the stages are
+    /// written in order of their real bytes, lightest first (ties keep the
+    /// extraction order), numbered `0..count` in that order, each
+    /// contiguous: what `decompose` then `order_light_first` give (the
+    /// tests' reference), written once, from the extraction's pairs of 16
+    /// bytes, without the stages in extraction order in `out` (at 512
+    /// nodes, 1.15 million pairs: 18 MB, not 28 MB again).
+    pub(crate) fn decompose_light_first_with(
+        &mut self,
+        n: usize,
+        t: &[u64],
+        stage_floor: impl Fn(u64) -> u64,
+        out: &mut Vec<StagePair>,
+        mut f: impl FnMut(&StagePair),
+    ) -> u32 {
+        let count = self.extract(n, t, stage_floor);
+        out.reserve_exact(self.drawn.len());
+        let k = count as usize;
+        let mut write = |out: &mut Vec<StagePair>, lo: usize, hi: usize, stage: usize| {
+            let from = out.len();
+            out.extend(self.drawn[lo..hi].iter().map(|d| d.pair(stage as u32)));
+            out[from..].iter().for_each(&mut f);
+        };
+        if k < 2 {
+            // Nothing to reorder: the extraction's own order.
+            for s in 0..k {
+                write(out, self.stage_at[s], self.stage_at[s + 1], s);
+            }
+            return count;
+        }
+        self.stage_order.clear();
+        self.stage_order.extend(0..count);
+        let bytes = &self.stage_bytes;
+        self.stage_order
+            .sort_unstable_by_key(|&s| (bytes[s as usize], s));
+        for (new, &s) in self.stage_order.iter().enumerate() {
+            let (lo, hi) = (self.stage_at[s as usize], self.stage_at[s as usize + 1]);
+            write(out, lo, hi, new);
+        }
+        count
+    }
+
+    /// The extraction of [`Decomposer::decompose`]: its stages' pairs into
+    /// `drawn`, where each stage starts (`stage_at`) and its real bytes
+    /// (`stage_bytes`). Returns the stage count.
+    ///
+    /// Per stage it touches the matched rows' entries (`held`, side by
+    /// side), the rows whose match ended (exhausted, or still unmatched)
+    /// and the columns their searches visit; no pass over the matrix.
+    fn extract(&mut self, n: usize, t: &[u64], stage_floor: impl Fn(u64) -> u64) -> u32 {
+        #[cfg(test)]
+        {
+            self.recorded = None;
+        }
+        self.drawn.clear();
         self.cells.clear();
         self.cells.extend(t.iter().map(|&x| [x, 0]));
         for a in 0..n {
@@ -114,12 +222,11 @@ impl Decomposer {
         }
         let mut real_left: u64 = self.cells.iter().map(|c| c[0]).sum();
         if real_left == 0 {
-            // No stage: recorded as such, so that the next
-            // `order_light_first` of these (no) stages counts nothing.
+            // No stage (and none for the next `order_light_first` to
+            // count, in the tests' reference).
             self.stage_at.clear();
             self.stage_at.push(0);
             self.stage_bytes.clear();
-            self.recorded = Some((out.len(), out.len(), 0));
             return 0;
         }
         let m = self.pad_to_doubly_stochastic(n);
@@ -182,7 +289,6 @@ impl Decomposer {
         self.path.clear();
         self.path.resize(n + 1, [0; 3]);
         let mut stage = 0u32;
-        let start = out.len();
         self.stage_at.clear();
         self.stage_at.push(0);
         self.stage_bytes.clear();
@@ -214,10 +320,9 @@ impl Decomposer {
                 if r > 0 {
                     any = true;
                     stage_sum += r;
-                    out.push(StagePair {
-                        stage,
-                        src_node: a as u32,
-                        dst_node: b,
+                    self.drawn.push(Drawn {
+                        src: a as u32,
+                        dst: b,
                         bytes: r,
                     });
                 }
@@ -245,7 +350,7 @@ impl Decomposer {
             if any {
                 stage += 1;
                 self.stage_bytes.push(stage_sum);
-                self.stage_at.push(out.len() - start);
+                self.stage_at.push(self.drawn.len());
             }
             // The next stage's free rows, in order: those still unmatched
             // (in `free_rows`, increasing) and those just exhausted, less
@@ -263,25 +368,16 @@ impl Decomposer {
                 }
             }
         }
-        self.recorded = Some((start, out.len(), stage));
         stage
     }
 
     /// Puts the `count` stages appended to `out` from `start` on (numbered
     /// `0..count` in extraction order, each contiguous) in order of their
     /// real bytes, lightest first (ties keep the extraction order), and
-    /// numbers them again in that order.
-    ///
-    /// The extraction order is ragged: heavy full permutations alternate
-    /// with partial stages of a few pairs, and the last stages are the
-    /// decomposition's leftovers, a few uneven pairs. Run last, those make a
-    /// ragged finish (some nodes done, others still sending) that nothing
-    /// can fill; run first, when every node starts together, their gaps are
-    /// filled by the stages behind them in the pipeline, and the exchange
-    /// ends on the heaviest stages, full permutations whose pairs carry
-    /// near-equal bytes and finish together. Stages of similar weight also
-    /// end up next to each other, so the sends in flight at once are of
-    /// similar length. See docs/algorithms.md (3) for the measurements.
+    /// numbers them again in that order (why: see
+    /// [`Decomposer::decompose_light_first_with`], which plans; this is the
+    /// tests' reference).
+    #[cfg(test)]
     pub fn order_light_first(&mut self, out: &mut Vec<StagePair>, start: usize, count: u32) {
         self.order_light_first_with(out, start, count, |_| {});
     }
@@ -290,6 +386,7 @@ impl Decomposer {
     /// place, in order (every pair of `out[start..]` as it is where there
     /// is nothing to reorder): the reordered stages priced in the same pass
     /// that writes them.
+    #[cfg(test)]
     pub(crate) fn order_light_first_with(
         &mut self,
         out: &mut Vec<StagePair>,
@@ -1081,6 +1178,47 @@ mod tests {
             prop_assert_eq!(seen, plain.len() - before);
             let want = StageChains::default().end(n.max(2), &plain[before..], rate, 1.0, 1.0, 0.0);
             prop_assert_eq!(got.to_bits(), want.to_bits());
+        }
+    }
+
+    proptest! {
+        /// `decompose_light_first_with` (what plans) writes the stages
+        /// `decompose` then `order_light_first_with` write, after pairs
+        /// already in `out`, and gives its `f` the same pairs in the same
+        /// order; with one stage or none too (`k < 2`, nothing reordered).
+        #[test]
+        fn fused_decomposition_is_the_two_steps(
+            n in 2usize..=40,
+            seed in any::<u64>(),
+            sparse in 0u64..5,
+            floor_div in 1u64..64,
+            before in 0usize..3,
+        ) {
+            let t = if sparse == 4 {
+                // At most one pair: one stage or none.
+                let mut t = vec![0; n * n];
+                t[1] = seed % 3;
+                t
+            } else {
+                skewed(n, seed, sparse)
+            };
+            let floor = |m: u64| (m / floor_div).max(1);
+            let lead = StagePair { stage: 7, src_node: 0, dst_node: 1, bytes: 3 };
+            let mut d = Decomposer::default();
+            let mut two = vec![lead; before];
+            let k = d.decompose(n, &t, floor, &mut two);
+            let mut seen_two = Vec::new();
+            d.order_light_first_with(&mut two, before, k, |p| seen_two.push(*p));
+            // The same decomposer again (its buffers reused), then a fresh one.
+            for mut e in [d, Decomposer::default()] {
+                let mut fused = vec![lead; before];
+                let mut seen = Vec::new();
+                let got = e.decompose_light_first_with(n, &t, floor, &mut fused, |p| seen.push(*p));
+                prop_assert_eq!(got, k);
+                prop_assert_eq!(&fused, &two);
+                prop_assert_eq!(&seen, &seen_two);
+                prop_assert_eq!(&seen[..], &fused[before..]);
+            }
         }
     }
 

@@ -833,6 +833,14 @@ fn rank_lanes_match_the_whole(t: &Topology, m: &TrafficMatrix, opts: &PlannerOpt
         e.prepare_sends();
         e.first_slices_rank(&v, node, rail);
         assert_eq!(e.first_slice, whole.first_slice, "rank {rank}");
+        // The stage pairs the rank emits, by its own pairs and their
+        // chains' windows, are those the pass over every pair with a ring
+        // per chain picks (run twice: the buffers reused).
+        let mut rp = super::rank::RankPairs::default();
+        for _ in 0..2 {
+            e.rank_pairs(node, rail, &mut rp);
+            assert_eq!(rp.pairs, e.rank_pairs_by_rings(node, rail), "rank {rank}");
+        }
         // The rank's own first slice from its node's lanes alone (what it
         // contributes to every rank's stage inputs).
         let lens = &parts[node].len[rail * nn..(rail + 1) * nn];
@@ -871,6 +879,22 @@ fn a_ranks_lanes_are_the_whole_plans_on_moe_traffic() {
         let m = moe(nodes * 8, nodes as u64);
         rank_lanes_match_the_whole(&t, &m, &PlannerOptions::default());
     }
+    // Windows of 2 to 64 slots, and a pipeline too deep for them (every
+    // slice of the rail); `spray` (no chains).
+    let t = topo(6, 8, 8, IntraKind::Switch);
+    let m = moe(48, 6);
+    for depth in [1, 2, 7, 32, 33] {
+        let opts = PlannerOptions {
+            pipeline_depth: Some(depth),
+            ..PlannerOptions::default()
+        };
+        rank_lanes_match_the_whole(&t, &m, &opts);
+    }
+    let spray = PlannerOptions {
+        staged: false,
+        ..PlannerOptions::default()
+    };
+    rank_lanes_match_the_whole(&t, &m, &spray);
 }
 
 /// A node matrix of log-normal pairs (`sigma` about the deviation of their
