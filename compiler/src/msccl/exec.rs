@@ -20,6 +20,7 @@
 //! the plan the trace converts to.
 
 use std::collections::{HashMap, VecDeque};
+use smallvec::SmallVec;
 
 use super::{parse, Algo, BufRef, ChunkMap, Layout, NameFacts, Protocol, StepKind};
 use super::{MAX_CHANNELS_ANY, MAX_CNT, MAX_NODES, MAX_OFFSET, MAX_PEER_TBS_PER_CHANNEL};
@@ -414,22 +415,30 @@ fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
     }
     // Steps: attributes, bounds, nops, dependencies.
     let mut waits: PerStep<Vec<(u32, u32)>> = Vec::with_capacity(algo.gpus.len());
-    let mut targets: HashMap<(u32, u32, u32), ()> = HashMap::new();
+    // Per gpu, tb and step: whether some step waits for it.
+    let mut targets: PerStep<bool> = algo
+        .gpus
+        .iter()
+        .map(|g| g.tbs.iter().map(|t| vec![false; t.steps.len()]).collect())
+        .collect();
     for (gi, g) in algo.gpus.iter().enumerate() {
         let mut gw = Vec::with_capacity(g.tbs.len());
         for (ti, tb) in g.tbs.iter().enumerate() {
             let mut tw = Vec::with_capacity(tb.steps.len());
             let mut pending: Vec<(u32, u32)> = Vec::new();
             for (p, st) in tb.steps.iter().enumerate() {
-                let here = at(
-                    algo,
-                    StepRef {
-                        gpu: gi as u32,
-                        tb: ti as u32,
-                        pos: p as u32,
-                    },
-                );
-                let e = |reason: String| err(st.line, format!("{here}: {reason}"));
+                // Where, formatted only for an error (a million steps at 64 x 8).
+                let e = |reason: String| {
+                    let here = at(
+                        algo,
+                        StepRef {
+                            gpu: gi as u32,
+                            tb: ti as u32,
+                            pos: p as u32,
+                        },
+                    );
+                    err(st.line, format!("{here}: {reason}"))
+                };
                 if st.s != p as i64 {
                     return Err(e(format!("s=\"{}\" but it is step {p} of its tb: the kernel numbers steps by position, so a step is missing or out of order", st.s)));
                 }
@@ -460,7 +469,7 @@ fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
                     BufRef::Scratch => g.s_chunks,
                 };
                 if st.kind != StepKind::Nop && st.cnt > 0 {
-                    let mut operands = Vec::new();
+                    let mut operands: SmallVec<[(&str, BufRef, i64); 2]> = SmallVec::new();
                     if st.kind.reads_src() {
                         operands.push(("src", st.srcbuf, st.srcoff));
                     }
@@ -510,7 +519,7 @@ fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
                     else {
                         return Err(e(format!("waits for tb {} step {}, but no step of tb {} from there on has hasdep=\"1\": it would wait forever", st.depid, st.deps, st.depid)));
                     };
-                    targets.insert((gi as u32, target, sig as u32), ());
+                    targets[gi][target as usize][sig] = true;
                     pending.push((target, st.deps as u32));
                 }
                 if st.kind == StepKind::Nop {
@@ -537,7 +546,7 @@ fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
             for (p, st) in tb.steps.iter().enumerate() {
                 if st.hasdep
                     && st.kind != StepKind::Nop
-                    && !targets.contains_key(&(gi as u32, ti as u32, p as u32))
+                    && !targets[gi][ti][p]
                 {
                     warnings.push(format!(
                         "{} (line {}): hasdep=\"1\" but no step waits for it",
