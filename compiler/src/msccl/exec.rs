@@ -19,8 +19,8 @@
 //! Unordered accesses (spec §14 item 8) are left to [`verify`](fn@crate::verify), run on
 //! the plan the trace converts to.
 
-use std::collections::{HashMap, VecDeque};
 use smallvec::SmallVec;
+use std::collections::{HashMap, VecDeque};
 
 use super::{parse, Algo, BufRef, ChunkMap, Layout, NameFacts, Protocol, StepKind};
 use super::{MAX_CHANNELS_ANY, MAX_CNT, MAX_NODES, MAX_OFFSET, MAX_PEER_TBS_PER_CHANNEL};
@@ -544,10 +544,7 @@ fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
     for (gi, g) in algo.gpus.iter().enumerate() {
         for (ti, tb) in g.tbs.iter().enumerate() {
             for (p, st) in tb.steps.iter().enumerate() {
-                if st.hasdep
-                    && st.kind != StepKind::Nop
-                    && !targets[gi][ti][p]
-                {
+                if st.hasdep && st.kind != StepKind::Nop && !targets[gi][ti][p] {
                     warnings.push(format!(
                         "{} (line {}): hasdep=\"1\" but no step waits for it",
                         at(
@@ -866,6 +863,14 @@ struct RunState {
     bufs: Bufs,
     /// Per tb, the connection it receives on and the one it sends on.
     fifo_of: Vec<Vec<(Option<usize>, Option<usize>)>>,
+    /// `Loaded::waits` laid out flat, a tb's steps one after another (the
+    /// run reads the waits of every step it reaches, in tb order):
+    /// gpu `gi`'s tb `ti` is tb `tb_base[gi] + ti`, its step `p` is step
+    /// `step_base[tb] + p`, whose waits are `wait_at[wait_off[s]..wait_off[s + 1]]`.
+    tb_base: Vec<usize>,
+    step_base: Vec<usize>,
+    wait_off: Vec<u32>,
+    wait_at: Vec<(u32, u32)>,
 }
 
 /// What one turn of a tb changed.
@@ -881,11 +886,14 @@ struct Moved {
 }
 
 impl RunState {
-    fn new(l: &Loaded<'_>) -> RunState {
+    fn new(l: &Loaded<'_>, mode: Mode) -> RunState {
         let algo = l.algo;
+        // Only a `PerStep` run moves data.
+        let moves = mode == Mode::PerStep;
         let bufs = algo
             .gpus
             .iter()
+            .filter(|_| moves)
             .map(|g| {
                 let input = (0..g.i_chunks as u32)
                     .map(|idx| {
@@ -922,7 +930,25 @@ impl RunState {
                     .collect()
             })
             .collect();
+        let mut tb_base = Vec::with_capacity(algo.gpus.len());
+        let mut step_base = Vec::new();
+        let mut wait_off = vec![0u32];
+        let mut wait_at = Vec::new();
+        for gw in &l.waits {
+            tb_base.push(step_base.len());
+            for tw in gw {
+                step_base.push(wait_off.len() - 1);
+                for w in tw {
+                    wait_at.extend_from_slice(w);
+                    wait_off.push(wait_at.len() as u32);
+                }
+            }
+        }
         RunState {
+            tb_base,
+            step_base,
+            wait_off,
+            wait_at,
             fifos: vec![VecDeque::new(); l.fifo_ids.len()],
             pc: algo.gpus.iter().map(|g| vec![0; g.tbs.len()]).collect(),
             sub: algo.gpus.iter().map(|g| vec![0; g.tbs.len()]).collect(),
@@ -933,11 +959,13 @@ impl RunState {
     }
 
     /// Whether step `p` of tb `ti` on `gi` still waits for a flag.
-    fn waiting(&self, l: &Loaded<'_>, gi: usize, ti: usize, p: usize) -> Option<(u32, u32)> {
+    fn waiting(&self, gi: usize, ti: usize, p: usize) -> Option<(u32, u32)> {
         if self.sub[gi][ti] != 0 {
             return None;
         }
-        l.waits[gi][ti][p]
+        let at = self.step_base[self.tb_base[gi] + ti] + p;
+        let (a, b) = (self.wait_off[at] as usize, self.wait_off[at + 1] as usize);
+        self.wait_at[a..b]
             .iter()
             .copied()
             .find(|&(t, q)| self.flag[gi][t as usize] < q as i64)
@@ -959,7 +987,7 @@ impl RunState {
         while self.pc[gi][ti] < tb.steps.len() {
             let p = self.pc[gi][ti];
             let st = &tb.steps[p];
-            if self.waiting(l, gi, ti, p).is_some() {
+            if self.waiting(gi, ti, p).is_some() {
                 break;
             }
             let so = l.step_ops[gi][ti][p];
@@ -1050,7 +1078,7 @@ impl Worklist {
 fn execute(l: &mut Loaded<'_>, mode: Mode, order: Order) -> Result<()> {
     let algo = l.algo;
     let depth = algo.proto.fifo_depth();
-    let mut state = RunState::new(l);
+    let mut state = RunState::new(l, mode);
     let all = || {
         algo.gpus
             .iter()
@@ -1138,7 +1166,7 @@ fn deadlock(l: &Loaded<'_>, state: &RunState, mode: Mode, depth: usize) -> Resul
         );
         let so = l.step_ops[gi][ti][p];
         let in_fifo = state.fifo_of[gi][ti].0;
-        let why = if let Some((t, q)) = state.waiting(l, gi, ti, p) {
+        let why = if let Some((t, q)) = state.waiting(gi, ti, p) {
             format!(
                 "waits for tb {} to finish step {q}",
                 algo.gpus[gi].tbs[t as usize].id
