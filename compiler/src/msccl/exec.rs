@@ -780,18 +780,19 @@ fn deps_with(l: &Loaded<'_>, delivered: bool) -> Vec<Vec<u32>> {
     let mut deps: Vec<Vec<u32>> = vec![Vec::new(); l.ops.len()];
     // Per step: operations known done when it completes. Steps are visited
     // in the order the run completed them, so every wait's target is known.
-    let mut after: PerStep<Vec<u32>> = l
+    // (Inline: most steps stand for one operation.)
+    let mut after: PerStep<SmallVec<[u32; 4]>> = l
         .step_ops
         .iter()
-        .map(|g| g.iter().map(|t| vec![Vec::new(); t.len()]).collect())
+        .map(|g| g.iter().map(|t| vec![SmallVec::new(); t.len()]).collect())
         .collect();
     for &(gi, ti, p) in &l.step_log {
         let (gi, ti, p) = (gi as usize, ti as usize, p as usize);
         let so = l.step_ops[gi][ti][p];
-        let mut before: Vec<u32> = if p > 0 {
+        let mut before: SmallVec<[u32; 4]> = if p > 0 {
             after[gi][ti][p - 1].clone()
         } else {
-            Vec::new()
+            SmallVec::new()
         };
         for &(target, q) in &l.waits[gi][ti][p] {
             before.extend_from_slice(&after[gi][target as usize][q as usize]);
@@ -807,7 +808,7 @@ fn deps_with(l: &Loaded<'_>, delivered: bool) -> Vec<Vec<u32>> {
         // A step that completes an operation stands for everything before
         // it; a send-only step or a nop passes its knowledge on.
         after[gi][ti][p] = match so.done(delivered) {
-            Some(done) => vec![done],
+            Some(done) => smallvec::smallvec![done],
             None => before,
         };
     }
@@ -871,6 +872,10 @@ struct RunState {
     step_base: Vec<usize>,
     wait_off: Vec<u32>,
     wait_at: Vec<(u32, u32)>,
+    /// Per tb (as `step_base`): one more than the step whose waits were
+    /// last found met (0: none). Flags only rise, so they stay met: a tb
+    /// woken again at that step (its FIFO moved) does not read them again.
+    met: Vec<usize>,
 }
 
 /// What one turn of a tb changed.
@@ -945,6 +950,7 @@ impl RunState {
             }
         }
         RunState {
+            met: vec![0; step_base.len()],
             tb_base,
             step_base,
             wait_off,
@@ -971,6 +977,19 @@ impl RunState {
             .find(|&(t, q)| self.flag[gi][t as usize] < q as i64)
     }
 
+    /// [`RunState::waiting`], remembering a step whose waits are met.
+    fn still_waiting(&mut self, gi: usize, ti: usize, p: usize) -> bool {
+        let tb = self.tb_base[gi] + ti;
+        if self.met[tb] == p + 1 {
+            return false;
+        }
+        let waits = self.waiting(gi, ti, p).is_some();
+        if !waits && self.sub[gi][ti] == 0 {
+            self.met[tb] = p + 1;
+        }
+        waits
+    }
+
     /// Runs tb `ti` of `gi` as far as it can go now.
     fn advance(
         &mut self,
@@ -987,7 +1006,7 @@ impl RunState {
         while self.pc[gi][ti] < tb.steps.len() {
             let p = self.pc[gi][ti];
             let st = &tb.steps[p];
-            if self.waiting(gi, ti, p).is_some() {
+            if self.still_waiting(gi, ti, p) {
                 break;
             }
             let so = l.step_ops[gi][ti][p];
