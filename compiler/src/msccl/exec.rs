@@ -1505,6 +1505,60 @@ mod tests {
     }
 
     #[test]
+    fn the_runs_flat_waits_are_each_steps_own_and_stay_met() {
+        use crate::generate::{generate, Pattern, TrafficSpec};
+        use crate::msccl::{to_xml, XmlOptions};
+        use crate::sched::{schedule, Algorithm, Options};
+        // A lowered 2x8 file with waits on other tbs.
+        let topo = crate::Topology::preset("dgx-h100", 2, None).unwrap();
+        let mut spec = TrafficSpec::new(16, Pattern::Zipf(1.2));
+        spec.bytes = 32 << 10;
+        let m = generate(&spec).unwrap();
+        let plan = schedule(Algorithm::Fast, &topo, &m, &Options::default()).unwrap();
+        let text = to_xml(&plan, &topo, &m, &XmlOptions::default())
+            .unwrap()
+            .text;
+        let algo = parse::parse_algo(&text, "t.xml").unwrap();
+        let l = load(&algo, "t.xml").unwrap();
+        let mut state = RunState::new(&l, Mode::PerChunk);
+        // Under no flag, half of each tb's and all: the flat layout gives
+        // every step the waits `load` read for it.
+        let mut waiting = 0;
+        for raised in [0, 1, 2] {
+            for (gi, g) in algo.gpus.iter().enumerate() {
+                for (ti, tb) in g.tbs.iter().enumerate() {
+                    state.flag[gi][ti] = tb.steps.len() as i64 * raised / 2 - 1;
+                }
+            }
+            for (gi, g) in algo.gpus.iter().enumerate() {
+                for (ti, tb) in g.tbs.iter().enumerate() {
+                    for p in 0..tb.steps.len() {
+                        let want = l.waits[gi][ti][p]
+                            .iter()
+                            .copied()
+                            .find(|&(t, q)| state.flag[gi][t as usize] < q as i64);
+                        assert_eq!(state.waiting(gi, ti, p), want, "gpu {gi} tb {ti} step {p}");
+                        waiting += usize::from(want.is_some());
+                    }
+                }
+            }
+        }
+        assert!(waiting > 0, "the file has waits");
+        // Met once, a step's waits are not read again (flags only rise).
+        let (gi, ti, p) = (0..algo.gpus.len())
+            .flat_map(|gi| (0..algo.gpus[gi].tbs.len()).map(move |ti| (gi, ti)))
+            .flat_map(|(gi, ti)| (0..l.waits[gi][ti].len()).map(move |p| (gi, ti, p)))
+            .find(|&(gi, ti, p)| !l.waits[gi][ti][p].is_empty())
+            .unwrap();
+        assert!(!state.still_waiting(gi, ti, p));
+        for f in state.flag.iter_mut().flatten() {
+            *f = -1;
+        }
+        assert!(state.waiting(gi, ti, p).is_some());
+        assert!(!state.still_waiting(gi, ti, p));
+    }
+
+    #[test]
     fn send_then_receive_in_one_tb_deadlocks() {
         // Both gpus send three chunks one by one to each other, then receive,
         // from one tb: with FIFO depth 2 neither reaches its receives.
