@@ -19,6 +19,7 @@
 //! Unordered accesses (spec §14 item 8) are left to [`verify`](fn@crate::verify), run on
 //! the plan the trace converts to.
 
+use smallvec::SmallVec;
 use std::collections::{HashMap, VecDeque};
 
 use super::{parse, Algo, BufRef, ChunkMap, Layout, NameFacts, Protocol, StepKind};
@@ -414,22 +415,30 @@ fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
     }
     // Steps: attributes, bounds, nops, dependencies.
     let mut waits: PerStep<Vec<(u32, u32)>> = Vec::with_capacity(algo.gpus.len());
-    let mut targets: HashMap<(u32, u32, u32), ()> = HashMap::new();
+    // Per gpu, tb and step: whether some step waits for it.
+    let mut targets: PerStep<bool> = algo
+        .gpus
+        .iter()
+        .map(|g| g.tbs.iter().map(|t| vec![false; t.steps.len()]).collect())
+        .collect();
     for (gi, g) in algo.gpus.iter().enumerate() {
         let mut gw = Vec::with_capacity(g.tbs.len());
         for (ti, tb) in g.tbs.iter().enumerate() {
             let mut tw = Vec::with_capacity(tb.steps.len());
             let mut pending: Vec<(u32, u32)> = Vec::new();
             for (p, st) in tb.steps.iter().enumerate() {
-                let here = at(
-                    algo,
-                    StepRef {
-                        gpu: gi as u32,
-                        tb: ti as u32,
-                        pos: p as u32,
-                    },
-                );
-                let e = |reason: String| err(st.line, format!("{here}: {reason}"));
+                // Where, formatted only for an error (a million steps at 64 x 8).
+                let e = |reason: String| {
+                    let here = at(
+                        algo,
+                        StepRef {
+                            gpu: gi as u32,
+                            tb: ti as u32,
+                            pos: p as u32,
+                        },
+                    );
+                    err(st.line, format!("{here}: {reason}"))
+                };
                 if st.s != p as i64 {
                     return Err(e(format!("s=\"{}\" but it is step {p} of its tb: the kernel numbers steps by position, so a step is missing or out of order", st.s)));
                 }
@@ -460,7 +469,7 @@ fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
                     BufRef::Scratch => g.s_chunks,
                 };
                 if st.kind != StepKind::Nop && st.cnt > 0 {
-                    let mut operands = Vec::new();
+                    let mut operands: SmallVec<[(&str, BufRef, i64); 2]> = SmallVec::new();
                     if st.kind.reads_src() {
                         operands.push(("src", st.srcbuf, st.srcoff));
                     }
@@ -510,7 +519,7 @@ fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
                     else {
                         return Err(e(format!("waits for tb {} step {}, but no step of tb {} from there on has hasdep=\"1\": it would wait forever", st.depid, st.deps, st.depid)));
                     };
-                    targets.insert((gi as u32, target, sig as u32), ());
+                    targets[gi][target as usize][sig] = true;
                     pending.push((target, st.deps as u32));
                 }
                 if st.kind == StepKind::Nop {
@@ -535,10 +544,7 @@ fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
     for (gi, g) in algo.gpus.iter().enumerate() {
         for (ti, tb) in g.tbs.iter().enumerate() {
             for (p, st) in tb.steps.iter().enumerate() {
-                if st.hasdep
-                    && st.kind != StepKind::Nop
-                    && !targets.contains_key(&(gi as u32, ti as u32, p as u32))
-                {
+                if st.hasdep && st.kind != StepKind::Nop && !targets[gi][ti][p] {
                     warnings.push(format!(
                         "{} (line {}): hasdep=\"1\" but no step waits for it",
                         at(
@@ -774,18 +780,19 @@ fn deps_with(l: &Loaded<'_>, delivered: bool) -> Vec<Vec<u32>> {
     let mut deps: Vec<Vec<u32>> = vec![Vec::new(); l.ops.len()];
     // Per step: operations known done when it completes. Steps are visited
     // in the order the run completed them, so every wait's target is known.
-    let mut after: PerStep<Vec<u32>> = l
+    // (Inline: most steps stand for one operation.)
+    let mut after: PerStep<SmallVec<[u32; 4]>> = l
         .step_ops
         .iter()
-        .map(|g| g.iter().map(|t| vec![Vec::new(); t.len()]).collect())
+        .map(|g| g.iter().map(|t| vec![SmallVec::new(); t.len()]).collect())
         .collect();
     for &(gi, ti, p) in &l.step_log {
         let (gi, ti, p) = (gi as usize, ti as usize, p as usize);
         let so = l.step_ops[gi][ti][p];
-        let mut before: Vec<u32> = if p > 0 {
+        let mut before: SmallVec<[u32; 4]> = if p > 0 {
             after[gi][ti][p - 1].clone()
         } else {
-            Vec::new()
+            SmallVec::new()
         };
         for &(target, q) in &l.waits[gi][ti][p] {
             before.extend_from_slice(&after[gi][target as usize][q as usize]);
@@ -801,7 +808,7 @@ fn deps_with(l: &Loaded<'_>, delivered: bool) -> Vec<Vec<u32>> {
         // A step that completes an operation stands for everything before
         // it; a send-only step or a nop passes its knowledge on.
         after[gi][ti][p] = match so.done(delivered) {
-            Some(done) => vec![done],
+            Some(done) => smallvec::smallvec![done],
             None => before,
         };
     }
@@ -857,6 +864,18 @@ struct RunState {
     bufs: Bufs,
     /// Per tb, the connection it receives on and the one it sends on.
     fifo_of: Vec<Vec<(Option<usize>, Option<usize>)>>,
+    /// `Loaded::waits` laid out flat, a tb's steps one after another (the
+    /// run reads the waits of every step it reaches, in tb order):
+    /// gpu `gi`'s tb `ti` is tb `tb_base[gi] + ti`, its step `p` is step
+    /// `step_base[tb] + p`, whose waits are `wait_at[wait_off[s]..wait_off[s + 1]]`.
+    tb_base: Vec<usize>,
+    step_base: Vec<usize>,
+    wait_off: Vec<u32>,
+    wait_at: Vec<(u32, u32)>,
+    /// Per tb (as `step_base`): one more than the step whose waits were
+    /// last found met (0: none). Flags only rise, so they stay met: a tb
+    /// woken again at that step (its FIFO moved) does not read them again.
+    met: Vec<usize>,
 }
 
 /// What one turn of a tb changed.
@@ -872,11 +891,14 @@ struct Moved {
 }
 
 impl RunState {
-    fn new(l: &Loaded<'_>) -> RunState {
+    fn new(l: &Loaded<'_>, mode: Mode) -> RunState {
         let algo = l.algo;
+        // Only a `PerStep` run moves data.
+        let moves = mode == Mode::PerStep;
         let bufs = algo
             .gpus
             .iter()
+            .filter(|_| moves)
             .map(|g| {
                 let input = (0..g.i_chunks as u32)
                     .map(|idx| {
@@ -913,7 +935,26 @@ impl RunState {
                     .collect()
             })
             .collect();
+        let mut tb_base = Vec::with_capacity(algo.gpus.len());
+        let mut step_base = Vec::new();
+        let mut wait_off = vec![0u32];
+        let mut wait_at = Vec::new();
+        for gw in &l.waits {
+            tb_base.push(step_base.len());
+            for tw in gw {
+                step_base.push(wait_off.len() - 1);
+                for w in tw {
+                    wait_at.extend_from_slice(w);
+                    wait_off.push(wait_at.len() as u32);
+                }
+            }
+        }
         RunState {
+            met: vec![0; step_base.len()],
+            tb_base,
+            step_base,
+            wait_off,
+            wait_at,
             fifos: vec![VecDeque::new(); l.fifo_ids.len()],
             pc: algo.gpus.iter().map(|g| vec![0; g.tbs.len()]).collect(),
             sub: algo.gpus.iter().map(|g| vec![0; g.tbs.len()]).collect(),
@@ -924,14 +965,29 @@ impl RunState {
     }
 
     /// Whether step `p` of tb `ti` on `gi` still waits for a flag.
-    fn waiting(&self, l: &Loaded<'_>, gi: usize, ti: usize, p: usize) -> Option<(u32, u32)> {
+    fn waiting(&self, gi: usize, ti: usize, p: usize) -> Option<(u32, u32)> {
         if self.sub[gi][ti] != 0 {
             return None;
         }
-        l.waits[gi][ti][p]
+        let at = self.step_base[self.tb_base[gi] + ti] + p;
+        let (a, b) = (self.wait_off[at] as usize, self.wait_off[at + 1] as usize);
+        self.wait_at[a..b]
             .iter()
             .copied()
             .find(|&(t, q)| self.flag[gi][t as usize] < q as i64)
+    }
+
+    /// [`RunState::waiting`], remembering a step whose waits are met.
+    fn still_waiting(&mut self, gi: usize, ti: usize, p: usize) -> bool {
+        let tb = self.tb_base[gi] + ti;
+        if self.met[tb] == p + 1 {
+            return false;
+        }
+        let waits = self.waiting(gi, ti, p).is_some();
+        if !waits && self.sub[gi][ti] == 0 {
+            self.met[tb] = p + 1;
+        }
+        waits
     }
 
     /// Runs tb `ti` of `gi` as far as it can go now.
@@ -950,7 +1006,7 @@ impl RunState {
         while self.pc[gi][ti] < tb.steps.len() {
             let p = self.pc[gi][ti];
             let st = &tb.steps[p];
-            if self.waiting(l, gi, ti, p).is_some() {
+            if self.still_waiting(gi, ti, p) {
                 break;
             }
             let so = l.step_ops[gi][ti][p];
@@ -1041,7 +1097,7 @@ impl Worklist {
 fn execute(l: &mut Loaded<'_>, mode: Mode, order: Order) -> Result<()> {
     let algo = l.algo;
     let depth = algo.proto.fifo_depth();
-    let mut state = RunState::new(l);
+    let mut state = RunState::new(l, mode);
     let all = || {
         algo.gpus
             .iter()
@@ -1129,7 +1185,7 @@ fn deadlock(l: &Loaded<'_>, state: &RunState, mode: Mode, depth: usize) -> Resul
         );
         let so = l.step_ops[gi][ti][p];
         let in_fifo = state.fifo_of[gi][ti].0;
-        let why = if let Some((t, q)) = state.waiting(l, gi, ti, p) {
+        let why = if let Some((t, q)) = state.waiting(gi, ti, p) {
             format!(
                 "waits for tb {} to finish step {q}",
                 algo.gpus[gi].tbs[t as usize].id
@@ -1446,6 +1502,60 @@ mod tests {
         assert!(per_chunk.contains("one operation per chunk"), "{per_chunk}");
         assert!(outcome(&texts[1], Order::Worklist).is_err());
         assert!(outcome(&texts[3], Order::Worklist).is_ok());
+    }
+
+    #[test]
+    fn the_runs_flat_waits_are_each_steps_own_and_stay_met() {
+        use crate::generate::{generate, Pattern, TrafficSpec};
+        use crate::msccl::{to_xml, XmlOptions};
+        use crate::sched::{schedule, Algorithm, Options};
+        // A lowered 2x8 file with waits on other tbs.
+        let topo = crate::Topology::preset("dgx-h100", 2, None).unwrap();
+        let mut spec = TrafficSpec::new(16, Pattern::Zipf(1.2));
+        spec.bytes = 32 << 10;
+        let m = generate(&spec).unwrap();
+        let plan = schedule(Algorithm::Fast, &topo, &m, &Options::default()).unwrap();
+        let text = to_xml(&plan, &topo, &m, &XmlOptions::default())
+            .unwrap()
+            .text;
+        let algo = parse::parse_algo(&text, "t.xml").unwrap();
+        let l = load(&algo, "t.xml").unwrap();
+        let mut state = RunState::new(&l, Mode::PerChunk);
+        // Under no flag, half of each tb's and all: the flat layout gives
+        // every step the waits `load` read for it.
+        let mut waiting = 0;
+        for raised in [0, 1, 2] {
+            for (gi, g) in algo.gpus.iter().enumerate() {
+                for (ti, tb) in g.tbs.iter().enumerate() {
+                    state.flag[gi][ti] = tb.steps.len() as i64 * raised / 2 - 1;
+                }
+            }
+            for (gi, g) in algo.gpus.iter().enumerate() {
+                for (ti, tb) in g.tbs.iter().enumerate() {
+                    for p in 0..tb.steps.len() {
+                        let want = l.waits[gi][ti][p]
+                            .iter()
+                            .copied()
+                            .find(|&(t, q)| state.flag[gi][t as usize] < q as i64);
+                        assert_eq!(state.waiting(gi, ti, p), want, "gpu {gi} tb {ti} step {p}");
+                        waiting += usize::from(want.is_some());
+                    }
+                }
+            }
+        }
+        assert!(waiting > 0, "the file has waits");
+        // Met once, a step's waits are not read again (flags only rise).
+        let (gi, ti, p) = (0..algo.gpus.len())
+            .flat_map(|gi| (0..algo.gpus[gi].tbs.len()).map(move |ti| (gi, ti)))
+            .flat_map(|(gi, ti)| (0..l.waits[gi][ti].len()).map(move |p| (gi, ti, p)))
+            .find(|&(gi, ti, p)| !l.waits[gi][ti][p].is_empty())
+            .unwrap();
+        assert!(!state.still_waiting(gi, ti, p));
+        for f in state.flag.iter_mut().flatten() {
+            *f = -1;
+        }
+        assert!(state.waiting(gi, ti, p).is_some());
+        assert!(!state.still_waiting(gi, ti, p));
     }
 
     #[test]

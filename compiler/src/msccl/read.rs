@@ -5,9 +5,7 @@
 //! receive, or a local copy) become the plan's transfers, with byte ranges
 //! from the chunk size and the traffic matrix.
 
-use std::collections::HashMap;
-
-use super::exec::{self, ExecReport, Trace};
+use super::exec::{self, ExecReport, PerStep, Trace};
 use super::parse::{chunk_map, parse_algo};
 use super::MAX_CHUNK_BYTES;
 use super::{Algo, BufRef, ChunkMap};
@@ -15,6 +13,9 @@ use crate::error::{InputError, Result};
 use crate::plan::{Buffer, Chunking, Deps, Path, Plan, Transfer};
 use crate::topology::Topology;
 use crate::traffic::{Layout as ByteLayout, TrafficMatrix, MAX_TOTAL_BYTES};
+
+/// No operation at a step (`trace_to_plan`'s `step_op`).
+const NO_OP: u32 = u32::MAX;
 
 /// Bytes of one peer block assumed when neither a traffic matrix nor the
 /// file says how large a chunk is (the traffic generator's default pair size).
@@ -242,11 +243,17 @@ pub(crate) fn trace_to_plan(
         scratch_at: &scratch_at,
     };
     let order = topo_order(trace);
-    // The operation whose send (receive) is the step just before each step.
-    let mut prev_step: HashMap<(u32, u32, u32), u32> = HashMap::new();
+    // The operation each step sends, receives or copies (the last one
+    // listed where a step does two), by place: `streamed_after` reads the
+    // one of the step just before a step.
+    let mut step_op: PerStep<u32> = algo
+        .gpus
+        .iter()
+        .map(|g| g.tbs.iter().map(|t| vec![NO_OP; t.steps.len()]).collect())
+        .collect();
     for (j, op) in trace.ops.iter().enumerate() {
         for r in [op.from, op.to] {
-            prev_step.insert((r.gpu, r.tb, r.pos + 1), j as u32);
+            step_op[r.gpu as usize][r.tb as usize][r.pos as usize] = j as u32;
         }
     }
     let mut level = vec![0u32; trace.ops.len()];
@@ -272,7 +279,7 @@ pub(crate) fn trace_to_plan(
             eff[i as usize] = deps;
             continue;
         }
-        if let Some(t) = streamed_after(algo, trace, &prev_step, i, &eff) {
+        if let Some(t) = streamed_after(algo, trace, &step_op, i, &eff) {
             let last = &mut plan.transfers[t as usize];
             if let [(src_off, dst_off, bytes)] = pieces[..] {
                 if (last.src, last.dst) == (op.src, op.dst)
@@ -318,13 +325,19 @@ pub(crate) fn trace_to_plan(
 fn streamed_after(
     algo: &Algo,
     trace: &Trace,
-    prev_step: &HashMap<(u32, u32, u32), u32>,
+    step_op: &PerStep<u32>,
     i: u32,
     eff: &[Vec<u32>],
 ) -> Option<u32> {
     let op = &trace.ops[i as usize];
-    let j = *prev_step.get(&(op.from.gpu, op.from.tb, op.from.pos))?;
-    if prev_step.get(&(op.to.gpu, op.to.tb, op.to.pos)) != Some(&j) || op.deps != [j] {
+    // The operation of the step just before `r` in its tb.
+    let prev = |r: exec::StepRef| -> Option<u32> {
+        let p = r.pos.checked_sub(1)?;
+        let j = step_op[r.gpu as usize][r.tb as usize][p as usize];
+        (j != NO_OP).then_some(j)
+    };
+    let j = prev(op.from)?;
+    if prev(op.to) != Some(j) || op.deps != [j] {
         return None;
     }
     let prev = &trace.ops[j as usize];
