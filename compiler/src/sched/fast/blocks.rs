@@ -4,11 +4,10 @@
 //! that rank's own program). The emitter's code is the same for both; a
 //! rank's view answers exactly for the blocks its own program touches
 //! (those of its node's rows and columns) and the per-node split sizes
-//! every node pair's balancing reads.
+//! every node pair's balancing reads. Data only, below the emitter:
+//! `Emitter::offsets` (emit.rs) fills [`WholeBlocks`].
 
-use super::emit::Emitter;
 use crate::rank::{LocalTraffic, NodeSplits};
-use crate::traffic::TrafficMatrix;
 
 /// The block offsets and split sizes the emitter reads.
 pub(super) trait Blocks {
@@ -75,51 +74,6 @@ impl Blocks for WholeBlocks {
         (a * g..(a + 1) * g)
             .map(|s| self.send_at(s, d + 1) - self.send_at(s, d))
             .sum()
-    }
-}
-
-impl Emitter {
-    /// Block offsets of the all-to-all(v) layout (into `w`), the node matrix
-    /// and the count of non-empty blocks between nodes.
-    pub(super) fn offsets(&mut self, m: &TrafficMatrix, w: &mut WholeBlocks) {
-        let n = self.ranks();
-        let (nn, g) = (self.nodes, self.gpus);
-        w.ranks = n;
-        w.gpus = g;
-        // Every entry of the two offset tables is written below.
-        w.send_off.resize(n * (n + 1), 0);
-        w.recv_off.resize(n * n, 0);
-        w.col_acc.clear();
-        w.col_acc.resize(n, 0);
-        self.node_bytes.clear();
-        self.node_bytes.resize(nn * nn, 0);
-        self.inter_blocks = 0;
-        for s in 0..n {
-            let row = m.row(s);
-            let so = &mut w.send_off[s * (n + 1)..(s + 1) * (n + 1)];
-            let recv = &mut w.recv_off[s * n..(s + 1) * n];
-            // Two passes: the running sum is serial, the column sums are not
-            // (this one vectorises).
-            let mut acc = 0u64;
-            let mut nonzero = 0u64;
-            for (&b, off) in row.iter().zip(&mut so[..n]) {
-                *off = acc;
-                acc += b;
-            }
-            so[n] = acc;
-            for ((&b, at), col) in row.iter().zip(recv).zip(&mut w.col_acc) {
-                *at = *col;
-                *col += b;
-                nonzero += u64::from(b > 0);
-            }
-            let a = s / g;
-            let own = &row[a * g..(a + 1) * g];
-            self.inter_blocks += nonzero - own.iter().filter(|&&b| b > 0).count() as u64;
-            let node_row = &mut self.node_bytes[a * nn..(a + 1) * nn];
-            for (b, x) in node_row.iter_mut().enumerate() {
-                *x += so[(b + 1) * g] - so[b * g];
-            }
-        }
     }
 }
 

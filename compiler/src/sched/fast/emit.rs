@@ -1,26 +1,29 @@
 //! `fast`'s emitter: the per-plan state of the planner and the pipeline
 //! that turns one traffic matrix into a plan ([`Emitter::plan_into`]):
 //! offsets, balancing, scratch layout, stages, then the transfers. It owns
-//! the merged plan of direct sends (latency-bound exchanges), [`Sink`]
-//! (where the steps write: the whole plan, or one rank's program in
-//! `rank.rs`) and [`Emit`], the transfer list written over the previous
-//! plan's. The steps live in the neighbouring files: `blocks` (offsets,
-//! from the whole matrix or one rank's view), `layout` (scratch), `lanes`
-//! (balancing every node pair), `sends`, `chunks` and `window` (the staged
-//! inter-node sends, their chunks and their pacing), `forwards`, `intra`
-//! (intra-node blocks) and `slots` (dependency ids). The kinds of transfers
-//! are those of docs/algorithms.md, `fast`; `crate::planner::Planner` is the
-//! public face of this type.
-
-use std::ops::Range;
+//! the whole matrix's block offsets ([`Emitter::offsets`]) and the merged
+//! plan of direct sends (latency-bound exchanges). Data flows one way: what
+//! the emitter holds lives in files below it, which do not name it:
+//! `blocks` (where the blocks sit, in the whole matrix or one rank's view),
+//! `sink` ([`Sink`], where the steps write: the whole plan, [`Emit`], the
+//! transfer list written over the previous plan's, or one rank's program),
+//! `rank_state` (what one rank's program keeps), beside `balance`,
+//! `stages`, `leaves` and `mesh`. The steps live in the files above it,
+//! which add `impl Emitter` methods: `layout` (scratch), `lanes`
+//! (balancing every node pair), `sends`, `chunks`, `tail` and `window` (the
+//! staged inter-node sends, their chunks and their pacing), `forwards`,
+//! `intra` (intra-node blocks) and `rank` (one rank's program); `slots`
+//! holds the dependency ids. The kinds of transfers are those of
+//! docs/algorithms.md, `fast`; `crate::planner::Planner` is the public face
+//! of this type.
 
 use super::balance::{Lane, LaneWeights, Piece, RowLens};
 use super::blocks::{Blocks, RankBuffers, WholeBlocks};
 use super::leaves::LeafStages;
 use super::mesh::MeshRelief;
-use super::rank::{RankSink, StageMemo};
+use super::rank_state::{RankSink, StageMemo};
+use super::sink::{Emit, Sink};
 use super::stages::{Decomposer, StageChains, StagePair};
-pub(crate) use super::window::MIN_DEPTH;
 use crate::error::{num, Error, Result};
 use crate::plan::{Buffer, Deps, Path, Plan, Transfer};
 use crate::topology::{FabricKind, IntraKind, Topology};
@@ -29,6 +32,17 @@ use crate::traffic::TrafficMatrix;
 /// With a per-message cost `p`, the stage floor `θ` is at least what a
 /// node's lanes send in this many `p` (see [`Emitter::decompose`]).
 const STAGE_MESSAGES: f64 = 4.0;
+
+/// Fewest sends in flight per GPU (and so into each receiving GPU, whose
+/// chain has the same depth). Stages of a coarsened decomposition carry
+/// unequal bytes per pair, so nodes drift apart; each send in flight beyond
+/// the two the alpha-beta rule needs absorbs some of that drift. Four is the
+/// most distinct senders a receiving NIC takes before incast costs
+/// throughput (`K` of the congested model, docs/cost-model.md), so the
+/// extra depth is free there. Measured on the full bench suite (skewed,
+/// full-bisection cases): depth 3 gave median 1.048 and 16x8 log-normal 0.5
+/// 5% slower than `direct`; depth 4 median 1.046 and none slower.
+pub(crate) const MIN_DEPTH: u32 = 4;
 
 /// `fast` cuts the node matrix into rotation stages (stage `k` sends every
 /// node's whole pair to node `(a + k) mod N`) instead of its decomposition's
@@ -403,6 +417,49 @@ impl Emitter {
         Ok(())
     }
 
+    /// Block offsets of the all-to-all(v) layout (into `w`), the node matrix
+    /// and the count of non-empty blocks between nodes.
+    pub(super) fn offsets(&mut self, m: &TrafficMatrix, w: &mut WholeBlocks) {
+        let n = self.ranks();
+        let (nn, g) = (self.nodes, self.gpus);
+        w.ranks = n;
+        w.gpus = g;
+        // Every entry of the two offset tables is written below.
+        w.send_off.resize(n * (n + 1), 0);
+        w.recv_off.resize(n * n, 0);
+        w.col_acc.clear();
+        w.col_acc.resize(n, 0);
+        self.node_bytes.clear();
+        self.node_bytes.resize(nn * nn, 0);
+        self.inter_blocks = 0;
+        for s in 0..n {
+            let row = m.row(s);
+            let so = &mut w.send_off[s * (n + 1)..(s + 1) * (n + 1)];
+            let recv = &mut w.recv_off[s * n..(s + 1) * n];
+            // Two passes: the running sum is serial, the column sums are not
+            // (this one vectorises).
+            let mut acc = 0u64;
+            let mut nonzero = 0u64;
+            for (&b, off) in row.iter().zip(&mut so[..n]) {
+                *off = acc;
+                acc += b;
+            }
+            so[n] = acc;
+            for ((&b, at), col) in row.iter().zip(recv).zip(&mut w.col_acc) {
+                *at = *col;
+                *col += b;
+                nonzero += u64::from(b > 0);
+            }
+            let a = s / g;
+            let own = &row[a * g..(a + 1) * g];
+            self.inter_blocks += nonzero - own.iter().filter(|&&b| b > 0).count() as u64;
+            let node_row = &mut self.node_bytes[a * nn..(a + 1) * nn];
+            for (b, x) in node_row.iter_mut().enumerate() {
+                *x += so[(b + 1) * g] - so[b * g];
+            }
+        }
+    }
+
     /// True when the exchange is latency-bound: even sent directly, without
     /// balancing, the busiest NIC needs less than one inter-node latency
     /// (beta <= alpha). Then every relay hop and every stage only adds
@@ -677,89 +734,4 @@ pub(crate) fn node_rate(topo: &Topology) -> f64 {
         .collect::<std::collections::BTreeSet<_>>()
         .len() as f64;
     topo.nic_bandwidth().max(f64::MIN_POSITIVE) * rails
-}
-
-/// The transfers of the plan being written, over those of the previous
-/// plan: each is overwritten in place, so a large plan's memory is read once
-/// (as it is written) rather than first in a pass that drops every old
-/// transfer and then again to write the new ones.
-pub(super) struct Emit<'p> {
-    pub(super) transfers: &'p mut Vec<Transfer>,
-    pub(super) len: usize,
-}
-
-impl<'p> Emit<'p> {
-    pub(super) fn new(transfers: &'p mut Vec<Transfer>) -> Self {
-        Emit { transfers, len: 0 }
-    }
-
-    /// Drops what is left of the previous plan.
-    pub(super) fn finish(self) {
-        self.transfers.truncate(self.len);
-    }
-}
-
-/// Where the emitter's steps write their transfers, and which of them they
-/// write: the whole plan ([`Emit`]) or what one rank's program needs
-/// (`rank::RankSink`). The steps are the same code for both.
-pub(super) trait Sink {
-    /// Transfers written so far (the next one's id).
-    fn len(&self) -> usize;
-    /// Writes the next transfer and returns its id (dependencies name
-    /// transfers by these ids).
-    fn push(&mut self, t: Transfer) -> u32;
-    /// The lanes of node pair `(a, b)` to emit (all `0..g` for a whole
-    /// plan). A lane is emitted in every stage or in none.
-    fn lanes(&self, a: usize, b: usize, g: usize) -> Range<usize>;
-    /// Where lane `l` of node pair `(a, b)` sits in the emitter's `lanes`
-    /// (of `nodes` nodes of `g` GPUs), for a lane [`Sink::lanes`] names.
-    fn lane_index(&self, nodes: usize, g: usize, a: usize, b: usize, l: usize) -> usize;
-    /// Whether to emit the forwards at node `b` (the receiving node).
-    fn forwards_at(&self, b: usize) -> bool;
-    /// The nodes whose intra-node blocks to emit.
-    fn intra_nodes(&self, nodes: usize) -> Range<usize>;
-}
-
-impl Sink for Emit<'_> {
-    #[inline(always)]
-    fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Writes the next transfer over the previous plan's and returns its index.
-    #[inline(always)]
-    fn push(&mut self, t: Transfer) -> u32 {
-        put(self.transfers, self.len, t);
-        self.len += 1;
-        (self.len - 1) as u32
-    }
-
-    #[inline(always)]
-    fn lanes(&self, _: usize, _: usize, g: usize) -> Range<usize> {
-        0..g
-    }
-
-    #[inline(always)]
-    fn lane_index(&self, nodes: usize, g: usize, a: usize, b: usize, l: usize) -> usize {
-        (a * nodes + b) * g + l
-    }
-
-    #[inline(always)]
-    fn forwards_at(&self, _: usize) -> bool {
-        true
-    }
-
-    fn intra_nodes(&self, nodes: usize) -> Range<usize> {
-        0..nodes
-    }
-}
-
-/// Writes transfer `at` (`at <= transfers.len()`): over the previous
-/// plan's, or appended.
-#[inline]
-pub(super) fn put(transfers: &mut Vec<Transfer>, at: usize, t: Transfer) {
-    match transfers.get_mut(at) {
-        Some(old) => *old = t,
-        None => transfers.push(t),
-    }
 }

@@ -4,8 +4,9 @@
 
 use super::balance::Lane;
 use super::blocks::Blocks;
-use super::emit::{Emitter, Sink};
+use super::emit::Emitter;
 use super::sends::clip_pieces;
+use super::sink::Sink;
 use crate::plan::{Buffer, Deps, Path, Transfer};
 
 impl Emitter {

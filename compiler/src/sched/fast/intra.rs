@@ -2,7 +2,8 @@
 //! back only by the early balancing moves that share its NVLink ports.
 
 use super::blocks::Blocks;
-use super::emit::{Emitter, Sink};
+use super::emit::Emitter;
+use super::sink::Sink;
 use super::slots::{add_op, deps_of};
 use crate::plan::Path;
 

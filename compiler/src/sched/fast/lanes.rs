@@ -5,6 +5,7 @@
 use super::balance::{balance_pair, Lane};
 use super::blocks::{Blocks, RankBlocks};
 use super::emit::Emitter;
+use super::rank_state::rank_lane_index;
 use crate::rank::{LaneSums, NodeLanes, StageInputs};
 
 /// A pair goes direct only if its busiest lane carries at most this fraction
@@ -398,29 +399,5 @@ impl Emitter {
         }
         let excess = (worst - balanced.min(worst)) as f64;
         excess / self.nic_rate <= min_gain && excess <= DIRECT_SLACK * balanced as f64
-    }
-}
-
-/// Where lane `l` of node pair `(a, b)` sits in the lanes of rank
-/// `(node, rail)`'s program ([`Emitter::balance_rank`]): its node's row
-/// (`(node, b, l)`) and column (`(a, node, l)`) after the `N²` lanes
-/// `rail` of every pair (at `a N + b`). Other lanes are not kept.
-#[inline(always)]
-pub(super) fn rank_lane_index(
-    nodes: usize,
-    gpus: usize,
-    node: usize,
-    rail: usize,
-    a: usize,
-    b: usize,
-    l: usize,
-) -> usize {
-    if a == node {
-        nodes * nodes + b * gpus + l
-    } else if b == node {
-        nodes * nodes + (nodes + a) * gpus + l
-    } else {
-        debug_assert_eq!(l, rail, "lane {l} of ({a}, {b}) is not kept");
-        a * nodes + b
     }
 }

@@ -4,21 +4,20 @@
 //! every node sends through one NIC to few peers) is `direct` with
 //! `fast`'s rails. The staged plan (and `spray`) runs the whole plan's
 //! steps (balancing, stages, the emitter) over a view of the rank's blocks
-//! ([`super::blocks::RankBlocks`]), emitting into a [`RankSink`]: only the
+//! ([`super::blocks::RankBlocks`]), emitting into a
+//! [`RankSink`](super::rank_state::RankSink) (rank_state.rs): only the
 //! lanes whose transfers or chains the rank's program names, and of its
 //! rail only the stage pairs whose sends its chains reach
 //! ([`Emitter::rank_pairs`]).
 
-use std::ops::Range;
-
 use super::blocks::Blocks;
-use super::emit::{Emitter, Sink};
-use super::lanes::rank_lane_index;
+use super::emit::Emitter;
+use super::rank_state::{rank_lane_index, RankPairs};
 use super::sends::lane_slice;
 use super::slots::NONE;
 use crate::error::{Error, InputError, Result};
-use crate::plan::{Path, Transfer};
-use crate::rank::{direct_local, LocalProgram, LocalTraffic, StageInputs, TransferKey};
+use crate::plan::Path;
+use crate::rank::{direct_local, LocalProgram, LocalTraffic, StageInputs};
 use crate::sched::fast::stages::StagePair;
 
 impl Emitter {
@@ -39,7 +38,8 @@ impl Emitter {
 
     /// Rank `t.rank`'s program of the plan [`Emitter::plan_into`] makes for
     /// the traffic `t` is part of, made by the same steps as the whole plan
-    /// but emitting only what the rank needs ([`RankSink`]). Errors
+    /// but emitting only what the rank needs
+    /// ([`RankSink`](super::rank_state::RankSink)). Errors
     /// ([`Error::NeedsWholeMatrix`]) where it cannot: a staged or `spray`
     /// plan when `t` has no [`crate::rank::NodeSplits`], on a mesh (the relief pass moves
     /// transfers of the whole plan), and when every node pair is sent
@@ -129,18 +129,6 @@ impl Emitter {
         self.rank_bufs = bufs;
         Ok(())
     }
-}
-
-/// The stages [`Emitter::first_slice_of`] decomposed for a rank, kept for
-/// its program on the same node matrix ([`Emitter::decompose_rank`]): a
-/// job needs them twice per call, for its GPU's first slice and then for
-/// its program.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct StageMemo {
-    node_bytes: Vec<u64>,
-    stages: Vec<StagePair>,
-    stage_count: u32,
-    valid: bool,
 }
 
 impl Emitter {
@@ -344,52 +332,6 @@ impl Emitter {
 /// Longest window (`2 depth` slots) whose chains [`Emitter::rank_pairs`]
 /// walks by window; a deeper pipeline takes every slice of the rail.
 const MAX_WINDOW: usize = 64;
-
-/// The stage pairs one rank's program emits ([`Emitter::rank_pairs`]), and
-/// the buffers that find them.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct RankPairs {
-    /// Index in `stages` of each pair to emit, in stage order, and the bytes
-    /// its node pair sent in the stage pairs before it.
-    pub(super) pairs: Vec<(u32, u64)>,
-    /// Per node pair: bytes sent so far.
-    sent: Vec<u64>,
-    /// Per stage pair: the bytes its node pair sent before it.
-    before: Vec<u64>,
-    /// Bit `i`: stage pair `i` is emitted (a pair can be picked several
-    /// times, by its node and by both of its chains).
-    picked: Vec<u64>,
-    /// The pairs of the rank's node (it sends or receives), in stage order.
-    own: Vec<u32>,
-    /// The other pairs by chain of the rail, in stage order: chain `s`
-    /// (GPU `(s, j)` sending) holds `list[at[s]..at[s + 1]]`, chain
-    /// `N + d` (GPU `(d, j)` receiving) `list[at[N + d]..at[N + d + 1]]`.
-    at: Vec<u32>,
-    list: Vec<u32>,
-    /// Per chain: where in `list` the pairs after the rank's last meeting
-    /// with it start (a meeting takes only those: the earlier ones it
-    /// left are behind a window already emitted).
-    cursor: Vec<u32>,
-}
-
-impl RankPairs {
-    fn pick(&mut self, i: u32) {
-        self.picked[i as usize / 64] |= 1 << (i % 64);
-    }
-
-    /// The picked pairs into `pairs`, in stage order.
-    fn collect(&mut self) {
-        self.pairs.clear();
-        for (k, &word) in self.picked.iter().enumerate() {
-            let mut bits = word;
-            while bits != 0 {
-                let i = k * 64 + bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                self.pairs.push((i as u32, self.before[i]));
-            }
-        }
-    }
-}
 
 /// `v` at `len` entries, those it keeps as they were (to be overwritten):
 /// zeroed only where it grows, so a buffer reused at its size is not
@@ -598,96 +540,5 @@ impl Emitter {
             .filter(|&i| picked[i])
             .map(|i| (i as u32, before_of[i]))
             .collect()
-    }
-}
-
-/// Where the emitter writes one rank's program: the key of every transfer
-/// it emits (dependencies name transfers by their emission ids), and the
-/// transfers that start or end at the rank. It asks for the lanes whose
-/// transfers, or whose chains, the rank's program names:
-/// - lane `j` (its rail) of the other node pairs, in the stage pairs
-///   [`Emitter::rank_pairs`] picks: its sends and receives wait on sends
-///   at most `2 depth` slots back in the chains of the GPUs of its rail,
-///   wherever the stage order put them;
-/// - every lane of its node: its balancing moves out wait on the sends of
-///   the carrier they feed, and its intra-node blocks on the early moves
-///   of its node;
-/// - every lane into its node: it receives their forwards.
-///
-/// and only the forwards and intra-node blocks of its node.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct RankSink {
-    rank: u32,
-    node: usize,
-    rail: usize,
-    /// Key of each transfer emitted, by id (`rank: u32::MAX`: moves no bytes).
-    keys: Vec<TransferKey>,
-    /// The transfers of the rank, dependencies still as ids.
-    kept: Vec<Transfer>,
-    /// The stage pairs it asks for.
-    pairs: RankPairs,
-}
-
-impl RankSink {
-    fn reset(&mut self, rank: usize, gpus: usize) {
-        self.rank = rank as u32;
-        self.node = rank / gpus;
-        self.rail = rank % gpus;
-        self.keys.clear();
-        self.kept.clear();
-    }
-
-    /// The rank's side of each kept transfer, dependencies by key (those on
-    /// transfers of no bytes left out, as in the canonical plan), sorted.
-    fn finish(&mut self, out: &mut LocalProgram) {
-        for t in self.kept.drain(..) {
-            let keys = &self.keys;
-            let deps = t.deps.iter().map(|&d| keys[d as usize]);
-            out.push(&t, deps.filter(|k| k.rank != u32::MAX));
-        }
-        out.sort();
-    }
-}
-
-impl Sink for RankSink {
-    fn len(&self) -> usize {
-        self.keys.len()
-    }
-
-    fn push(&mut self, t: Transfer) -> u32 {
-        let key = if t.bytes == 0 {
-            TransferKey {
-                rank: u32::MAX,
-                ..TransferKey::of(&t)
-            }
-        } else {
-            TransferKey::of(&t)
-        };
-        self.keys.push(key);
-        if t.bytes > 0 && (t.src == self.rank || t.dst == self.rank) {
-            self.kept.push(t);
-        }
-        (self.keys.len() - 1) as u32
-    }
-
-    fn lanes(&self, a: usize, b: usize, g: usize) -> Range<usize> {
-        if a == self.node || b == self.node {
-            0..g
-        } else {
-            self.rail..self.rail + 1
-        }
-    }
-
-    #[inline]
-    fn lane_index(&self, nodes: usize, g: usize, a: usize, b: usize, l: usize) -> usize {
-        rank_lane_index(nodes, g, self.node, self.rail, a, b, l)
-    }
-
-    fn forwards_at(&self, b: usize) -> bool {
-        b == self.node
-    }
-
-    fn intra_nodes(&self, _: usize) -> Range<usize> {
-        self.node..self.node + 1
     }
 }

@@ -6,8 +6,9 @@
 
 use super::balance::Piece;
 use super::blocks::Blocks;
-use super::emit::{Emitter, Sink, MIN_DEPTH};
+use super::emit::{Emitter, MIN_DEPTH};
 use super::mul_div;
+use super::sink::Sink;
 use super::slots::{add_ops, deps_of, FewIds, NONE, RANGE};
 use crate::plan::{Buffer, Path, Transfer};
 

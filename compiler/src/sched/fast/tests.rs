@@ -1,9 +1,8 @@
 //! The emitter's tests: every plan verifies, stages are permutations, and
 //! the measured behaviours of docs/algorithms.md (`fast`) hold.
 
-use super::emit::{node_rate, Emitter, NodeStages, PlannerOptions, ROTATION_MARGIN};
+use super::emit::{node_rate, Emitter, NodeStages, PlannerOptions, MIN_DEPTH, ROTATION_MARGIN};
 use super::stages::{check_partial_permutation, Decomposer, StageChains, StagePair};
-use super::window::MIN_DEPTH;
 use crate::bound::cut_bound;
 use crate::error::Error;
 use crate::generate::{generate, Pattern, TrafficSpec};
@@ -765,7 +764,7 @@ fn per_message_cost_coarsens_the_sends() {
 /// the rank keeps only its node's).
 fn rank_lanes_match_the_whole(t: &Topology, m: &TrafficMatrix, opts: &PlannerOptions) {
     use super::blocks::{RankBuffers, WholeBlocks};
-    use super::lanes::rank_lane_index;
+    use super::rank_state::rank_lane_index;
     use crate::rank::{LaneSums, LocalTraffic};
     let (nn, g) = (t.nodes(), t.gpus_per_node());
     let mut whole = Emitter::new(t, opts.clone()).unwrap();
@@ -836,7 +835,7 @@ fn rank_lanes_match_the_whole(t: &Topology, m: &TrafficMatrix, opts: &PlannerOpt
         // The stage pairs the rank emits, by its own pairs and their
         // chains' windows, are those the pass over every pair with a ring
         // per chain picks (run twice: the buffers reused).
-        let mut rp = super::rank::RankPairs::default();
+        let mut rp = super::rank_state::RankPairs::default();
         for _ in 0..2 {
             e.rank_pairs(node, rail, &mut rp);
             assert_eq!(rp.pairs, e.rank_pairs_by_rings(node, rail), "rank {rank}");

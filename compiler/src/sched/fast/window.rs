@@ -3,18 +3,7 @@
 //! that hold a send back, counted in sends or, for decode-size exchanges,
 //! in bytes.
 
-use super::emit::Emitter;
-
-/// Fewest sends in flight per GPU (and so into each receiving GPU, whose
-/// chain has the same depth). Stages of a coarsened decomposition carry
-/// unequal bytes per pair, so nodes drift apart; each send in flight beyond
-/// the two the alpha-beta rule needs absorbs some of that drift. Four is the
-/// most distinct senders a receiving NIC takes before incast costs
-/// throughput (`K` of the congested model, docs/cost-model.md), so the
-/// extra depth is free there. Measured on the full bench suite (skewed,
-/// full-bisection cases): depth 3 gave median 1.048 and 16x8 log-normal 0.5
-/// 5% slower than `direct`; depth 4 median 1.046 and none slower.
-pub(crate) const MIN_DEPTH: u32 = 4;
+use super::emit::{Emitter, MIN_DEPTH};
 
 impl Emitter {
     /// The reference send of windows counted in bytes, or 0 when windows

@@ -1,0 +1,186 @@
+//! What the emitter keeps for one rank's program (`rank.rs`), data and
+//! their own methods only: the [`RankSink`] its steps write the program
+//! through, with the [`RankPairs`] that names the stage pairs it asks for;
+//! where the lanes it keeps sit ([`rank_lane_index`]); and the
+//! [`StageMemo`], the stages its GPU's first slice decomposed. The steps
+//! that fill them are `impl Emitter` in `rank.rs` and `lanes.rs`.
+
+use std::ops::Range;
+
+use super::sink::Sink;
+use super::stages::StagePair;
+use crate::plan::Transfer;
+use crate::rank::{LocalProgram, TransferKey};
+
+/// Where lane `l` of node pair `(a, b)` sits in the lanes of rank
+/// `(node, rail)`'s program (`Emitter::balance_rank`): its node's row
+/// (`(node, b, l)`) and column (`(a, node, l)`) after the `N²` lanes
+/// `rail` of every pair (at `a N + b`). Other lanes are not kept.
+#[inline(always)]
+pub(super) fn rank_lane_index(
+    nodes: usize,
+    gpus: usize,
+    node: usize,
+    rail: usize,
+    a: usize,
+    b: usize,
+    l: usize,
+) -> usize {
+    if a == node {
+        nodes * nodes + b * gpus + l
+    } else if b == node {
+        nodes * nodes + (nodes + a) * gpus + l
+    } else {
+        debug_assert_eq!(l, rail, "lane {l} of ({a}, {b}) is not kept");
+        a * nodes + b
+    }
+}
+
+/// The stages `Emitter::first_slice_of` decomposed for a rank, kept for
+/// its program on the same node matrix (`Emitter::decompose_rank`): a
+/// job needs them twice per call, for its GPU's first slice and then for
+/// its program.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct StageMemo {
+    pub(super) node_bytes: Vec<u64>,
+    pub(super) stages: Vec<StagePair>,
+    pub(super) stage_count: u32,
+    pub(super) valid: bool,
+}
+
+/// The stage pairs one rank's program emits (`Emitter::rank_pairs`), and
+/// the buffers that find them.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RankPairs {
+    /// Index in `stages` of each pair to emit, in stage order, and the bytes
+    /// its node pair sent in the stage pairs before it.
+    pub(super) pairs: Vec<(u32, u64)>,
+    /// Per node pair: bytes sent so far.
+    pub(super) sent: Vec<u64>,
+    /// Per stage pair: the bytes its node pair sent before it.
+    pub(super) before: Vec<u64>,
+    /// Bit `i`: stage pair `i` is emitted (a pair can be picked several
+    /// times, by its node and by both of its chains).
+    pub(super) picked: Vec<u64>,
+    /// The pairs of the rank's node (it sends or receives), in stage order.
+    pub(super) own: Vec<u32>,
+    /// The other pairs by chain of the rail, in stage order: chain `s`
+    /// (GPU `(s, j)` sending) holds `list[at[s]..at[s + 1]]`, chain
+    /// `N + d` (GPU `(d, j)` receiving) `list[at[N + d]..at[N + d + 1]]`.
+    pub(super) at: Vec<u32>,
+    pub(super) list: Vec<u32>,
+    /// Per chain: where in `list` the pairs after the rank's last meeting
+    /// with it start (a meeting takes only those: the earlier ones it
+    /// left are behind a window already emitted).
+    pub(super) cursor: Vec<u32>,
+}
+
+impl RankPairs {
+    pub(super) fn pick(&mut self, i: u32) {
+        self.picked[i as usize / 64] |= 1 << (i % 64);
+    }
+
+    /// The picked pairs into `pairs`, in stage order.
+    pub(super) fn collect(&mut self) {
+        self.pairs.clear();
+        for (k, &word) in self.picked.iter().enumerate() {
+            let mut bits = word;
+            while bits != 0 {
+                let i = k * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                self.pairs.push((i as u32, self.before[i]));
+            }
+        }
+    }
+}
+
+/// Where the emitter writes one rank's program: the key of every transfer
+/// it emits (dependencies name transfers by their emission ids), and the
+/// transfers that start or end at the rank. It asks for the lanes whose
+/// transfers, or whose chains, the rank's program names:
+/// - lane `j` (its rail) of the other node pairs, in the stage pairs
+///   `Emitter::rank_pairs` picks: its sends and receives wait on sends
+///   at most `2 depth` slots back in the chains of the GPUs of its rail,
+///   wherever the stage order put them;
+/// - every lane of its node: its balancing moves out wait on the sends of
+///   the carrier they feed, and its intra-node blocks on the early moves
+///   of its node;
+/// - every lane into its node: it receives their forwards.
+///
+/// and only the forwards and intra-node blocks of its node.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RankSink {
+    rank: u32,
+    node: usize,
+    rail: usize,
+    /// Key of each transfer emitted, by id (`rank: u32::MAX`: moves no bytes).
+    keys: Vec<TransferKey>,
+    /// The transfers of the rank, dependencies still as ids.
+    kept: Vec<Transfer>,
+    /// The stage pairs it asks for.
+    pub(super) pairs: RankPairs,
+}
+
+impl RankSink {
+    pub(super) fn reset(&mut self, rank: usize, gpus: usize) {
+        self.rank = rank as u32;
+        self.node = rank / gpus;
+        self.rail = rank % gpus;
+        self.keys.clear();
+        self.kept.clear();
+    }
+
+    /// The rank's side of each kept transfer, dependencies by key (those on
+    /// transfers of no bytes left out, as in the canonical plan), sorted.
+    pub(super) fn finish(&mut self, out: &mut LocalProgram) {
+        for t in self.kept.drain(..) {
+            let keys = &self.keys;
+            let deps = t.deps.iter().map(|&d| keys[d as usize]);
+            out.push(&t, deps.filter(|k| k.rank != u32::MAX));
+        }
+        out.sort();
+    }
+}
+
+impl Sink for RankSink {
+    fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    fn push(&mut self, t: Transfer) -> u32 {
+        let key = if t.bytes == 0 {
+            TransferKey {
+                rank: u32::MAX,
+                ..TransferKey::of(&t)
+            }
+        } else {
+            TransferKey::of(&t)
+        };
+        self.keys.push(key);
+        if t.bytes > 0 && (t.src == self.rank || t.dst == self.rank) {
+            self.kept.push(t);
+        }
+        (self.keys.len() - 1) as u32
+    }
+
+    fn lanes(&self, a: usize, b: usize, g: usize) -> Range<usize> {
+        if a == self.node || b == self.node {
+            0..g
+        } else {
+            self.rail..self.rail + 1
+        }
+    }
+
+    #[inline]
+    fn lane_index(&self, nodes: usize, g: usize, a: usize, b: usize, l: usize) -> usize {
+        rank_lane_index(nodes, g, self.node, self.rail, a, b, l)
+    }
+
+    fn forwards_at(&self, b: usize) -> bool {
+        b == self.node
+    }
+
+    fn intra_nodes(&self, _: usize) -> Range<usize> {
+        self.node..self.node + 1
+    }
+}

@@ -1,0 +1,93 @@
+//! Where the emitter's steps write their transfers, and which of them they
+//! write: the [`Sink`] trait the steps are written against, and [`Emit`],
+//! the whole plan's transfers written over the previous plan's. One rank's
+//! program is the other sink (`rank_state::RankSink`).
+
+use std::ops::Range;
+
+use crate::plan::Transfer;
+
+/// The transfers of the plan being written, over those of the previous
+/// plan: each is overwritten in place, so a large plan's memory is read once
+/// (as it is written) rather than first in a pass that drops every old
+/// transfer and then again to write the new ones.
+pub(super) struct Emit<'p> {
+    pub(super) transfers: &'p mut Vec<Transfer>,
+    pub(super) len: usize,
+}
+
+impl<'p> Emit<'p> {
+    pub(super) fn new(transfers: &'p mut Vec<Transfer>) -> Self {
+        Emit { transfers, len: 0 }
+    }
+
+    /// Drops what is left of the previous plan.
+    pub(super) fn finish(self) {
+        self.transfers.truncate(self.len);
+    }
+}
+
+/// Where the emitter's steps write their transfers, and which of them they
+/// write: the whole plan ([`Emit`]) or what one rank's program needs
+/// (`rank_state::RankSink`). The steps are the same code for both.
+pub(super) trait Sink {
+    /// Transfers written so far (the next one's id).
+    fn len(&self) -> usize;
+    /// Writes the next transfer and returns its id (dependencies name
+    /// transfers by these ids).
+    fn push(&mut self, t: Transfer) -> u32;
+    /// The lanes of node pair `(a, b)` to emit (all `0..g` for a whole
+    /// plan). A lane is emitted in every stage or in none.
+    fn lanes(&self, a: usize, b: usize, g: usize) -> Range<usize>;
+    /// Where lane `l` of node pair `(a, b)` sits in the emitter's `lanes`
+    /// (of `nodes` nodes of `g` GPUs), for a lane [`Sink::lanes`] names.
+    fn lane_index(&self, nodes: usize, g: usize, a: usize, b: usize, l: usize) -> usize;
+    /// Whether to emit the forwards at node `b` (the receiving node).
+    fn forwards_at(&self, b: usize) -> bool;
+    /// The nodes whose intra-node blocks to emit.
+    fn intra_nodes(&self, nodes: usize) -> Range<usize>;
+}
+
+impl Sink for Emit<'_> {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Writes the next transfer over the previous plan's and returns its index.
+    #[inline(always)]
+    fn push(&mut self, t: Transfer) -> u32 {
+        put(self.transfers, self.len, t);
+        self.len += 1;
+        (self.len - 1) as u32
+    }
+
+    #[inline(always)]
+    fn lanes(&self, _: usize, _: usize, g: usize) -> Range<usize> {
+        0..g
+    }
+
+    #[inline(always)]
+    fn lane_index(&self, nodes: usize, g: usize, a: usize, b: usize, l: usize) -> usize {
+        (a * nodes + b) * g + l
+    }
+
+    #[inline(always)]
+    fn forwards_at(&self, _: usize) -> bool {
+        true
+    }
+
+    fn intra_nodes(&self, nodes: usize) -> Range<usize> {
+        0..nodes
+    }
+}
+
+/// Writes transfer `at` (`at <= transfers.len()`): over the previous
+/// plan's, or appended.
+#[inline]
+pub(super) fn put(transfers: &mut Vec<Transfer>, at: usize, t: Transfer) {
+    match transfers.get_mut(at) {
+        Some(old) => *old = t,
+        None => transfers.push(t),
+    }
+}
