@@ -8,7 +8,7 @@
 //! head of its own bytes up to its target; the excess tails move over NVLink
 //! to the lanes below target (pieces). Knows nothing of stages or transfers.
 
-use super::mul_div;
+use super::arith::mul_div;
 
 /// Bytes a lane sends that another GPU of its node hands over first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

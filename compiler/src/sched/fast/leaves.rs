@@ -22,7 +22,7 @@
 //! group's crossing traffic: the group is the leaf, its spine links
 //! together its uplink.
 
-use super::mul_div;
+use super::arith::mul_div;
 use super::stages::{Decomposer, StagePair};
 use crate::topology::{LinkClass, Topology, Vertex};
 

@@ -22,7 +22,7 @@
 //! Repeat on the next busiest link; stop when it has nothing to move, or a
 //! step would move less than [`MIN_RELAY_BYTES`] or [`MIN_GAIN`] of its load.
 
-use super::mul_div;
+use super::arith::mul_div;
 use crate::plan::{Buffer, Deps, Path, Plan, Transfer};
 
 /// No relay moves fewer bytes (each costs two transfers and a latency).

@@ -14,6 +14,7 @@
 //! the emitter; [`fast`] is the one-shot form the CLI uses. Nothing here
 //! depends on the facade.
 
+mod arith;
 pub(crate) mod balance;
 mod blocks;
 mod chunks;
@@ -40,15 +41,6 @@ use crate::plan::Plan;
 use crate::topology::Topology;
 use crate::traffic::TrafficMatrix;
 use emit::{Emitter, PlannerOptions};
-
-/// `x * y / d`, rounded down, without overflow (in u64 when the product fits).
-#[inline]
-pub(crate) fn mul_div(x: u64, y: u64, d: u64) -> u64 {
-    match x.checked_mul(y) {
-        Some(p) => p / d,
-        None => (x as u128 * y as u128 / d as u128) as u64,
-    }
-}
 
 /// Plans one all-to-all with `fast`'s default options (for the `ideal`
 /// network: no per-message cost).

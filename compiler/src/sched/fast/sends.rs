@@ -4,10 +4,10 @@
 //! before it on the same GPU and into the same receiver, after the
 //! balancing moves that feed it.
 
+use super::arith::mul_div;
 use super::balance::Piece;
 use super::blocks::Blocks;
 use super::emit::{Emitter, MIN_DEPTH};
-use super::mul_div;
 use super::sink::Sink;
 use super::slots::{add_ops, deps_of, FewIds, NONE, RANGE};
 use crate::plan::{Buffer, Path, Transfer};

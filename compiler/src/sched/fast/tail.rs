@@ -17,9 +17,9 @@
 //! carries moved bytes starts inside its own head (its first send must not
 //! wait for the moves), or where it started before.
 
+use super::arith::mul_div;
 use super::blocks::Blocks;
 use super::emit::Emitter;
-use super::mul_div;
 use super::sends::clip_pieces;
 
 /// Slices of more chunks than this keep the default rotation (each
