@@ -70,6 +70,17 @@ pub struct StepRef {
     pub pos: u32,
 }
 
+impl StepRef {
+    /// Step `p` of tb `ti` on gpu `gi`, from the loader's indices.
+    fn of(gi: usize, ti: usize, p: usize) -> StepRef {
+        StepRef {
+            gpu: gi as u32,
+            tb: ti as u32,
+            pos: p as u32,
+        }
+    }
+}
+
 /// One data movement: a send/receive pair or a local copy.
 #[derive(Clone, Debug)]
 pub struct Op {
@@ -126,6 +137,19 @@ impl StepOps {
 
 /// A value per step: `[gpu][tb][position]`.
 pub(crate) type PerStep<T> = Vec<Vec<Vec<T>>>;
+
+/// `value` at every step of `algo`.
+pub(crate) fn per_step<T: Clone>(algo: &Algo, value: T) -> PerStep<T> {
+    algo.gpus
+        .iter()
+        .map(|g| {
+            g.tbs
+                .iter()
+                .map(|t| vec![value.clone(); t.steps.len()])
+                .collect()
+        })
+        .collect()
+}
 
 /// The structure the loader builds: indices, pairing, dependencies.
 struct Loaded<'a> {
@@ -416,11 +440,7 @@ fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
     // Steps: attributes, bounds, nops, dependencies.
     let mut waits: PerStep<Vec<(u32, u32)>> = Vec::with_capacity(algo.gpus.len());
     // Per gpu, tb and step: whether some step waits for it.
-    let mut targets: PerStep<bool> = algo
-        .gpus
-        .iter()
-        .map(|g| g.tbs.iter().map(|t| vec![false; t.steps.len()]).collect())
-        .collect();
+    let mut targets: PerStep<bool> = per_step(algo, false);
     for (gi, g) in algo.gpus.iter().enumerate() {
         let mut gw = Vec::with_capacity(g.tbs.len());
         for (ti, tb) in g.tbs.iter().enumerate() {
@@ -429,14 +449,7 @@ fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
             for (p, st) in tb.steps.iter().enumerate() {
                 // Where, formatted only for an error (a million steps at 64 x 8).
                 let e = |reason: String| {
-                    let here = at(
-                        algo,
-                        StepRef {
-                            gpu: gi as u32,
-                            tb: ti as u32,
-                            pos: p as u32,
-                        },
-                    );
+                    let here = at(algo, StepRef::of(gi, ti, p));
                     err(st.line, format!("{here}: {reason}"))
                 };
                 if st.s != p as i64 {
@@ -547,14 +560,7 @@ fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
                 if st.hasdep && st.kind != StepKind::Nop && !targets[gi][ti][p] {
                     warnings.push(format!(
                         "{} (line {}): hasdep=\"1\" but no step waits for it",
-                        at(
-                            algo,
-                            StepRef {
-                                gpu: gi as u32,
-                                tb: ti as u32,
-                                pos: p as u32
-                            }
-                        ),
+                        at(algo, StepRef::of(gi, ti, p)),
                         st.line
                     ));
                 }
@@ -707,11 +713,7 @@ fn pair(
         for (ti, tb) in g.tbs.iter().enumerate() {
             for (p, st) in tb.steps.iter().enumerate() {
                 if st.kind == StepKind::Copy && st.cnt > 0 {
-                    let here = StepRef {
-                        gpu: gi as u32,
-                        tb: ti as u32,
-                        pos: p as u32,
-                    };
+                    let here = StepRef::of(gi, ti, p);
                     let id = l.ops.len() as u32;
                     l.ops.push(Op {
                         src: g.id as u32,
@@ -1175,14 +1177,7 @@ fn deadlock(l: &Loaded<'_>, state: &RunState, mode: Mode, depth: usize) -> Resul
     for &(gi, ti) in stuck.iter().take(4) {
         let p = state.pc[gi][ti];
         let tb = &algo.gpus[gi].tbs[ti];
-        let here = at(
-            algo,
-            StepRef {
-                gpu: gi as u32,
-                tb: ti as u32,
-                pos: p as u32,
-            },
-        );
+        let here = at(algo, StepRef::of(gi, ti, p));
         let so = l.step_ops[gi][ti][p];
         let in_fifo = state.fifo_of[gi][ti].0;
         let why = if let Some((t, q)) = state.waiting(gi, ti, p) {
@@ -1241,11 +1236,7 @@ fn move_data(
     let bi = buf_index;
     let algo = l.algo;
     let st = &algo.gpus[gi].tbs[ti].steps[p];
-    let here = StepRef {
-        gpu: gi as u32,
-        tb: ti as u32,
-        pos: p as u32,
-    };
+    let here = StepRef::of(gi, ti, p);
     let cnt = st.cnt as usize;
     let read = |bufs: &Bufs, b: BufRef, off: i64| -> Result<Vec<Origin>> {
         let cells = &bufs[gi][bi(b)][off as usize..off as usize + cnt];

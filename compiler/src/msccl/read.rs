@@ -246,11 +246,7 @@ pub(crate) fn trace_to_plan(
     // The operation each step sends, receives or copies (the last one
     // listed where a step does two), by place: `streamed_after` reads the
     // one of the step just before a step.
-    let mut step_op: PerStep<u32> = algo
-        .gpus
-        .iter()
-        .map(|g| g.tbs.iter().map(|t| vec![NO_OP; t.steps.len()]).collect())
-        .collect();
+    let mut step_op: PerStep<u32> = exec::per_step(algo, NO_OP);
     for (j, op) in trace.ops.iter().enumerate() {
         for r in [op.from, op.to] {
             step_op[r.gpu as usize][r.tb as usize][r.pos as usize] = j as u32;
