@@ -590,12 +590,26 @@ impl Proj {
         } else {
             f64::NEG_INFINITY // every g is past the next arrival
         };
+        // Eight flows at a time (a branch-free test of the block first:
+        // nearly every block has none).
         self.near.clear();
-        for p in 0..self.fin.len() {
-            if self.fin[p] <= tf || self.late[p] <= tg {
-                self.project(p, rate[p], now, rem[p], start[p], eps);
-                self.near.push((p as u32, self.fin[p], self.late[p]));
+        let n = self.fin.len();
+        let mut base = 0;
+        while base < n {
+            let end = (base + 8).min(n);
+            let mut hit = false;
+            for (&f, &g) in self.fin[base..end].iter().zip(&self.late[base..end]) {
+                hit |= (f <= tf) | (g <= tg);
             }
+            if hit {
+                for p in base..end {
+                    if self.fin[p] <= tf || self.late[p] <= tg {
+                        self.project(p, rate[p], now, rem[p], start[p], eps);
+                        self.near.push((p as u32, self.fin[p], self.late[p]));
+                    }
+                }
+            }
+            base = end;
         }
         let mut first = f64::INFINITY;
         let mut limit = next_arrival;
@@ -922,13 +936,16 @@ impl<'a> Sim<'a> {
             if changed {
                 self.recompute(&active, &dead, reindex, fresh, &mut rate);
                 fresh = active.len();
-                // The flows whose rates the fill may have changed get
-                // projections as of now (the sweep's values).
+                // The flows whose rates the fill changed get projections as
+                // of now (the sweep's values); a flow refilled to the same
+                // rate keeps its projection.
                 match self.filler.refilled() {
                     Some((_, flows)) => {
                         for &pos in flows {
                             let p = pos as usize;
-                            proj.project(p, rate[p], now, rem[p], start[p], self.eps);
+                            if rate[p].to_bits() != proj.mv[p].to_bits() {
+                                proj.project(p, rate[p], now, rem[p], start[p], self.eps);
+                            }
                         }
                     }
                     None => {
