@@ -640,9 +640,9 @@ fn min_of(v: &[f64]) -> f64 {
     let mut m = [f64::INFINITY; 4];
     let mut chunks = v.chunks_exact(4);
     for c in &mut chunks {
-        for k in 0..4 {
-            if c[k] < m[k] {
-                m[k] = c[k];
+        for (m, &x) in m.iter_mut().zip(c) {
+            if x < *m {
+                *m = x;
             }
         }
     }
