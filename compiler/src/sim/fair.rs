@@ -59,10 +59,13 @@ impl Ord for Key {
 /// the active list passed to [`Filler::index`].
 #[derive(Debug, Default)]
 pub(crate) struct Filler {
-    /// Per link: indexed flows crossing it, by position (dead ones too,
-    /// until the next [`Filler::index`]), and how many are not removed.
+    /// Per link: indexed flows crossing it, by position (removed ones too,
+    /// until the next [`Filler::index`] or a refill that walks the link),
+    /// and how many are not removed.
     on: Vec<Vec<u32>>,
     alive: Vec<u32>,
+    /// Per link: whether it is in `touched` (its `on` may have emptied).
+    in_touched: Vec<bool>,
     /// Per link during a fill: capacity not yet given out, flows not yet frozen.
     rem_cap: Vec<f64>,
     unfrozen: Vec<u32>,
@@ -91,6 +94,8 @@ pub(crate) struct Filler {
     /// The links and flows of that component.
     comp_links: Vec<LinkId>,
     comp_flows: Vec<u32>,
+    /// Whether the last fill was a whole one ([`Filler::refilled`]).
+    whole: bool,
 }
 
 impl Filler {
@@ -98,11 +103,13 @@ impl Filler {
         Filler {
             on: vec![Vec::new(); num_links],
             alive: vec![0; num_links],
+            in_touched: vec![false; num_links],
             rem_cap: vec![0.0; num_links],
             unfrozen: vec![0; num_links],
             pos_off: vec![0],
             link_seen: vec![0; num_links],
             all_dirty: true,
+            whole: true,
             ..Filler::default()
         }
     }
@@ -117,6 +124,14 @@ impl Filler {
         &self.on[l as usize]
     }
 
+    /// What the last fill recomputed: `None` after a whole fill (every
+    /// indexed flow and link), or the links and flows (positions) of the
+    /// component a refill filled again; every other flow kept its rate
+    /// and every other link its usage.
+    pub fn refilled(&self) -> Option<(&[LinkId], &[u32])> {
+        (!self.whole).then_some((&self.comp_links[..], &self.comp_flows[..]))
+    }
+
     /// Rate in use on link `l` after the last fill: capacity minus what is left.
     pub fn used(&self, l: LinkId, cap: f64) -> f64 {
         (cap - self.rem_cap[l as usize]).max(0.0)
@@ -127,6 +142,7 @@ impl Filler {
         for &l in &self.touched {
             self.on[l as usize].clear();
             self.alive[l as usize] = 0;
+            self.in_touched[l as usize] = false;
         }
         self.touched.clear();
         self.pos_off.clear();
@@ -142,11 +158,11 @@ impl Filler {
         debug_assert_eq!(self.pos_off.len(), from + 1);
         for (pos, &t) in flows.iter().enumerate().skip(from) {
             for &l in paths.of(t) {
-                let on = &mut self.on[l as usize];
-                if on.is_empty() {
+                if !self.in_touched[l as usize] {
+                    self.in_touched[l as usize] = true;
                     self.touched.push(l);
                 }
-                on.push(pos as u32);
+                self.on[l as usize].push(pos as u32);
                 self.alive[l as usize] += 1;
                 self.pos_links.push(l);
                 self.dirty.push(l);
@@ -206,13 +222,23 @@ impl Filler {
             }
         }
         self.dirty.clear();
+        // Removed flows' entries are dropped from the links walked (the
+        // others keep their order, the order a fill freezes them in).
         let mut i = 0;
         while i < self.comp_links.len() {
             let l = self.comp_links[i];
             i += 1;
-            for &pos in &self.on[l as usize] {
+            let mut on = std::mem::take(&mut self.on[l as usize]);
+            let mut keep = 0;
+            for j in 0..on.len() {
+                let pos = on[j];
                 let p = pos as usize;
-                if dead[p] || self.pos_seen[p] == stamp {
+                if dead[p] {
+                    continue;
+                }
+                on[keep] = pos;
+                keep += 1;
+                if self.pos_seen[p] == stamp {
                     continue;
                 }
                 self.pos_seen[p] = stamp;
@@ -225,6 +251,8 @@ impl Filler {
                     }
                 }
             }
+            on.truncate(keep);
+            self.on[l as usize] = on;
         }
         rate.resize(n, 0.0);
         // Flows outside the component stay frozen at their rates.
@@ -233,6 +261,7 @@ impl Filler {
             self.frozen[pos as usize] = false;
         }
         self.left = self.comp_flows.len();
+        self.whole = false;
         let links = std::mem::take(&mut self.comp_links);
         self.reset_links(cap, &links);
         self.comp_links = links;
@@ -274,6 +303,7 @@ impl Filler {
         self.frozen.clear();
         self.frozen.extend_from_slice(dead);
         self.left = dead.iter().filter(|&&d| !d).count();
+        self.whole = true;
         let links = std::mem::take(&mut self.touched);
         self.reset_links(cap, &links);
         self.touched = links;

@@ -388,6 +388,22 @@ pub(crate) fn simulate_whole_fills(
     sim.run(&mut |_, _| {})
 }
 
+/// [`simulate`] projecting every moving flow's finish at every event: the
+/// reference the kept projections (`Proj`) must reproduce exactly (tests
+/// only).
+#[cfg(test)]
+pub(crate) fn simulate_sweeping(
+    topo: &Topology,
+    plan: &Plan,
+    opts: &SimOptions,
+) -> Result<SimResult> {
+    check_plan(topo, plan)?;
+    let eps = opts.tolerance_for(plan.transfers.len());
+    let mut sim = Sim::new(topo, plan, opts, eps);
+    sim.sweep_every_flow = true;
+    sim.run(&mut |_, _| {})
+}
+
 fn check_plan(topo: &Topology, plan: &Plan) -> Result<()> {
     let bad = |reason: String| -> Error { InputError::new("plan", reason).into() };
     if plan.ranks as usize != topo.ranks() || plan.gpus_per_node as usize != topo.gpus_per_node() {
@@ -463,6 +479,181 @@ fn calibrated(
 /// An arrival: a transfer whose latency ends at `time` and starts moving.
 type Arrival = Reverse<(Key, u32)>;
 
+/// Every moving flow's projected finish `f = now + R / x` and latest
+/// grouped finish `g = f + ε (f − r)`, as of the last fill that reached it
+/// (docs/cost-model.md §1, "Event loop"). Between fills a flow's rate is
+/// constant, so these stay its projections up to the rounding of the
+/// per-event decrements of its bytes left (relative 1e-16 an event); an
+/// event takes their minima without a division per flow, then projects
+/// again, exactly as a sweep does, only the flows within a margin of the
+/// event's thresholds. The minima, the limit and the finishing flows are
+/// therefore the sweep's own values (`Sim::sweep`, the tests' reference).
+#[derive(Default)]
+struct Proj {
+    /// By position: the rate the flow moves at (0 once finished), its
+    /// projected finish and latest grouped finish (infinite for a flow
+    /// that finished or does not move).
+    mv: Vec<f64>,
+    fin: Vec<f64>,
+    late: Vec<f64>,
+    /// Flows near this event's thresholds: position, f, g.
+    near: Vec<(u32, f64, f64)>,
+    /// Events since every flow was projected again (bounds the drift).
+    since: u32,
+}
+
+/// Events after which every moving flow is projected again, so that the
+/// kept projections never drift by more than about 1e-11 relative.
+const REPROJECT: u32 = 1 << 16;
+
+impl Proj {
+    /// A flow appended, not moving until its first fill.
+    fn admit(&mut self) {
+        self.mv.push(0.0);
+        self.fin.push(f64::INFINITY);
+        self.late.push(f64::INFINITY);
+    }
+
+    /// Compaction: position `from` moves to `to` (≤ `from`).
+    fn keep(&mut self, from: usize, to: usize) {
+        self.mv[to] = self.mv[from];
+        self.fin[to] = self.fin[from];
+        self.late[to] = self.late[from];
+    }
+
+    fn truncate(&mut self, n: usize) {
+        self.mv.truncate(n);
+        self.fin.truncate(n);
+        self.late.truncate(n);
+    }
+
+    fn finish(&mut self, p: usize) {
+        self.mv[p] = 0.0;
+        self.fin[p] = f64::INFINITY;
+        self.late[p] = f64::INFINITY;
+    }
+
+    /// Flow `p` moves at `r` from `now` with `rem` bytes left: the sweep's
+    /// projections at this instant.
+    fn project(&mut self, p: usize, r: f64, now: f64, rem: f64, start: f64, eps: f64) {
+        self.mv[p] = r;
+        if r > 0.0 {
+            let f = now + rem / r;
+            self.fin[p] = f;
+            self.late[p] = f + eps * (f - start);
+        } else {
+            self.fin[p] = f64::INFINITY;
+            self.late[p] = f64::INFINITY;
+        }
+    }
+
+    /// [`Sim::sweep`]'s limit and candidates, from the kept projections:
+    /// each is within `band` of what a sweep would compute now, so the
+    /// flows that can be the earliest finish, the earliest latest finish
+    /// or finish by the limit are those kept within a few bands of the
+    /// kept minima; only they are projected again (the sweep's values).
+    #[allow(clippy::too_many_arguments)]
+    fn event(
+        &mut self,
+        now: f64,
+        next_arrival: f64,
+        eps: f64,
+        rate: &[f64],
+        rem: &[f64],
+        start: &[f64],
+        cands: &mut Vec<(u32, f64)>,
+    ) -> f64 {
+        cands.clear();
+        self.since += 1;
+        if self.since >= REPROJECT {
+            self.since = 0;
+            for p in 0..self.fin.len() {
+                if self.fin[p].is_finite() {
+                    self.project(p, rate[p], now, rem[p], start[p], eps);
+                }
+            }
+        }
+        let first_a = min_of(&self.fin);
+        if first_a == f64::INFINITY {
+            return next_arrival; // nothing moves: only an arrival
+        }
+        let late_a = min_of(&self.late);
+        // The limit is at most max(min(next arrival, g_min), first (1 +
+        // 1e-12)); g_min and first are within a band of the kept minima.
+        let u = late_a
+            .min(next_arrival)
+            .max(first_a + first_a.abs() * 2e-12);
+        let band = 1e-9 * (1.0 + eps) * (u.abs() + now.abs() + 1.0);
+        let tf = u + 3.0 * band;
+        let tg = if late_a <= next_arrival + 2.0 * band {
+            late_a + 3.0 * band
+        } else {
+            f64::NEG_INFINITY // every g is past the next arrival
+        };
+        // Eight flows at a time (a branch-free test of the block first:
+        // nearly every block has none).
+        self.near.clear();
+        let n = self.fin.len();
+        let mut base = 0;
+        while base < n {
+            let end = (base + 8).min(n);
+            let mut hit = false;
+            for (&f, &g) in self.fin[base..end].iter().zip(&self.late[base..end]) {
+                hit |= (f <= tf) | (g <= tg);
+            }
+            if hit {
+                for p in base..end {
+                    if self.fin[p] <= tf || self.late[p] <= tg {
+                        self.project(p, rate[p], now, rem[p], start[p], eps);
+                        self.near.push((p as u32, self.fin[p], self.late[p]));
+                    }
+                }
+            }
+            base = end;
+        }
+        let mut first = f64::INFINITY;
+        let mut limit = next_arrival;
+        for &(_, f, g) in &self.near {
+            if f < first {
+                first = f;
+            }
+            if g < limit {
+                limit = g;
+            }
+        }
+        if first < next_arrival {
+            limit = limit.max(first + first.abs() * 1e-12).min(next_arrival);
+        }
+        cands.extend(
+            self.near
+                .iter()
+                .filter(|&&(_, f, _)| f <= limit)
+                .map(|&(p, f, _)| (p, f)),
+        );
+        limit
+    }
+}
+
+/// The least of `v` (infinite if empty; no NaN in it): four running
+/// minima, so the pass is not one chain of dependent comparisons.
+fn min_of(v: &[f64]) -> f64 {
+    let mut m = [f64::INFINITY; 4];
+    let mut chunks = v.chunks_exact(4);
+    for c in &mut chunks {
+        for (m, &x) in m.iter_mut().zip(c) {
+            if x < *m {
+                *m = x;
+            }
+        }
+    }
+    for &x in chunks.remainder() {
+        if x < m[0] {
+            m[0] = x;
+        }
+    }
+    m[0].min(m[1]).min(m[2].min(m[3]))
+}
+
 struct Sim<'a> {
     plan: &'a Plan,
     eps: f64,
@@ -494,6 +685,10 @@ struct Sim<'a> {
     /// Every recompute fills every moving flow (the reference the
     /// incremental refill is tested against).
     whole_fills: bool,
+    /// Every event projects every moving flow's finish (a division per
+    /// flow) instead of reading the kept projections (`Proj`): the
+    /// reference they are tested against.
+    sweep_every_flow: bool,
     /// Streams ([`simulate_streams`]): the transfer each one continues
     /// (`NONE`: none), the one continuing it, and when a ready successor's
     /// latency ended while its predecessor still moved (NaN: not held).
@@ -578,6 +773,7 @@ impl<'a> Sim<'a> {
             links: vec![LinkUsage::default(); links],
             events: 0,
             whole_fills: false,
+            sweep_every_flow: false,
             streams: None,
             arrival_eps: if opts.group_arrivals { eps } else { 0.0 },
             deadlines: BinaryHeap::new(),
@@ -683,6 +879,7 @@ impl<'a> Sim<'a> {
         let mut cands: Vec<(u32, f64)> = Vec::new();
         let mut now = 0.0f64;
         let mut changed = false;
+        let mut proj = Proj::default();
         loop {
             // Admit every transfer whose latency has elapsed.
             while let Some(&Reverse((Key(at), t))) = self.arrivals.peek() {
@@ -700,6 +897,7 @@ impl<'a> Sim<'a> {
                     rem.push(self.remaining[t as usize]);
                     start.push(self.times[t as usize].start_us);
                     dead.push(false);
+                    proj.admit();
                     changed = true;
                 }
             }
@@ -710,12 +908,14 @@ impl<'a> Sim<'a> {
                         active[keep] = active[pos];
                         rem[keep] = rem[pos];
                         start[keep] = start[pos];
+                        proj.keep(pos, keep);
                         keep += 1;
                     }
                 }
                 active.truncate(keep);
                 rem.truncate(keep);
                 start.truncate(keep);
+                proj.truncate(keep);
                 dead.clear();
                 dead.resize(keep, false);
                 n_dead = 0;
@@ -736,6 +936,24 @@ impl<'a> Sim<'a> {
             if changed {
                 self.recompute(&active, &dead, reindex, fresh, &mut rate);
                 fresh = active.len();
+                // The flows whose rates the fill changed get projections as
+                // of now (the sweep's values); a flow refilled to the same
+                // rate keeps its projection.
+                match self.filler.refilled() {
+                    Some((_, flows)) => {
+                        for &pos in flows {
+                            let p = pos as usize;
+                            if rate[p].to_bits() != proj.mv[p].to_bits() {
+                                proj.project(p, rate[p], now, rem[p], start[p], self.eps);
+                            }
+                        }
+                    }
+                    None => {
+                        for p in (0..dead.len()).filter(|&p| !dead[p]) {
+                            proj.project(p, rate[p], now, rem[p], start[p], self.eps);
+                        }
+                    }
+                }
                 self.events += 1;
                 progress(self.finished, n);
                 changed = false;
@@ -759,40 +977,12 @@ impl<'a> Sim<'a> {
                     .map_or(f64::INFINITY, |&Reverse((Key(at), _))| at)
             };
             // Projected finishes, and the latest instant that delays no
-            // transfer by more than eps of its own duration. `limit` and
-            // `first` only fall during the sweep, and the final limit is at
-            // most max(limit, first (1 + 1e-12)) at any point of it, so a
-            // flow projected past that bound cannot finish in this event:
-            // only the others are kept (in position order) as candidates.
-            let mut limit = next_arrival;
-            let mut first = f64::INFINITY;
-            let eps = self.eps;
-            cands.clear();
-            for (pos, (((&d, &r), &left), &s0)) in
-                dead.iter().zip(&rate).zip(&rem).zip(&start).enumerate()
-            {
-                if d || r <= 0.0 {
-                    continue;
-                }
-                let f = now + left / r;
-                // (Plain comparisons, not `f64::min`, whose NaN handling
-                // chains every flow's step to the last one's; nothing here
-                // is NaN, so the minima are the same values.)
-                if f < first {
-                    first = f;
-                }
-                let g = f + eps * (f - s0);
-                if g < limit {
-                    limit = g;
-                }
-                if f <= limit || f <= first + first.abs() * 1e-12 {
-                    cands.push((pos as u32, f));
-                }
-            }
-            // Near-ties (rounding) finish together rather than one by one.
-            if first < next_arrival {
-                limit = limit.max(first + first.abs() * 1e-12).min(next_arrival);
-            }
+            // transfer by more than eps of its own duration.
+            let limit = if self.sweep_every_flow {
+                self.sweep(now, next_arrival, &dead, &rate, &rem, &start, &mut cands)
+            } else {
+                proj.event(now, next_arrival, self.eps, &rate, &rem, &start, &mut cands)
+            };
             if !limit.is_finite() {
                 return Err(Error::Solver(
                     "simulator stalled: transfers with no bandwidth".to_string(),
@@ -800,7 +990,6 @@ impl<'a> Sim<'a> {
             }
             // Every transfer projected to end by `limit` ends at the group's
             // latest projected finish (never before its own).
-            cands.retain(|&(_, f)| f <= limit);
             let mut tau = f64::NEG_INFINITY;
             for &(_, f) in &cands {
                 tau = tau.max(f);
@@ -834,12 +1023,21 @@ impl<'a> Sim<'a> {
                 }
                 rem[pos] = 0.0;
                 dead[pos] = true;
+                proj.finish(pos);
                 n_dead += 1;
                 self.filler.remove(pos as u32);
                 stack.push((t, tau));
             }
-            for ((left, &r), &d) in rem.iter_mut().zip(&rate).zip(&dead) {
-                if !d {
+            if self.sweep_every_flow {
+                for ((left, &r), &d) in rem.iter_mut().zip(&rate).zip(&dead) {
+                    if !d {
+                        *left -= r * dt;
+                    }
+                }
+            } else {
+                // The same values: a finished flow's `mv` is 0, so its
+                // bytes left stay, and the pass has no branch.
+                for (left, &r) in rem.iter_mut().zip(&proj.mv) {
                     *left -= r * dt;
                 }
             }
@@ -879,6 +1077,58 @@ impl<'a> Sim<'a> {
             latency: self.latency,
             events: self.events,
         })
+    }
+
+    /// Projects every moving flow's finish: the earliest instant that
+    /// delays no transfer by more than ε of its own duration (`limit`,
+    /// returned) and the flows projected to finish by it (`cands`, in
+    /// position order, with their projected finishes). The reference
+    /// `Proj::event` reproduces (tests only).
+    #[allow(clippy::too_many_arguments)]
+    fn sweep(
+        &self,
+        now: f64,
+        next_arrival: f64,
+        dead: &[bool],
+        rate: &[f64],
+        rem: &[f64],
+        start: &[f64],
+        cands: &mut Vec<(u32, f64)>,
+    ) -> f64 {
+        // `limit` and `first` only fall during the sweep, and the final
+        // limit is at most max(limit, first (1 + 1e-12)) at any point of
+        // it, so a flow projected past that bound cannot finish in this
+        // event: only the others are kept (in position order) as candidates.
+        let mut limit = next_arrival;
+        let mut first = f64::INFINITY;
+        let eps = self.eps;
+        cands.clear();
+        for (pos, (((&d, &r), &left), &s0)) in dead.iter().zip(rate).zip(rem).zip(start).enumerate()
+        {
+            if d || r <= 0.0 {
+                continue;
+            }
+            let f = now + left / r;
+            // (Plain comparisons, not `f64::min`, whose NaN handling
+            // chains every flow's step to the last one's; nothing here
+            // is NaN, so the minima are the same values.)
+            if f < first {
+                first = f;
+            }
+            let g = f + eps * (f - s0);
+            if g < limit {
+                limit = g;
+            }
+            if f <= limit || f <= first + first.abs() * 1e-12 {
+                cands.push((pos as u32, f));
+            }
+        }
+        // Near-ties (rounding) finish together rather than one by one.
+        if first < next_arrival {
+            limit = limit.max(first + first.abs() * 1e-12).min(next_arrival);
+        }
+        cands.retain(|&(_, f)| f <= limit);
+        limit
     }
 
     fn filler_used(&self, l: LinkId) -> f64 {

@@ -573,3 +573,81 @@ fn refills_give_the_whole_fills_run_at_4x8() {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+    /// The kept projections (`Proj`) give the run of a sweep that projects
+    /// every moving flow at every event, to the bit: every algorithm,
+    /// exact and grouped (finishes, and arrivals too), every network mode
+    /// (congested and stress fill whole at every event).
+    #[test]
+    fn kept_projections_give_the_sweeps_run(
+        (topo, m, network, grouped, arrivals) in small_topology()
+            .prop_flat_map(|t| {
+                let r = t.ranks();
+                (Just(t), small_traffic(r), 0usize..4, 0usize..3, any::<bool>())
+            })
+    ) {
+        let network = [Network::Ideal, Network::Calibrated, Network::Congested, Network::Stress][network];
+        for &alg in crate::sched::Algorithm::ALL {
+            let plan = match crate::sched::schedule(alg, &topo, &m, &Default::default()) {
+                Ok(p) => p,
+                Err(Error::Unsupported { .. }) => continue,
+                Err(e) => return Err(TestCaseError::fail(format!("{alg}: {e}"))),
+            };
+            let opts = SimOptions {
+                tolerance: Some([0.0, 0.02, 0.5][grouped]),
+                group_arrivals: arrivals,
+                ..SimOptions::new(network)
+            };
+            let kept = simulate(&topo, &plan, &opts).unwrap();
+            let sweep = simulate_sweeping(&topo, &plan, &opts).unwrap();
+            prop_assert!(kept == sweep, "{alg} {network}: runs differ");
+        }
+    }
+}
+
+/// The same at 4 x 8 on skewed traffic (thousands of events, flows that
+/// keep their rates over many of them), and on one long chain of events
+/// where a flow's projection is kept across more than `REPROJECT` of them.
+#[test]
+fn kept_projections_give_the_sweeps_run_at_4x8() {
+    let topo = Topology::preset("dgx-h100", 4, None).unwrap();
+    let mut spec = TrafficSpec::new(topo.ranks(), Pattern::Lognormal(1.0));
+    spec.bytes = 1 << 18;
+    spec.seed = 3;
+    let m = generate(&spec).unwrap();
+    for alg in ["direct", "hierarchical", "fast", "spray", "pxn"] {
+        let alg: crate::sched::Algorithm = alg.parse().unwrap();
+        let plan = crate::sched::schedule(alg, &topo, &m, &Default::default()).unwrap();
+        for network in [Network::Ideal, Network::Calibrated, Network::Congested] {
+            for (tolerance, arrivals) in [(0.0, false), (0.01, false), (0.01, true)] {
+                let opts = SimOptions {
+                    tolerance: Some(tolerance),
+                    group_arrivals: arrivals,
+                    ..SimOptions::new(network)
+                };
+                let kept = simulate(&topo, &plan, &opts).unwrap();
+                let sweep = simulate_sweeping(&topo, &plan, &opts).unwrap();
+                assert!(kept.events > 100, "{alg}: {} events", kept.events);
+                assert!(
+                    kept == sweep,
+                    "{alg} {network} {tolerance} {arrivals}: runs differ"
+                );
+            }
+        }
+    }
+    // One long transfer moving while a chain of short ones, one after
+    // another on other links, makes an event each.
+    let topo = Topology::preset("dgx-h100", 2, Some(2)).unwrap();
+    let mut ts = vec![transfer(0, 1, 40_000_000_000, &[])];
+    for i in 0..(REPROJECT as u32 + 500) {
+        let deps: Vec<u32> = if i == 0 { vec![] } else { vec![i] };
+        ts.push(transfer(2, 3, 1000 + u64::from(i % 7), &deps));
+    }
+    let plan = plan_of(&topo, ts);
+    let opts = SimOptions::default();
+    let kept = simulate(&topo, &plan, &opts).unwrap();
+    assert!(kept.events > REPROJECT as usize, "{} events", kept.events);
+    assert!(kept == simulate_sweeping(&topo, &plan, &opts).unwrap());
+}
