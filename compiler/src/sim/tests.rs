@@ -641,7 +641,7 @@ fn kept_projections_give_the_sweeps_run_at_4x8() {
     // another on other links, makes an event each.
     let topo = Topology::preset("dgx-h100", 2, Some(2)).unwrap();
     let mut ts = vec![transfer(0, 1, 40_000_000_000, &[])];
-    for i in 0..(REPROJECT as u32 + 500) {
+    for i in 0..(REPROJECT + 500) {
         let deps: Vec<u32> = if i == 0 { vec![] } else { vec![i] };
         ts.push(transfer(2, 3, 1000 + u64::from(i % 7), &deps));
     }
