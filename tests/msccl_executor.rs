@@ -474,6 +474,7 @@ fn executor_rule_breakdown() {
                             Layout::Packed
                         },
                         pacing,
+                        executor: sweep_executor(),
                         ..XmlOptions::default()
                     };
                     let x = to_xml(&plan, &topo, &m, &opts).unwrap();
@@ -1114,6 +1115,7 @@ fn executor_rule_path() {
             let p = simulate(&topo, &plan, &sim).unwrap();
             let opts = XmlOptions {
                 layout,
+                executor: sweep_executor(),
                 ..XmlOptions::default()
             };
             let x = to_xml(&plan, &topo, &m, &opts).unwrap();
