@@ -41,8 +41,8 @@ pub(super) enum MergeKey {
 /// for it. A receive and a send paired on one tb then go out as the plan
 /// has them finish, not in the lowering's operation order, which puts a
 /// gpu's receives from lower ranks ahead of its own sends and chains
-/// transfers the plan runs side by side (docs/benchmarks.md, "... issue
-/// 22 items 2 and 3"). `None` (the operation order) where `spans` does
+/// transfers the plan runs side by side (docs/benchmarks.md, "Packed
+/// threadblocks merged in the plan's order"). `None` (the operation order) where `spans` does
 /// not cover the operations.
 pub(super) fn merge_order(
     tbs: &[Vec<Tb>],

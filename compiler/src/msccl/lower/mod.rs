@@ -1102,18 +1102,20 @@ fn lower_with(
             .map(|(tbs, op_of)| pack::pack_gpu(tbs.clone(), op_of.clone(), limit, rank, busy).0)
             .collect()
     };
-    // The lowering's operation order first (it wins a tie); where a gpu is
-    // packed and the cluster is small enough to price files, the merges
-    // by the plan's timeline too (`pack::merge_order`), the fastest by the
-    // executor's rules kept (docs/benchmarks.md, "... issue 22 items 2 and 3").
+    // The lowering's operation order, tbs paired by steps, first (it wins
+    // a tie); where a gpu is packed and the cluster is small enough to
+    // price files, merges in the plan's order too (`pack::merge_order`,
+    // first started or first ended), tbs paired by steps or by the plan's
+    // busy time: the fastest by the executor's rules is kept. Under `rccl`
+    // at 8 x 8 every `direct` and `pairwise` gpu is packed; which merge
+    // wins varies with the matrix (docs/benchmarks.md, "Packed
+    // threadblocks merged in the plan's order").
     let mut packings = vec![pack_all(None, None)];
     if unpacked.iter().any(|t| t.len() > limit) && n <= super::chunk::MAX_RANKS_PRICED {
         for key in [pack::MergeKey::Start, pack::MergeKey::End] {
             if let Some(r) = pack::merge_order(&unpacked, &op_of, &built.spans, key) {
                 packings.push(pack_all(Some(&r), None));
-                if key == pack::MergeKey::Start {
-                    packings.push(pack_all(Some(&r), Some(&built.spans)));
-                }
+                packings.push(pack_all(Some(&r), Some(&built.spans)));
             }
         }
         packings.dedup();
