@@ -1094,26 +1094,54 @@ fn lower_with(
     // receive list per tb (`super::pack`).
     let limit = opts.executor.max_tbs_per_gpu();
     let op_of = std::mem::take(&mut built.op_of);
-    built.tbs = built
-        .tbs
-        .into_iter()
-        .zip(op_of)
-        .map(|(tbs, op_of)| pack::pack_gpu(tbs, op_of, limit).0)
-        .collect();
-    if let Some((g, tbs)) = built.tbs.iter().enumerate().find(|(_, t)| t.len() > limit) {
+    let unpacked = std::mem::take(&mut built.tbs);
+    let pack_all = |rank: Option<&[u32]>, busy: Option<&[(f64, f64)]>| -> Vec<Vec<Tb>> {
+        unpacked
+            .iter()
+            .zip(&op_of)
+            .map(|(tbs, op_of)| pack::pack_gpu(tbs.clone(), op_of.clone(), limit, rank, busy).0)
+            .collect()
+    };
+    // The lowering's operation order, tbs paired by steps, first (it wins
+    // a tie); where a gpu is packed and the cluster is small enough to
+    // price files, merges in the plan's order too (`pack::merge_order`,
+    // first started or first ended), tbs paired by steps or by the plan's
+    // busy time: the fastest by the executor's rules is kept. Under `rccl`
+    // at 8 x 8 every `direct` and `pairwise` gpu is packed; which merge
+    // wins varies with the matrix (docs/benchmarks.md, "Packed
+    // threadblocks merged in the plan's order").
+    let mut packings = vec![pack_all(None, None)];
+    if unpacked.iter().any(|t| t.len() > limit) && n <= super::chunk::MAX_RANKS_PRICED {
+        for key in [pack::MergeKey::Start, pack::MergeKey::End] {
+            if let Some(r) = pack::merge_order(&unpacked, &op_of, &built.spans, key) {
+                packings.push(pack_all(Some(&r), None));
+                packings.push(pack_all(Some(&r), Some(&built.spans)));
+            }
+        }
+        packings.dedup();
+    }
+    drop(unpacked);
+    if let Some((g, tbs)) = packings[0]
+        .iter()
+        .enumerate()
+        .find(|(_, t)| t.len() > limit)
+    {
         return Err(after_cuts(LowerError::Limit(format!(
             "rank {g} needs {} threadblocks even with a send and a receive list per tb; {} loads at most {limit}",
             tbs.len(),
             opts.executor
         ))));
     }
+    // Pairing by busy time may leave a gpu over the limit where steps do
+    // not: such a packing is not a file.
+    packings.retain(|p| p.iter().all(|t| t.len() <= limit));
     let (min_bytes, max_bytes) = if exact_matrix {
         (nbytes, nbytes)
     } else {
         window(proto, n as u64)
     };
     let fingerprint = exact_matrix.then(|| traffic.fingerprint());
-    let algo = Algo {
+    let make_algo = |tbs: Vec<Vec<Tb>>| Algo {
         name: NameFacts::format(
             &plan.algorithm,
             opts.layout,
@@ -1130,8 +1158,7 @@ fn lower_with(
         outofplace: true,
         min_bytes: min_bytes as i64,
         max_bytes: max_bytes as i64,
-        gpus: built
-            .tbs
+        gpus: tbs
             .into_iter()
             .enumerate()
             .map(|(g, tbs)| Gpu {
@@ -1143,9 +1170,30 @@ fn lower_with(
                 line: 0,
             })
             .collect(),
-        chunks: (!uniform_padded).then_some(k),
+        chunks: (!uniform_padded).then_some(k.clone()),
         line: 0,
     };
+    let file = "<written XML>";
+    let mut packings = packings.into_iter();
+    let mut algo = make_algo(packings.next().expect("the operation order's packing"));
+    // The other packings: each run by the symbolic executor and priced.
+    let mut kept: Option<(exec::Trace, f64)> = None;
+    let sim = SimOptions::default();
+    for tbs in packings {
+        if kept.is_none() {
+            let trace = exec::run(&algo, file).map_err(internal)?;
+            let (us, _) = super::xsim::simulate_traced(&algo, &trace, u, topo, &sim)?;
+            kept = Some((trace, us));
+        }
+        let other = make_algo(tbs);
+        let trace = exec::run(&other, file).map_err(internal)?;
+        let (us, _) = super::xsim::simulate_traced(&other, &trace, u, topo, &sim)?;
+        if kept.as_ref().is_some_and(|(_, best)| us < *best) {
+            algo = other;
+            kept = Some((trace, us));
+        }
+    }
+    laps.lap("packings priced");
     for g in &algo.gpus {
         let steps: usize = g.tbs.iter().map(|t| t.steps.len()).sum();
         if 1 + n + g.tbs.len() + steps > MAX_NODES {
@@ -1169,9 +1217,11 @@ fn lower_with(
     laps.lap("packing");
     let text = write_algo(&algo);
     laps.lap("write");
-    let file = "<written XML>";
     // The file as written is read back only if it is kept (`read_back`).
-    let trace = exec::run(&algo, file).map_err(internal)?;
+    let trace = match kept {
+        Some((trace, _)) => trace,
+        None => exec::run(&algo, file).map_err(internal)?,
+    };
     laps.lap("symbolic executor");
     opts.executor.check(&trace.report).map_err(|why| {
         unsupported(format!(

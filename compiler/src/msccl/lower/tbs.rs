@@ -39,6 +39,10 @@ pub(super) struct Built {
     pub(super) tbs_wanted: usize,
     /// Tails handed to the next head (`super::handoff`).
     pub(super) handoffs: usize,
+    /// Per operation (the indices of `op_of`): when the plan's timeline
+    /// starts its first chunk and delivers its last ([`planned_spans`]);
+    /// empty where some operation's transfer is not on the timeline.
+    pub(super) spans: Vec<(f64, f64)>,
 }
 
 /// `pairwise`'s waits as its executor holds them: a round's send waits for
@@ -477,6 +481,7 @@ pub(super) fn build_tbs(
     Ok(Built {
         tbs: out,
         op_of,
+        spans: planned_spans(ops, timeline).unwrap_or_default(),
         channels,
         dropped,
         unheld: unheld.len(),
@@ -484,6 +489,35 @@ pub(super) fn build_tbs(
         tbs_wanted: lanes.tbs_wanted,
         handoffs,
     })
+}
+
+/// Per operation, when the plan starts sending its first chunk and
+/// delivers its last: its transfer's timeline interpolated by the chunks
+/// of that transfer (between the same gpus) before and up to this
+/// operation, in operation order (a transfer's runs and cut pieces go in
+/// byte order). `None` if an operation's transfer is not on the timeline.
+pub(super) fn planned_spans(ops: &[ChunkOp], timeline: &[TransferTime]) -> Option<Vec<(f64, f64)>> {
+    let mut total: HashMap<(u32, u32, u32), u64> = HashMap::new();
+    for o in ops {
+        timeline.get(o.from as usize)?;
+        *total.entry((o.from, o.src, o.dst)).or_default() += u64::from(o.cnt);
+    }
+    let mut done: HashMap<(u32, u32, u32), u64> = HashMap::new();
+    let clean = |x: f64| if x.is_finite() { x.max(0.0) } else { 0.0 };
+    Some(
+        ops.iter()
+            .map(|o| {
+                let key = (o.from, o.src, o.dst);
+                let d = done.entry(key).or_default();
+                let all = total[&key].max(1) as f64;
+                let t = timeline[o.from as usize];
+                let at = |c: u64| t.start_us + c as f64 / all * (t.end_us - t.start_us);
+                let first = at(*d);
+                *d += u64::from(o.cnt);
+                (clean(first), clean(at(*d)))
+            })
+            .collect(),
+    )
 }
 
 /// Removes from `latest` (the waits of a step about to go on tb `own` of
