@@ -626,12 +626,16 @@ impl Decomposer {
 
     /// Kuhn's augmenting path from row `a` through positive entries, lowest
     /// column first: a depth-first search on an explicit stack (`path`:
-    /// each row on it, the word its scan is at, and the column it went
-    /// down through), the same visits in the same order as the recursive
-    /// statement, each row resuming its scan where it was.
+    /// each row on it below the one being scanned, the word its scan is
+    /// at, and the column it went down through), the same visits in the
+    /// same order as the recursive statement, each row resuming its scan
+    /// where it was. The row being scanned and its word are held apart
+    /// from the stack (written there when it goes down, read back when a
+    /// row above it fails).
     fn try_row(&mut self, a: usize) -> bool {
         let words = self.words;
-        let (live, seen, match_col) = (&self.live[..], &mut self.seen[..], &self.match_col[..]);
+        let seen = &mut self.seen[..words];
+        let (live, match_col) = (&self.live[..], &self.match_col[..]);
         let (masked, live_words) = (self.masked, &self.live_words[..]);
         // The stack holds each row at most once: `n + 1` entries, sized
         // once per decomposition, indexed by `depth` (no push or pop).
@@ -640,21 +644,18 @@ impl Decomposer {
         // so the scans start at `lo` (seen only grows during a search).
         let full = |w: u64| w == u64::MAX;
         let mut lo = seen.iter().position(|&w| !full(w)).unwrap_or(words);
-        path[0] = [a as u32, 0, NONE];
-        let mut depth = 1;
+        // The row being scanned, the word its scan resumes at, and its
+        // place on the stack.
+        let (mut row, mut at, mut depth) = (a, 0usize, 0usize);
         let (k, bit) = loop {
-            if depth == 0 {
-                return false;
-            }
-            let [row, at, _] = path[depth - 1];
-            let row_live = &live[row as usize * words..][..words];
-            let mut k = (at as usize).max(lo);
+            let row_live = &live[row * words..][..words];
+            let mut k = at.max(lo);
             let mut cand = 0;
             if masked {
                 // Only the row's words with live bits (the same first
                 // word with an unseen live column as the plain scan).
                 let mut m = if k < 64 {
-                    live_words[row as usize] & (u64::MAX << k)
+                    live_words[row] & (u64::MAX << k)
                 } else {
                     0
                 };
@@ -677,9 +678,14 @@ impl Decomposer {
                     k += 1;
                 }
             }
-            if k == words {
+            if k >= words {
                 // Every column of this row fails: back to its parent.
+                if depth == 0 {
+                    return false;
+                }
                 depth -= 1;
+                let [parent, word, _] = path[depth];
+                (row, at) = (parent as usize, word as usize);
                 continue;
             }
             let bit = cand.trailing_zeros() as usize;
@@ -690,18 +696,18 @@ impl Decomposer {
                 }
             }
             let b = k * 64 + bit;
-            path[depth - 1] = [row, k as u32, b as u32];
+            path[depth] = [row as u32, k as u32, b as u32];
             let owner = match_col[b];
             if owner == NONE {
                 break (k, bit);
             }
-            path[depth] = [owner, 0, NONE];
             depth += 1;
+            (row, at) = (owner as usize, 0);
         };
         // A free column: every row on the path takes the column it went
         // down through, the deepest first.
         self.free[k] &= !(1 << bit);
-        for i in (0..depth).rev() {
+        for i in (0..=depth).rev() {
             let [row, _, col] = self.path[i];
             self.rematch(row as usize, col as usize);
         }
