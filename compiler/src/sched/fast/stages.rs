@@ -561,7 +561,22 @@ impl Decomposer {
     /// amounts), then augmenting paths complete it. Leaves the rows still
     /// unmatched in `free_rows`, in order.
     fn augment(&mut self) {
-        let (n, words) = (self.n, self.words);
+        // Rows of one or two words (up to 128 nodes) with the word count a
+        // constant: the scans over a row's words unrolled, without bounds
+        // checks. The same steps.
+        match (self.masked, self.words) {
+            (false, 1) => self.augment_words::<1>(),
+            (false, 2) => self.augment_words::<2>(),
+            _ => self.augment_words::<0>(),
+        }
+    }
+
+    /// [`Decomposer::augment`] with `W` words per row (`self.words`, and no
+    /// mask of live words), or any count when `W` is 0.
+    #[inline(always)]
+    fn augment_words<const W: usize>(&mut self) {
+        let n = self.n;
+        let words = if W == 0 { self.words } else { W };
         self.order.clear();
         let mut rows = std::mem::take(&mut self.free_rows);
         for &a in &rows {
@@ -570,7 +585,7 @@ impl Decomposer {
             let mut best = (0, NONE);
             let row_big = &self.big[a * words..(a + 1) * words];
             let row = &self.cells[a * n..(a + 1) * n];
-            for (k, (&big, &free)) in row_big.iter().zip(&self.free).enumerate() {
+            for (k, (&big, &free)) in row_big.iter().zip(&self.free[..words]).enumerate() {
                 let mut cand = big & free;
                 while cand != 0 {
                     let b = k * 64 + cand.trailing_zeros() as usize;
@@ -610,13 +625,14 @@ impl Decomposer {
         for &a in &order {
             // A row whose live columns are all dead fails at once.
             let row_live = &self.live[a as usize * words..(a as usize + 1) * words];
-            if row_live.iter().zip(&self.dead).all(|(&l, &d)| l & !d == 0) {
+            let dead = &self.dead[..words];
+            if row_live.iter().zip(dead).all(|(&l, &d)| l & !d == 0) {
                 rows.push(a);
                 continue;
             }
-            self.seen.copy_from_slice(&self.dead);
-            if !self.try_row(a as usize) {
-                self.dead.copy_from_slice(&self.seen);
+            self.seen[..words].copy_from_slice(dead);
+            if !self.try_row::<W>(a as usize) {
+                self.dead[..words].copy_from_slice(&self.seen[..words]);
                 rows.push(a);
             }
         }
@@ -632,11 +648,13 @@ impl Decomposer {
     /// where it was. The row being scanned and its word are held apart
     /// from the stack (written there when it goes down, read back when a
     /// row above it fails).
-    fn try_row(&mut self, a: usize) -> bool {
-        let words = self.words;
+    /// `W`: as in [`Decomposer::augment_words`].
+    #[inline(always)]
+    fn try_row<const W: usize>(&mut self, a: usize) -> bool {
+        let words = if W == 0 { self.words } else { W };
         let seen = &mut self.seen[..words];
         let (live, match_col) = (&self.live[..], &self.match_col[..]);
-        let (masked, live_words) = (self.masked, &self.live_words[..]);
+        let (masked, live_words) = (W == 0 && self.masked, &self.live_words[..]);
         // The stack holds each row at most once: `n + 1` entries, sized
         // once per decomposition, indexed by `depth` (no push or pop).
         let path = &mut self.path[..];
@@ -716,6 +734,7 @@ impl Decomposer {
 
     /// Matches row `a` to column `b`, writing its previous match's entry
     /// back from `held` (and its `big` bit, if it fell below θ).
+    #[inline(always)]
     fn rematch(&mut self, a: usize, b: usize) {
         let n = self.n;
         let old = self.match_row[a];
@@ -1113,6 +1132,17 @@ mod tests {
         ) {
             let (got, want) = against_plain(n, seed, sparse, floor_div);
             prop_assert_eq!(got, want);
+        }
+    }
+
+    /// Rows of three words (`augment` with the word count at run time) and
+    /// of four or more (its mask of live words): past the one- and two-word
+    /// constants it runs with up to 128 nodes.
+    #[test]
+    fn decompose_matches_its_plain_statement_past_two_words() {
+        for (n, seed, sparse, floor_div) in [(130, 7, 1, 150), (131, 11, 2, 40), (195, 3, 1, 190)] {
+            let (got, want) = against_plain(n, seed, sparse, floor_div);
+            assert_eq!(got, want, "n {n}, seed {seed}");
         }
     }
 
