@@ -304,32 +304,33 @@ impl Decomposer {
                 break; // nothing left to match (cannot happen while real bytes remain)
             }
             let w = w.max(theta);
-            let mut any = false;
             let mut stage_sum = 0;
             self.exhausted.clear();
-            let rows = self.match_row.iter().zip(self.held.iter_mut());
-            for (a, (&b, [real, pad])) in rows.enumerate() {
+            let (drawn, exhausted) = (&mut self.drawn, &mut self.exhausted);
+            let (match_row, held) = (&self.match_row[..n], &mut self.held[..n]);
+            for a in 0..n {
+                let b = match_row[a];
                 if b == NONE {
                     continue;
                 }
-                let r = (*real).min(w);
-                *real -= r;
-                let p = (*pad).min(w - r);
-                *pad -= p;
-                real_left -= r;
+                let [real, pad] = held[a];
+                let r = real.min(w);
+                let left = [real - r, pad - pad.min(w - r)];
+                held[a] = left;
+                stage_sum += r;
                 if r > 0 {
-                    any = true;
-                    stage_sum += r;
-                    self.drawn.push(Drawn {
+                    drawn.push(Drawn {
                         src: a as u32,
                         dst: b,
                         bytes: r,
                     });
                 }
-                if *real + *pad == 0 {
-                    self.exhausted.push(a as u32);
+                if left[0] + left[1] == 0 {
+                    exhausted.push(a as u32);
                 }
             }
+            real_left -= stage_sum;
+            let any = stage_sum > 0;
             // Exhausted: out of the support and of the matching (the next
             // stage matches the row again, if it has live entries left).
             for &a in &self.exhausted {
