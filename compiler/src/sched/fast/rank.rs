@@ -226,7 +226,13 @@ impl Emitter {
         own.resize(nn + g, 0);
         let (taken, found) = own.split_at_mut(nn);
         found.fill(u64::from(NONE));
+        // Until every lane has found its slice (usually in the first
+        // stages): the lanes found are not cut again.
+        let mut left = g;
         for &i in pairs {
+            if left == 0 {
+                break;
+            }
             let p = &self.stages[i as usize];
             if p.src_node as usize != node {
                 continue;
@@ -237,10 +243,14 @@ impl Emitter {
             taken[b] = after;
             let total = self.node_bytes[node * nn + b];
             for (l, f) in found.iter_mut().enumerate() {
+                if *f != u64::from(NONE) {
+                    continue;
+                }
                 let len = self.lanes[rank_lane_index(nn, g, node, 0, node, b, l)].len();
                 let (from, to) = lane_slice(before, after, total, len);
-                if *f == u64::from(NONE) && to > from {
-                    *f = i as u64;
+                if to > from {
+                    *f = u64::from(i);
+                    left -= 1;
                 }
             }
         }
