@@ -580,13 +580,17 @@ impl Decomposer {
         let words = if W == 0 { self.words } else { W };
         self.order.clear();
         let mut rows = std::mem::take(&mut self.free_rows);
+        // (Over the fields as slices: not reloaded per row.)
+        let (big, cells, free) = (&self.big[..], &self.cells[..], &mut self.free[..words]);
+        let (match_row, match_col) = (&mut self.match_row[..], &mut self.match_col[..]);
+        let (held, order) = (&mut self.held[..], &mut self.order);
         for &a in &rows {
             let a = a as usize;
             // The lowest column of the largest entry of at least `theta`.
             let mut best = (0, NONE);
-            let row_big = &self.big[a * words..(a + 1) * words];
-            let row = &self.cells[a * n..(a + 1) * n];
-            for (k, (&big, &free)) in row_big.iter().zip(&self.free[..words]).enumerate() {
+            let row_big = &big[a * words..][..words];
+            let row = &cells[a * n..][..n];
+            for (k, (&big, &free)) in row_big.iter().zip(&*free).enumerate() {
                 let mut cand = big & free;
                 while cand != 0 {
                     let b = k * 64 + cand.trailing_zeros() as usize;
@@ -600,12 +604,12 @@ impl Decomposer {
             }
             if best.1 != NONE {
                 let b = best.1 as usize;
-                self.match_row[a] = best.1;
-                self.match_col[b] = a as u32;
-                self.held[a] = self.cells[a * n + b];
-                self.free[b / 64] &= !(1 << (b % 64));
+                match_row[a] = best.1;
+                match_col[b] = a as u32;
+                held[a] = row[b];
+                free[b / 64] &= !(1 << (b % 64));
             } else {
-                self.order.push(a as u32);
+                order.push(a as u32);
             }
         }
         // A failed search explores every reachable row, so only one pass
