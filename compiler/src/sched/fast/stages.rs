@@ -730,30 +730,29 @@ impl Decomposer {
         // A free column: every row on the path takes the column it went
         // down through, the deepest first.
         self.free[k] &= !(1 << bit);
-        for i in (0..=depth).rev() {
-            let [row, _, col] = self.path[i];
-            self.rematch(row as usize, col as usize);
+        // Each row matched to its column: its previous match's entry
+        // written back from `held` (and its `big` bit cleared, if it fell
+        // below θ), the new one's read into `held`. Over the fields as
+        // slices, bound once for the path.
+        let (n, theta) = (self.n, self.theta);
+        let (cells, big, held) = (&mut self.cells[..], &mut self.big[..], &mut self.held[..]);
+        let (match_row, match_col) = (&mut self.match_row[..], &mut self.match_col[..]);
+        for &[row, _, col] in self.path[..=depth].iter().rev() {
+            let (a, b) = (row as usize, col as usize);
+            let old = match_row[a];
+            if old != NONE {
+                let old = old as usize;
+                let kept = held[a];
+                cells[a * n + old] = kept;
+                if kept[0] + kept[1] < theta {
+                    big[a * words + old / 64] &= !(1 << (old % 64));
+                }
+            }
+            match_row[a] = col;
+            match_col[b] = row;
+            held[a] = cells[a * n + b];
         }
         true
-    }
-
-    /// Matches row `a` to column `b`, writing its previous match's entry
-    /// back from `held` (and its `big` bit, if it fell below θ).
-    #[inline(always)]
-    fn rematch(&mut self, a: usize, b: usize) {
-        let n = self.n;
-        let old = self.match_row[a];
-        if old != NONE {
-            let old = old as usize;
-            let held = self.held[a];
-            self.cells[a * n + old] = held;
-            if held[0] + held[1] < self.theta {
-                self.big[a * self.words + old / 64] &= !(1 << (old % 64));
-            }
-        }
-        self.match_row[a] = b as u32;
-        self.match_col[b] = a as u32;
-        self.held[a] = self.cells[a * n + b];
     }
 }
 
