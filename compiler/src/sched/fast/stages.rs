@@ -665,8 +665,15 @@ impl Decomposer {
         let path = &mut self.path[..];
         // Words of `seen` below `lo` are full: no row finds a column there,
         // so the scans start at `lo` (seen only grows during a search).
+        // Kept where the word count is not a constant: with one or two
+        // words, skipping a full word costs less than keeping `lo`.
         let full = |w: u64| w == u64::MAX;
-        let mut lo = seen.iter().position(|&w| !full(w)).unwrap_or(words);
+        let track = W == 0;
+        let mut lo = if track {
+            seen.iter().position(|&w| !full(w)).unwrap_or(words)
+        } else {
+            0
+        };
         // The row being scanned, the word its scan resumes at, and its
         // place on the stack.
         let (mut row, mut at, mut depth) = (a, 0usize, 0usize);
@@ -713,7 +720,7 @@ impl Decomposer {
             }
             let bit = cand.trailing_zeros() as usize;
             seen[k] |= 1 << bit;
-            if k == lo {
+            if track && k == lo {
                 while lo < words && full(seen[lo]) {
                     lo += 1;
                 }
