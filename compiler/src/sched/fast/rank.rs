@@ -106,9 +106,10 @@ impl Emitter {
         let mut sink = std::mem::take(&mut self.rank_sink);
         sink.reset(t.rank, g);
         self.prepare_sends();
+        self.rank_pairs(node, rail, &mut sink.pairs);
         match given {
             Some(given) => {
-                if let Err(e) = self.given_first_slices(given, node) {
+                if let Err(e) = self.given_first_slices(given, node, &sink.pairs.own) {
                     self.rank_sink = sink;
                     self.rank_bufs = bufs;
                     return Err(e);
@@ -116,7 +117,6 @@ impl Emitter {
             }
             None => self.first_slices_rank(&v, node, rail),
         }
-        self.rank_pairs(node, rail, &mut sink.pairs);
         for k in 0..sink.pairs.pairs.len() {
             let (i, before) = sink.pairs.pairs[k];
             self.emit_pair(&v, &mut sink, i as usize, before);
@@ -191,8 +191,14 @@ impl Emitter {
     /// The first slices `given` ([`StageInputs`]), checked where the rank
     /// knows the lanes: every GPU of its own node. Errors
     /// ([`Error::Input`]) naming the first GPU whose given slice is not
-    /// its own, or one past the stages.
-    fn given_first_slices(&mut self, given: &StageInputs, node: usize) -> Result<()> {
+    /// its own, or one past the stages. `pairs`: the stage pairs of its node,
+    /// in order ([`RankPairs::own`]; those it sends are the ones read).
+    fn given_first_slices(
+        &mut self,
+        given: &StageInputs,
+        node: usize,
+        pairs: &[u32],
+    ) -> Result<()> {
         let (nn, g) = (self.nodes, self.gpus);
         let stages = self.stages.len();
         let bad = |reason: String| -> Error {
@@ -220,7 +226,14 @@ impl Emitter {
         own.resize(nn + g, 0);
         let (taken, found) = own.split_at_mut(nn);
         found.fill(u64::from(NONE));
-        for (i, p) in self.stages.iter().enumerate() {
+        // Until every lane has found its slice (usually in the first
+        // stages): the lanes found are not cut again.
+        let mut left = g;
+        for &i in pairs {
+            if left == 0 {
+                break;
+            }
+            let p = &self.stages[i as usize];
             if p.src_node as usize != node {
                 continue;
             }
@@ -230,10 +243,14 @@ impl Emitter {
             taken[b] = after;
             let total = self.node_bytes[node * nn + b];
             for (l, f) in found.iter_mut().enumerate() {
+                if *f != u64::from(NONE) {
+                    continue;
+                }
                 let len = self.lanes[rank_lane_index(nn, g, node, 0, node, b, l)].len();
                 let (from, to) = lane_slice(before, after, total, len);
-                if *f == u64::from(NONE) && to > from {
-                    *f = i as u64;
+                if to > from {
+                    *f = u64::from(i);
+                    left -= 1;
                 }
             }
         }
@@ -381,12 +398,14 @@ impl Emitter {
     /// every slice of the rail.
     ///
     /// One pass over the stage pairs adds up what each node pair sent
-    /// before each (no division) and counts the pairs of each chain; a
-    /// second files them by chain. Then only the rank's own pairs are
-    /// walked, each slice meeting its chain walking back from there over
-    /// the chain's pairs since the last meeting, until `2 depth` of them
-    /// carry bytes: the lane slices (a division each) are cut for the
-    /// rank's pairs and those, not for every pair of the rail.
+    /// before each (no division) and links each pair to the pair before it
+    /// on each of its two chains; each of the rank's pairs notes the last
+    /// pair of the chain it meets. Then only the rank's own pairs are
+    /// walked, each slice meeting its chain walking back from there along
+    /// the links, over the chain's pairs since the last meeting, until
+    /// `2 depth` of them carry bytes: the lane slices (a division each)
+    /// are cut for the rank's pairs and those, not for every pair of the
+    /// rail.
     #[inline(never)]
     pub(super) fn rank_pairs(&self, a: usize, j: usize, rp: &mut RankPairs) {
         let nn = self.nodes;
@@ -403,15 +422,21 @@ impl Emitter {
         rp.sent.clear();
         rp.sent.resize(nn * nn, 0);
         rp.own.clear();
-        rp.at.clear();
-        rp.at.resize(2 * nn + 1, 0);
-        // Every entry of `before` and `list` is written below: they grow
-        // (zeroed) only past their longest use so far.
+        rp.heads.clear();
+        rp.last.clear();
+        rp.last.resize(2 * nn, NONE);
+        // Every entry of `before` is written below, and every entry of
+        // `prev` that is read: they grow (zeroed) only past their longest
+        // use so far.
         grow(&mut rp.before, stages.len());
-        // Each pair's bytes before it; the rank's pairs; each chain's count
-        // (at `at[chain + 1]`). Over the buffers as slices: this and the
-        // next pass are the only ones over every stage pair.
-        let (sent, at, own) = (&mut rp.sent[..], &mut rp.at[..], &mut rp.own);
+        if by_chain {
+            grow(&mut rp.prev, stages.len());
+        }
+        // Each pair's bytes before it; the rank's pairs and the chain each
+        // meets; each other pair's links. Over the buffers as slices: the
+        // only pass over every stage pair.
+        let (sent, own, heads) = (&mut rp.sent[..], &mut rp.own, &mut rp.heads);
+        let (last, prev) = (&mut rp.last[..], &mut rp.prev[..]);
         for (i, (p, before)) in stages.iter().zip(&mut rp.before[..]).enumerate() {
             let (s, d) = (p.src_node as usize, p.dst_node as usize);
             let pair = &mut sent[s * nn + d];
@@ -419,9 +444,15 @@ impl Emitter {
             *pair += p.bytes;
             if s == a || d == a {
                 own.push(i as u32);
+                if by_chain {
+                    // The rank's send into GPU (d, j): its receive chain;
+                    // a send into the rank from GPU (s, j): its send chain.
+                    heads.push(last[if s == a { nn + d } else { s }]);
+                }
             } else if by_chain {
-                at[s + 1] += 1;
-                at[nn + d + 1] += 1;
+                prev[i] = [last[s], last[nn + d]];
+                last[s] = i as u32;
+                last[nn + d] = i as u32;
             }
         }
         if every {
@@ -431,30 +462,10 @@ impl Emitter {
                 }
             }
         }
-        if by_chain {
-            for c in 0..2 * nn {
-                rp.at[c + 1] += rp.at[c];
-            }
-            rp.cursor.clear();
-            rp.cursor.extend_from_slice(&rp.at[..2 * nn]);
-            grow(&mut rp.list, rp.at[2 * nn] as usize);
-            // Filed by chain (`cursor` as the next free place of each).
-            let (list, next) = (&mut rp.list[..], &mut rp.cursor[..]);
-            for (i, p) in stages.iter().enumerate() {
-                let (s, d) = (p.src_node as usize, p.dst_node as usize);
-                if s != a && d != a {
-                    let (x, y) = (next[s], next[nn + d]);
-                    list[x as usize] = i as u32;
-                    list[y as usize] = i as u32;
-                    next[s] = x + 1;
-                    next[nn + d] = y + 1;
-                }
-            }
-            rp.cursor.clear();
-            rp.cursor.extend_from_slice(&rp.at[..2 * nn]);
-        }
+        // From here `last` is one past each chain's last meeting.
+        rp.last.fill(0);
         let own = std::mem::take(&mut rp.own);
-        for &i in &own {
+        for (k, &i) in own.iter().enumerate() {
             rp.pick(i);
             if !by_chain {
                 continue;
@@ -464,22 +475,18 @@ impl Emitter {
             if !self.carries(a, j, p, rp.before[i as usize]) {
                 continue;
             }
-            // The rank's send into GPU (d, j): its receive chain; a send
-            // into the rank from GPU (s, j): its send chain.
-            let c = if s == a { nn + d } else { s };
-            let (lo, end) = (rp.cursor[c] as usize, rp.at[c + 1] as usize);
-            let hi = lo + rp.list[lo..end].partition_point(|&x| x < i);
-            let mut k = hi;
+            let (c, side) = if s == a { (nn + d, 1) } else { (s, 0) };
+            let after = rp.last[c];
+            let mut x = rp.heads[k];
             let mut taken = 0;
-            while k > lo && taken < window {
-                k -= 1;
-                let x = rp.list[k];
+            while x != NONE && x >= after && taken < window {
                 if self.carries(a, j, &stages[x as usize], rp.before[x as usize]) {
                     rp.pick(x);
                     taken += 1;
                 }
+                x = rp.prev[x as usize][side];
             }
-            rp.cursor[c] = hi as u32;
+            rp.last[c] = i + 1;
         }
         rp.own = own;
         rp.collect();

@@ -64,15 +64,19 @@ pub(crate) struct RankPairs {
     pub(super) picked: Vec<u64>,
     /// The pairs of the rank's node (it sends or receives), in stage order.
     pub(super) own: Vec<u32>,
-    /// The other pairs by chain of the rail, in stage order: chain `s`
-    /// (GPU `(s, j)` sending) holds `list[at[s]..at[s + 1]]`, chain
-    /// `N + d` (GPU `(d, j)` receiving) `list[at[N + d]..at[N + d + 1]]`.
-    pub(super) at: Vec<u32>,
-    pub(super) list: Vec<u32>,
-    /// Per chain: where in `list` the pairs after the rank's last meeting
-    /// with it start (a meeting takes only those: the earlier ones it
-    /// left are behind a window already emitted).
-    pub(super) cursor: Vec<u32>,
+    /// Per own pair (by chains only): the last other pair before it on
+    /// the chain of the rail it meets ([`NONE`](super::slots::NONE) if none).
+    pub(super) heads: Vec<u32>,
+    /// Per other pair (by chains only), the pair before it on its chains:
+    /// chain `s` (GPU `(s, j)` sending) at `[0]`, chain `N + d` (GPU
+    /// `(d, j)` receiving) at `[1]` ([`NONE`](super::slots::NONE) if none). Pairs of the
+    /// rank's node hold whatever a longer call left.
+    pub(super) prev: Vec<[u32; 2]>,
+    /// Per chain: its last pair so far (while the pairs are read), then
+    /// one past the rank's last meeting with it (a meeting takes only the
+    /// pairs after that one: the earlier ones it left are behind a window
+    /// already emitted).
+    pub(super) last: Vec<u32>,
 }
 
 impl RankPairs {
