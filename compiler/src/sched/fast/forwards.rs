@@ -93,6 +93,30 @@ impl Emitter {
         // Absolute offsets in the input of `s`; the first block that ends
         // after `u`.
         let (u, end) = (row[0] + u, row[0] + w);
+        let forward = |j: usize, b0: u64, b1: u64| {
+            let (lo, hi) = (u.max(b0), end.min(b1));
+            let d = b * g + j;
+            Transfer {
+                src: r as u32,
+                src_buf: Buffer::Scratch,
+                src_off: scratch_off + (lo - u),
+                dst: d as u32,
+                dst_buf: Buffer::Output,
+                dst_off: recv[j] + (lo - b0),
+                bytes: hi - lo,
+                path: if d == r { Path::Local } else { Path::Nvlink },
+                step: stage + 1,
+                deps: Deps::from_buf_and_len([landed, 0, 0, 0], 1),
+            }
+        };
+        if let Some(j) = out.forwards_into(r) {
+            // The one block into GPU `j`, where it meets `u..end`.
+            let (b0, b1) = (row[j], row[j + 1]);
+            if u.max(b0) < end.min(b1) {
+                out.push(forward(j, b0, b1));
+            }
+            return;
+        }
         let mut j = 0;
         while j < g && row[j + 1] <= u {
             j += 1;
@@ -103,20 +127,7 @@ impl Emitter {
                 break;
             }
             if b0 < b1 {
-                let (lo, hi) = (u.max(b0), end.min(b1));
-                let d = b * g + j;
-                out.push(Transfer {
-                    src: r as u32,
-                    src_buf: Buffer::Scratch,
-                    src_off: scratch_off + (lo - u),
-                    dst: d as u32,
-                    dst_buf: Buffer::Output,
-                    dst_off: recv[j] + (lo - b0),
-                    bytes: hi - lo,
-                    path: if d == r { Path::Local } else { Path::Nvlink },
-                    step: stage + 1,
-                    deps: Deps::from_buf_and_len([landed, 0, 0, 0], 1),
-                });
+                out.push(forward(j, b0, b1));
             }
             j += 1;
         }

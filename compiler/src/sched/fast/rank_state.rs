@@ -111,7 +111,10 @@ impl RankPairs {
 ///   of its node;
 /// - every lane into its node: it receives their forwards.
 ///
-/// and only the forwards and intra-node blocks of its node.
+/// and only the forwards and intra-node blocks of its node, of those
+/// forwards only the rank's ([`Sink::forwards_into`]), and of the
+/// balancing moves on other nodes only those its own receives wait on
+/// ([`Sink::moves_for`]): nothing it keeps names the others.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct RankSink {
     rank: u32,
@@ -182,6 +185,28 @@ impl Sink for RankSink {
 
     fn forwards_at(&self, b: usize) -> bool {
         b == self.node
+    }
+
+    /// A forward out of another GPU of the node is the rank's only if it
+    /// lands at the rank, and nothing waits on a forward.
+    #[inline]
+    fn forwards_into(&self, r: usize) -> Option<usize> {
+        (r != self.rank as usize).then_some(self.rail)
+    }
+
+    /// Only the rank's transfers are kept with their dependencies.
+    #[inline]
+    fn keeps(&self, src: usize, dst: usize) -> bool {
+        src == self.rank as usize || dst == self.rank as usize
+    }
+
+    /// A move on another node is the rank's only as a dependency of the
+    /// send it feeds, where that send lands at the rank; on its own node
+    /// the rank's moves out wait on the moves before them, and its
+    /// intra-node blocks on the early moves.
+    #[inline]
+    fn moves_for(&self, a: usize, r: usize) -> bool {
+        a == self.node || r == self.rank as usize
     }
 
     fn intra_nodes(&self, _: usize) -> Range<usize> {

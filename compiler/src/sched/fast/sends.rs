@@ -221,15 +221,20 @@ impl Emitter {
         let mut chain = FewIds::default();
         let mut gate = FewIds::default();
         let lead = self.move_lead(depth);
+        // The sends' waits, where `out` keeps them (a rank's program names
+        // the other sends only as what its own transfers wait on).
+        let keep = out.keeps(c, r);
         if self.opts.staged {
-            if let Some(j) = self.sender_wait(c, depth) {
-                chain.add_ops(self.slots[c][j]);
-            }
-            // The receiving NIC too takes one stage at a time: a sender that
-            // runs ahead (its previous pair was light) waits rather than
-            // joining another sender at its next receiver (incast).
-            if let Some(j) = self.receiver_wait(r, c, depth) {
-                chain.add_ops(self.rslots[r][j]);
+            if keep {
+                if let Some(j) = self.sender_wait(c, depth) {
+                    chain.add_ops(self.slots[c][j]);
+                }
+                // The receiving NIC too takes one stage at a time: a sender
+                // that runs ahead (its previous pair was light) waits rather
+                // than joining another sender at its next receiver (incast).
+                if let Some(j) = self.receiver_wait(r, c, depth) {
+                    chain.add_ops(self.rslots[r][j]);
+                }
             }
             // Moves for this slot start as the previous slot starts; on a
             // mesh, a window earlier (see `move_lead`).
@@ -246,7 +251,7 @@ impl Emitter {
         // the slice's prefix and the gathered its suffix, so a lookup of
         // the other stream would scan the whole slice back for nothing.
         let (mut own_chain, mut gathered_chain) = (chain, chain);
-        if !self.opts.staged {
+        if !self.opts.staged && keep {
             let d = self.spray_depths[a];
             let back = |k: usize| {
                 (self.slice_start..slot)
@@ -288,7 +293,11 @@ impl Emitter {
             let (g0, g1) = (from.max(lane.own) - lane.own, to - lane.own);
             let mut deps = gathered_chain.deps();
             let mut last_move = self.last_move[c];
-            let pieces = &self.pieces[lane.pieces_start as usize..lane.pieces_end as usize];
+            let pieces = if out.moves_for(a, r) {
+                &self.pieces[lane.pieces_start as usize..lane.pieces_end as usize]
+            } else {
+                &[]
+            };
             // Each send moves just the part of each piece it carries: a
             // piece can be most of a lane's share, and moved whole it kept
             // the carrier's NIC idle until all of it had arrived (2x8

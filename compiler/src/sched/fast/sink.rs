@@ -44,6 +44,16 @@ pub(super) trait Sink {
     fn lane_index(&self, nodes: usize, g: usize, a: usize, b: usize, l: usize) -> usize;
     /// Whether to emit the forwards at node `b` (the receiving node).
     fn forwards_at(&self, b: usize) -> bool;
+    /// Of the forwards out of GPU `r` (at a node [`Sink::forwards_at`]
+    /// names), those into one GPU only: `Some(j)`, GPU `j` of the node;
+    /// `None`, into every GPU.
+    fn forwards_into(&self, r: usize) -> Option<usize>;
+    /// Whether it keeps what a transfer from GPU `src` to GPU `dst` waits
+    /// on (a transfer it does not keep may name other dependencies).
+    fn keeps(&self, src: usize, dst: usize) -> bool;
+    /// Whether to emit the balancing moves into GPU `c` (of node `a`) that
+    /// feed a send to GPU `r`.
+    fn moves_for(&self, a: usize, r: usize) -> bool;
     /// The nodes whose intra-node blocks to emit.
     fn intra_nodes(&self, nodes: usize) -> Range<usize>;
 }
@@ -74,6 +84,21 @@ impl Sink for Emit<'_> {
 
     #[inline(always)]
     fn forwards_at(&self, _: usize) -> bool {
+        true
+    }
+
+    #[inline(always)]
+    fn forwards_into(&self, _: usize) -> Option<usize> {
+        None
+    }
+
+    #[inline(always)]
+    fn keeps(&self, _: usize, _: usize) -> bool {
+        true
+    }
+
+    #[inline(always)]
+    fn moves_for(&self, _: usize, _: usize) -> bool {
         true
     }
 
