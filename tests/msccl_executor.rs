@@ -821,6 +821,46 @@ fn rccl_packed_direct_runs_as_planned() {
     );
 }
 
+/// Issue 22 items 2 and 3: under `rccl` (a plan's 62 lanes a gpu) a
+/// 4x8 gpu talking to its 31 peers both ways fills the cap with one lane
+/// per connection, so `lp`'s relays (two lanes each at their relay gpu)
+/// could not be held to it and their lanes ran one after another: the
+/// hotspot file was 4.7% behind its plan. Its plan for the ideal network
+/// is now routed rail to rail (`fit::leaves_lanes`), as `compile` plans
+/// it, and the file is within 3% of its plan.
+#[test]
+fn rccl_4x8_lp_hotspot_runs_as_planned() {
+    use switchyard::compiler::generate::Pattern;
+    use switchyard::compiler::msccl::xsim::simulate_executor;
+    use switchyard::compiler::msccl::{fit, to_xml, Executor, XmlOptions};
+    use switchyard::compiler::sched::{schedule, Options};
+    use switchyard::compiler::Algorithm;
+    let sim = SimOptions::default();
+    let topo = Topology::preset("dgx-h100", 4, None).unwrap();
+    let m = sweep_matrix(topo.ranks(), Pattern::Hotspot(0.3), 4);
+    let executor = Executor::Rccl;
+    assert!(fit::lp_rail_aligned_for_lanes(&topo, &m, executor).unwrap());
+    let sched = Options {
+        time_limit_s: 20.0,
+        lp_rail_aligned: true,
+        ..Options::for_msccl(executor.plan_lanes_per_gpu())
+    };
+    let plan = schedule(Algorithm::Lp, &topo, &m, &sched).unwrap();
+    let want = simulate(&topo, &plan, &sim).unwrap().completion_us;
+    let opts = XmlOptions {
+        executor,
+        ..XmlOptions::default()
+    };
+    let x = to_xml(&plan, &topo, &m, &opts).unwrap();
+    assert!(executor.check(&x.report).is_ok());
+    let (us, _) = simulate_executor(&x.text, "lp", &m, &topo, &sim).unwrap();
+    let r = us / want;
+    assert!(
+        (0.97..=1.03).contains(&r),
+        "4x8 hotspot lp under rccl: executor/plan {r:.4} ({us:.1} / {want:.1} us)"
+    );
+}
+
 /// An all-to-all of `ngpus` GPUs on one node, `c` chunks of 450 kB per
 /// pair: every GPU sends each peer its block as one step on its own
 /// connection (tb per peer, channel 0), receives each peer's block on

@@ -351,8 +351,8 @@ pub fn lp_rail_aligned(
 
 /// [`lp_rail_aligned`], and also `true` on clusters of at most
 /// [`super::chunk::MAX_RANKS_PRICED`] ranks where every peer fits but one
-/// lane per connection passes the lowering's threadblock budget
-/// ([`leaves_lanes`]: 7 x 8 and 8 x 8 with `msccl`, 5 x 8 to 8 x 8 with
+/// lane per connection and a relay's two pass the lanes a plan may run
+/// at once ([`leaves_lanes`]: 7 x 8 and 8 x 8 with `msccl`, 4 x 8 to 8 x 8 with
 /// `rccl`). For plans priced on the ideal network (`compile --network
 /// ideal`): there the files of the 8 x 8 sweep are within 3% of their
 /// plans and 1.3-9.0% faster rail to rail, but rail to rail relays most
@@ -408,23 +408,33 @@ fn lp_rail_aligned_with(
     Ok(true)
 }
 
-/// Whether one lane per connection of `peers` fits the lowering's
-/// threadblock budget on every gpu: it gives every connection one send and
-/// one receive tb (and local copies one) before any second lane, and
-/// second lanes only while both gpus stay within [`Executor::tb_budget`]
-/// (docs/msccl.md, "Lowering" step 2). Past that, the lanes a plan runs
-/// side by side on one connection run one after another in its file: an
-/// `lp` plan with any routes on 8 x 8 (126 tbs for one lane each, budget
-/// 108) had 155 lanes short, its relays' forwards queued on one tb behind
-/// late arrivals, and its Zipf and log-normal files were 3-4% behind
-/// their plans (docs/benchmarks.md, issue 22 item 2, 2026-12-05).
+/// Whether one lane per connection of `peers`, and the two lanes of one
+/// relay, fit the lanes a plan for `executor` may run at once on every
+/// gpu ([`Executor::plan_lanes_per_gpu`], the cap `lp` sizes its lanes
+/// to; local copies take none, as there). The lowering gives every
+/// connection one send and one receive tb (and local copies one) before
+/// any second lane, and second lanes only while both gpus stay within
+/// [`Executor::tb_budget`] (docs/msccl.md, "Lowering" step 2). Past that,
+/// the lanes a plan runs side by side on one connection run one after
+/// another in its file: an `lp` plan with any routes on 8 x 8 (126 tbs
+/// for one lane each, budget 108) had 155 lanes short, its relays'
+/// forwards queued on one tb behind late arrivals, and its Zipf and
+/// log-normal files were 3-4% behind their plans (docs/benchmarks.md,
+/// issue 22 item 2, 2026-12-05). A relay through a gpu takes a receive
+/// and a send lane there beside its own connections: where the cap holds
+/// one lane per connection but not a relay's two (RCCL at 4 x 8: 62
+/// connections, cap 62), `lp`'s lanes cannot be held to it
+/// (`sched::lp`'s capped lanes exceed it whatever their size) and its
+/// relays ran one after another: 4 x 8 hotspot 4.7% behind its plan
+/// (docs/benchmarks.md, issue 22 items 2 and 3, 2026-12-05).
 pub fn leaves_lanes(peers: &Peers, executor: Executor) -> bool {
-    let mut tbs: Vec<usize> = peers.local.iter().map(|&l| usize::from(l)).collect();
+    let mut lanes = vec![0usize; peers.local.len()];
     for &(s, d) in &peers.conns {
-        tbs[s] += 1;
-        tbs[d] += 1;
+        lanes[s] += 1;
+        lanes[d] += 1;
     }
-    tbs.into_iter().all(|t| t <= executor.tb_budget())
+    let cap = executor.plan_lanes_per_gpu() as usize;
+    lanes.into_iter().all(|l| l + 2 <= cap)
 }
 
 /// The largest rail-aligned flow LP [`lp_rail_aligned`] lets `lp` solve
@@ -497,11 +507,13 @@ mod tests {
         // route: 2 (n - 1) tbs for one lane per connection, and one for
         // the local copies. NCCL-MSCCL's loader takes 8 x 8's 127
         // (packed: 63), but the lowering's budget is 108, so 7 x 8 (111)
-        // and 8 x 8 route rail to rail (29 tbs); RCCL's budget is 64, so
-        // from 5 x 8 (79) on. Above 64 ranks unchanged: any route where
+        // and 8 x 8 route rail to rail (29 tbs); RCCL's budget is 64 (its
+        // plans' lanes 62), so from 4 x 8 (62 lanes, no room for a
+        // relay's two) on. Above 64 ranks unchanged: any route where
         // every peer fits the loader (16 x 8 with NCCL-MSCCL).
         for (nodes, msccl, rccl) in [
-            (4, false, false),
+            (2, false, false),
+            (4, false, true),
             (5, false, true),
             (6, false, true),
             (7, true, true),
@@ -536,18 +548,19 @@ mod tests {
             m.set(g, g, 0);
         }
         assert!(lp_rail_aligned_for_lanes(&topo, &m, Executor::Msccl).unwrap());
-        // The threshold: 55 ranks (108 tbs) fit NCCL-MSCCL's budget and
-        // 56 (110) do not; RCCL's 64: 33 ranks and 34.
+        // The threshold: 53 ranks (104 lanes, and a relay's 2) fit
+        // NCCL-MSCCL's 106 plan lanes and 54 (106) do not; RCCL's 62: 31
+        // ranks (60) and 32 (62).
         let any = |n: usize| Peers {
             conns: (0..n)
                 .flat_map(|s| (0..n).filter(move |&d| d != s).map(move |d| (s, d)))
                 .collect(),
             local: vec![false; n],
         };
-        assert!(leaves_lanes(&any(55), Executor::Msccl));
-        assert!(!leaves_lanes(&any(56), Executor::Msccl));
-        assert!(leaves_lanes(&any(33), Executor::Rccl));
-        assert!(!leaves_lanes(&any(34), Executor::Rccl));
+        assert!(leaves_lanes(&any(53), Executor::Msccl));
+        assert!(!leaves_lanes(&any(54), Executor::Msccl));
+        assert!(leaves_lanes(&any(31), Executor::Rccl));
+        assert!(!leaves_lanes(&any(32), Executor::Rccl));
     }
 
     /// Rank `s` sends to the rank `s + 1` further on: one peer each way
