@@ -373,34 +373,33 @@ fn simulate_inner(
     sim.run(progress)
 }
 
-/// [`simulate`] with a whole fill at every recompute: the reference the
-/// incremental refill must reproduce exactly (tests only).
+/// What a test's reference run of [`simulate`] does the plain way.
 #[cfg(test)]
-pub(crate) fn simulate_whole_fills(
-    topo: &Topology,
-    plan: &Plan,
-    opts: &SimOptions,
-) -> Result<SimResult> {
-    check_plan(topo, plan)?;
-    let eps = opts.tolerance_for(plan.transfers.len());
-    let mut sim = Sim::new(topo, plan, opts, eps);
-    sim.whole_fills = true;
-    sim.run(&mut |_, _| {})
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Reference {
+    /// A whole fill at every recompute: what the incremental refill must
+    /// reproduce exactly.
+    WholeFills,
+    /// Every moving flow's finish projected at every event: what the kept
+    /// projections (`Proj`) must reproduce exactly.
+    Sweep,
 }
 
-/// [`simulate`] projecting every moving flow's finish at every event: the
-/// reference the kept projections (`Proj`) must reproduce exactly (tests
-/// only).
+/// [`simulate`] the plain way `how` names (tests only).
 #[cfg(test)]
-pub(crate) fn simulate_sweeping(
+pub(crate) fn simulate_reference(
     topo: &Topology,
     plan: &Plan,
     opts: &SimOptions,
+    how: Reference,
 ) -> Result<SimResult> {
     check_plan(topo, plan)?;
     let eps = opts.tolerance_for(plan.transfers.len());
     let mut sim = Sim::new(topo, plan, opts, eps);
-    sim.sweep_every_flow = true;
+    match how {
+        Reference::WholeFills => sim.whole_fills = true,
+        Reference::Sweep => sim.sweep_every_flow = true,
+    }
     sim.run(&mut |_, _| {})
 }
 

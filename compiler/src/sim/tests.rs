@@ -546,10 +546,30 @@ proptest! {
                 ..SimOptions::new(if calibrated { Network::Calibrated } else { Network::Ideal })
             };
             let fast = simulate(&topo, &plan, &opts).unwrap();
-            let whole = simulate_whole_fills(&topo, &plan, &opts).unwrap();
+            let whole = simulate_reference(&topo, &plan, &opts, Reference::WholeFills).unwrap();
             prop_assert!(fast == whole, "{alg}: refilled and whole-filled runs differ");
         }
     }
+}
+
+/// 4 x 8 DGX-H100 on log-normal traffic, and the plans of every
+/// rail-aligned algorithm (their rails and nodes are separate components)
+/// and `direct` (one component).
+fn skewed_4x8_plans() -> (Topology, Vec<(crate::sched::Algorithm, Plan)>) {
+    let topo = Topology::preset("dgx-h100", 4, None).unwrap();
+    let mut spec = TrafficSpec::new(topo.ranks(), Pattern::Lognormal(1.0));
+    spec.bytes = 1 << 18;
+    spec.seed = 3;
+    let m = generate(&spec).unwrap();
+    let plans = ["direct", "hierarchical", "fast", "spray", "pxn"]
+        .into_iter()
+        .map(|alg| {
+            let alg: crate::sched::Algorithm = alg.parse().unwrap();
+            let plan = crate::sched::schedule(alg, &topo, &m, &Default::default()).unwrap();
+            (alg, plan)
+        })
+        .collect();
+    (topo, plans)
 }
 
 /// The same on plans of a size where components matter: 4 x 8 DGX-H100,
@@ -557,17 +577,11 @@ proptest! {
 /// separate components) and `direct` (one component).
 #[test]
 fn refills_give_the_whole_fills_run_at_4x8() {
-    let topo = Topology::preset("dgx-h100", 4, None).unwrap();
-    let mut spec = TrafficSpec::new(topo.ranks(), Pattern::Lognormal(1.0));
-    spec.bytes = 1 << 18;
-    spec.seed = 3;
-    let m = generate(&spec).unwrap();
-    for alg in ["direct", "hierarchical", "fast", "spray", "pxn"] {
-        let alg: crate::sched::Algorithm = alg.parse().unwrap();
-        let plan = crate::sched::schedule(alg, &topo, &m, &Default::default()).unwrap();
+    let (topo, plans) = skewed_4x8_plans();
+    for (alg, plan) in plans {
         for opts in [SimOptions::default(), SimOptions::new(Network::Calibrated)] {
             let fast = simulate(&topo, &plan, &opts).unwrap();
-            let whole = simulate_whole_fills(&topo, &plan, &opts).unwrap();
+            let whole = simulate_reference(&topo, &plan, &opts, Reference::WholeFills).unwrap();
             assert!(fast == whole, "{alg} {}: runs differ", opts.network);
             assert!(fast.events > 100, "{alg}: {} events", fast.events);
         }
@@ -601,7 +615,7 @@ proptest! {
                 ..SimOptions::new(network)
             };
             let kept = simulate(&topo, &plan, &opts).unwrap();
-            let sweep = simulate_sweeping(&topo, &plan, &opts).unwrap();
+            let sweep = simulate_reference(&topo, &plan, &opts, Reference::Sweep).unwrap();
             prop_assert!(kept == sweep, "{alg} {network}: runs differ");
         }
     }
@@ -612,14 +626,8 @@ proptest! {
 /// where a flow's projection is kept across more than `REPROJECT` of them.
 #[test]
 fn kept_projections_give_the_sweeps_run_at_4x8() {
-    let topo = Topology::preset("dgx-h100", 4, None).unwrap();
-    let mut spec = TrafficSpec::new(topo.ranks(), Pattern::Lognormal(1.0));
-    spec.bytes = 1 << 18;
-    spec.seed = 3;
-    let m = generate(&spec).unwrap();
-    for alg in ["direct", "hierarchical", "fast", "spray", "pxn"] {
-        let alg: crate::sched::Algorithm = alg.parse().unwrap();
-        let plan = crate::sched::schedule(alg, &topo, &m, &Default::default()).unwrap();
+    let (topo, plans) = skewed_4x8_plans();
+    for (alg, plan) in plans {
         for network in [Network::Ideal, Network::Calibrated, Network::Congested] {
             for (tolerance, arrivals) in [(0.0, false), (0.01, false), (0.01, true)] {
                 let opts = SimOptions {
@@ -628,7 +636,7 @@ fn kept_projections_give_the_sweeps_run_at_4x8() {
                     ..SimOptions::new(network)
                 };
                 let kept = simulate(&topo, &plan, &opts).unwrap();
-                let sweep = simulate_sweeping(&topo, &plan, &opts).unwrap();
+                let sweep = simulate_reference(&topo, &plan, &opts, Reference::Sweep).unwrap();
                 assert!(kept.events > 100, "{alg}: {} events", kept.events);
                 assert!(
                     kept == sweep,
@@ -649,5 +657,5 @@ fn kept_projections_give_the_sweeps_run_at_4x8() {
     let opts = SimOptions::default();
     let kept = simulate(&topo, &plan, &opts).unwrap();
     assert!(kept.events > REPROJECT as usize, "{} events", kept.events);
-    assert!(kept == simulate_sweeping(&topo, &plan, &opts).unwrap());
+    assert!(kept == simulate_reference(&topo, &plan, &opts, Reference::Sweep).unwrap());
 }
