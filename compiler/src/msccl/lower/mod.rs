@@ -339,7 +339,7 @@ pub fn to_xml(
     // chunks, and rate lanes where a stream was spread (below).
     let first = lower_from(base, true, None, false, &mut laps)?;
     // Each with the symbolic executor's run the lowering made of it.
-    let mut cands: Vec<(XmlPlan, exec::Trace)> = Vec::new();
+    let mut cands: Vec<Lowered> = Vec::new();
     // Tails handed to the next head (`super::handoff`) start the heads'
     // bodies a latency earlier, which moves the bandwidth shares the plan's
     // other transfers get: 4x8 log-normal +5.3% -> +4.6% of its plan, 4x8
@@ -347,7 +347,7 @@ pub fn to_xml(
     // are any, the file without them is priced too (first: it wins a tie).
     if first.x.handoffs > 0 && n <= super::chunk::MAX_RANKS_PRICED {
         if let Ok(plain) = lower_from(base, false, None, false, &mut laps) {
-            cands.push((plain.x, plain.trace));
+            cands.push(plain);
         }
     }
     // Long streams: one lane per FIFO window's worth of calls keeps every
@@ -356,9 +356,9 @@ pub fn to_xml(
     // docs/benchmarks.md issue 22). Where a stream was spread, files with
     // only the lanes each stream's planned rate needs
     // (`super::spread::rate_lanes`), at two caps, are priced too.
-    let with_rates = |l: Lowered, cands: &mut Vec<(XmlPlan, exec::Trace)>, laps: &mut Laps| {
+    let with_rates = |l: Lowered, cands: &mut Vec<Lowered>, laps: &mut Laps| {
         let (u, spread) = (l.x.chunk_bytes, l.spread);
-        cands.push((l.x, l.trace));
+        cands.push(l);
         if !spread || opts.pacing != Pacing::Cut || n > super::chunk::MAX_RANKS_PRICED {
             return;
         }
@@ -380,8 +380,8 @@ pub fn to_xml(
                 None,
             );
             if let Ok(r) = r {
-                if cands.iter().all(|y| y.0.text != r.x.text) {
-                    cands.push((r.x, r.trace));
+                if cands.iter().all(|y| y.x.text != r.x.text) {
+                    cands.push(r);
                 }
             }
         }
@@ -422,12 +422,12 @@ pub fn to_xml(
     let files_at = |u: u64,
                     files: &[(bool, Option<f64>)],
                     late: bool,
-                    cands: &mut Vec<(XmlPlan, exec::Trace)>,
+                    cands: &mut Vec<Lowered>,
                     laps: &mut Laps| {
         for &(handoff, lead) in files {
             if let Ok(y) = lower_from(u, handoff, lead, late, laps) {
-                if y.x.chunk_bytes == u && cands.iter().all(|c| c.0.text != y.x.text) {
-                    cands.push((y.x, y.trace));
+                if y.x.chunk_bytes == u && cands.iter().all(|c| c.x.text != y.x.text) {
+                    cands.push(y);
                 }
             }
         }
@@ -456,7 +456,7 @@ pub fn to_xml(
     // [`SCORED_ABOVE`] try more chunks (`chunk::rescue_chunk_bytes`).
     let rescue = !is_fast && opts.chunk_bytes.is_none() && n <= super::chunk::MAX_RANKS_PRICED;
     // One file and nothing else to try: no pricing.
-    if cands.len() == 1 && !simple_may_help(opts, &cands[0].0, n) && !rescue {
+    if cands.len() == 1 && !simple_may_help(opts, &cands[0].x, n) && !rescue {
         return read_back(cands.remove(0), traffic, &mut laps);
     }
     // The plan's own completion; a file more than [`SCORED_ABOVE`] behind
@@ -464,25 +464,29 @@ pub fn to_xml(
     let plan_us = timeline.iter().map(|t| t.end_us).fold(0.0, f64::max);
     let over = |us: f64| us > plan_us * (1.0 + SCORED_ABOVE);
     let sim = SimOptions::default();
-    let price = |(p, trace): &(XmlPlan, exec::Trace)| -> Result<f64> {
-        let (us, _) = super::xsim::simulate_traced(&p.algo, trace, p.chunk_bytes, topo, &sim)?;
+    // (A lowering that chose among packings priced its file already.)
+    let price = |c: &Lowered| -> Result<f64> {
+        if let Some(us) = c.priced {
+            return Ok(us);
+        }
+        let (us, _) =
+            super::xsim::simulate_traced(&c.x.algo, &c.trace, c.x.chunk_bytes, topo, &sim)?;
         Ok(us)
     };
     // The fastest; on a tie the earlier (the window file, the base chunk).
     let mut best = 0;
     let mut best_us = f64::INFINITY;
     let mut priced = 0;
-    let mut price_new =
-        |cands: &[(XmlPlan, exec::Trace)], best: &mut usize, best_us: &mut f64| -> Result<()> {
-            for (i, c) in cands.iter().enumerate().skip(priced) {
-                let us = price(c)?;
-                if us < *best_us {
-                    (*best, *best_us) = (i, us);
-                }
+    let mut price_new = |cands: &[Lowered], best: &mut usize, best_us: &mut f64| -> Result<()> {
+        for (i, c) in cands.iter().enumerate().skip(priced) {
+            let us = price(c)?;
+            if us < *best_us {
+                (*best, *best_us) = (i, us);
             }
-            priced = cands.len();
-            Ok(())
-        };
+        }
+        priced = cands.len();
+        Ok(())
+    };
     price_new(&cands, &mut best, &mut best_us)?;
     // `fast`'s files still over [`SCORED_ABOVE`] behind the plan: the
     // finer chunks the plan's inter-node transfers score best at, one
@@ -491,7 +495,7 @@ pub fn to_xml(
     // operations past 71 chunks; 8x8 log-normal, where the base, 5/4 and
     // 3/2 chunks were +4.8% / +4.5%, docs/benchmarks.md issue 22).
     if fast_priced && opts.chunk_bytes.is_none() && over(best_us) {
-        let tried: Vec<u64> = cands.iter().map(|c| c.0.chunk_bytes).collect();
+        let tried: Vec<u64> = cands.iter().map(|c| c.x.chunk_bytes).collect();
         let scored = super::chunk::scored_chunk_bytes(plan, traffic, opts.layout, 2)?;
         for u in scored.into_iter().filter(|u| !tried.contains(u)) {
             if !over(best_us) {
@@ -514,7 +518,7 @@ pub fn to_xml(
     if fast_priced && opts.chunk_bytes.is_none() && over(best_us) {
         let files = [(true, None), (false, None), (true, Some(HEAD_LEAD_US))];
         files_at(
-            cands[best].0.chunk_bytes,
+            cands[best].x.chunk_bytes,
             &files,
             true,
             &mut cands,
@@ -524,36 +528,34 @@ pub fn to_xml(
     }
     // The window file at chunk `u` lowered with options `o`, and where it
     // spreads a stream, its rate-lane files (as `with_rates`).
-    let files_with =
-        |o: &XmlOptions, u: u64, cands: &mut Vec<(XmlPlan, exec::Trace)>, laps: &mut Laps| {
-            for streams in [
-                Streams::Window,
-                Streams::Rate(RATE_CAPS[0]),
-                Streams::Rate(RATE_CAPS[1]),
-            ] {
-                match lower_with(
-                    plan, topo, traffic, o, u, &timeline, streams, laps, true, None, false, false,
-                    None,
-                ) {
-                    Ok(y) if y.x.chunk_bytes == u && cands.iter().all(|c| c.0.text != y.x.text) => {
-                        let spread = y.spread;
-                        cands.push((y.x, y.trace));
-                        if !spread {
-                            break;
-                        }
+    let files_with = |o: &XmlOptions, u: u64, cands: &mut Vec<Lowered>, laps: &mut Laps| {
+        for streams in [
+            Streams::Window,
+            Streams::Rate(RATE_CAPS[0]),
+            Streams::Rate(RATE_CAPS[1]),
+        ] {
+            match lower_with(
+                plan, topo, traffic, o, u, &timeline, streams, laps, true, None, false, false, None,
+            ) {
+                Ok(y) if y.x.chunk_bytes == u && cands.iter().all(|c| c.x.text != y.x.text) => {
+                    let spread = y.spread;
+                    cands.push(y);
+                    if !spread {
+                        break;
                     }
-                    _ => break,
                 }
+                _ => break,
             }
-        };
+        }
+    };
     // A file still over [`SCORED_ABOVE`] whose protocol was chosen by size
     // (LL128 or LL: every packed file of the sweep's matrices) and whose
     // window is its own size whatever the protocol: the same lowering in
     // Simple is priced too (`simple_candidates`; 2x8 log-normal `pxn`
     // packed, docs/benchmarks.md issue 22 item 2).
-    let simple = simple_candidates(opts, &cands[best].0, over(best_us), n);
+    let simple = simple_candidates(opts, &cands[best].x, over(best_us), n);
     if let Some(o) = &simple {
-        files_with(o, cands[best].0.chunk_bytes, &mut cands, &mut laps);
+        files_with(o, cands[best].x.chunk_bytes, &mut cands, &mut laps);
         price_new(&cands, &mut best, &mut best_us)?;
     }
     // Files still over [`SCORED_ABOVE`] (not `fast`'s, above): more
@@ -569,10 +571,10 @@ pub fn to_xml(
     // (docs/benchmarks.md issue 22 item 2).
     if rescue && over(best_us) {
         let o = match simple {
-            Some(o) if cands[best].0.protocol == Protocol::Simple => o,
+            Some(o) if cands[best].x.protocol == Protocol::Simple => o,
             _ => opts.clone(),
         };
-        let tried: Vec<u64> = cands.iter().map(|c| c.0.chunk_bytes).collect();
+        let tried: Vec<u64> = cands.iter().map(|c| c.x.chunk_bytes).collect();
         let mut more = super::chunk::rescue_chunk_bytes(plan, traffic, opts.layout, fine)?;
         more.extend(super::chunk::coarse_chunk_bytes(
             traffic,
@@ -813,6 +815,9 @@ struct Lowered {
     spread: bool,
     /// The symbolic executor's run of the written file, for its pricing.
     trace: exec::Trace,
+    /// The file's completion by the executor's rules, us, where the
+    /// lowering priced it already (to choose among packings).
+    priced: Option<f64>,
 }
 
 /// A chunk's operations before any pacing cut, and the scratch chunks per
@@ -1218,9 +1223,9 @@ fn lower_with(
     let text = write_algo(&algo);
     laps.lap("write");
     // The file as written is read back only if it is kept (`read_back`).
-    let trace = match kept {
-        Some((trace, _)) => trace,
-        None => exec::run(&algo, file).map_err(internal)?,
+    let (trace, priced) = match kept {
+        Some((trace, us)) => (trace, Some(us)),
+        None => (exec::run(&algo, file).map_err(internal)?, None),
     };
     laps.lap("symbolic executor");
     opts.executor.check(&trace.report).map_err(|why| {
@@ -1255,7 +1260,12 @@ fn lower_with(
         report: trace.report.clone(),
         algo,
     };
-    Ok(Lowered { x, spread, trace })
+    Ok(Lowered {
+        x,
+        spread,
+        trace,
+        priced,
+    })
 }
 
 fn internal(e: Error) -> Error {
@@ -1272,7 +1282,11 @@ fn internal(e: Error) -> Error {
 /// parsed elements alone, so a file that reads back as the lowered form
 /// keeps that form's run (at 32 x 8 `fast`, 3 s of the lowering's 37).
 fn read_back(
-    (mut x, lowered_run): (XmlPlan, exec::Trace),
+    Lowered {
+        mut x,
+        trace: lowered_run,
+        ..
+    }: Lowered,
     traffic: &TrafficMatrix,
     laps: &mut Laps,
 ) -> Result<XmlPlan> {
