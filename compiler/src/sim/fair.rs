@@ -124,12 +124,11 @@ impl Filler {
         &self.on[l as usize]
     }
 
-    /// What the last fill recomputed: `None` after a whole fill (every
-    /// indexed flow and link), or the links and flows (positions) of the
-    /// component a refill filled again; every other flow kept its rate
-    /// and every other link its usage.
-    pub fn refilled(&self) -> Option<(&[LinkId], &[u32])> {
-        (!self.whole).then_some((&self.comp_links[..], &self.comp_flows[..]))
+    /// The flows the last fill recomputed: `None` after a whole fill
+    /// (every indexed flow), or the flows (positions) of the component a
+    /// refill filled again; every other flow kept its rate.
+    pub fn refilled(&self) -> Option<&[u32]> {
+        (!self.whole).then_some(&self.comp_flows[..])
     }
 
     /// Rate in use on link `l` after the last fill: capacity minus what is left.

@@ -939,7 +939,7 @@ impl<'a> Sim<'a> {
                 // of now (the sweep's values); a flow refilled to the same
                 // rate keeps its projection.
                 match self.filler.refilled() {
-                    Some((_, flows)) => {
+                    Some(flows) => {
                         for &pos in flows {
                             let p = pos as usize;
                             if rate[p].to_bits() != proj.mv[p].to_bits() {
