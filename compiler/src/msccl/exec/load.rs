@@ -95,6 +95,9 @@ pub(crate) fn per_step<T: Clone>(algo: &Algo, value: T) -> PerStep<T> {
         .collect()
 }
 
+/// Per step: the `(tb index, position)` flags it waits for.
+pub(crate) type StepWaits = PerStep<Vec<(u32, u32)>>;
+
 /// The structure the loader builds: indices, pairing, dependencies.
 pub(super) struct Loaded<'a> {
     pub(super) algo: &'a Algo,
@@ -102,7 +105,7 @@ pub(super) struct Loaded<'a> {
     pub(super) step_ops: PerStep<StepOps>,
     pub(super) ops: Vec<Op>,
     /// Per step: `(tb index, position)` flags it waits for, nops folded in.
-    pub(super) waits: PerStep<Vec<(u32, u32)>>,
+    pub(super) waits: StepWaits,
     /// Per connection `(chan, from gpu, to gpu)`: the owning tbs.
     pub(super) fifo_ids: HashMap<(u32, u32, u32), usize>,
     /// Steps in the order the one-operation-per-step run completed them.
@@ -125,9 +128,46 @@ pub(super) fn at(algo: &Algo, r: StepRef) -> String {
 }
 
 pub(super) fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
-    let err = |line: usize, reason: String| -> crate::error::Error {
-        InputError::at(file, format!("line {line}"), reason).into()
+    check_header(algo, file)?;
+    let map = parse::chunk_map(algo, file)?;
+    check_gpu_ids(algo, file)?;
+    let conns = check_tbs(algo, file)?;
+    let mut warnings = conns.warnings;
+    let (waits, targets) = check_steps(algo, file, &conns.tb_of_id)?;
+    warn_unwaited(algo, &targets, &mut warnings);
+    let mut l = Loaded {
+        algo,
+        file,
+        step_ops: algo
+            .gpus
+            .iter()
+            .map(|g| {
+                g.tbs
+                    .iter()
+                    .map(|t| vec![StepOps::default(); t.steps.len()])
+                    .collect()
+            })
+            .collect(),
+        ops: Vec::new(),
+        waits,
+        fifo_ids: HashMap::new(),
+        step_log: Vec::new(),
+        map,
+        warnings,
     };
+    pair(&mut l, &conns.senders, &conns.receivers)?;
+    Ok(l)
+}
+
+/// An input error at `line` of `file`.
+fn at_line(file: &str, line: usize, reason: String) -> crate::error::Error {
+    InputError::at(file, format!("line {line}"), reason).into()
+}
+
+/// The `<algo>` element's own attributes: ranks, collective, chunks per
+/// loop, channels, size window, in-place flags.
+fn check_header(algo: &Algo, file: &str) -> Result<()> {
+    let err = |line: usize, reason: String| at_line(file, line, reason);
     let n = algo.ngpus;
     if n < 1 {
         return Err(err(algo.line, format!("ngpus=\"{n}\" must be at least 1")));
@@ -193,7 +233,13 @@ pub(super) fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
             "inplace=\"0\" and outofplace=\"0\": no call can use the plan".into(),
         ));
     }
-    let map = parse::chunk_map(algo, file)?;
+    Ok(())
+}
+
+/// Every rank has exactly one `<gpu>`, listed in rank order.
+fn check_gpu_ids(algo: &Algo, file: &str) -> Result<()> {
+    let err = |line: usize, reason: String| at_line(file, line, reason);
+    let n = algo.ngpus;
     // gpus: ids exactly 0..n-1, sorted by id for indexing.
     let mut gpu_at = vec![usize::MAX; n as usize];
     for (gi, g) in algo.gpus.iter().enumerate() {
@@ -223,6 +269,26 @@ pub(super) fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
             "gpus must be listed in rank order 0..ngpus-1".into(),
         ));
     }
+    Ok(())
+}
+
+/// What the tbs' checks leave: tb index by id per gpu, each connection's
+/// owners, and warnings.
+struct Connections {
+    /// Per gpu: the tb index of each tb id.
+    tb_of_id: Vec<Vec<u32>>,
+    /// `(chan, from, to)` -> the owning send tb `(g, t)`.
+    senders: HashMap<(u32, u32, u32), (u32, u32)>,
+    /// `(chan, from, to)` -> the owning receive tb `(g, t)`.
+    receivers: HashMap<(u32, u32, u32), (u32, u32)>,
+    warnings: Vec<String>,
+}
+
+/// Every gpu's buffers, element count and tbs: ids, peers, channels, one
+/// owner per connection, steps per tb, peer tbs per channel.
+fn check_tbs(algo: &Algo, file: &str) -> Result<Connections> {
+    let err = |line: usize, reason: String| at_line(file, line, reason);
+    let n = algo.ngpus;
     let mut warnings = Vec::new();
     let mut tb_of_id = Vec::with_capacity(n as usize);
     // (chan, from, to) -> owning send tb (g, t) and receive tb.
@@ -314,8 +380,25 @@ pub(super) fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
         }
         tb_of_id.push(ids);
     }
+    Ok(Connections {
+        tb_of_id,
+        senders,
+        receivers,
+        warnings,
+    })
+}
+
+/// Every step: position, kind, `cnt`, peers, buffer bounds, `depid`,
+/// nops. Returns each step's waits (nops folded in) and, per step,
+/// whether some step waits for it.
+fn check_steps(
+    algo: &Algo,
+    file: &str,
+    tb_of_id: &[Vec<u32>],
+) -> Result<(StepWaits, PerStep<bool>)> {
+    let err = |line: usize, reason: String| at_line(file, line, reason);
     // Steps: attributes, bounds, nops, dependencies.
-    let mut waits: PerStep<Vec<(u32, u32)>> = Vec::with_capacity(algo.gpus.len());
+    let mut waits: StepWaits = Vec::with_capacity(algo.gpus.len());
     // Per gpu, tb and step: whether some step waits for it.
     let mut targets: PerStep<bool> = per_step(algo, false);
     for (gi, g) in algo.gpus.iter().enumerate() {
@@ -431,6 +514,11 @@ pub(super) fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
         }
         waits.push(gw);
     }
+    Ok((waits, targets))
+}
+
+/// A warning for each signalling step (`hasdep="1"`) no step waits for.
+fn warn_unwaited(algo: &Algo, targets: &PerStep<bool>, warnings: &mut Vec<String>) {
     for (gi, g) in algo.gpus.iter().enumerate() {
         for (ti, tb) in g.tbs.iter().enumerate() {
             for (p, st) in tb.steps.iter().enumerate() {
@@ -444,28 +532,6 @@ pub(super) fn load<'a>(algo: &'a Algo, file: &'a str) -> Result<Loaded<'a>> {
             }
         }
     }
-    let mut l = Loaded {
-        algo,
-        file,
-        step_ops: algo
-            .gpus
-            .iter()
-            .map(|g| {
-                g.tbs
-                    .iter()
-                    .map(|t| vec![StepOps::default(); t.steps.len()])
-                    .collect()
-            })
-            .collect(),
-        ops: Vec::new(),
-        waits,
-        fifo_ids: HashMap::new(),
-        step_log: Vec::new(),
-        map,
-        warnings,
-    };
-    pair(&mut l, &senders, &receivers)?;
-    Ok(l)
 }
 
 /// Matches the k-th send on each connection with its k-th receive, and

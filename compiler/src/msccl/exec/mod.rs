@@ -38,7 +38,7 @@ use data::check_outputs;
 use load::{link_deps, load, Loaded};
 use state::{execute, Mode, Order};
 
-pub(crate) use load::{per_step, PerStep, StepOps};
+pub(crate) use load::{per_step, PerStep, StepOps, StepWaits};
 pub use load::{Op, Origin, StepRef};
 
 /// What a checked file does.
@@ -78,7 +78,7 @@ pub struct Trace {
     /// Per step `[gpu][tb][position]`: the operations it receives, sends or
     /// copies, and the `(tb, position)` steps it waits for (nops folded in).
     pub(crate) step_ops: PerStep<StepOps>,
-    pub(crate) waits: PerStep<Vec<(u32, u32)>>,
+    pub(crate) waits: StepWaits,
 }
 
 /// Validates, pairs, runs and checks a parsed file.
