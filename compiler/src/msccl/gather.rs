@@ -78,9 +78,7 @@ pub(super) fn gather_sources(ops: Vec<ChunkOp>, scratch: &mut [u32]) -> Vec<Chun
                         dst: o.src,
                         dst_buf: BufRef::Scratch,
                         dst_off: base + at,
-                        deps: Vec::new(),
-                        recv_deps: Vec::new(),
-                        ..o.clone()
+                        ..o.without_deps()
                     });
                     at += o.cnt;
                 }
@@ -96,8 +94,7 @@ pub(super) fn gather_sources(ops: Vec<ChunkOp>, scratch: &mut [u32]) -> Vec<Chun
                         dst_off: seg[0].dst_off + at,
                         cnt: c,
                         deps: deps.clone(),
-                        recv_deps: Vec::new(),
-                        ..seg[0].clone()
+                        ..seg[0].without_deps()
                     });
                     at += c;
                 }
@@ -110,7 +107,7 @@ pub(super) fn gather_sources(ops: Vec<ChunkOp>, scratch: &mut [u32]) -> Vec<Chun
                     out.push(ChunkOp {
                         deps: map(&o.deps, &new_of),
                         recv_deps: map(&o.recv_deps, &new_of),
-                        ..o.clone()
+                        ..o.without_deps()
                     });
                     new_of.push(s..s + 1);
                 }
@@ -125,32 +122,36 @@ pub(super) fn gather_sources(ops: Vec<ChunkOp>, scratch: &mut [u32]) -> Vec<Chun
 /// `ops` (in a topological order) with those marked in `first`, which wait
 /// for nothing, moved to the front, each group in its order; deps renumbered.
 fn copies_first(ops: Vec<ChunkOp>, first: &[bool]) -> Vec<ChunkOp> {
-    let order: Vec<usize> = (0..ops.len())
-        .filter(|&i| first[i])
-        .chain((0..ops.len()).filter(|&i| !first[i]))
-        .collect();
+    let copies = first.iter().filter(|&&f| f).count();
     let mut new_id = vec![0u32; ops.len()];
-    for (new, &old) in order.iter().enumerate() {
-        new_id[old] = new as u32;
+    let (mut c, mut r) = (0u32, copies as u32);
+    for (i, &f) in first.iter().enumerate().take(ops.len()) {
+        let k = if f { &mut c } else { &mut r };
+        new_id[i] = *k;
+        *k += 1;
     }
-    let renumber = |d: &[u32]| -> Vec<u32> {
-        let mut v: Vec<u32> = d.iter().map(|&d| new_id[d as usize]).collect();
-        v.sort_unstable();
-        v
+    // Renumbered in place, each list sorted again; the operations moved,
+    // not rebuilt (the same operations in the same order).
+    let renumber = |d: &mut Vec<u32>| {
+        for x in d.iter_mut() {
+            *x = new_id[*x as usize];
+        }
+        d.sort_unstable();
     };
-    let mut ops: Vec<Option<ChunkOp>> = ops.into_iter().map(Some).collect();
-    order
-        .iter()
-        .map(|&old| {
-            let o = ops[old].take().expect("each operation once");
-            debug_assert!(!first[old] || o.deps.is_empty());
-            ChunkOp {
-                deps: renumber(&o.deps),
-                recv_deps: renumber(&o.recv_deps),
-                ..o
-            }
-        })
-        .collect()
+    let mut out: Vec<ChunkOp> = Vec::with_capacity(ops.len());
+    let mut rest: Vec<ChunkOp> = Vec::with_capacity(ops.len() - copies);
+    for (i, mut o) in ops.into_iter().enumerate() {
+        debug_assert!(!first[i] || o.deps.is_empty());
+        renumber(&mut o.deps);
+        renumber(&mut o.recv_deps);
+        if first[i] {
+            out.push(o);
+        } else {
+            rest.push(o);
+        }
+    }
+    out.append(&mut rest);
+    out
 }
 
 #[cfg(test)]

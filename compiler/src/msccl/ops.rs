@@ -23,6 +23,26 @@ pub(super) struct ChunkOp {
     pub(super) from: u32,
 }
 
+impl ChunkOp {
+    /// The same operation waiting for nothing: its fields but the deps,
+    /// without copying those (the passes that rewrite operations give each
+    /// new one its own deps; a `clone` copied two lists only to drop them).
+    pub(super) fn without_deps(&self) -> Self {
+        ChunkOp {
+            src: self.src,
+            src_buf: self.src_buf,
+            src_off: self.src_off,
+            dst: self.dst,
+            dst_buf: self.dst_buf,
+            dst_off: self.dst_off,
+            cnt: self.cnt,
+            deps: Vec::new(),
+            recv_deps: Vec::new(),
+            from: self.from,
+        }
+    }
+}
+
 /// Test operations: `cnt` chunks from `src`'s input at `src_off` into
 /// `dst`'s scratch at `dst_off`, for plan transfer `from`, waiting for
 /// nothing until told.
