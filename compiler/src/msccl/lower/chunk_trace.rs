@@ -2,8 +2,6 @@
 //! them into chunk operations ([`ChunkOp`]) in a topological order, with
 //! the scratch chunks each rank needs.
 
-use std::collections::HashMap;
-
 use crate::msccl::ops::ChunkOp;
 use crate::msccl::trace::{chunk_mid, chunks_of, trace_pieces};
 use crate::msccl::unsupported;
@@ -13,6 +11,7 @@ use crate::plan::{Buffer, Plan};
 use crate::sim::TransferTime;
 use crate::traffic::TrafficMatrix;
 
+use super::walks::FastMap;
 use super::{bufref, LowerError};
 
 /// Replays the plan and cuts it into chunk operations; returns them (in a
@@ -33,7 +32,7 @@ pub(super) fn trace_chunks(
     };
     let traced = trace_pieces(plan, traffic, timeline)?;
     // Scratch chunk holding chunk `c` of block (s, d), per rank.
-    let mut slot: HashMap<(u32, u32, u32, u32), u32> = HashMap::new();
+    let mut slot: FastMap<(u32, u32, u32, u32), u32> = FastMap::default();
     let mut scratch = vec![0u32; n];
     let mut ops: Vec<ChunkOp> = Vec::new();
     // Operations a transfer stands for (its deps' when it moves no chunk).
@@ -63,7 +62,7 @@ pub(super) fn trace_chunks(
         }
     }
     writes.sort_unstable();
-    let mut slot_of: HashMap<(usize, u32, u32, u32), u32> = HashMap::new();
+    let mut slot_of: FastMap<(usize, u32, u32, u32), u32> = FastMap::default();
     for &(r, _, order, s, d, c) in &writes {
         let x = scratch[r as usize];
         scratch[r as usize] += 1;
