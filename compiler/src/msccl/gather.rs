@@ -131,12 +131,35 @@ fn copies_first(ops: Vec<ChunkOp>, first: &[bool]) -> Vec<ChunkOp> {
         *k += 1;
     }
     // Renumbered in place, each list sorted again; the operations moved,
-    // not rebuilt (the same operations in the same order).
-    let renumber = |d: &mut Vec<u32>| {
+    // not rebuilt (the same operations in the same order). The new ids
+    // keep the order within the copies and within the others, so a sorted
+    // list is sorted again by moving its copies to the front (a stable
+    // partition, no sort): the lists `gather_sources` makes are sorted
+    // but for the copies a gathered send waits for, which come last.
+    let mut hi: Vec<u32> = Vec::new();
+    let mut renumber = |d: &mut Vec<u32>| {
         for x in d.iter_mut() {
             *x = new_id[*x as usize];
         }
-        d.sort_unstable();
+        if d.is_sorted() {
+            return;
+        }
+        hi.clear();
+        let mut k = 0;
+        for j in 0..d.len() {
+            let x = d[j];
+            if (x as usize) < copies {
+                d[k] = x;
+                k += 1;
+            } else {
+                hi.push(x);
+            }
+        }
+        d.truncate(k);
+        d.extend_from_slice(&hi);
+        if !d.is_sorted() {
+            d.sort_unstable();
+        }
     };
     let mut out: Vec<ChunkOp> = Vec::with_capacity(ops.len());
     let mut rest: Vec<ChunkOp> = Vec::with_capacity(ops.len() - copies);
