@@ -3,7 +3,7 @@
 //! the scratch chunks each rank needs.
 
 use crate::msccl::ops::ChunkOp;
-use crate::msccl::trace::{chunk_mid, chunks_of, trace_pieces};
+use crate::msccl::trace::{chunk_mid, chunks_of, trace_pieces, Piece};
 use crate::msccl::unsupported;
 use crate::msccl::ChunkMap;
 use crate::msccl::MAX_CNT;
@@ -14,14 +14,32 @@ use crate::traffic::TrafficMatrix;
 use super::walks::FastMap;
 use super::{bufref, LowerError};
 
+/// The plan's transfers in the order they are traced, with the origin
+/// pieces each carries ([`trace_pieces`]): they depend on the plan and its
+/// timeline, not on the chunk, so `to_xml`'s lowerings of one plan trace
+/// them once (64 x 8 `fast` MoE lowers five chunks; the replay was about a
+/// fifth of each trace). Dropped with [`Pieces::clear`] once a file is kept.
+#[derive(Default)]
+pub(super) struct Pieces(std::cell::RefCell<Option<Vec<(usize, Vec<Piece>)>>>);
+
+impl Pieces {
+    /// Forgets the traced pieces (the next trace replays the plan again).
+    pub(super) fn clear(&self) {
+        self.0.borrow_mut().take();
+    }
+}
+
 /// Replays the plan and cuts it into chunk operations; returns them (in a
-/// topological order) and the scratch chunks each rank needs.
+/// topological order) and the scratch chunks each rank needs. The replay
+/// is `pieces`' where it holds one (of this plan and timeline), and kept
+/// there.
 pub(super) fn trace_chunks(
     plan: &Plan,
     traffic: &TrafficMatrix,
     map: &ChunkMap,
     u: u64,
     timeline: &[TransferTime],
+    pieces: &Pieces,
 ) -> std::result::Result<(Vec<ChunkOp>, Vec<u32>), LowerError> {
     let n = traffic.ranks();
     let ts = &plan.transfers;
@@ -30,7 +48,11 @@ pub(super) fn trace_chunks(
             "transfer {i}: {why} (is the plan verified?)"
         )))
     };
-    let traced = trace_pieces(plan, traffic, timeline)?;
+    let mut held = pieces.0.borrow_mut();
+    if held.is_none() {
+        *held = Some(trace_pieces(plan, traffic, timeline)?);
+    }
+    let traced = held.as_deref().expect("traced above");
     // Scratch chunk holding chunk `c` of block (s, d), per rank.
     let mut slot: FastMap<(u32, u32, u32, u32), u32> = FastMap::default();
     let mut scratch = vec![0u32; n];
@@ -68,7 +90,7 @@ pub(super) fn trace_chunks(
         scratch[r as usize] += 1;
         slot_of.insert((order, s, d, c), x);
     }
-    for (order, (i, pieces)) in traced.into_iter().enumerate() {
+    for (order, &(i, ref pieces)) in traced.iter().enumerate() {
         let t = &ts[i];
         let mut deps: Vec<u32> = t
             .deps
@@ -79,7 +101,7 @@ pub(super) fn trace_chunks(
         deps.dedup();
         // Chunk pairs (src index, dst index); chunk c goes with its first byte.
         let mut pairs: Vec<(u32, u32)> = Vec::new();
-        for &(s, d, a, b) in &pieces {
+        for &(s, d, a, b) in pieces {
             for c in chunks_of(a, b, u, traffic.get(s as usize, d as usize)) {
                 let c = c as u32;
                 let (su, du) = (s as usize, d as usize);

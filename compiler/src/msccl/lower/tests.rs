@@ -216,6 +216,7 @@ fn an_uncut_retry_from_kept_operations_writes_the_file_a_fresh_one_does() {
         &opts,
         u,
         &timeline,
+        &Pieces::default(),
         Streams::Window,
         &mut laps,
         true,
@@ -245,6 +246,7 @@ fn an_uncut_retry_from_kept_operations_writes_the_file_a_fresh_one_does() {
             &map,
             u,
             &timeline,
+            &Pieces::default(),
             &mut Laps::start("test"),
         ) else {
             panic!("a 2x8 plan traces");
