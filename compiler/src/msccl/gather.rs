@@ -247,4 +247,42 @@ mod tests {
         assert_eq!(scratch, vec![0, 0]);
         assert_eq!(out[1].src_off, 10);
     }
+
+    #[test]
+    fn copies_first_renumbers_every_list_as_a_sort_would() {
+        // The copies (ops 1, 4, 5) go first. Op 6's list is sorted but
+        // for its copies last (a gathered send), op 7's is not sorted at
+        // all, op 3's is sorted and stays so.
+        let mut ops: Vec<ChunkOp> = (0..8).map(|i| op(i, i, 1, vec![], i)).collect();
+        ops[2].deps = vec![0];
+        ops[3].deps = vec![0, 2];
+        ops[6].deps = vec![0, 3, 1, 4, 5];
+        ops[6].recv_deps = vec![2, 5];
+        ops[7].deps = vec![6, 1, 2, 0, 4];
+        let first = [false, true, false, false, true, true, false, false];
+        // What it did before: every list renumbered and sorted.
+        let mut new_id = [0u32; 8];
+        let order: Vec<usize> = (0..8)
+            .filter(|&i| first[i])
+            .chain((0..8).filter(|&i| !first[i]))
+            .collect();
+        for (k, &i) in order.iter().enumerate() {
+            new_id[i] = k as u32;
+        }
+        let sorted = |d: &[u32]| {
+            let mut v: Vec<u32> = d.iter().map(|&x| new_id[x as usize]).collect();
+            v.sort_unstable();
+            v
+        };
+        let want: Vec<(u32, Vec<u32>, Vec<u32>)> = order
+            .iter()
+            .map(|&i| (ops[i].from, sorted(&ops[i].deps), sorted(&ops[i].recv_deps)))
+            .collect();
+        let got: Vec<(u32, Vec<u32>, Vec<u32>)> = copies_first(ops, &first)
+            .into_iter()
+            .map(|o| (o.from, o.deps, o.recv_deps))
+            .collect();
+        assert_eq!(got, want);
+        assert_eq!(got[7].1, vec![0, 1, 3, 4, 6]);
+    }
 }

@@ -97,3 +97,22 @@ pub(super) enum Part {
     /// A one-chunk step of a transfer's tail.
     Tail,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_deps_keeps_every_field_but_the_deps() {
+        let mut o = ChunkOp::test(3, 7, 5, 11, 4, 9)
+            .reading(BufRef::Output)
+            .after(vec![1, 2], vec![3]);
+        o.dst_buf = BufRef::Output;
+        let w = o.without_deps();
+        assert!(w.deps.is_empty() && w.recv_deps.is_empty());
+        let mut c = o.clone();
+        c.deps.clear();
+        c.recv_deps.clear();
+        assert_eq!(format!("{w:?}"), format!("{c:?}"));
+    }
+}

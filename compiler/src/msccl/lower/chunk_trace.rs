@@ -27,6 +27,12 @@ impl Pieces {
     pub(super) fn clear(&self) {
         self.0.borrow_mut().take();
     }
+
+    /// Whether a replay is held.
+    #[cfg(test)]
+    pub(super) fn holds(&self) -> bool {
+        self.0.borrow().is_some()
+    }
 }
 
 /// Replays the plan and cuts it into chunk operations; returns them (in a

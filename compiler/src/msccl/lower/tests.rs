@@ -458,3 +458,43 @@ fn the_timeline_is_exact_where_files_are_priced_and_grouped_above() {
     assert!(big.group_arrivals);
     assert_eq!(big.network, SimOptions::default().network);
 }
+
+#[test]
+fn a_replay_kept_across_chunks_traces_each_chunk_as_a_fresh_one() {
+    // `fast` forwards through scratch: every chunk size traces its own
+    // operations and slots from the one replay `lower_from` keeps.
+    let topo = Topology::preset("dgx-h100", 2, None).unwrap();
+    let mut spec = crate::generate::TrafficSpec::new(16, crate::generate::Pattern::Zipf(1.2));
+    spec.bytes = 32 << 10;
+    let m = crate::generate::generate(&spec).unwrap();
+    let plan = crate::sched::schedule(
+        crate::sched::Algorithm::Fast,
+        &topo,
+        &m,
+        &crate::sched::Options::default(),
+    )
+    .unwrap();
+    let opts = XmlOptions::default();
+    let base = crate::msccl::chunk::base_chunk_bytes(&m);
+    let timeline = simulate(&topo, &plan, &timeline_options(16))
+        .unwrap()
+        .transfers;
+    let kept = Pieces::default();
+    for u in [base, 2 * base, 4 * base, base] {
+        let k = (0..16)
+            .map(|s| (0..16).map(|d| m.get(s, d).div_ceil(u) as u32).collect())
+            .collect();
+        let map = ChunkMap::new(k, opts.layout);
+        let traced = |p: &Pieces| {
+            let Ok(x) = trace_chunks(&plan, &m, &map, u, &timeline, p) else {
+                panic!("a 2x8 plan traces");
+            };
+            format!("{x:?}")
+        };
+        let reused = traced(&kept);
+        assert!(kept.holds());
+        assert_eq!(reused, traced(&Pieces::default()), "chunk {u}");
+    }
+    kept.clear();
+    assert!(!kept.holds());
+}
