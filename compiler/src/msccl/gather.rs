@@ -161,19 +161,21 @@ fn copies_first(ops: Vec<ChunkOp>, first: &[bool]) -> Vec<ChunkOp> {
             d.sort_unstable();
         }
     };
+    // (In place: as many operations held as before, not a third list.)
+    let mut ops: Vec<Option<ChunkOp>> = ops.into_iter().map(Some).collect();
     let mut out: Vec<ChunkOp> = Vec::with_capacity(ops.len());
-    let mut rest: Vec<ChunkOp> = Vec::with_capacity(ops.len() - copies);
-    for (i, mut o) in ops.into_iter().enumerate() {
-        debug_assert!(!first[i] || o.deps.is_empty());
-        renumber(&mut o.deps);
-        renumber(&mut o.recv_deps);
-        if first[i] {
+    for copy in [true, false] {
+        for (i, slot) in ops.iter_mut().enumerate() {
+            if first[i] != copy {
+                continue;
+            }
+            let mut o = slot.take().expect("each operation once");
+            debug_assert!(!copy || o.deps.is_empty());
+            renumber(&mut o.deps);
+            renumber(&mut o.recv_deps);
             out.push(o);
-        } else {
-            rest.push(o);
         }
     }
-    out.append(&mut rest);
     out
 }
 

@@ -16,11 +16,19 @@ use super::{bufref, LowerError};
 
 /// The plan's transfers in the order they are traced, with the origin
 /// pieces each carries ([`trace_pieces`]): they depend on the plan and its
-/// timeline, not on the chunk, so `to_xml`'s lowerings of one plan trace
-/// them once (64 x 8 `fast` MoE lowers five chunks; the replay was about a
-/// fifth of each trace). Dropped with [`Pieces::clear`] once a file is kept.
+/// timeline, not on the chunk, so once `to_xml`'s `lower_from` doubles a
+/// chunk it has traced ([`Pieces::keep`]) its later lowerings trace them
+/// once (64 x 8 `fast` MoE traces five chunks; the replay was about a
+/// fifth of each trace). Not kept before (a file that fits the first chunk
+/// it traces holds no more memory than before: 20-30 MB at 64 x 8), and
+/// dropped with [`Pieces::clear`] once a file is kept.
 #[derive(Default)]
-pub(super) struct Pieces(std::cell::RefCell<Option<Replay>>);
+pub(super) struct Pieces {
+    held: std::cell::RefCell<Option<Replay>>,
+    keep: std::cell::Cell<bool>,
+    /// A trace ran since the last [`Pieces::clear`].
+    traced: std::cell::Cell<bool>,
+}
 
 /// [`trace_pieces`]' transfers and pieces in three arrays (a list per
 /// transfer cost 64 x 8 `fast` MoE 60 MB more peak while kept).
@@ -58,15 +66,27 @@ impl Replay {
 }
 
 impl Pieces {
-    /// Forgets the traced pieces (the next trace replays the plan again).
+    /// Forgets the traced pieces (the next trace replays the plan again),
+    /// and keeps none until asked again.
     pub(super) fn clear(&self) {
-        self.0.borrow_mut().take();
+        self.held.borrow_mut().take();
+        self.keep.set(false);
+        self.traced.set(false);
+    }
+
+    /// Where a trace ran since [`Pieces::clear`] (a chunk missed after
+    /// its trace, not one refused before it), the next trace keeps its
+    /// replay for those after it.
+    pub(super) fn keep(&self) {
+        if self.traced.get() {
+            self.keep.set(true);
+        }
     }
 
     /// Whether a replay is held.
     #[cfg(test)]
     pub(super) fn holds(&self) -> bool {
-        self.0.borrow().is_some()
+        self.held.borrow().is_some()
     }
 }
 
@@ -89,11 +109,19 @@ pub(super) fn trace_chunks(
             "transfer {i}: {why} (is the plan verified?)"
         )))
     };
-    let mut held = pieces.0.borrow_mut();
-    if held.is_none() {
+    pieces.traced.set(true);
+    let mut held = pieces.held.borrow_mut();
+    if held.is_none() && pieces.keep.get() {
         *held = Some(Replay::new(trace_pieces(plan, traffic, timeline)?));
     }
-    let traced = held.as_ref().expect("traced above");
+    let fresh;
+    let traced = match held.as_ref() {
+        Some(r) => r,
+        None => {
+            fresh = Replay::new(trace_pieces(plan, traffic, timeline)?);
+            &fresh
+        }
+    };
     // Scratch chunk holding chunk `c` of block (s, d), per rank.
     let mut slot: FastMap<(u32, u32, u32, u32), u32> = FastMap::default();
     let mut scratch = vec![0u32; n];

@@ -272,7 +272,8 @@ pub fn to_xml(
     let mut laps = Laps::start("to_xml");
     fit::check_plan(plan, topo, traffic, opts.executor)?;
     let timeline = simulate(topo, plan, &timeline_options(n))?.transfers;
-    // The plan traced once for every chunk a `lower_from` tries (`Pieces`).
+    // The plan's replay, kept across the doubled chunks of a `lower_from`
+    // (`Pieces`).
     let pieces = Pieces::default();
     laps.lap("ideal simulation of the plan");
     // Above `chunk::MAX_RANKS_PRICED` ranks (no candidate is priced there)
@@ -335,6 +336,9 @@ pub fn to_xml(
             } else if u < start << 10 && u * 2 <= MAX_CHUNK_BYTES {
                 laps.note(&format!("chunk {u} bytes missed a limit ({why}); doubling"));
                 traced = None;
+                // After a traced miss, the doubled chunk's trace keeps the
+                // plan's replay for the chunks after it (`Pieces`).
+                pieces.keep();
                 u *= 2;
             } else {
                 return Err(unsupported(format!(

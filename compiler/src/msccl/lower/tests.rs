@@ -480,7 +480,10 @@ fn a_replay_kept_across_chunks_traces_each_chunk_as_a_fresh_one() {
         .unwrap()
         .transfers;
     let kept = Pieces::default();
-    for u in [base, 2 * base, 4 * base, base] {
+    // Asked before any trace ran (a chunk refused before its trace):
+    // nothing is kept.
+    kept.keep();
+    for (j, u) in [base, 2 * base, 4 * base, base].into_iter().enumerate() {
         let k = (0..16)
             .map(|s| (0..16).map(|d| m.get(s, d).div_ceil(u) as u32).collect())
             .collect();
@@ -492,9 +495,19 @@ fn a_replay_kept_across_chunks_traces_each_chunk_as_a_fresh_one() {
             format!("{x:?}")
         };
         let reused = traced(&kept);
-        assert!(kept.holds());
+        // Kept from the second trace on: asked after the first.
+        assert_eq!(kept.holds(), j > 0);
+        kept.keep();
         assert_eq!(reused, traced(&Pieces::default()), "chunk {u}");
     }
     kept.clear();
+    assert!(!kept.holds());
+    // Until asked, a trace keeps nothing (a file that fits its first
+    // chunk holds no more than before).
+    let k = (0..16)
+        .map(|s| (0..16).map(|d| m.get(s, d).div_ceil(base) as u32).collect())
+        .collect();
+    let map = ChunkMap::new(k, opts.layout);
+    assert!(trace_chunks(&plan, &m, &map, base, &timeline, &kept).is_ok());
     assert!(!kept.holds());
 }
