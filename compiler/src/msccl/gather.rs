@@ -78,9 +78,7 @@ pub(super) fn gather_sources(ops: Vec<ChunkOp>, scratch: &mut [u32]) -> Vec<Chun
                         dst: o.src,
                         dst_buf: BufRef::Scratch,
                         dst_off: base + at,
-                        deps: Vec::new(),
-                        recv_deps: Vec::new(),
-                        ..o.clone()
+                        ..o.without_deps()
                     });
                     at += o.cnt;
                 }
@@ -96,8 +94,7 @@ pub(super) fn gather_sources(ops: Vec<ChunkOp>, scratch: &mut [u32]) -> Vec<Chun
                         dst_off: seg[0].dst_off + at,
                         cnt: c,
                         deps: deps.clone(),
-                        recv_deps: Vec::new(),
-                        ..seg[0].clone()
+                        ..seg[0].without_deps()
                     });
                     at += c;
                 }
@@ -110,7 +107,7 @@ pub(super) fn gather_sources(ops: Vec<ChunkOp>, scratch: &mut [u32]) -> Vec<Chun
                     out.push(ChunkOp {
                         deps: map(&o.deps, &new_of),
                         recv_deps: map(&o.recv_deps, &new_of),
-                        ..o.clone()
+                        ..o.without_deps()
                     });
                     new_of.push(s..s + 1);
                 }
@@ -125,32 +122,61 @@ pub(super) fn gather_sources(ops: Vec<ChunkOp>, scratch: &mut [u32]) -> Vec<Chun
 /// `ops` (in a topological order) with those marked in `first`, which wait
 /// for nothing, moved to the front, each group in its order; deps renumbered.
 fn copies_first(ops: Vec<ChunkOp>, first: &[bool]) -> Vec<ChunkOp> {
-    let order: Vec<usize> = (0..ops.len())
-        .filter(|&i| first[i])
-        .chain((0..ops.len()).filter(|&i| !first[i]))
-        .collect();
+    let copies = first.iter().filter(|&&f| f).count();
     let mut new_id = vec![0u32; ops.len()];
-    for (new, &old) in order.iter().enumerate() {
-        new_id[old] = new as u32;
+    let (mut c, mut r) = (0u32, copies as u32);
+    for (i, &f) in first.iter().enumerate().take(ops.len()) {
+        let k = if f { &mut c } else { &mut r };
+        new_id[i] = *k;
+        *k += 1;
     }
-    let renumber = |d: &[u32]| -> Vec<u32> {
-        let mut v: Vec<u32> = d.iter().map(|&d| new_id[d as usize]).collect();
-        v.sort_unstable();
-        v
-    };
-    let mut ops: Vec<Option<ChunkOp>> = ops.into_iter().map(Some).collect();
-    order
-        .iter()
-        .map(|&old| {
-            let o = ops[old].take().expect("each operation once");
-            debug_assert!(!first[old] || o.deps.is_empty());
-            ChunkOp {
-                deps: renumber(&o.deps),
-                recv_deps: renumber(&o.recv_deps),
-                ..o
+    // Renumbered in place, each list sorted again; the operations moved,
+    // not rebuilt (the same operations in the same order). The new ids
+    // keep the order within the copies and within the others, so a sorted
+    // list is sorted again by moving its copies to the front (a stable
+    // partition, no sort): the lists `gather_sources` makes are sorted
+    // but for the copies a gathered send waits for, which come last.
+    let mut hi: Vec<u32> = Vec::new();
+    let mut renumber = |d: &mut Vec<u32>| {
+        for x in d.iter_mut() {
+            *x = new_id[*x as usize];
+        }
+        if d.is_sorted() {
+            return;
+        }
+        hi.clear();
+        let mut k = 0;
+        for j in 0..d.len() {
+            let x = d[j];
+            if (x as usize) < copies {
+                d[k] = x;
+                k += 1;
+            } else {
+                hi.push(x);
             }
-        })
-        .collect()
+        }
+        d.truncate(k);
+        d.extend_from_slice(&hi);
+        if !d.is_sorted() {
+            d.sort_unstable();
+        }
+    };
+    // (In place: as many operations held as before, not a third list.)
+    let mut ops: Vec<Option<ChunkOp>> = ops.into_iter().map(Some).collect();
+    let mut out: Vec<ChunkOp> = Vec::with_capacity(ops.len());
+    for copy in [true, false] {
+        for (i, slot) in ops.iter_mut().enumerate() {
+            if first[i] != copy {
+                continue;
+            }
+            let mut o = slot.take().expect("each operation once");
+            debug_assert!(!copy || o.deps.is_empty());
+            renumber(&mut o.deps);
+            renumber(&mut o.recv_deps);
+            out.push(o);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -222,5 +248,43 @@ mod tests {
         assert_eq!(out.len(), 4);
         assert_eq!(scratch, vec![0, 0]);
         assert_eq!(out[1].src_off, 10);
+    }
+
+    #[test]
+    fn copies_first_renumbers_every_list_as_a_sort_would() {
+        // The copies (ops 1, 4, 5) go first. Op 6's list is sorted but
+        // for its copies last (a gathered send), op 7's is not sorted at
+        // all, op 3's is sorted and stays so.
+        let mut ops: Vec<ChunkOp> = (0..8).map(|i| op(i, i, 1, vec![], i)).collect();
+        ops[2].deps = vec![0];
+        ops[3].deps = vec![0, 2];
+        ops[6].deps = vec![0, 3, 1, 4, 5];
+        ops[6].recv_deps = vec![2, 5];
+        ops[7].deps = vec![6, 1, 2, 0, 4];
+        let first = [false, true, false, false, true, true, false, false];
+        // What it did before: every list renumbered and sorted.
+        let mut new_id = [0u32; 8];
+        let order: Vec<usize> = (0..8)
+            .filter(|&i| first[i])
+            .chain((0..8).filter(|&i| !first[i]))
+            .collect();
+        for (k, &i) in order.iter().enumerate() {
+            new_id[i] = k as u32;
+        }
+        let sorted = |d: &[u32]| {
+            let mut v: Vec<u32> = d.iter().map(|&x| new_id[x as usize]).collect();
+            v.sort_unstable();
+            v
+        };
+        let want: Vec<(u32, Vec<u32>, Vec<u32>)> = order
+            .iter()
+            .map(|&i| (ops[i].from, sorted(&ops[i].deps), sorted(&ops[i].recv_deps)))
+            .collect();
+        let got: Vec<(u32, Vec<u32>, Vec<u32>)> = copies_first(ops, &first)
+            .into_iter()
+            .map(|o| (o.from, o.deps, o.recv_deps))
+            .collect();
+        assert_eq!(got, want);
+        assert_eq!(got[7].1, vec![0, 1, 3, 4, 6]);
     }
 }

@@ -88,6 +88,9 @@ pub(super) fn hand_off(
                 continue;
             }
             // The tail continues the body: consecutive operations, chunks.
+            // (Each test below only where those before it hold: a large
+            // lowering has hundreds of thousands of candidate pairs, and
+            // the later tests walk deps.)
             let mut prev = a;
             let contiguous = tail.iter().all(|&t| {
                 let (p, o) = (&ops[prev], &ops[t]);
@@ -99,6 +102,9 @@ pub(super) fn hand_off(
                 prev = t;
                 ok
             });
+            if !contiguous {
+                continue;
+            }
             // Whole, the operation is one step of at most `MAX_CNT` chunks.
             let whole = ao.cnt + tail.iter().map(|&t| ops[t].cnt).sum::<u32>();
             if whole > MAX_CNT {
@@ -108,6 +114,9 @@ pub(super) fn hand_off(
             let same_data = tail
                 .iter()
                 .all(|&t| ops[t].deps.iter().all(|d| ao.deps.contains(d)));
+            if !same_data {
+                continue;
+            }
             // `B`'s head data was there when `A` ended, in the plan (the
             // gathering copies of its own transfer wait for nothing).
             let a_end = end(ao.from);
@@ -122,7 +131,7 @@ pub(super) fn hand_off(
                     || matches!((end(x.from), a_end), (Some(e), Some(f)) if e <= f + SLACK_US)
             });
             let clear = head_deps.iter().all(|&d| !tail.contains(&(d as usize)));
-            if !(contiguous && same_data && early && clear) {
+            if !(early && clear) {
                 continue;
             }
             let slot = head_deps
@@ -144,8 +153,8 @@ pub(super) fn hand_off(
     }
     // Hand-offs that touch each other's moved or removed operations are
     // left as they are.
-    let moved: HashSet<usize> = found.iter().flat_map(|f| f.head.clone()).collect();
-    let gone: HashSet<usize> = found.iter().flat_map(|f| f.tail.clone()).collect();
+    let moved: HashSet<usize> = found.iter().flat_map(|f| f.head.iter().copied()).collect();
+    let gone: HashSet<usize> = found.iter().flat_map(|f| f.tail.iter().copied()).collect();
     found.retain(|f| {
         let deps_clear = f.head.iter().all(|&h| {
             ops[h]
@@ -158,10 +167,13 @@ pub(super) fn hand_off(
     });
     // Who waits for each tail: the sending gpu's waiters must come after
     // the slot, and none may touch both ends of the connection.
-    let mut of_tail: HashMap<usize, usize> = HashMap::new();
+    // (Per operation, `NONE` where it is no tail: every dep of every
+    // operation is looked up.)
+    const NONE: u32 = u32::MAX;
+    let mut of_tail: Vec<u32> = vec![NONE; ops.len()];
     for (fi, f) in found.iter().enumerate() {
         for &t in &f.tail {
-            of_tail.insert(t, fi);
+            of_tail[t] = fi as u32;
         }
     }
     let mut bad = vec![false; found.len()];
@@ -172,9 +184,11 @@ pub(super) fn hand_off(
             .map(|&d| (d, [o.src, o.dst]))
             .chain(o.recv_deps.iter().map(|&d| (d, [o.dst, o.dst])));
         for (d, gpus) in sides {
-            let Some(&fi) = of_tail.get(&(d as usize)) else {
+            let fi = of_tail[d as usize];
+            if fi == NONE {
                 continue;
-            };
+            }
+            let fi = fi as usize;
             let f = &found[fi];
             let a = &ops[f.body];
             let on_src = gpus.contains(&a.src);
@@ -200,11 +214,11 @@ pub(super) fn hand_off(
     // The new order: tails out, heads just after their slot.
     let mut skip = vec![false; ops.len()];
     let mut after: HashMap<usize, Vec<usize>> = HashMap::new();
-    let mut tail_of: HashMap<usize, usize> = HashMap::new();
+    let mut tail_of: Vec<u32> = vec![NONE; ops.len()];
     for (fi, f) in found.iter().enumerate() {
         for &t in &f.tail {
             skip[t] = true;
-            tail_of.insert(t, fi);
+            tail_of[t] = fi as u32;
         }
         for &h in &f.head {
             skip[h] = true;
@@ -227,38 +241,38 @@ pub(super) fn hand_off(
     }
     // A dep on a handed-off tail: the whole operation, and on the sending
     // gpu the head step that stands for the tail.
-    let remap = |d: u32, gpus: [u32; 2]| -> Vec<u32> {
-        match tail_of.get(&(d as usize)) {
-            Some(&fi) => {
-                let f = &found[fi];
-                let mut v = vec![new_of[f.body]];
-                if gpus.contains(&ops[f.body].src) {
-                    v.push(new_of[*f.head.last().expect("a head")]);
-                }
-                v
-            }
-            None => vec![new_of[d as usize]],
+    // (Pushed onto the new list: no list per dep.)
+    let remap = |v: &mut Vec<u32>, d: u32, gpus: [u32; 2]| {
+        let fi = tail_of[d as usize];
+        if fi == NONE {
+            v.push(new_of[d as usize]);
+            return;
+        }
+        let f = &found[fi as usize];
+        v.push(new_of[f.body]);
+        if gpus.contains(&ops[f.body].src) {
+            v.push(new_of[*f.head.last().expect("a head")]);
         }
     };
     let mut out: Vec<ChunkOp> = Vec::with_capacity(order.len());
     let mut lanes_out: Vec<u32> = Vec::with_capacity(order.len());
-    let body_of: HashMap<usize, usize> =
-        found.iter().enumerate().map(|(i, f)| (f.body, i)).collect();
+    let mut body_of: Vec<u32> = vec![NONE; ops.len()];
+    for (fi, f) in found.iter().enumerate() {
+        body_of[f.body] = fi as u32;
+    }
     for &i in &order {
         let o = &ops[i];
-        let mut deps: Vec<u32> = o
-            .deps
-            .iter()
-            .flat_map(|&d| remap(d, [o.src, o.dst]))
-            .collect();
-        let mut recv_deps: Vec<u32> = o
-            .recv_deps
-            .iter()
-            .flat_map(|&d| remap(d, [o.dst, o.dst]))
-            .collect();
+        let mut deps: Vec<u32> = Vec::with_capacity(o.deps.len());
+        for &d in &o.deps {
+            remap(&mut deps, d, [o.src, o.dst]);
+        }
+        let mut recv_deps: Vec<u32> = Vec::with_capacity(o.recv_deps.len());
+        for &d in &o.recv_deps {
+            remap(&mut recv_deps, d, [o.dst, o.dst]);
+        }
         let mut cnt = o.cnt;
-        if let Some(&fi) = body_of.get(&i) {
-            for &t in &found[fi].tail {
+        if body_of[i] != NONE {
+            for &t in &found[body_of[i] as usize].tail {
                 cnt += ops[t].cnt;
             }
         }
@@ -270,7 +284,7 @@ pub(super) fn hand_off(
             cnt,
             deps,
             recv_deps,
-            ..o.clone()
+            ..o.without_deps()
         });
         lanes_out.push(lane[i]);
     }

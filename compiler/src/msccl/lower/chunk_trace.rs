@@ -2,10 +2,8 @@
 //! them into chunk operations ([`ChunkOp`]) in a topological order, with
 //! the scratch chunks each rank needs.
 
-use std::collections::HashMap;
-
 use crate::msccl::ops::ChunkOp;
-use crate::msccl::trace::{chunk_mid, chunks_of, trace_pieces};
+use crate::msccl::trace::{chunk_mid, chunks_of, trace_pieces, Piece};
 use crate::msccl::unsupported;
 use crate::msccl::ChunkMap;
 use crate::msccl::MAX_CNT;
@@ -13,16 +11,96 @@ use crate::plan::{Buffer, Plan};
 use crate::sim::TransferTime;
 use crate::traffic::TrafficMatrix;
 
+use super::walks::FastMap;
 use super::{bufref, LowerError};
 
+/// The plan's transfers in the order they are traced, with the origin
+/// pieces each carries ([`trace_pieces`]): they depend on the plan and its
+/// timeline, not on the chunk, so once `to_xml`'s `lower_from` doubles a
+/// chunk it has traced ([`Pieces::keep`]) its later lowerings trace them
+/// once (64 x 8 `fast` MoE traces five chunks; the replay was about a
+/// fifth of each trace). Not kept before (a file that fits the first chunk
+/// it traces holds no more memory than before: 20-30 MB at 64 x 8), and
+/// dropped with [`Pieces::clear`] once a file is kept.
+#[derive(Default)]
+pub(super) struct Pieces {
+    held: std::cell::RefCell<Option<Replay>>,
+    keep: std::cell::Cell<bool>,
+    /// A trace ran since the last [`Pieces::clear`].
+    traced: std::cell::Cell<bool>,
+}
+
+/// [`trace_pieces`]' transfers and pieces in three arrays (a list per
+/// transfer cost 64 x 8 `fast` MoE 60 MB more peak while kept).
+struct Replay {
+    /// Transfer indices in traced order.
+    order: Vec<u32>,
+    /// `pieces[off[k]..off[k + 1]]` are the `k`th traced transfer's.
+    off: Vec<usize>,
+    pieces: Vec<Piece>,
+}
+
+impl Replay {
+    fn new(traced: Vec<(usize, Vec<Piece>)>) -> Self {
+        let mut r = Replay {
+            order: Vec::with_capacity(traced.len()),
+            off: Vec::with_capacity(traced.len() + 1),
+            pieces: Vec::with_capacity(traced.iter().map(|(_, p)| p.len()).sum()),
+        };
+        r.off.push(0);
+        for (i, p) in traced {
+            r.order.push(i as u32);
+            r.pieces.extend_from_slice(&p);
+            r.off.push(r.pieces.len());
+        }
+        r
+    }
+
+    /// (transfer, its pieces) in traced order.
+    fn iter(&self) -> impl Iterator<Item = (usize, &[Piece])> {
+        self.order
+            .iter()
+            .zip(self.off.windows(2))
+            .map(|(&i, w)| (i as usize, &self.pieces[w[0]..w[1]]))
+    }
+}
+
+impl Pieces {
+    /// Forgets the traced pieces (the next trace replays the plan again),
+    /// and keeps none until asked again.
+    pub(super) fn clear(&self) {
+        self.held.borrow_mut().take();
+        self.keep.set(false);
+        self.traced.set(false);
+    }
+
+    /// Where a trace ran since [`Pieces::clear`] (a chunk missed after
+    /// its trace, not one refused before it), the next trace keeps its
+    /// replay for those after it.
+    pub(super) fn keep(&self) {
+        if self.traced.get() {
+            self.keep.set(true);
+        }
+    }
+
+    /// Whether a replay is held.
+    #[cfg(test)]
+    pub(super) fn holds(&self) -> bool {
+        self.held.borrow().is_some()
+    }
+}
+
 /// Replays the plan and cuts it into chunk operations; returns them (in a
-/// topological order) and the scratch chunks each rank needs.
+/// topological order) and the scratch chunks each rank needs. The replay
+/// is `pieces`' where it holds one (of this plan and timeline), and kept
+/// there.
 pub(super) fn trace_chunks(
     plan: &Plan,
     traffic: &TrafficMatrix,
     map: &ChunkMap,
     u: u64,
     timeline: &[TransferTime],
+    pieces: &Pieces,
 ) -> std::result::Result<(Vec<ChunkOp>, Vec<u32>), LowerError> {
     let n = traffic.ranks();
     let ts = &plan.transfers;
@@ -31,9 +109,21 @@ pub(super) fn trace_chunks(
             "transfer {i}: {why} (is the plan verified?)"
         )))
     };
-    let traced = trace_pieces(plan, traffic, timeline)?;
+    pieces.traced.set(true);
+    let mut held = pieces.held.borrow_mut();
+    if held.is_none() && pieces.keep.get() {
+        *held = Some(Replay::new(trace_pieces(plan, traffic, timeline)?));
+    }
+    let fresh;
+    let traced = match held.as_ref() {
+        Some(r) => r,
+        None => {
+            fresh = Replay::new(trace_pieces(plan, traffic, timeline)?);
+            &fresh
+        }
+    };
     // Scratch chunk holding chunk `c` of block (s, d), per rank.
-    let mut slot: HashMap<(u32, u32, u32, u32), u32> = HashMap::new();
+    let mut slot: FastMap<(u32, u32, u32, u32), u32> = FastMap::default();
     let mut scratch = vec![0u32; n];
     let mut ops: Vec<ChunkOp> = Vec::new();
     // Operations a transfer stands for (its deps' when it moves no chunk).
@@ -42,7 +132,7 @@ pub(super) fn trace_chunks(
     // plan reads in one piece is one run of chunks.
     let mut writes: Vec<(u32, u64, usize, u32, u32, u32)> = Vec::new();
     for (order, (i, pieces)) in traced.iter().enumerate() {
-        let t = &ts[*i];
+        let t = &ts[i];
         if t.dst_buf != Buffer::Scratch {
             continue;
         }
@@ -63,13 +153,13 @@ pub(super) fn trace_chunks(
         }
     }
     writes.sort_unstable();
-    let mut slot_of: HashMap<(usize, u32, u32, u32), u32> = HashMap::new();
+    let mut slot_of: FastMap<(usize, u32, u32, u32), u32> = FastMap::default();
     for &(r, _, order, s, d, c) in &writes {
         let x = scratch[r as usize];
         scratch[r as usize] += 1;
         slot_of.insert((order, s, d, c), x);
     }
-    for (order, (i, pieces)) in traced.into_iter().enumerate() {
+    for (order, (i, pieces)) in traced.iter().enumerate() {
         let t = &ts[i];
         let mut deps: Vec<u32> = t
             .deps
@@ -80,7 +170,7 @@ pub(super) fn trace_chunks(
         deps.dedup();
         // Chunk pairs (src index, dst index); chunk c goes with its first byte.
         let mut pairs: Vec<(u32, u32)> = Vec::new();
-        for &(s, d, a, b) in &pieces {
+        for &(s, d, a, b) in pieces {
             for c in chunks_of(a, b, u, traffic.get(s as usize, d as usize)) {
                 let c = c as u32;
                 let (su, du) = (s as usize, d as usize);

@@ -277,9 +277,9 @@ pub(super) fn cut_for_pacing(
                 .filter(|&p| !is_tail[p as usize] || tail_dep_needed(op, &out[p as usize]))
                 .collect()
         };
-        let deps = map(&op.deps);
+        let mut deps = map(&op.deps);
         let f = first[i] as usize;
-        let (held, recv): (Vec<u32>, Vec<u32>) = if lead[i] > 0 {
+        let (mut held, recv): (Vec<u32>, Vec<u32>) = if lead[i] > 0 {
             let none = Vec::new();
             let r = recv_only.get(&(f as u32)).unwrap_or(&none);
             let sent = send_only.get(&(f as u32)).unwrap_or(&none);
@@ -314,7 +314,8 @@ pub(super) fn cut_for_pacing(
             }
             (held, map(r))
         } else {
-            (deps.clone(), Vec::new())
+            // No head: nothing reads `held`.
+            (Vec::new(), Vec::new())
         };
         let mid = op.cnt - lead[i] - trail[i];
         let mut sizes: Vec<(u32, bool)> = vec![(1, true); lead[i] as usize];
@@ -328,13 +329,14 @@ pub(super) fn cut_for_pacing(
         let tail_from = sizes.len() - trail[i] as usize;
         let cut = sizes.len() > 1;
         for (k, (c, is_head)) in sizes.into_iter().enumerate() {
-            let piece = if is_head { &held } else { &deps };
             // A piece of a cut operation waits only for the data it reads
-            // (`own_data`), not for what writes the other pieces' chunks.
-            let piece = if cut {
-                own_data(op, op.src_off + at, c, piece, &out)
-            } else {
-                piece.clone()
+            // (`own_data`), not for what writes the other pieces' chunks;
+            // an operation left whole (one piece) takes its list.
+            let piece = match (cut, is_head) {
+                (true, true) => own_data(op, op.src_off + at, c, &held, &out),
+                (true, false) => own_data(op, op.src_off + at, c, &deps, &out),
+                (false, true) => std::mem::take(&mut held),
+                (false, false) => std::mem::take(&mut deps),
             };
             is_tail.push(k >= tail_from);
             parts.push(if !cut {
@@ -352,7 +354,7 @@ pub(super) fn cut_for_pacing(
                 cnt: c,
                 deps: piece,
                 recv_deps: if is_head { recv.clone() } else { Vec::new() },
-                ..op.clone()
+                ..op.without_deps()
             });
             at += c;
         }

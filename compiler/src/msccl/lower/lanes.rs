@@ -2,7 +2,6 @@
 //! plan's concurrency and the threadblock budget allow.
 
 use std::cmp::Reverse;
-use std::collections::hash_map::Entry;
 use std::collections::{BinaryHeap, HashMap};
 
 use crate::msccl::ops::{ChunkOp, Part};
@@ -61,14 +60,16 @@ pub(super) fn assign_lanes(
     // a send's runs come first in `ops` (`super::gather`) but do not move
     // their transfer ahead of the others here.
     let mut order: Vec<u32> = Vec::new();
-    let mut dense: HashMap<u32, usize> = HashMap::new();
+    // (By transfer: an array, looked up for every operation and dep.)
+    let mut dense: Vec<usize> =
+        vec![usize::MAX; ops.iter().map(|o| o.from as usize + 1).max().unwrap_or(0)];
     let remote_first = ops
         .iter()
         .filter(|o| o.src != o.dst)
         .chain(ops.iter().filter(|o| o.src == o.dst));
     for op in remote_first {
-        if let Entry::Vacant(e) = dense.entry(op.from) {
-            e.insert(order.len());
+        if dense[op.from as usize] == usize::MAX {
+            dense[op.from as usize] = order.len();
             order.push(op.from);
         }
     }
@@ -84,14 +85,14 @@ pub(super) fn assign_lanes(
     if exact {
         let mut seen = vec![false; nt];
         for op in ops {
-            let t = dense[&op.from];
+            let t = dense[op.from as usize];
             if seen[t] {
                 continue;
             }
             seen[t] = true;
             let mut a = vec![0u64; words];
             for &d in &op.deps {
-                let x = dense[&ops[d as usize].from];
+                let x = dense[ops[d as usize].from as usize];
                 if x == t {
                     continue;
                 }
@@ -117,7 +118,7 @@ pub(super) fn assign_lanes(
                 let x = &ops[d as usize];
                 parts[d as usize] == Part::Tail && x.from != op.from && x.dst == op.src
             }) {
-                late[dense[&op.from]] = true;
+                late[dense[op.from as usize]] = true;
             }
         }
     }
@@ -128,7 +129,7 @@ pub(super) fn assign_lanes(
     };
     let mut conn_of = vec![(0u32, 0u32); nt];
     for op in ops {
-        conn_of[dense[&op.from]] = (op.src, op.dst);
+        conn_of[dense[op.from as usize]] = (op.src, op.dst);
     }
     let remote: Vec<usize> = (0..nt).filter(|&t| conn_of[t].0 != conn_of[t].1).collect();
     let mut base = vec![0usize; n];
@@ -228,7 +229,10 @@ pub(super) fn assign_lanes(
     } else {
         exact_lanes
     };
-    lanes.of_op = ops.iter().map(|op| lanes.of_op[dense[&op.from]]).collect();
+    lanes.of_op = ops
+        .iter()
+        .map(|op| lanes.of_op[dense[op.from as usize]])
+        .collect();
     // What the budget has left goes to long streams (`super::spread`).
     let mut used = base;
     for (&(s, d), &l) in &lanes.per_conn {

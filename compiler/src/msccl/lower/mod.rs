@@ -53,7 +53,7 @@ mod tests;
 mod walks;
 
 use super::ops::ChunkOp;
-use chunk_trace::trace_chunks;
+use chunk_trace::{trace_chunks, Pieces};
 use cuts::{cut_for_pacing, paced_waits, Paced, PacedWaits};
 use lanes::MAX_LANES;
 use tbs::{build_tbs, uncut_gpus, SendChain, UNCUT_ABOVE};
@@ -272,6 +272,9 @@ pub fn to_xml(
     let mut laps = Laps::start("to_xml");
     fit::check_plan(plan, topo, traffic, opts.executor)?;
     let timeline = simulate(topo, plan, &timeline_options(n))?.transfers;
+    // The plan's replay, kept across the doubled chunks of a `lower_from`
+    // (`Pieces`).
+    let pieces = Pieces::default();
     laps.lap("ideal simulation of the plan");
     // Above `chunk::MAX_RANKS_PRICED` ranks (no candidate is priced there)
     // a padded file's chunk whose file with pacing cuts misses a limit is
@@ -299,6 +302,7 @@ pub fn to_xml(
                 opts,
                 u,
                 &timeline,
+                &pieces,
                 Streams::Window,
                 laps,
                 handoff,
@@ -307,7 +311,12 @@ pub fn to_xml(
                 retry.uncut,
                 retry.may_uncut.then_some(&mut traced),
             ) {
-                Ok(x) => return Ok(x),
+                Ok(x) => {
+                    // Kept: the next `lower_from` (other candidates, up
+                    // to 64 ranks) traces again, this memory freed.
+                    pieces.clear();
+                    return Ok(x);
+                }
                 Err(LowerError::Other(e)) => return Err(e),
                 Err(LowerError::Limit(why)) => (why, false),
                 Err(LowerError::CutLimit(why)) => (why, true),
@@ -327,6 +336,9 @@ pub fn to_xml(
             } else if u < start << 10 && u * 2 <= MAX_CHUNK_BYTES {
                 laps.note(&format!("chunk {u} bytes missed a limit ({why}); doubling"));
                 traced = None;
+                // After a traced miss, the doubled chunk's trace keeps the
+                // plan's replay for the chunks after it (`Pieces`).
+                pieces.keep();
                 u *= 2;
             } else {
                 return Err(unsupported(format!(
@@ -371,6 +383,7 @@ pub fn to_xml(
                 opts,
                 u,
                 &timeline,
+                &pieces,
                 Streams::Rate(c),
                 laps,
                 true,
@@ -535,7 +548,8 @@ pub fn to_xml(
             Streams::Rate(RATE_CAPS[1]),
         ] {
             match lower_with(
-                plan, topo, traffic, o, u, &timeline, streams, laps, true, None, false, false, None,
+                plan, topo, traffic, o, u, &timeline, &pieces, streams, laps, true, None, false,
+                false, None,
             ) {
                 Ok(y) if y.x.chunk_bytes == u && cands.iter().all(|c| c.x.text != y.x.text) => {
                     let spread = y.spread;
@@ -830,9 +844,10 @@ fn traced_ops(
     map: &ChunkMap,
     u: u64,
     timeline: &[TransferTime],
+    pieces: &Pieces,
     laps: &mut Laps,
 ) -> std::result::Result<(Vec<ChunkOp>, Vec<u32>), LowerError> {
-    let (ops, mut scratch) = trace_chunks(plan, traffic, map, u, timeline)?;
+    let (ops, mut scratch) = trace_chunks(plan, traffic, map, u, timeline, pieces)?;
     laps.lap("trace chunks");
     // `fast`'s sends that read several blocks of their input go out as one
     // run (`super::gather`). Measured for `fast` only: `lp`'s files use
@@ -853,6 +868,7 @@ fn lower_with(
     opts: &XmlOptions,
     u: u64,
     timeline: &[TransferTime],
+    pieces: &Pieces,
     streams: Streams,
     laps: &mut Laps,
     handoff: bool,
@@ -900,7 +916,7 @@ fn lower_with(
             (t.ops, t.scratch, t.waits)
         }
         None => {
-            let (ops, scratch) = traced_ops(plan, traffic, opts, &map, u, timeline, laps)?;
+            let (ops, scratch) = traced_ops(plan, traffic, opts, &map, u, timeline, pieces, laps)?;
             (ops, scratch, None)
         }
     };

@@ -13,7 +13,7 @@ use crate::msccl::{Executor, MAX_NODES};
 use crate::sim::TransferTime;
 
 use super::lanes::{assign_lanes, Lanes, MAX_LANES};
-use super::walks::{ancestors_on, OpGraph, Walks, WALKS_PER_OP};
+use super::walks::{ancestors_on, FastMap, OpGraph, Walks, WALKS_PER_OP};
 use super::LowerError;
 
 /// Which tb a step goes to.
@@ -155,7 +155,7 @@ pub(super) fn build_tbs(
             .collect()
     };
     let mut tbs: Vec<Vec<TbDraft>> = (0..n).map(|_| Vec::new()).collect();
-    let mut tb_index: Vec<HashMap<TbKey, u32>> = vec![HashMap::new(); n];
+    let mut tb_index: Vec<FastMap<TbKey, u32>> = vec![FastMap::default(); n];
     // Lanes a connection may have in all: half the channels its group can
     // reach, the rest left for tbs that pass 64 steps.
     let max_per_conn = (max_channels / groups.max(1) / 2).clamp(1, MAX_LANES);
@@ -194,7 +194,7 @@ pub(super) fn build_tbs(
         return Err(LowerError::Limit(why));
     }
     // Channel of each (src, dst, lane); lane `l` starts at group `l`.
-    let mut chan_of: HashMap<(u32, u32, u32), u32> = HashMap::new();
+    let mut chan_of: FastMap<(u32, u32, u32), u32> = FastMap::default();
     let mut local_k = vec![0u32; n];
     // Where each operation's step sits on each gpu it touches, its sending
     // gpu first: (tb, pos).
@@ -589,7 +589,7 @@ pub(super) fn drop_implied_waits(
 pub(super) fn elements_floor(ops: &[ChunkOp], n: usize, limit: usize) -> Vec<usize> {
     let mut steps = vec![0usize; n];
     // (gpu, peer, side: 0 send, 1 receive, 2 local copy) -> steps.
-    let mut conn: HashMap<(u32, u32, u8), usize> = HashMap::new();
+    let mut conn: FastMap<(u32, u32, u8), usize> = FastMap::default();
     for o in ops {
         if o.src == o.dst {
             steps[o.src as usize] += 1;

@@ -216,6 +216,7 @@ fn an_uncut_retry_from_kept_operations_writes_the_file_a_fresh_one_does() {
         &opts,
         u,
         &timeline,
+        &Pieces::default(),
         Streams::Window,
         &mut laps,
         true,
@@ -245,6 +246,7 @@ fn an_uncut_retry_from_kept_operations_writes_the_file_a_fresh_one_does() {
             &map,
             u,
             &timeline,
+            &Pieces::default(),
             &mut Laps::start("test"),
         ) else {
             panic!("a 2x8 plan traces");
@@ -455,4 +457,57 @@ fn the_timeline_is_exact_where_files_are_priced_and_grouped_above() {
     assert_eq!(big.tolerance_for(1), TIMELINE_TOLERANCE);
     assert!(big.group_arrivals);
     assert_eq!(big.network, SimOptions::default().network);
+}
+
+#[test]
+fn a_replay_kept_across_chunks_traces_each_chunk_as_a_fresh_one() {
+    // `fast` forwards through scratch: every chunk size traces its own
+    // operations and slots from the one replay `lower_from` keeps.
+    let topo = Topology::preset("dgx-h100", 2, None).unwrap();
+    let mut spec = crate::generate::TrafficSpec::new(16, crate::generate::Pattern::Zipf(1.2));
+    spec.bytes = 32 << 10;
+    let m = crate::generate::generate(&spec).unwrap();
+    let plan = crate::sched::schedule(
+        crate::sched::Algorithm::Fast,
+        &topo,
+        &m,
+        &crate::sched::Options::default(),
+    )
+    .unwrap();
+    let opts = XmlOptions::default();
+    let base = crate::msccl::chunk::base_chunk_bytes(&m);
+    let timeline = simulate(&topo, &plan, &timeline_options(16))
+        .unwrap()
+        .transfers;
+    let kept = Pieces::default();
+    // Asked before any trace ran (a chunk refused before its trace):
+    // nothing is kept.
+    kept.keep();
+    for (j, u) in [base, 2 * base, 4 * base, base].into_iter().enumerate() {
+        let k = (0..16)
+            .map(|s| (0..16).map(|d| m.get(s, d).div_ceil(u) as u32).collect())
+            .collect();
+        let map = ChunkMap::new(k, opts.layout);
+        let traced = |p: &Pieces| {
+            let Ok(x) = trace_chunks(&plan, &m, &map, u, &timeline, p) else {
+                panic!("a 2x8 plan traces");
+            };
+            format!("{x:?}")
+        };
+        let reused = traced(&kept);
+        // Kept from the second trace on: asked after the first.
+        assert_eq!(kept.holds(), j > 0);
+        kept.keep();
+        assert_eq!(reused, traced(&Pieces::default()), "chunk {u}");
+    }
+    kept.clear();
+    assert!(!kept.holds());
+    // Until asked, a trace keeps nothing (a file that fits its first
+    // chunk holds no more than before).
+    let k = (0..16)
+        .map(|s| (0..16).map(|d| m.get(s, d).div_ceil(base) as u32).collect())
+        .collect();
+    let map = ChunkMap::new(k, opts.layout);
+    assert!(trace_chunks(&plan, &m, &map, base, &timeline, &kept).is_ok());
+    assert!(!kept.holds());
 }
