@@ -837,6 +837,7 @@ struct Lowered {
 /// A chunk's operations before any pacing cut, and the scratch chunks per
 /// rank they use: the plan traced through the chunk map, `fast`'s sources
 /// gathered.
+#[allow(clippy::too_many_arguments)]
 fn traced_ops(
     plan: &Plan,
     traffic: &TrafficMatrix,
