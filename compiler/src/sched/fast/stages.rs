@@ -740,29 +740,38 @@ impl Decomposer {
             (row, at) = (owner as usize, 0);
         };
         // A free column: every row on the path takes the column it went
-        // down through, the deepest first.
+        // down through.
         self.free[k] &= !(1 << bit);
         // Each row matched to its column: its previous match's entry
         // written back from `held` (and its `big` bit cleared, if it fell
-        // below θ), the new one's read into `held`. Over the fields as
-        // slices, bound once for the path.
+        // below θ), the new one's read into `held`. Each row and column is
+        // on the path once, so the order does not matter: from the top,
+        // where a row's previous match is the column the row above it went
+        // down through (its owner was the row), and the search's row, free,
+        // had none. Over the fields as slices, bound once for the path.
         let (n, theta) = (self.n, self.theta);
         let (cells, big, held) = (&mut self.cells[..], &mut self.big[..], &mut self.held[..]);
         let (match_row, match_col) = (&mut self.match_row[..], &mut self.match_col[..]);
-        for &[row, _, col] in self.path[..=depth].iter().rev() {
+        #[cfg(test)]
+        assert_eq!(match_row[a], NONE, "the search's row is free");
+        let mut old = NONE;
+        for &[row, _, col] in &self.path[..=depth] {
             let (a, b) = (row as usize, col as usize);
-            let old = match_row[a];
+            #[cfg(test)]
+            assert_eq!(match_row[a], old, "row {a} owned the column above it");
+            let cells = &mut cells[a * n..][..n];
             if old != NONE {
                 let old = old as usize;
                 let kept = held[a];
-                cells[a * n + old] = kept;
+                cells[old] = kept;
                 if kept[0] + kept[1] < theta {
                     big[a * words + old / 64] &= !(1 << (old % 64));
                 }
             }
             match_row[a] = col;
             match_col[b] = row;
-            held[a] = cells[a * n + b];
+            held[a] = cells[b];
+            old = col;
         }
         true
     }
@@ -1170,11 +1179,19 @@ mod tests {
     }
 
     /// Rows of three words (`augment` with the word count at run time) and
-    /// of four or more (its mask of live words): past the one- and two-word
-    /// constants it runs with up to 128 nodes.
+    /// of four or more (its mask of live words, past 256 nodes too): past
+    /// the one- and two-word constants it runs with up to 128 nodes. (The
+    /// paths' rematches, from the top, are checked as they run: each row
+    /// owned the column the row above it went down through.)
     #[test]
     fn decompose_matches_its_plain_statement_past_two_words() {
-        for (n, seed, sparse, floor_div) in [(130, 7, 1, 150), (131, 11, 2, 40), (195, 3, 1, 190)] {
+        for (n, seed, sparse, floor_div) in [
+            (130, 7, 1, 150),
+            (131, 11, 2, 40),
+            (195, 3, 1, 190),
+            (257, 5, 0, 260),
+            (300, 13, 1, 100),
+        ] {
             let (got, want) = against_plain(n, seed, sparse, floor_div);
             assert_eq!(got, want, "n {n}, seed {seed}");
         }
