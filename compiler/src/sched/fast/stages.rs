@@ -27,16 +27,17 @@ pub struct StagePair {
 /// Reusable buffers of the decomposition.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Decomposer {
-    /// Entry (a, b) at `a * n + b`: its real bytes left and its padding
-    /// left, side by side. While (a, b) is row `a`'s match, its value is
-    /// in `held[a]` instead (stale here), and is written back when the
-    /// match ends.
+    /// Entry (a, b) at `a * n + b`: its real bytes left and its total
+    /// left (real plus padding), side by side: the searches, the greedy
+    /// step and the stage's `w` read the total alone. While (a, b) is row
+    /// `a`'s match, its value is in `held[a]` instead (stale here), and
+    /// is written back when the match ends.
     cells: Vec<[u64; 2]>,
     row_def: Vec<u64>,
     col_def: Vec<u64>,
     match_row: Vec<u32>,
     match_col: Vec<u32>,
-    /// Each matched row's entry (real, padding) left: the per-stage passes
+    /// Each matched row's entry (real, total) left: the per-stage passes
     /// read and write these `n` entries side by side, not `n` scattered
     /// cells.
     held: Vec<[u64; 2]>,
@@ -45,8 +46,8 @@ pub(crate) struct Decomposer {
     theta: u64,
     /// Words per row of the bit sets below (`ceil(n / 64)`).
     words: usize,
-    /// Bit `b` of row `a` (words `a * words..`): entry (a, b) of
-    /// `real + pad` is positive. The searches visit only these entries.
+    /// Bit `b` of row `a` (words `a * words..`): entry (a, b)'s total is
+    /// positive. The searches visit only these entries.
     live: Vec<u64>,
     /// Columns the current augmenting search has visited.
     seen: Vec<u64>,
@@ -54,7 +55,7 @@ pub(crate) struct Decomposer {
     dead: Vec<u64>,
     /// Free columns (kept as the matching changes).
     free: Vec<u64>,
-    /// Bit `b` of row `a`: entry (a, b) of `real + pad` is at least θ, so
+    /// Bit `b` of row `a`: entry (a, b)'s total is at least θ, so
     /// the greedy step may take it (entries only decrease: once below, it
     /// stays below). Cleared when the entry is written back from `held`:
     /// only free rows' bits are read, and a row's matched entry is
@@ -235,9 +236,10 @@ impl Decomposer {
             self.drawn.reserve_exact(self.drawn_hint);
         }
         self.cells.clear();
-        self.cells.extend(t.iter().map(|&x| [x, 0]));
+        // (Real, total): the padding is added to the total.
+        self.cells.extend(t.iter().map(|&x| [x, x]));
         for a in 0..n {
-            self.cells[a * n + a][0] = 0;
+            self.cells[a * n + a] = [0, 0];
         }
         let mut real_left: u64 = self.cells.iter().map(|c| c[0]).sum();
         if real_left == 0 {
@@ -275,8 +277,7 @@ impl Decomposer {
                 &mut self.live[a * words..(a + 1) * words],
                 &mut self.big[a * words..(a + 1) * words],
             );
-            for (b, &[real, pad]) in row.iter().enumerate() {
-                let x = real + pad;
+            for (b, &[_, x]) in row.iter().enumerate() {
                 let bit = 1 << (b % 64);
                 if x > 0 {
                     live[b / 64] |= bit;
@@ -314,9 +315,9 @@ impl Decomposer {
         while real_left > 0 {
             self.augment();
             let mut w = u64::MAX;
-            for (&b, &[real, pad]) in self.match_row.iter().zip(&self.held) {
+            for (&b, &[_, total]) in self.match_row.iter().zip(&self.held) {
                 if b != NONE {
-                    w = w.min(real + pad);
+                    w = w.min(total);
                 }
             }
             if w == u64::MAX {
@@ -332,9 +333,11 @@ impl Decomposer {
                 if b == NONE {
                     continue;
                 }
-                let [real, pad] = held[a];
+                // `r` real bytes, then padding up to `w`: the total less
+                // `w` (or all of it).
+                let [real, total] = held[a];
                 let r = real.min(w);
-                let left = [real - r, pad - pad.min(w - r)];
+                let left = [real - r, total - total.min(w)];
                 held[a] = left;
                 stage_sum += r;
                 if r > 0 {
@@ -344,7 +347,7 @@ impl Decomposer {
                         bytes: r,
                     });
                 }
-                if left[0] + left[1] == 0 {
+                if left[1] == 0 {
                     exhausted.push(a as u32);
                 }
             }
@@ -536,8 +539,9 @@ impl Decomposer {
         stage
     }
 
-    /// Fills the padding (`cells[..][1]`) so every line of real bytes plus
-    /// padding sums to the largest line sum `M`, and returns `M`.
+    /// Adds the padding to `cells[..][1]` (real bytes or, in the tests'
+    /// reference, zero) so every line of real bytes plus padding sums to
+    /// the largest line sum `M`, and returns `M`.
     fn pad_to_doubly_stochastic(&mut self, n: usize) -> u64 {
         self.row_def.clear();
         self.col_def.clear();
@@ -619,8 +623,7 @@ impl Decomposer {
                 while cand != 0 {
                     let b = k * 64 + cand.trailing_zeros() as usize;
                     cand &= cand - 1;
-                    let [real, pad] = row[b];
-                    let x = real + pad;
+                    let x = row[b][1];
                     if x > best.0 {
                         best = (x, b as u32);
                     }
@@ -783,7 +786,7 @@ impl Decomposer {
                 let old = old as usize;
                 let kept = held[a];
                 cells[old] = kept;
-                if kept[0] + kept[1] < theta {
+                if kept[1] < theta {
                     big[a * words + old / 64] &= !(1 << (old % 64));
                 }
             }
