@@ -6,7 +6,7 @@
 //! Issue 25 checks that its changes keep the programs byte for byte
 //! (docs/benchmarks.md records the output).
 //!
-//! `cargo run --release -p switchyard-compiler --example rank_hash -- [nodes...] [--calls K] [--ranks middle|all3] [--pattern zipf|lognormal] [--sums | --inputs]`
+//! `cargo run --release -p switchyard-compiler --example rank_hash -- [nodes...] [--calls K] [--ranks middle|all3] [--pattern zipf|lognormal] [--sums | --inputs] [--callgrind]`
 //!
 //! `--sums`: the rank's `LocalTraffic` carries its `LaneSums`, assembled
 //! (before the planner is made and timed) from every node's lanes as a job
@@ -16,6 +16,13 @@
 //! rank's first slice, without `node_splits`; each timed call is the
 //! rank's `Planner::first_slice` (which decomposes the node matrix) then
 //! its program (which reuses those stages).
+//!
+//! `--callgrind`: before each case's timed calls (after its setup), asks
+//! callgrind to start instrumenting (its `START_INSTRUMENTATION` client
+//! request; nothing outside valgrind, x86-64 only), so a run under
+//! `valgrind --tool=callgrind --instr-atstart=no` skips the setup (at
+//! 512x8 `--inputs`, every node's parts and every rank's first slice:
+//! minutes under instrumentation).
 //!
 //! Prints one line per case: nodes, pattern, rank, ops, scratch bytes,
 //! hash, first-call peak allocation, median time of the calls after the
@@ -66,6 +73,37 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
+/// Callgrind's `START_INSTRUMENTATION` client request (valgrind's
+/// callgrind.h: tool base `'C' 'T'` plus 4), through the x86-64 magic
+/// sequence: outside valgrind the rotations come back to `rdi` and the
+/// exchange of `rbx` with itself does nothing.
+fn callgrind_start() {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let args: [u64; 6] = [
+            ((b'C' as u64) << 24 | (b'T' as u64) << 16) + 4,
+            0,
+            0,
+            0,
+            0,
+            0,
+        ];
+        let mut res = 0u64;
+        // SAFETY: the sequence only rotates `rdi` by 128 bits in all (so
+        // back to its value) and exchanges `rbx` with itself; under valgrind
+        // it reads `args` and writes `rdx`, both declared.
+        unsafe {
+            std::arch::asm!(
+                "rol rdi, 3", "rol rdi, 13", "rol rdi, 61", "rol rdi, 51", "xchg rbx, rbx",
+                in("rax") args.as_ptr(),
+                inout("rdx") res,
+                inout("rdi") 0u64 => _,
+            );
+        }
+        std::hint::black_box(res);
+    }
+}
+
 fn program_hash(p: &LocalProgram) -> u64 {
     let mut h = DefaultHasher::new();
     (p.rank, p.ranks, p.gpus_per_node, p.scratch_bytes).hash(&mut h);
@@ -86,6 +124,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut only: Option<String> = None;
     let mut sums = false;
     let mut inputs = false;
+    let mut callgrind = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -93,6 +132,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--ranks" => all3 = args.next().ok_or("--ranks middle|all3")? == "all3",
             "--sums" => sums = true,
             "--inputs" => inputs = true,
+            "--callgrind" => callgrind = true,
             "--pattern" => only = Some(args.next().ok_or("--pattern zipf|lognormal")?),
             _ => nodes.push(a.parse::<usize>()?),
         }
@@ -189,6 +229,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     }
                     planner.program_local_into(&local, prog)
                 };
+                if callgrind {
+                    callgrind_start();
+                }
                 let t0 = Instant::now();
                 call(&mut planner, &mut prog)?;
                 let first = t0.elapsed().as_secs_f64();

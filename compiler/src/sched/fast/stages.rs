@@ -27,16 +27,17 @@ pub struct StagePair {
 /// Reusable buffers of the decomposition.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Decomposer {
-    /// Entry (a, b) at `a * n + b`: its real bytes left and its padding
-    /// left, side by side. While (a, b) is row `a`'s match, its value is
-    /// in `held[a]` instead (stale here), and is written back when the
-    /// match ends.
+    /// Entry (a, b) at `a * n + b`: its real bytes left and its total
+    /// left (real plus padding), side by side: the searches, the greedy
+    /// step and the stage's `w` read the total alone. While (a, b) is row
+    /// `a`'s match, its value is in `held[a]` instead (stale here), and
+    /// is written back when the match ends.
     cells: Vec<[u64; 2]>,
     row_def: Vec<u64>,
     col_def: Vec<u64>,
     match_row: Vec<u32>,
     match_col: Vec<u32>,
-    /// Each matched row's entry (real, padding) left: the per-stage passes
+    /// Each matched row's entry (real, total) left: the per-stage passes
     /// read and write these `n` entries side by side, not `n` scattered
     /// cells.
     held: Vec<[u64; 2]>,
@@ -45,8 +46,8 @@ pub(crate) struct Decomposer {
     theta: u64,
     /// Words per row of the bit sets below (`ceil(n / 64)`).
     words: usize,
-    /// Bit `b` of row `a` (words `a * words..`): entry (a, b) of
-    /// `real + pad` is positive. The searches visit only these entries.
+    /// Bit `b` of row `a` (words `a * words..`): entry (a, b)'s total is
+    /// positive. The searches visit only these entries.
     live: Vec<u64>,
     /// Columns the current augmenting search has visited.
     seen: Vec<u64>,
@@ -54,7 +55,7 @@ pub(crate) struct Decomposer {
     dead: Vec<u64>,
     /// Free columns (kept as the matching changes).
     free: Vec<u64>,
-    /// Bit `b` of row `a`: entry (a, b) of `real + pad` is at least θ, so
+    /// Bit `b` of row `a`: entry (a, b)'s total is at least θ, so
     /// the greedy step may take it (entries only decrease: once below, it
     /// stays below). Cleared when the entry is written back from `held`:
     /// only free rows' bits are read, and a row's matched entry is
@@ -97,6 +98,12 @@ pub(crate) struct Decomposer {
     /// stages once, in their final order
     /// ([`Decomposer::decompose_light_first_with`]).
     drawn: Vec<Drawn>,
+    /// How many pairs the last extraction drew: `drawn` is released once
+    /// the stages are written (at 512 nodes up to 1.15 million pairs, 18 MB
+    /// of pairs, 34 MB of capacity grown by doubling, no longer held while
+    /// the rank's program is emitted) and the next extraction reserves
+    /// this many at once.
+    drawn_hint: usize,
 }
 
 /// One pair of an extraction: its stage is where it sits
@@ -188,6 +195,7 @@ impl Decomposer {
             for s in 0..k {
                 write(out, self.stage_at[s], self.stage_at[s + 1], s);
             }
+            self.release_drawn();
             return count;
         }
         self.stage_order.clear();
@@ -199,7 +207,15 @@ impl Decomposer {
             let (lo, hi) = (self.stage_at[s as usize], self.stage_at[s as usize + 1]);
             write(out, lo, hi, new);
         }
+        self.release_drawn();
         count
+    }
+
+    /// Frees the extraction's pairs once written, keeping their count for
+    /// the next extraction's reservation (`drawn_hint`).
+    fn release_drawn(&mut self) {
+        self.drawn_hint = self.drawn.len();
+        self.drawn = Vec::new();
     }
 
     /// The extraction of [`Decomposer::decompose`]: its stages' pairs into
@@ -215,10 +231,15 @@ impl Decomposer {
             self.recorded = None;
         }
         self.drawn.clear();
+        if self.drawn.capacity() == 0 {
+            // Released by the last decomposition: as many as it drew, at once.
+            self.drawn.reserve_exact(self.drawn_hint);
+        }
         self.cells.clear();
-        self.cells.extend(t.iter().map(|&x| [x, 0]));
+        // (Real, total): the padding is added to the total.
+        self.cells.extend(t.iter().map(|&x| [x, x]));
         for a in 0..n {
-            self.cells[a * n + a][0] = 0;
+            self.cells[a * n + a] = [0, 0];
         }
         let mut real_left: u64 = self.cells.iter().map(|c| c[0]).sum();
         if real_left == 0 {
@@ -256,8 +277,7 @@ impl Decomposer {
                 &mut self.live[a * words..(a + 1) * words],
                 &mut self.big[a * words..(a + 1) * words],
             );
-            for (b, &[real, pad]) in row.iter().enumerate() {
-                let x = real + pad;
+            for (b, &[_, x]) in row.iter().enumerate() {
                 let bit = 1 << (b % 64);
                 if x > 0 {
                     live[b / 64] |= bit;
@@ -295,9 +315,9 @@ impl Decomposer {
         while real_left > 0 {
             self.augment();
             let mut w = u64::MAX;
-            for (&b, &[real, pad]) in self.match_row.iter().zip(&self.held) {
+            for (&b, &[_, total]) in self.match_row.iter().zip(&self.held) {
                 if b != NONE {
-                    w = w.min(real + pad);
+                    w = w.min(total);
                 }
             }
             if w == u64::MAX {
@@ -313,9 +333,11 @@ impl Decomposer {
                 if b == NONE {
                     continue;
                 }
-                let [real, pad] = held[a];
+                // `r` real bytes, then padding up to `w`: the total less
+                // `w` (or all of it).
+                let [real, total] = held[a];
                 let r = real.min(w);
-                let left = [real - r, pad - pad.min(w - r)];
+                let left = [real - r, total - total.min(w)];
                 held[a] = left;
                 stage_sum += r;
                 if r > 0 {
@@ -325,7 +347,7 @@ impl Decomposer {
                         bytes: r,
                     });
                 }
-                if left[0] + left[1] == 0 {
+                if left[1] == 0 {
                     exhausted.push(a as u32);
                 }
             }
@@ -517,8 +539,9 @@ impl Decomposer {
         stage
     }
 
-    /// Fills the padding (`cells[..][1]`) so every line of real bytes plus
-    /// padding sums to the largest line sum `M`, and returns `M`.
+    /// Adds the padding to `cells[..][1]` (real bytes or, in the tests'
+    /// reference, zero) so every line of real bytes plus padding sums to
+    /// the largest line sum `M`, and returns `M`.
     fn pad_to_doubly_stochastic(&mut self, n: usize) -> u64 {
         self.row_def.clear();
         self.col_def.clear();
@@ -600,8 +623,7 @@ impl Decomposer {
                 while cand != 0 {
                     let b = k * 64 + cand.trailing_zeros() as usize;
                     cand &= cand - 1;
-                    let [real, pad] = row[b];
-                    let x = real + pad;
+                    let x = row[b][1];
                     if x > best.0 {
                         best = (x, b as u32);
                     }
@@ -740,29 +762,38 @@ impl Decomposer {
             (row, at) = (owner as usize, 0);
         };
         // A free column: every row on the path takes the column it went
-        // down through, the deepest first.
+        // down through.
         self.free[k] &= !(1 << bit);
         // Each row matched to its column: its previous match's entry
         // written back from `held` (and its `big` bit cleared, if it fell
-        // below θ), the new one's read into `held`. Over the fields as
-        // slices, bound once for the path.
+        // below θ), the new one's read into `held`. Each row and column is
+        // on the path once, so the order does not matter: from the top,
+        // where a row's previous match is the column the row above it went
+        // down through (its owner was the row), and the search's row, free,
+        // had none. Over the fields as slices, bound once for the path.
         let (n, theta) = (self.n, self.theta);
         let (cells, big, held) = (&mut self.cells[..], &mut self.big[..], &mut self.held[..]);
         let (match_row, match_col) = (&mut self.match_row[..], &mut self.match_col[..]);
-        for &[row, _, col] in self.path[..=depth].iter().rev() {
+        #[cfg(test)]
+        assert_eq!(match_row[a], NONE, "the search's row is free");
+        let mut old = NONE;
+        for &[row, _, col] in &self.path[..=depth] {
             let (a, b) = (row as usize, col as usize);
-            let old = match_row[a];
+            #[cfg(test)]
+            assert_eq!(match_row[a], old, "row {a} owned the column above it");
+            let cells = &mut cells[a * n..][..n];
             if old != NONE {
                 let old = old as usize;
                 let kept = held[a];
-                cells[a * n + old] = kept;
-                if kept[0] + kept[1] < theta {
+                cells[old] = kept;
+                if kept[1] < theta {
                     big[a * words + old / 64] &= !(1 << (old % 64));
                 }
             }
             match_row[a] = col;
             match_col[b] = row;
-            held[a] = cells[a * n + b];
+            held[a] = cells[b];
+            old = col;
         }
         true
     }
@@ -1170,11 +1201,19 @@ mod tests {
     }
 
     /// Rows of three words (`augment` with the word count at run time) and
-    /// of four or more (its mask of live words): past the one- and two-word
-    /// constants it runs with up to 128 nodes.
+    /// of four or more (its mask of live words, past 256 nodes too): past
+    /// the one- and two-word constants it runs with up to 128 nodes. (The
+    /// paths' rematches, from the top, are checked as they run: each row
+    /// owned the column the row above it went down through.)
     #[test]
     fn decompose_matches_its_plain_statement_past_two_words() {
-        for (n, seed, sparse, floor_div) in [(130, 7, 1, 150), (131, 11, 2, 40), (195, 3, 1, 190)] {
+        for (n, seed, sparse, floor_div) in [
+            (130, 7, 1, 150),
+            (131, 11, 2, 40),
+            (195, 3, 1, 190),
+            (257, 5, 0, 260),
+            (300, 13, 1, 100),
+        ] {
             let (got, want) = against_plain(n, seed, sparse, floor_div);
             assert_eq!(got, want, "n {n}, seed {seed}");
         }
@@ -1289,6 +1328,32 @@ mod tests {
                 prop_assert_eq!(&seen, &seen_two);
                 prop_assert_eq!(&seen[..], &fused[before..]);
             }
+        }
+    }
+
+    /// One decomposer over matrices of more and fewer pairs (its drawn
+    /// pairs released after each, the next extraction reserving the last
+    /// count): the same stages as a fresh decomposer's each time.
+    #[test]
+    fn released_pairs_reserve_for_the_next_decomposition() {
+        let mut d = Decomposer::default();
+        for (n, seed, sparse, floor_div) in [
+            (40, 1, 0, 60),
+            (9, 2, 1, 8),
+            (300, 3, 1, 300),
+            (70, 4, 2, 50),
+            (300, 5, 0, 100),
+            (2, 6, 0, 1),
+        ] {
+            let t = skewed(n, seed, sparse);
+            let floor = |m: u64| (m / floor_div).max(1);
+            let (mut got, mut want) = (Vec::new(), Vec::new());
+            let k = d.decompose_light_first_with(n, &t, floor, &mut got, |_| {});
+            assert_eq!(d.drawn.capacity(), 0, "n {n}: released");
+            assert_eq!(d.drawn_hint, got.len(), "n {n}");
+            let mut fresh = Decomposer::default();
+            let j = fresh.decompose_light_first_with(n, &t, floor, &mut want, |_| {});
+            assert_eq!((k, &got), (j, &want), "n {n}");
         }
     }
 
