@@ -633,8 +633,8 @@ pub fn to_xml(
     }
     // A file still over [`SCORED_ABOVE`] whose plan runs more transfers at
     // once on some gpu than the threadblock budget has lanes for
-    // (`lanes_short`): the files at the chunks tried (the best one's
-    // first) with the lanes beyond one per connection given to the
+    // (`lanes_short`): the files at the best one's chunk (then at the
+    // base chunk) with the lanes beyond one per connection given to the
     // connections whose next lane the plan keeps busy longest
     // ([`LaneShare::Busy`]) instead of those that want the most, one chunk
     // after another while the best file is still over. On 8 x 8 under
@@ -645,15 +645,13 @@ pub fn to_xml(
     // Neither sharing wins every file (8 x 8 intra-skew `fast` is slower
     // by busy time), hence the pricing, and only here: applied to every
     // step above, it moved files within 3% (an earlier, busy-shared file
-    // stops the chunk search sooner; docs/benchmarks.md, issue 22 items 2
-    // and 3, "Spare lanes").
+    // stops the chunk search sooner). At every chunk tried it cost 8 x 8
+    // intra-skew `fast` 78% more CPU for no better file; the four files it
+    // speeds up won at the best one's chunk (docs/benchmarks.md, issue 22
+    // items 2 and 3, "Spare lanes where the plan keeps them busy").
     if over(best_us) && cands[best].x.lanes_short > 0 && n <= super::chunk::MAX_RANKS_PRICED {
-        let mut us = vec![cands[best].x.chunk_bytes];
-        for c in &cands {
-            if !us.contains(&c.x.chunk_bytes) {
-                us.push(c.x.chunk_bytes);
-            }
-        }
+        let mut us = vec![cands[best].x.chunk_bytes, base_u];
+        us.dedup();
         for u in us {
             if !over(best_us) {
                 break;
