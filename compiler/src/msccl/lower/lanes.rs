@@ -202,7 +202,8 @@ pub(super) fn assign_lanes(
             }
         };
         // Share the tb budget, one lane at a time, to the connection with
-        // the most wanted lanes per lane it has.
+        // the largest claim (by `share`: the most wanted lanes per lane it
+        // has, or the longest busy next lane).
         let mut tbs = base.clone();
         let mut per_conn: HashMap<(u32, u32), u32> = HashMap::new();
         let mut heap: BinaryHeap<(u64, Reverse<(u32, u32)>)> = BinaryHeap::new();
