@@ -27,6 +27,23 @@ pub(super) struct Lanes {
     pub(super) tbs_wanted: usize,
 }
 
+/// How the threadblock budget's lanes beyond one per connection are shared
+/// among the connections whose plan runs more transfers at once than one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) enum LaneShare {
+    /// To the connection with the most lanes wanted per lane it has: every
+    /// lane the plan's concurrency wants counts the same.
+    #[default]
+    Wanted,
+    /// To the connection whose next lane the plan keeps busy longest (the
+    /// summed planned durations of the transfers the greedy cover puts on
+    /// it): a lane of short transfers the plan starts together (`spray`'s
+    /// balancing moves on a hot GPU's NVLink) counts for less than one of a
+    /// long stream beside another on a NIC, which, serialised, runs its
+    /// plan's two streams one after another.
+    Busy,
+}
+
 /// Plans with more transfers than this get their lanes without the
 /// ancestor test (its bit sets take transfers² / 8 bytes).
 const MAX_ANCESTOR_TRANSFERS: usize = 16_384;
@@ -45,7 +62,9 @@ const MAX_ANCESTOR_TRANSFERS: usize = 16_384;
 /// that finds no free lane takes the one with the fewest bytes. With
 /// `parts` (the pacing cuts' pieces of `ops`; empty: none), a transfer that
 /// reads another's tail chunks is followed on its lane only by its
-/// descendants (it starts a flight after its planned start).
+/// descendants (it starts a flight after its planned start). `share` says
+/// which connection an extra lane goes to ([`LaneShare`]).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn assign_lanes(
     ops: &[ChunkOp],
     n: usize,
@@ -54,6 +73,7 @@ pub(super) fn assign_lanes(
     groups: &[u32],
     parts: &[Part],
     max_per_conn: u32,
+    share: LaneShare,
 ) -> Lanes {
     // Source transfers in the order of their remote operations (then those
     // with local copies only), with the ops of each: the copies that gather
@@ -150,25 +170,49 @@ pub(super) fn assign_lanes(
             (exact && anc[t][x / 64] >> (x % 64) & 1 == 1)
                 || !late[x] && xe <= ts + slack * (te - ts)
         };
-        // Lanes each connection wants: the greedy cover in start order.
+        // Lanes each connection wants: the greedy cover in start order,
+        // with the planned time each of its lanes is busy.
         let mut want: HashMap<(u32, u32), Vec<usize>> = HashMap::new();
+        let mut busy: HashMap<(u32, u32), Vec<f64>> = HashMap::new();
         for &t in &remote {
             let lanes = want.entry(conn_of[t]).or_default();
-            match lanes.iter_mut().find(|last| free(**last, t)) {
-                Some(last) => *last = t,
-                None => lanes.push(t),
+            let busy = busy.entry(conn_of[t]).or_default();
+            let (ts, te) = time(t);
+            match lanes.iter().position(|&last| free(last, t)) {
+                Some(k) => {
+                    lanes[k] = t;
+                    busy[k] += te - ts;
+                }
+                None => {
+                    lanes.push(t);
+                    busy.push(te - ts);
+                }
             }
         }
+        for b in busy.values_mut() {
+            b.sort_unstable_by(|x, y| y.total_cmp(x));
+        }
+        // The claim of a connection that has `l` lanes on one more.
+        let claim = |c: &(u32, u32), l: u32| -> u64 {
+            match share {
+                LaneShare::Wanted => want[c].len() as u64 * 1000 / u64::from(l),
+                // Nanoseconds of the plan's time.
+                LaneShare::Busy => busy[c]
+                    .get(l as usize)
+                    .map_or(0, |&us| (us * 1000.0) as u64),
+            }
+        };
         // Share the tb budget, one lane at a time, to the connection with
-        // the most wanted lanes per lane it has.
+        // the largest claim (by `share`: the most wanted lanes per lane it
+        // has, or the longest busy next lane).
         let mut tbs = base.clone();
         let mut per_conn: HashMap<(u32, u32), u32> = HashMap::new();
         let mut heap: BinaryHeap<(u64, Reverse<(u32, u32)>)> = BinaryHeap::new();
-        for (&(s, d), w) in &want {
+        for &(s, d) in want.keys() {
             per_conn.insert((s, d), 1);
             tbs[s as usize] += 1;
             tbs[d as usize] += 1;
-            heap.push((w.len() as u64 * 1000, Reverse((s, d))));
+            heap.push((claim(&(s, d), 1), Reverse((s, d))));
         }
         while let Some((_, Reverse((s, d)))) = heap.pop() {
             let (w, l) = (want[&(s, d)].len() as u32, per_conn[&(s, d)]);
@@ -178,7 +222,7 @@ pub(super) fn assign_lanes(
             per_conn.insert((s, d), l + 1);
             tbs[s as usize] += 1;
             tbs[d as usize] += 1;
-            heap.push((w as u64 * 1000 / (l as u64 + 1), Reverse((s, d))));
+            heap.push((claim(&(s, d), l + 1), Reverse((s, d))));
         }
         let short = want
             .iter()
@@ -259,6 +303,40 @@ mod tests {
     use super::*;
     use crate::msccl::BufRef;
 
+    /// Gpu 1 has one tb beyond a lane per connection. Four short
+    /// transfers the plan starts together from gpu 0 want four lanes; two
+    /// long ones from gpu 2 want two. By lanes wanted the spare goes to gpu
+    /// 0's connection, which then runs one of its 1 us transfers after
+    /// another; by planned busy time to gpu 2's, whose second lane is busy
+    /// 10 us against 1 us.
+    #[test]
+    fn a_spare_lane_goes_where_the_plan_keeps_it_busy_longest() {
+        let mut ops: Vec<ChunkOp> = (0..4).map(|t| ChunkOp::test(0, t, 1, t, 1, t)).collect();
+        ops.extend((4..6).map(|t| ChunkOp::test(2, t, 1, t, 8, t)));
+        let at = |start_us: f64, end_us: f64| TransferTime { start_us, end_us };
+        let timeline = [
+            at(0.0, 1.0),
+            at(0.0, 1.0),
+            at(0.0, 1.0),
+            at(0.0, 1.0),
+            at(0.0, 10.0),
+            at(0.0, 10.0),
+        ];
+        let lanes = |share| assign_lanes(&ops, 3, &timeline, 3, &[0; 6], &[], 32, share);
+        let wanted = lanes(LaneShare::Wanted);
+        assert_eq!((wanted.per_conn[&(0, 1)], wanted.per_conn[&(2, 1)]), (2, 1));
+        let busy = lanes(LaneShare::Busy);
+        assert_eq!((busy.per_conn[&(0, 1)], busy.per_conn[&(2, 1)]), (1, 2));
+        // The long transfers side by side, the short ones on one lane.
+        assert_eq!(busy.of_op, vec![0, 0, 0, 0, 0, 1]);
+        // What the plan wants is the same either way.
+        assert_eq!(
+            (busy.short, busy.tbs_wanted),
+            (wanted.short, wanted.tbs_wanted)
+        );
+        assert_eq!((busy.short, busy.tbs_wanted), (3, 6));
+    }
+
     /// A forward of a cut transfer's tail chunk ends, in the plan, before
     /// the next send of its connection starts; in the file it starts a
     /// flight late. With the cuts' pieces, that next send takes a lane of
@@ -287,7 +365,18 @@ mod tests {
             Part::Whole,
             Part::Whole,
         ];
-        let lanes = |parts: &[Part]| assign_lanes(&ops, 3, &timeline, 108, &[0; 5], parts, 32);
+        let lanes = |parts: &[Part]| {
+            assign_lanes(
+                &ops,
+                3,
+                &timeline,
+                108,
+                &[0; 5],
+                parts,
+                32,
+                LaneShare::Wanted,
+            )
+        };
         // Without the pieces: the plan's timeline alone, one lane.
         let plain = lanes(&[]);
         assert_eq!(plain.of_op, vec![0, 0, 0, 0, 0]);

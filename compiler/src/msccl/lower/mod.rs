@@ -55,7 +55,7 @@ mod walks;
 use super::ops::ChunkOp;
 use chunk_trace::{trace_chunks, Pieces};
 use cuts::{cut_for_pacing, paced_waits, Paced, PacedWaits};
-use lanes::MAX_LANES;
+use lanes::{LaneShare, MAX_LANES};
 use tbs::{build_tbs, uncut_gpus, SendChain, UNCUT_ABOVE};
 
 /// Per-peer message size up to which LL is chosen (the msccl-scheduler
@@ -289,7 +289,11 @@ pub fn to_xml(
         && opts.pacing == Pacing::Cut
         && opts.layout == Layout::Padded
         && n > super::chunk::MAX_RANKS_PRICED;
-    let lower_from = |start: u64, handoff: bool, lead: Option<f64>, late: bool, laps: &mut Laps| {
+    let lower_from = |start: u64,
+                      handoff: bool,
+                      lead: Option<f64>,
+                      (late, share): (bool, LaneShare),
+                      laps: &mut Laps| {
         let mut u = start;
         let mut retry = Retry::new(uncut_retry);
         // What a cut lowering keeps for its uncut retry (`Traced`).
@@ -308,6 +312,7 @@ pub fn to_xml(
                 handoff,
                 lead,
                 late,
+                share,
                 retry.uncut,
                 retry.may_uncut.then_some(&mut traced),
             ) {
@@ -349,7 +354,7 @@ pub fn to_xml(
     };
     // Every file the executor's rules price against this one: finer
     // chunks, and rate lanes where a stream was spread (below).
-    let first = lower_from(base, true, None, false, &mut laps)?;
+    let first = lower_from(base, true, None, (false, LaneShare::Wanted), &mut laps)?;
     // Each with the symbolic executor's run the lowering made of it.
     let mut cands: Vec<Lowered> = Vec::new();
     // Tails handed to the next head (`super::handoff`) start the heads'
@@ -358,7 +363,7 @@ pub fn to_xml(
     // hotspot +3.0% -> +4.0% (docs/benchmarks.md, issue 22). Where there
     // are any, the file without them is priced too (first: it wins a tie).
     if first.x.handoffs > 0 && n <= super::chunk::MAX_RANKS_PRICED {
-        if let Ok(plain) = lower_from(base, false, None, false, &mut laps) {
+        if let Ok(plain) = lower_from(base, false, None, (false, LaneShare::Wanted), &mut laps) {
             cands.push(plain);
         }
     }
@@ -389,6 +394,7 @@ pub fn to_xml(
                 true,
                 None,
                 false,
+                LaneShare::Wanted,
                 false,
                 None,
             );
@@ -418,7 +424,7 @@ pub fn to_xml(
         || is_fast
         || plan.algorithm == "spray")
     {
-        if let Ok(y) = lower_from(fine, true, None, false, &mut laps) {
+        if let Ok(y) = lower_from(fine, true, None, (false, LaneShare::Wanted), &mut laps) {
             if y.x.chunk_bytes < base_u {
                 with_rates(y, &mut cands, &mut laps);
             }
@@ -434,11 +440,11 @@ pub fn to_xml(
     // (hand-offs, head lead) of a `fast` file.
     let files_at = |u: u64,
                     files: &[(bool, Option<f64>)],
-                    late: bool,
+                    lanes: (bool, LaneShare),
                     cands: &mut Vec<Lowered>,
                     laps: &mut Laps| {
         for &(handoff, lead) in files {
-            if let Ok(y) = lower_from(u, handoff, lead, late, laps) {
+            if let Ok(y) = lower_from(u, handoff, lead, lanes, laps) {
                 if y.x.chunk_bytes == u && cands.iter().all(|c| c.x.text != y.x.text) {
                     cands.push(y);
                 }
@@ -449,7 +455,7 @@ pub fn to_xml(
         files_at(
             base_u,
             &[(true, Some(HEAD_LEAD_US))],
-            false,
+            (false, LaneShare::Wanted),
             &mut cands,
             &mut laps,
         );
@@ -458,7 +464,7 @@ pub fn to_xml(
                 files_at(
                     u,
                     &[(true, None), (true, Some(HEAD_LEAD_US))],
-                    false,
+                    (false, LaneShare::Wanted),
                     &mut cands,
                     &mut laps,
                 );
@@ -515,7 +521,7 @@ pub fn to_xml(
                 break;
             }
             let files = [(true, None), (false, None), (true, Some(HEAD_LEAD_US))];
-            files_at(u, &files, false, &mut cands, &mut laps);
+            files_at(u, &files, (false, LaneShare::Wanted), &mut cands, &mut laps);
             price_new(&cands, &mut best, &mut best_us)?;
         }
     }
@@ -533,7 +539,7 @@ pub fn to_xml(
         files_at(
             cands[best].x.chunk_bytes,
             &files,
-            true,
+            (true, LaneShare::Wanted),
             &mut cands,
             &mut laps,
         );
@@ -541,27 +547,28 @@ pub fn to_xml(
     }
     // The window file at chunk `u` lowered with options `o`, and where it
     // spreads a stream, its rate-lane files (as `with_rates`).
-    let files_with = |o: &XmlOptions, u: u64, cands: &mut Vec<Lowered>, laps: &mut Laps| {
-        for streams in [
-            Streams::Window,
-            Streams::Rate(RATE_CAPS[0]),
-            Streams::Rate(RATE_CAPS[1]),
-        ] {
-            match lower_with(
-                plan, topo, traffic, o, u, &timeline, &pieces, streams, laps, true, None, false,
-                false, None,
-            ) {
-                Ok(y) if y.x.chunk_bytes == u && cands.iter().all(|c| c.x.text != y.x.text) => {
-                    let spread = y.spread;
-                    cands.push(y);
-                    if !spread {
-                        break;
+    let files_with =
+        |o: &XmlOptions, u: u64, share: LaneShare, cands: &mut Vec<Lowered>, laps: &mut Laps| {
+            for streams in [
+                Streams::Window,
+                Streams::Rate(RATE_CAPS[0]),
+                Streams::Rate(RATE_CAPS[1]),
+            ] {
+                match lower_with(
+                    plan, topo, traffic, o, u, &timeline, &pieces, streams, laps, true, None,
+                    false, share, false, None,
+                ) {
+                    Ok(y) if y.x.chunk_bytes == u && cands.iter().all(|c| c.x.text != y.x.text) => {
+                        let spread = y.spread;
+                        cands.push(y);
+                        if !spread {
+                            break;
+                        }
                     }
+                    _ => break,
                 }
-                _ => break,
             }
-        }
-    };
+        };
     // A file still over [`SCORED_ABOVE`] whose protocol was chosen by size
     // (LL128 or LL: every packed file of the sweep's matrices) and whose
     // window is its own size whatever the protocol: the same lowering in
@@ -569,7 +576,13 @@ pub fn to_xml(
     // packed, docs/benchmarks.md issue 22 item 2).
     let simple = simple_candidates(opts, &cands[best].x, over(best_us), n);
     if let Some(o) = &simple {
-        files_with(o, cands[best].x.chunk_bytes, &mut cands, &mut laps);
+        files_with(
+            o,
+            cands[best].x.chunk_bytes,
+            LaneShare::Wanted,
+            &mut cands,
+            &mut laps,
+        );
         price_new(&cands, &mut best, &mut best_us)?;
     }
     // Files still over [`SCORED_ABOVE`] (not `fast`'s, above): more
@@ -599,7 +612,7 @@ pub fn to_xml(
             if !over(best_us) {
                 break;
             }
-            files_with(&o, u, &mut cands, &mut laps);
+            files_with(&o, u, LaneShare::Wanted, &mut cands, &mut laps);
             price_new(&cands, &mut best, &mut best_us)?;
         }
     }
@@ -626,10 +639,44 @@ pub fn to_xml(
         us.dedup();
         for u in us {
             if u <= base_u {
-                files_with(&whole, u, &mut cands, &mut laps);
+                files_with(&whole, u, LaneShare::Wanted, &mut cands, &mut laps);
             }
         }
         price_new(&cands, &mut best, &mut best_us)?;
+    }
+    // A file still over [`SCORED_ABOVE`] whose plan runs more transfers at
+    // once on some gpu than the threadblock budget has lanes for
+    // (`lanes_short`): the files at the best one's chunk (then at the
+    // base chunk) with the lanes beyond one per connection given to the
+    // connections whose next lane the plan keeps busy longest
+    // ([`LaneShare::Busy`]) instead of those that want the most, one chunk
+    // after another while the best file is still over. On 8 x 8 under
+    // `rccl` (64 tbs a gpu) a hot gpu's short balancing moves (`spray`
+    // intra-skew: 29 at once on one NVLink connection) took the spare
+    // lanes, and a rail connection ran its plan's two streams one after
+    // another (+8.4%, now -0.2%); `fast` log-normal +4.0% -> +2.2%.
+    // Neither sharing wins every file (8 x 8 intra-skew `fast` is slower
+    // by busy time), hence the pricing, and only here: applied to every
+    // step above, it moved files within 3% (an earlier, busy-shared file
+    // stops the chunk search sooner). At every chunk tried it cost 8 x 8
+    // intra-skew `fast` 78% more CPU for no better file; the four files it
+    // speeds up won at the best one's chunk (docs/benchmarks.md, issue 22
+    // items 2 and 3, "Spare lanes where the plan keeps them busy").
+    if over(best_us) && cands[best].x.lanes_short > 0 && n <= super::chunk::MAX_RANKS_PRICED {
+        let mut us = vec![cands[best].x.chunk_bytes, base_u];
+        us.dedup();
+        for u in us {
+            if !over(best_us) {
+                break;
+            }
+            if fast_priced {
+                let files = [(true, None), (true, Some(HEAD_LEAD_US))];
+                files_at(u, &files, (false, LaneShare::Busy), &mut cands, &mut laps);
+            } else {
+                files_with(opts, u, LaneShare::Busy, &mut cands, &mut laps);
+            }
+            price_new(&cands, &mut best, &mut best_us)?;
+        }
     }
     laps.lap("pricing the candidate files");
     read_back(cands.swap_remove(best), traffic, &mut laps)
@@ -875,6 +922,7 @@ fn lower_with(
     handoff: bool,
     head_lead_us: Option<f64>,
     late_lanes: bool,
+    share: LaneShare,
     uncut_all: bool,
     mut traced: Option<&mut Option<Traced>>,
 ) -> std::result::Result<Lowered, LowerError> {
@@ -1105,6 +1153,7 @@ fn lower_with(
         if late_lanes { &paced.parts } else { &[] },
         hand,
         chain,
+        share,
     );
     // Timed whether it fits or not (a missed chunk's cost shows).
     laps.lap("threadblocks and waits");

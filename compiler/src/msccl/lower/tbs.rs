@@ -12,7 +12,7 @@ use crate::msccl::{BufRef, Step, StepKind, Tb};
 use crate::msccl::{Executor, MAX_NODES};
 use crate::sim::TransferTime;
 
-use super::lanes::{assign_lanes, Lanes, MAX_LANES};
+use super::lanes::{assign_lanes, LaneShare, Lanes, MAX_LANES};
 use super::walks::{ancestors_on, FastMap, OpGraph, Walks, WALKS_PER_OP};
 use super::LowerError;
 
@@ -120,6 +120,7 @@ pub(super) fn build_tbs(
     parts: &[Part],
     hand: Option<(&[Part], u32)>,
     mut chain: Option<SendChain>,
+    share: LaneShare,
 ) -> std::result::Result<Built, LowerError> {
     let max_channels = executor.max_channels();
     // Threadblocks built before packing (`super::pack`) brings a gpu down
@@ -167,6 +168,7 @@ pub(super) fn build_tbs(
         split,
         parts,
         max_per_conn,
+        share,
     );
     // A paced transfer's tail handed to the head that follows it on its
     // lane (`super::handoff`): the operations change, the lanes stay.

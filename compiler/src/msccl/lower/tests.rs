@@ -222,6 +222,7 @@ fn an_uncut_retry_from_kept_operations_writes_the_file_a_fresh_one_does() {
         true,
         None,
         false,
+        LaneShare::Wanted,
         uncut_all,
         traced,
     ) {
