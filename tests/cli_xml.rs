@@ -339,3 +339,70 @@ fn lp_xml_for_the_ideal_network_routes_rail_to_rail_at_8x8() {
     assert!(!calibrated.contains("rail to rail"), "{calibrated}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn compile_reports_what_the_file_costs_by_the_executors_rules() {
+    // Issue 22 item 3: the kept file's completion by the executor's rules
+    // against its plan, in the report and on the summary line; the same
+    // figure `simulate --network ideal` gives the file.
+    let dir = Scratch::new("cli-xml-price");
+    let (topo, traffic) = (
+        root("examples/topologies/dgx-h100-2x8.json"),
+        root("examples/traffic/moe-16.json"),
+    );
+    let xml = dir.join("plan.xml").display().to_string();
+    let report = dir.join("r.json").display().to_string();
+    for alg in ["direct", "fast"] {
+        let (code, out, err) = run(&[
+            "compile",
+            "--topology",
+            &topo,
+            "--traffic",
+            &traffic,
+            "--algorithm",
+            alg,
+            "--out",
+            &xml,
+            "--report",
+            &report,
+        ]);
+        assert_eq!(code, 0, "{alg}: {err}");
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        let price = &r["msccl"]["executor_price"];
+        let (file_us, plan_us) = (
+            price["file_us"].as_f64().expect("a 16-rank file is priced"),
+            price["plan_us"].as_f64().unwrap(),
+        );
+        assert!(file_us > 0.0 && plan_us > 0.0, "{alg}: {price}");
+        let over = price["over_plan"].as_f64().unwrap();
+        assert!(
+            (over - (file_us / plan_us - 1.0)).abs() < 1e-12,
+            "{alg}: {price}"
+        );
+        let line = format!("{out}{err}");
+        assert!(
+            line.contains(&format!("by msccl's executor rules {file_us:.1} us")),
+            "{alg}: {line}"
+        );
+        let (code, out, err) = run(&[
+            "simulate",
+            "--plan",
+            &xml,
+            "--traffic",
+            &traffic,
+            "--topology",
+            &topo,
+            "--network",
+            "ideal",
+            "--json",
+        ]);
+        assert_eq!(code, 0, "{alg}: {err}");
+        let sim: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let us = sim["msccl_executor"]["completion_us"].as_f64().unwrap();
+        assert!(
+            (us - file_us).abs() <= 1e-9 * us,
+            "{alg}: simulate {us} us, compile's price {file_us} us"
+        );
+    }
+}

@@ -272,6 +272,7 @@ pub fn compile(a: CompileArgs) -> CliResult {
         extension(&a.out)
     };
     let mut buffers = None;
+    let mut priced = None;
     let (text, plan, msccl) = match format.as_deref() {
         Some("json") => (plan.to_json(), plan, None),
         Some("xml") => {
@@ -297,6 +298,7 @@ pub fn compile(a: CompileArgs) -> CliResult {
             let mut facts = xml.report_json();
             facts["executor"] = executor.name().into();
             buffers = Some(buffer_note(&xml, &m));
+            priced = Some(price_note(&xml, executor));
             (xml.text, xml.plan, Some(facts))
         }
         _ => {
@@ -371,6 +373,9 @@ pub fn compile(a: CompileArgs) -> CliResult {
     ];
     if let Some(b) = buffers {
         parts.push(b.trim_start_matches("; ").to_string());
+    }
+    if let Some(Some(p)) = priced {
+        parts.push(p);
     }
     if rails_for_peers {
         parts.push(format!(
@@ -529,6 +534,27 @@ fn finish_rank(
         prog.ops.len(),
     );
     Ok(())
+}
+
+/// What the file costs against its plan by the executor's rules, where the
+/// lowering priced it, and the threadblocks its plan wanted where the
+/// executor has fewer (so the file runs one after another some of what
+/// the plan runs at once): issue 22's "report the cost".
+fn price_note(xml: &XmlPlan, executor: Executor) -> Option<String> {
+    let p = xml.executor_price?;
+    let mut s = format!(
+        "by {executor}'s executor rules {:.1} us, {:+.1}% against its plan's {:.1} us (ideal network)",
+        p.file_us,
+        100.0 * p.over_plan(),
+        p.plan_us
+    );
+    if xml.tbs_wanted > xml.max_tbs_per_gpu {
+        s += &format!(
+            ", its plan wanting {} threadblocks on a GPU where the file has {}",
+            xml.tbs_wanted, xml.max_tbs_per_gpu
+        );
+    }
+    Some(s)
 }
 
 /// What an XML file's buffers cost against the data they carry: each rank

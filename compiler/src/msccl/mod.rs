@@ -41,7 +41,7 @@ use std::str::FromStr;
 
 use crate::error::Error;
 pub use exec::ExecReport;
-pub use lower::{to_xml, to_xml_windows, Pacing, XmlOptions, XmlPlan};
+pub use lower::{to_xml, to_xml_windows, ExecutorPrice, Pacing, XmlOptions, XmlPlan};
 pub use parse::parse_algo;
 pub use read::{assign_paths, parse_xml, parse_xml_implied, xml_traffic};
 pub use read::{check_executable, check_executable_with};

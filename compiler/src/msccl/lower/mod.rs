@@ -156,15 +156,46 @@ pub struct XmlPlan {
     /// Threadblocks the busiest gpu would need to run at once everything
     /// the plan runs at once (its local-copy tbs included).
     pub tbs_wanted: usize,
+    /// What the file costs against its plan by the executor's rules, where
+    /// the lowering priced its candidate files to choose one (clusters of
+    /// up to [`super::chunk::MAX_RANKS_PRICED`] ranks without a caller's
+    /// chunk); `None` where it kept its only file unpriced.
+    pub executor_price: Option<ExecutorPrice>,
     /// The plan the file encodes, on the original matrix: transfers are its
     /// operations, byte ranges requantised to chunk boundaries.
     pub plan: Plan,
     pub report: exec::ExecReport,
 }
 
+/// A kept file's completion by the executor's rules against its source
+/// plan's, both in the ideal network (`xsim::simulate_traced` and the
+/// simulator's timeline the lowering follows).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ExecutorPrice {
+    /// The file, run by the executor's rules (docs/msccl.md, "The
+    /// executor's rules"), us.
+    pub file_us: f64,
+    /// The plan it was lowered from, us.
+    pub plan_us: f64,
+}
+
+impl ExecutorPrice {
+    /// How much longer the file runs than its plan (0.05: 5% longer).
+    pub fn over_plan(&self) -> f64 {
+        self.file_us / self.plan_us - 1.0
+    }
+}
+
 impl XmlPlan {
     /// The facts a `--report` carries, as JSON.
     pub fn report_json(&self) -> serde_json::Value {
+        let price = self.executor_price.map(|p| {
+            serde_json::json!({
+                "file_us": p.file_us,
+                "plan_us": p.plan_us,
+                "over_plan": p.over_plan(),
+            })
+        });
         serde_json::json!({
             "chunk_bytes": self.chunk_bytes,
             "layout": self.layout.name(),
@@ -185,6 +216,7 @@ impl XmlPlan {
             "released_heads": self.released_heads,
             "lanes_short": self.lanes_short,
             "tbs_wanted": self.tbs_wanted,
+            "executor_price": price,
         })
     }
 }
@@ -679,7 +711,12 @@ pub fn to_xml(
         }
     }
     laps.lap("pricing the candidate files");
-    read_back(cands.swap_remove(best), traffic, &mut laps)
+    let mut kept = cands.swap_remove(best);
+    kept.x.executor_price = Some(ExecutorPrice {
+        file_us: best_us,
+        plan_us,
+    });
+    read_back(kept, traffic, &mut laps)
 }
 
 /// The options of `to_xml`'s Simple candidate, where the best file so far
@@ -1321,6 +1358,8 @@ fn lower_with(
         released_heads: paced.released,
         lanes_short: built.lanes_short,
         tbs_wanted: built.tbs_wanted,
+        // Set by `to_xml` where it prices the file it keeps.
+        executor_price: None,
         // Filled by `read_back` once the file is kept.
         plan: Plan::new(&plan.algorithm, 0, 0),
         report: trace.report.clone(),
