@@ -7,7 +7,18 @@ use common::{refdata_dir, root, run, Scratch};
 
 /// `compile --out XML --report R` must succeed; returns the report.
 fn compile_xml(topo: &str, traffic: &str, alg: &str, xml: &str, report: &str) -> serde_json::Value {
-    let (code, _, err) = run(&[
+    compile_xml_said(topo, traffic, alg, xml, report).0
+}
+
+/// As [`compile_xml`], with what the command printed (stdout and stderr).
+fn compile_xml_said(
+    topo: &str,
+    traffic: &str,
+    alg: &str,
+    xml: &str,
+    report: &str,
+) -> (serde_json::Value, String) {
+    let (code, out, err) = run(&[
         "compile",
         "--topology",
         topo,
@@ -21,7 +32,8 @@ fn compile_xml(topo: &str, traffic: &str, alg: &str, xml: &str, report: &str) ->
         report,
     ]);
     assert_eq!(code, 0, "{alg}: {err}");
-    serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap()
+    let r = serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
+    (r, format!("{out}{err}"))
 }
 
 #[test]
@@ -353,22 +365,7 @@ fn compile_reports_what_the_file_costs_by_the_executors_rules() {
     let xml = dir.join("plan.xml").display().to_string();
     let report = dir.join("r.json").display().to_string();
     for alg in ["direct", "fast"] {
-        let (code, out, err) = run(&[
-            "compile",
-            "--topology",
-            &topo,
-            "--traffic",
-            &traffic,
-            "--algorithm",
-            alg,
-            "--out",
-            &xml,
-            "--report",
-            &report,
-        ]);
-        assert_eq!(code, 0, "{alg}: {err}");
-        let r: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        let (r, line) = compile_xml_said(&topo, &traffic, alg, &xml, &report);
         let price = &r["msccl"]["executor_price"];
         let (file_us, plan_us) = (
             price["file_us"].as_f64().expect("a 16-rank file is priced"),
@@ -380,7 +377,6 @@ fn compile_reports_what_the_file_costs_by_the_executors_rules() {
             (over - (file_us / plan_us - 1.0)).abs() < 1e-12,
             "{alg}: {price}"
         );
-        let line = format!("{out}{err}");
         assert!(
             line.contains(&format!("by msccl's executor rules {file_us:.1} us")),
             "{alg}: {line}"

@@ -190,8 +190,9 @@ fn a_chunk_missed_after_cuts_is_lowered_uncut_before_it_is_doubled() {
     assert!(!r.uncut);
 }
 
-#[test]
-fn an_uncut_retry_from_kept_operations_writes_the_file_a_fresh_one_does() {
+/// 2x8 DGX-H100, Zipf 1.2 of 32 KiB pairs: the matrix, its `fast` plan
+/// and the plan's timeline as `to_xml` simulates it.
+fn zipf_fast_2x8() -> (Topology, TrafficMatrix, Plan, Vec<TransferTime>) {
     let topo = Topology::preset("dgx-h100", 2, None).unwrap();
     let mut spec = crate::generate::TrafficSpec::new(16, crate::generate::Pattern::Zipf(1.2));
     spec.bytes = 32 << 10;
@@ -203,11 +204,17 @@ fn an_uncut_retry_from_kept_operations_writes_the_file_a_fresh_one_does() {
         &crate::sched::Options::default(),
     )
     .unwrap();
-    let opts = XmlOptions::default();
-    let u = crate::msccl::chunk::base_chunk_bytes(&m);
     let timeline = simulate(&topo, &plan, &timeline_options(16))
         .unwrap()
         .transfers;
+    (topo, m, plan, timeline)
+}
+
+#[test]
+fn an_uncut_retry_from_kept_operations_writes_the_file_a_fresh_one_does() {
+    let (topo, m, plan, timeline) = zipf_fast_2x8();
+    let opts = XmlOptions::default();
+    let u = crate::msccl::chunk::base_chunk_bytes(&m);
     let mut laps = Laps::start("test");
     let mut lower = |uncut_all: bool, traced: Option<&mut Option<Traced>>| match lower_with(
         &plan,
@@ -464,22 +471,9 @@ fn the_timeline_is_exact_where_files_are_priced_and_grouped_above() {
 fn a_replay_kept_across_chunks_traces_each_chunk_as_a_fresh_one() {
     // `fast` forwards through scratch: every chunk size traces its own
     // operations and slots from the one replay `lower_from` keeps.
-    let topo = Topology::preset("dgx-h100", 2, None).unwrap();
-    let mut spec = crate::generate::TrafficSpec::new(16, crate::generate::Pattern::Zipf(1.2));
-    spec.bytes = 32 << 10;
-    let m = crate::generate::generate(&spec).unwrap();
-    let plan = crate::sched::schedule(
-        crate::sched::Algorithm::Fast,
-        &topo,
-        &m,
-        &crate::sched::Options::default(),
-    )
-    .unwrap();
+    let (_, m, plan, timeline) = zipf_fast_2x8();
     let opts = XmlOptions::default();
     let base = crate::msccl::chunk::base_chunk_bytes(&m);
-    let timeline = simulate(&topo, &plan, &timeline_options(16))
-        .unwrap()
-        .transfers;
     let kept = Pieces::default();
     // Asked before any trace ran (a chunk refused before its trace):
     // nothing is kept.
