@@ -36,15 +36,21 @@ fn compile_xml_said(
     (r, format!("{out}{err}"))
 }
 
+/// The 2x8 DGX-H100 MoE example's topology and traffic, and a file and a
+/// report path in `dir`.
+fn moe_2x8(dir: &Scratch) -> (String, String, String, String) {
+    (
+        root("examples/topologies/dgx-h100-2x8.json"),
+        root("examples/traffic/moe-16.json"),
+        dir.file("plan.xml"),
+        dir.file("r.json"),
+    )
+}
+
 #[test]
 fn compile_to_xml_then_verify_simulate_run() {
     let dir = Scratch::new("cli-xml");
-    let (topo, traffic) = (
-        root("examples/topologies/dgx-h100-2x8.json"),
-        root("examples/traffic/moe-16.json"),
-    );
-    let xml = dir.join("plan.xml").display().to_string();
-    let report = dir.join("r.json").display().to_string();
+    let (topo, traffic, xml, report) = moe_2x8(&dir);
     for alg in ["direct", "hierarchical", "fast"] {
         let r = compile_xml(&topo, &traffic, alg, &xml, &report);
         assert_eq!(r["msccl"]["layout"], "padded");
@@ -358,12 +364,7 @@ fn compile_reports_what_the_file_costs_by_the_executors_rules() {
     // against its plan, in the report and on the summary line; the same
     // figure `simulate --network ideal` gives the file.
     let dir = Scratch::new("cli-xml-price");
-    let (topo, traffic) = (
-        root("examples/topologies/dgx-h100-2x8.json"),
-        root("examples/traffic/moe-16.json"),
-    );
-    let xml = dir.join("plan.xml").display().to_string();
-    let report = dir.join("r.json").display().to_string();
+    let (topo, traffic, xml, report) = moe_2x8(&dir);
     for alg in ["direct", "fast"] {
         let (r, line) = compile_xml_said(&topo, &traffic, alg, &xml, &report);
         let price = &r["msccl"]["executor_price"];
