@@ -52,8 +52,26 @@ fn compile_to_xml_then_verify_simulate_run() {
     let dir = Scratch::new("cli-xml");
     let (topo, traffic, xml, report) = moe_2x8(&dir);
     for alg in ["direct", "hierarchical", "fast"] {
-        let r = compile_xml(&topo, &traffic, alg, &xml, &report);
+        let (r, line) = compile_xml_said(&topo, &traffic, alg, &xml, &report);
         assert_eq!(r["msccl"]["layout"], "padded");
+        // Issue 22 item 3: the kept file's completion by the executor's
+        // rules against its plan, in the report and on the summary line;
+        // `simulate --network ideal` gives the file the same figure (below).
+        let price = &r["msccl"]["executor_price"];
+        let (file_us, plan_us) = (
+            price["file_us"].as_f64().expect("a 16-rank file is priced"),
+            price["plan_us"].as_f64().unwrap(),
+        );
+        assert!(file_us > 0.0 && plan_us > 0.0, "{alg}: {price}");
+        let over = price["over_plan"].as_f64().unwrap();
+        assert!(
+            (over - (file_us / plan_us - 1.0)).abs() < 1e-12,
+            "{alg}: {price}"
+        );
+        assert!(
+            line.contains(&format!("by msccl's executor rules {file_us:.1} us")),
+            "{alg}: {line}"
+        );
         assert!(r["msccl"]["chunk_bytes"].as_u64().unwrap() > 0);
         assert!(std::fs::read_to_string(&xml)
             .unwrap()
@@ -77,11 +95,18 @@ fn compile_to_xml_then_verify_simulate_run() {
             &traffic,
             "--topology",
             &topo,
+            "--network",
+            "ideal",
             "--json",
         ]);
         assert_eq!(code, 0, "{alg}: {err}");
         let sim: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert!(sim["ratio_to_bound"].as_f64().unwrap() >= 1.0);
+        let us = sim["msccl_executor"]["completion_us"].as_f64().unwrap();
+        assert!(
+            (us - file_us).abs() <= 1e-9 * us,
+            "{alg}: simulate {us} us, compile's price {file_us} us"
+        );
         let (code, out, err) = run(&["run", "--plan", &xml, "--traffic", &traffic, "--json"]);
         assert_eq!(code, 0, "{alg}: {err}");
         assert!(out.contains("\"verified\": true"), "{out}");
@@ -356,50 +381,4 @@ fn lp_xml_for_the_ideal_network_routes_rail_to_rail_at_8x8() {
     let calibrated = summary("calibrated");
     assert!(!calibrated.contains("rail to rail"), "{calibrated}");
     std::fs::remove_dir_all(&dir).ok();
-}
-
-#[test]
-fn compile_reports_what_the_file_costs_by_the_executors_rules() {
-    // Issue 22 item 3: the kept file's completion by the executor's rules
-    // against its plan, in the report and on the summary line; the same
-    // figure `simulate --network ideal` gives the file.
-    let dir = Scratch::new("cli-xml-price");
-    let (topo, traffic, xml, report) = moe_2x8(&dir);
-    for alg in ["direct", "fast"] {
-        let (r, line) = compile_xml_said(&topo, &traffic, alg, &xml, &report);
-        let price = &r["msccl"]["executor_price"];
-        let (file_us, plan_us) = (
-            price["file_us"].as_f64().expect("a 16-rank file is priced"),
-            price["plan_us"].as_f64().unwrap(),
-        );
-        assert!(file_us > 0.0 && plan_us > 0.0, "{alg}: {price}");
-        let over = price["over_plan"].as_f64().unwrap();
-        assert!(
-            (over - (file_us / plan_us - 1.0)).abs() < 1e-12,
-            "{alg}: {price}"
-        );
-        assert!(
-            line.contains(&format!("by msccl's executor rules {file_us:.1} us")),
-            "{alg}: {line}"
-        );
-        let (code, out, err) = run(&[
-            "simulate",
-            "--plan",
-            &xml,
-            "--traffic",
-            &traffic,
-            "--topology",
-            &topo,
-            "--network",
-            "ideal",
-            "--json",
-        ]);
-        assert_eq!(code, 0, "{alg}: {err}");
-        let sim: serde_json::Value = serde_json::from_str(&out).unwrap();
-        let us = sim["msccl_executor"]["completion_us"].as_f64().unwrap();
-        assert!(
-            (us - file_us).abs() <= 1e-9 * us,
-            "{alg}: simulate {us} us, compile's price {file_us} us"
-        );
-    }
 }
