@@ -360,6 +360,7 @@ fn waits_the_executor_does_not_hold_are_counted() {
 #[ignore]
 fn executor_rule_sweep() {
     use switchyard::compiler::msccl::chunk::base_chunk_bytes;
+    use switchyard::compiler::msccl::depth::shallower_fast;
     use switchyard::compiler::msccl::xsim::simulate_executor;
     use switchyard::compiler::msccl::{to_xml, Layout, Pacing, XmlOptions};
     use switchyard::compiler::sched::schedule;
@@ -401,8 +402,17 @@ fn executor_rule_sweep() {
                             .is_ok()
                             .then(|| base_chunk_bytes(&m)),
                     };
-                    match to_xml(&plan, &topo, &m, &opts) {
+                    // As `compile` writes it: `fast`'s file short of
+                    // threadblocks and behind its plan priced against the
+                    // plan one send shallower too, and then compared with
+                    // the plan it keeps (`executor_price`'s, this plan's
+                    // `want` where the file is its own).
+                    let file = to_xml(&plan, &topo, &m, &opts)
+                        .and_then(|x| shallower_fast(&plan, x, &topo, &m, sim.network, &opts))
+                        .map(|(x, _)| x);
+                    match file {
                         Ok(x) => {
+                            let want = x.executor_price.map_or(want, |p| p.plan_us);
                             let (us, _) =
                                 simulate_executor(&x.text, "sweep", &m, &topo, &sim).unwrap();
                             println!(

@@ -8,6 +8,7 @@ use switchyard::compiler::import::is_import;
 use switchyard::compiler::import::ImportOptions;
 use switchyard::compiler::lp::{lower_bound, LpOptions, SolveStatus};
 use switchyard::compiler::msccl::chunk::buffer_bytes as msccl_buffer_bytes;
+use switchyard::compiler::msccl::depth::shallower_fast;
 use switchyard::compiler::msccl::laps::Laps;
 use switchyard::compiler::msccl::{
     assign_paths, fit, parse_xml, parse_xml_implied, to_xml, Executor, Layout, Protocol,
@@ -273,6 +274,7 @@ pub fn compile(a: CompileArgs) -> CliResult {
     };
     let mut buffers = None;
     let mut priced = None;
+    let mut shallower = None;
     let (text, plan, msccl) = match format.as_deref() {
         Some("json") => (plan.to_json(), plan, None),
         Some("xml") => {
@@ -295,8 +297,26 @@ pub fn compile(a: CompileArgs) -> CliResult {
             laps.lap("plan");
             let xml = to_xml(&plan, &topo, &m, &opts)?;
             laps.lap("lowering");
+            // `fast`'s file short of threadblocks and behind its plan: the
+            // plan one send shallower in flight is priced too.
+            let (xml, swap) = shallower_fast(&plan, xml, &topo, &m, network, &opts)?;
+            laps.lap("shallower plan");
             let mut facts = xml.report_json();
             facts["executor"] = executor.name().into();
+            if let Some(w) = swap {
+                facts["shallower"] = serde_json::json!({
+                    "pipeline_depth": w.depth,
+                    "default_depth": w.default_depth,
+                    "default_file_us": w.default_file_us,
+                });
+                shallower = Some(format!(
+                    "fast planned with {} sends in flight per GPU, not {}: its file by the executor's rules {:.1} us against {:.1} us",
+                    w.depth,
+                    w.default_depth,
+                    xml.executor_price.map_or(f64::NAN, |p| p.file_us),
+                    w.default_file_us
+                ));
+            }
             buffers = Some(buffer_note(&xml, &m));
             priced = Some(price_note(&xml, executor));
             (xml.text, xml.plan, Some(facts))
@@ -376,6 +396,9 @@ pub fn compile(a: CompileArgs) -> CliResult {
     }
     if let Some(Some(p)) = priced {
         parts.push(p);
+    }
+    if let Some(s) = shallower {
+        parts.push(s);
     }
     if rails_for_peers {
         parts.push(format!(

@@ -20,6 +20,7 @@
 //!   as a plan the simulator prices.
 
 pub mod chunk;
+pub mod depth;
 pub mod exec;
 pub mod fit;
 mod gather;
