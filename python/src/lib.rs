@@ -18,6 +18,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use switchyard_compiler::import::ImportOptions;
 use switchyard_compiler::lp::{lower_bound, LpOptions};
+use switchyard_compiler::msccl::depth::shallower_fast;
 use switchyard_compiler::msccl::{
     fit, to_xml, Executor, Layout, Protocol, XmlOptions, MAX_CHUNK_BYTES,
 };
@@ -225,6 +226,12 @@ struct PyPlanner {
     topo: Arc<Topology>,
     algorithm: Algorithm,
     engine: Engine,
+    /// The network its plans are for where `to_msccl_xml` may also price
+    /// `fast`'s plan one send shallower, as `compile` does
+    /// (`msccl::depth::shallower_fast`): `target="msccl"` with `auto`, or
+    /// with `fast` at its default options (a caller's own options are
+    /// kept as given).
+    shallower: Option<Network>,
     /// The per-rank planner of a one-shot algorithm (`direct`,
     /// `hierarchical`, `pxn`, `deepep`), made on the first own program.
     local: Option<Box<FastPlanner>>,
@@ -559,10 +566,18 @@ impl PyPlanner {
             }
             Engine::OneShot(opts)
         };
+        let fast_defaults = pipeline_depth.is_none()
+            && stages_per_node.is_none()
+            && balance.is_none()
+            && chunk_bytes.is_none();
+        let shallower = (target == Target::Msccl
+            && (alg == Algorithm::Auto || is_fast && fast_defaults))
+            .then_some(network);
         Ok(PyPlanner {
             topo: topology.inner.clone(),
             algorithm: alg,
             engine,
+            shallower,
             local: None,
         })
     }
@@ -625,6 +640,7 @@ impl PyPlanner {
             topo,
             traffic: Arc::new(traffic),
             compile_us: Some(compile_us),
+            shallower: self.shallower,
         })
     }
 
@@ -900,6 +916,7 @@ fn _plan_from_json(
         topo: topology.inner.clone(),
         traffic: Arc::new(traffic),
         compile_us: None,
+        shallower: None,
     })
 }
 
@@ -910,6 +927,9 @@ struct PyPlan {
     topo: Arc<Topology>,
     traffic: Arc<TrafficMatrix>,
     compile_us: Option<f64>,
+    /// The network `fast`'s plan was made for by default options, where
+    /// `to_msccl_xml` also prices it one send shallower ([`PyPlanner`]).
+    shallower: Option<Network>,
 }
 
 impl PyPlan {
@@ -1040,7 +1060,16 @@ impl PyPlan {
             executor: Executor::default_for(&self.topo),
             ..XmlOptions::default()
         };
-        let xml = py.detach(|| to_xml(&self.plan, &self.topo, &self.traffic, &opts));
+        let xml = py.detach(|| {
+            let x = to_xml(&self.plan, &self.topo, &self.traffic, &opts)?;
+            match self.shallower {
+                Some(network) => {
+                    shallower_fast(&self.plan, x, &self.topo, &self.traffic, network, &opts)
+                        .map(|(x, _)| x)
+                }
+                None => Ok(x),
+            }
+        });
         Ok(xml.map_err(py_err)?.text)
     }
 
