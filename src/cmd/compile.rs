@@ -318,7 +318,7 @@ pub fn compile(a: CompileArgs) -> CliResult {
                 ));
             }
             buffers = Some(buffer_note(&xml, &m));
-            priced = Some(price_note(&xml, executor));
+            priced = price_note(&xml, executor);
             (xml.text, xml.plan, Some(facts))
         }
         _ => {
@@ -394,12 +394,8 @@ pub fn compile(a: CompileArgs) -> CliResult {
     if let Some(b) = buffers {
         parts.push(b.trim_start_matches("; ").to_string());
     }
-    if let Some(Some(p)) = priced {
-        parts.push(p);
-    }
-    if let Some(s) = shallower {
-        parts.push(s);
-    }
+    parts.extend(priced);
+    parts.extend(shallower);
     if rails_for_peers {
         parts.push(format!(
             "lp: routed rail to rail ({executor} loads at most {} threadblocks per GPU, fewer than the {} peers any route may use)",
