@@ -307,6 +307,14 @@ pub fn to_xml(
     // The plan's replay, kept across the doubled chunks of a `lower_from`
     // (`Pieces`).
     let pieces = Pieces::default();
+    let inp = Inputs {
+        plan,
+        topo,
+        traffic,
+        opts,
+        timeline: &timeline,
+        pieces: &pieces,
+    };
     laps.lap("ideal simulation of the plan");
     // Above `chunk::MAX_RANKS_PRICED` ranks (no candidate is priced there)
     // a padded file's chunk whose file with pacing cuts misses a limit is
@@ -331,33 +339,26 @@ pub fn to_xml(
         // What a cut lowering keeps for its uncut retry (`Traced`).
         let mut traced: Option<Traced> = None;
         loop {
-            let (why, after_cuts) = match lower_with(
-                plan,
-                topo,
-                traffic,
-                opts,
-                u,
-                &timeline,
-                &pieces,
-                Streams::Window,
-                laps,
+            let v = Variant {
                 handoff,
-                lead,
-                late,
+                head_lead_us: lead,
+                late_lanes: late,
                 share,
-                retry.uncut,
-                retry.may_uncut.then_some(&mut traced),
-            ) {
-                Ok(x) => {
-                    // Kept: the next `lower_from` (other candidates, up
-                    // to 64 ranks) traces again, this memory freed.
-                    pieces.clear();
-                    return Ok(x);
-                }
-                Err(LowerError::Other(e)) => return Err(e),
-                Err(LowerError::Limit(why)) => (why, false),
-                Err(LowerError::CutLimit(why)) => (why, true),
+                uncut_all: retry.uncut,
+                ..Variant::WINDOW
             };
+            let (why, after_cuts) =
+                match lower_with(&inp, u, v, laps, retry.may_uncut.then_some(&mut traced)) {
+                    Ok(x) => {
+                        // Kept: the next `lower_from` (other candidates, up
+                        // to 64 ranks) traces again, this memory freed.
+                        pieces.clear();
+                        return Ok(x);
+                    }
+                    Err(LowerError::Other(e)) => return Err(e),
+                    Err(LowerError::Limit(why)) => (why, false),
+                    Err(LowerError::CutLimit(why)) => (why, true),
+                };
             // The caller's chunk size is too small for the executor: bad
             // input.
             if opts.chunk_bytes.is_some() {
@@ -413,23 +414,11 @@ pub fn to_xml(
         }
         for c in RATE_CAPS {
             // The same chunk as the window file, or none.
-            let r = lower_with(
-                plan,
-                topo,
-                traffic,
-                opts,
-                u,
-                &timeline,
-                &pieces,
-                Streams::Rate(c),
-                laps,
-                true,
-                None,
-                false,
-                LaneShare::Wanted,
-                false,
-                None,
-            );
+            let v = Variant {
+                streams: Streams::Rate(c),
+                ..Variant::WINDOW
+            };
+            let r = lower_with(&inp, u, v, laps, None);
             if let Ok(r) = r {
                 if cands.iter().all(|y| y.x.text != r.x.text) {
                     cands.push(r);
@@ -586,10 +575,12 @@ pub fn to_xml(
                 Streams::Rate(RATE_CAPS[0]),
                 Streams::Rate(RATE_CAPS[1]),
             ] {
-                match lower_with(
-                    plan, topo, traffic, o, u, &timeline, &pieces, streams, laps, true, None,
-                    false, share, false, None,
-                ) {
+                let v = Variant {
+                    streams,
+                    share,
+                    ..Variant::WINDOW
+                };
+                match lower_with(&inp.with_options(o), u, v, laps, None) {
                     Ok(y) if y.x.chunk_bytes == u && cands.iter().all(|c| c.x.text != y.x.text) => {
                         let spread = y.spread;
                         cands.push(y);
@@ -892,6 +883,58 @@ enum Streams {
 /// [`Streams::Window`] where a file spreads a stream.
 const RATE_CAPS: [u32; 2] = [10, 30];
 
+/// What every lowering of one [`to_xml`] call reads: the plan, its matrix
+/// and cluster, the caller's options (a candidate may lower with others,
+/// e.g. in Simple: [`Inputs::with_options`]), the plan's ideal timeline
+/// and its replay kept across doubled chunks.
+#[derive(Clone, Copy)]
+struct Inputs<'a> {
+    plan: &'a Plan,
+    topo: &'a Topology,
+    traffic: &'a TrafficMatrix,
+    opts: &'a XmlOptions,
+    timeline: &'a [TransferTime],
+    pieces: &'a Pieces,
+}
+
+impl<'a> Inputs<'a> {
+    fn with_options(self, opts: &'a XmlOptions) -> Inputs<'a> {
+        Inputs { opts, ..self }
+    }
+}
+
+/// How one candidate file is lowered: what [`to_xml`]'s candidates vary
+/// besides the chunk.
+#[derive(Clone, Copy, Debug)]
+struct Variant {
+    /// How many lanes a long stream gets.
+    streams: Streams,
+    /// Tails handed to the next head (`super::handoff`).
+    handoff: bool,
+    /// Heads held back to this long before their planned start, us
+    /// (`None`: sent at once).
+    head_lead_us: Option<f64>,
+    /// Transfers behind a tail on their lane followed only by their
+    /// descendants (`lanes::assign_lanes`' `late`).
+    late_lanes: bool,
+    /// How spare lanes are shared (`lanes::LaneShare`).
+    share: LaneShare,
+    /// Every gpu's transfers written whole (no pacing cuts).
+    uncut_all: bool,
+}
+
+impl Variant {
+    /// The window file: tails handed off, heads at once, lanes as wanted.
+    const WINDOW: Variant = Variant {
+        streams: Streams::Window,
+        handoff: true,
+        head_lead_us: None,
+        late_lanes: false,
+        share: LaneShare::Wanted,
+        uncut_all: false,
+    };
+}
+
 /// A chunk's operations before pacing cuts (traced, `fast`'s sources
 /// gathered) and the cuts' walks, kept by a lowering with cuts that
 /// `to_xml`'s `lower_from` may lower again uncut at the same chunk
@@ -921,17 +964,20 @@ struct Lowered {
 /// A chunk's operations before any pacing cut, and the scratch chunks per
 /// rank they use: the plan traced through the chunk map, `fast`'s sources
 /// gathered.
-#[allow(clippy::too_many_arguments)]
 fn traced_ops(
-    plan: &Plan,
-    traffic: &TrafficMatrix,
-    opts: &XmlOptions,
+    inp: &Inputs,
     map: &ChunkMap,
     u: u64,
-    timeline: &[TransferTime],
-    pieces: &Pieces,
     laps: &mut Laps,
 ) -> std::result::Result<(Vec<ChunkOp>, Vec<u32>), LowerError> {
+    let Inputs {
+        plan,
+        traffic,
+        opts,
+        timeline,
+        pieces,
+        ..
+    } = *inp;
     let (ops, mut scratch) = trace_chunks(plan, traffic, map, u, timeline, pieces)?;
     laps.lap("trace chunks");
     // `fast`'s sends that read several blocks of their input go out as one
@@ -945,24 +991,29 @@ fn traced_ops(
     Ok((ops, scratch))
 }
 
-#[allow(clippy::too_many_arguments)]
 fn lower_with(
-    plan: &Plan,
-    topo: &Topology,
-    traffic: &TrafficMatrix,
-    opts: &XmlOptions,
+    inp: &Inputs,
     u: u64,
-    timeline: &[TransferTime],
-    pieces: &Pieces,
-    streams: Streams,
+    v: Variant,
     laps: &mut Laps,
-    handoff: bool,
-    head_lead_us: Option<f64>,
-    late_lanes: bool,
-    share: LaneShare,
-    uncut_all: bool,
     mut traced: Option<&mut Option<Traced>>,
 ) -> std::result::Result<Lowered, LowerError> {
+    let Inputs {
+        plan,
+        topo,
+        traffic,
+        opts,
+        timeline,
+        ..
+    } = *inp;
+    let Variant {
+        streams,
+        handoff,
+        head_lead_us,
+        late_lanes,
+        share,
+        uncut_all,
+    } = v;
     let n = traffic.ranks();
     let k: Vec<Vec<u32>> = (0..n)
         .map(|s| {
@@ -1002,7 +1053,7 @@ fn lower_with(
             (t.ops, t.scratch, t.waits)
         }
         None => {
-            let (ops, scratch) = traced_ops(plan, traffic, opts, &map, u, timeline, pieces, laps)?;
+            let (ops, scratch) = traced_ops(inp, &map, u, laps)?;
             (ops, scratch, None)
         }
     };

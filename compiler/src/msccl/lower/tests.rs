@@ -216,21 +216,23 @@ fn an_uncut_retry_from_kept_operations_writes_the_file_a_fresh_one_does() {
     let opts = XmlOptions::default();
     let u = crate::msccl::chunk::base_chunk_bytes(&m);
     let mut laps = Laps::start("test");
+    let pieces = Pieces::default();
+    let inp = Inputs {
+        plan: &plan,
+        topo: &topo,
+        traffic: &m,
+        opts: &opts,
+        timeline: &timeline,
+        pieces: &pieces,
+    };
     let mut lower = |uncut_all: bool, traced: Option<&mut Option<Traced>>| match lower_with(
-        &plan,
-        &topo,
-        &m,
-        &opts,
+        &inp,
         u,
-        &timeline,
-        &Pieces::default(),
-        Streams::Window,
+        Variant {
+            uncut_all,
+            ..Variant::WINDOW
+        },
         &mut laps,
-        true,
-        None,
-        false,
-        LaneShare::Wanted,
-        uncut_all,
         traced,
     ) {
         Ok(l) => l.x,
@@ -247,16 +249,7 @@ fn an_uncut_retry_from_kept_operations_writes_the_file_a_fresh_one_does() {
         .collect();
     let map = ChunkMap::new(k, opts.layout);
     let kept = |u: u64| {
-        let Ok((ops, scratch)) = traced_ops(
-            &plan,
-            &m,
-            &opts,
-            &map,
-            u,
-            &timeline,
-            &Pieces::default(),
-            &mut Laps::start("test"),
-        ) else {
+        let Ok((ops, scratch)) = traced_ops(&inp, &map, u, &mut Laps::start("test")) else {
             panic!("a 2x8 plan traces");
         };
         let waits = Some(paced_waits(&ops));
