@@ -58,6 +58,33 @@ pub struct Op {
     pub to: StepRef,
 }
 
+impl Op {
+    /// `cnt` chunks from (gpu, buffer, offset) to (gpu, buffer, offset),
+    /// moved by the (sending or copying, receiving) steps; its dependencies
+    /// and data come later. (Offsets and counts are checked against the
+    /// buffers before pairing.)
+    fn new(
+        (src, src_buf, src_off): (u32, BufRef, i64),
+        (dst, dst_buf, dst_off): (u32, BufRef, i64),
+        cnt: i64,
+        (from, to): (StepRef, StepRef),
+    ) -> Op {
+        Op {
+            src,
+            src_buf,
+            src_off: src_off as u32,
+            dst,
+            dst_buf,
+            dst_off: dst_off as u32,
+            cnt: cnt as u32,
+            deps: Vec::new(),
+            data: Vec::new(),
+            from,
+            to,
+        }
+    }
+}
+
 /// Per step: the operation it receives, sends or copies.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct StepOps {
@@ -542,9 +569,6 @@ fn pair(
     receivers: &HashMap<(u32, u32, u32), (u32, u32)>,
 ) -> Result<()> {
     let algo = l.algo;
-    let err = |line: usize, reason: String| -> crate::error::Error {
-        InputError::at(l.file, format!("line {line}"), reason).into()
-    };
     let moving = |g: u32, t: u32, f: fn(StepKind) -> bool| -> Vec<u32> {
         let steps = &algo.gpus[g as usize].tbs[t as usize].steps;
         (0..steps.len() as u32)
@@ -555,128 +579,151 @@ fn pair(
     keys.sort_unstable();
     keys.dedup();
     for key in keys {
-        let (chan, from, to) = key;
-        let (s, r) = (senders.get(&key), receivers.get(&key));
-        let sends = s.map_or_else(Vec::new, |&(g, t)| moving(g, t, StepKind::sends));
-        let recvs = r.map_or_else(Vec::new, |&(g, t)| moving(g, t, StepKind::recvs));
+        let (s, r) = (senders.get(&key).copied(), receivers.get(&key).copied());
+        let sends = s.map_or_else(Vec::new, |(g, t)| moving(g, t, StepKind::sends));
+        let recvs = r.map_or_else(Vec::new, |(g, t)| moving(g, t, StepKind::recvs));
         let fid = l.fifo_ids.len();
         l.fifo_ids.insert(key, fid);
         if sends.len() != recvs.len() {
-            let (lonely, side, peer, verb) = if sends.len() > recvs.len() {
-                let &(g, t) = s.expect("more sends than receives means a sender");
-                (
-                    StepRef {
-                        gpu: g,
-                        tb: t,
-                        pos: sends[recvs.len()],
-                    },
-                    "sends",
-                    to,
-                    "receives",
-                )
-            } else {
-                let &(g, t) = r.expect("more receives than sends means a receiver");
-                (
-                    StepRef {
-                        gpu: g,
-                        tb: t,
-                        pos: recvs[sends.len()],
-                    },
-                    "receives",
-                    from,
-                    "sends",
-                )
-            };
-            let other = if side == "sends" { r } else { s };
-            let other_tb = match other {
-                Some(&(g, t)) => format!("its tb {} ", algo.gpus[g as usize].tbs[t as usize].id),
-                None => "no tb ".into(),
-            };
-            let (have, want) = if side == "sends" {
-                (recvs.len(), sends.len())
-            } else {
-                (sends.len(), recvs.len())
-            };
-            return Err(err(
-                step_line(algo, lonely.gpu as usize, lonely.tb as usize, lonely.pos as usize),
-                format!(
-                    "{}: operation {} it {side} on channel {chan} ({from} -> {to}) has no partner: gpu {peer} {verb} {have} of {want} there ({other_tb}on that channel)",
-                    at(algo, lonely),
-                    have + 1,
-                ),
-            ));
+            return Err(unpaired(l, key, (s, &sends), (r, &recvs)));
         }
-        let (Some(&(sg, st)), Some(&(rg, rt))) = (s, r) else {
+        let (Some(s), Some(r)) = (s, r) else {
             continue; // both lists empty: a declared but unused connection
         };
-        for (k, (&ps, &pr)) in sends.iter().zip(&recvs).enumerate() {
-            let a = &algo.gpus[sg as usize].tbs[st as usize].steps[ps as usize];
-            let b = &algo.gpus[rg as usize].tbs[rt as usize].steps[pr as usize];
-            let from_ref = StepRef {
-                gpu: sg,
-                tb: st,
-                pos: ps,
-            };
-            let to_ref = StepRef {
-                gpu: rg,
-                tb: rt,
-                pos: pr,
-            };
-            if a.cnt != b.cnt {
-                return Err(err(b.line, format!(
-                    "{}: receive {k} on channel {chan} from gpu {from} has cnt=\"{}\" but its send ({}, line {}) has cnt=\"{}\"",
-                    at(algo, to_ref), b.cnt, at(algo, from_ref), a.line, a.cnt
-                )));
-            }
-            // A forwarding step sends what it just wrote into its dst.
-            let (src_buf, src_off) = if a.kind.reads_src() {
-                (a.srcbuf, a.srcoff)
-            } else {
-                (a.dstbuf, a.dstoff)
-            };
-            let id = l.ops.len() as u32;
-            l.ops.push(Op {
-                src: from,
-                src_buf,
-                src_off: src_off as u32,
-                dst: to,
-                dst_buf: b.dstbuf,
-                dst_off: b.dstoff as u32,
-                cnt: a.cnt as u32,
-                deps: Vec::new(),
-                data: Vec::new(),
-                from: from_ref,
-                to: to_ref,
-            });
-            l.step_ops[sg as usize][st as usize][ps as usize].send = Some(id);
-            l.step_ops[rg as usize][rt as usize][pr as usize].recv = Some(id);
-        }
+        pair_connection(l, key, (s, &sends), (r, &recvs))?;
     }
+    number_copies(l);
+    Ok(())
+}
+
+/// The error for connection `key` = (channel, from, to) whose sender's
+/// `sends` and receiver's `recvs` (step positions in their tbs, `s` and
+/// `r`) differ in number: the first operation without a partner.
+fn unpaired(
+    l: &Loaded<'_>,
+    (chan, from, to): (u32, u32, u32),
+    (s, sends): (Option<(u32, u32)>, &[u32]),
+    (r, recvs): (Option<(u32, u32)>, &[u32]),
+) -> crate::error::Error {
+    let algo = l.algo;
+    // (the tb with one too many, the position of its first lonely step,
+    // what it does, its peer, what the peer does, the peer's tb, how many
+    // the peer has, how many it would need)
+    let (mine, pos, side, peer, verb, other, have, want) = if sends.len() > recvs.len() {
+        (
+            s,
+            sends[recvs.len()],
+            "sends",
+            to,
+            "receives",
+            r,
+            recvs.len(),
+            sends.len(),
+        )
+    } else {
+        (
+            r,
+            recvs[sends.len()],
+            "receives",
+            from,
+            "sends",
+            s,
+            sends.len(),
+            recvs.len(),
+        )
+    };
+    // A side with steps has a tb.
+    let (g, t) = mine.unwrap_or_default();
+    let lonely = StepRef { gpu: g, tb: t, pos };
+    let other_tb = match other {
+        Some((g, t)) => format!("its tb {} ", algo.gpus[g as usize].tbs[t as usize].id),
+        None => "no tb ".into(),
+    };
+    InputError::at(
+        l.file,
+        format!(
+            "line {}",
+            step_line(algo, g as usize, t as usize, pos as usize)
+        ),
+        format!(
+            "{}: operation {} it {side} on channel {chan} ({from} -> {to}) has no partner: gpu {peer} {verb} {have} of {want} there ({other_tb}on that channel)",
+            at(algo, lonely),
+            have + 1,
+        ),
+    )
+    .into()
+}
+
+/// One operation per (send, receive) of connection `key` = (channel,
+/// from, to), the k-th send with the k-th receive; their counts must
+/// agree.
+fn pair_connection(
+    l: &mut Loaded<'_>,
+    (chan, from, to): (u32, u32, u32),
+    ((sg, st), sends): ((u32, u32), &[u32]),
+    ((rg, rt), recvs): ((u32, u32), &[u32]),
+) -> Result<()> {
+    let algo = l.algo;
+    for (k, (&ps, &pr)) in sends.iter().zip(recvs).enumerate() {
+        let a = &algo.gpus[sg as usize].tbs[st as usize].steps[ps as usize];
+        let b = &algo.gpus[rg as usize].tbs[rt as usize].steps[pr as usize];
+        let from_ref = StepRef {
+            gpu: sg,
+            tb: st,
+            pos: ps,
+        };
+        let to_ref = StepRef {
+            gpu: rg,
+            tb: rt,
+            pos: pr,
+        };
+        if a.cnt != b.cnt {
+            return Err(InputError::at(l.file, format!("line {}", b.line), format!(
+                "{}: receive {k} on channel {chan} from gpu {from} has cnt=\"{}\" but its send ({}, line {}) has cnt=\"{}\"",
+                at(algo, to_ref), b.cnt, at(algo, from_ref), a.line, a.cnt
+            ))
+            .into());
+        }
+        // A forwarding step sends what it just wrote into its dst.
+        let (src_buf, src_off) = if a.kind.reads_src() {
+            (a.srcbuf, a.srcoff)
+        } else {
+            (a.dstbuf, a.dstoff)
+        };
+        let id = l.ops.len() as u32;
+        l.ops.push(Op::new(
+            (from, src_buf, src_off),
+            (to, b.dstbuf, b.dstoff),
+            a.cnt,
+            (from_ref, to_ref),
+        ));
+        l.step_ops[sg as usize][st as usize][ps as usize].send = Some(id);
+        l.step_ops[rg as usize][rt as usize][pr as usize].recv = Some(id);
+    }
+    Ok(())
+}
+
+/// One operation per local copy that moves anything.
+fn number_copies(l: &mut Loaded<'_>) {
+    let algo = l.algo;
     for (gi, g) in algo.gpus.iter().enumerate() {
         for (ti, tb) in g.tbs.iter().enumerate() {
             for (p, st) in tb.steps.iter().enumerate() {
                 if st.kind == StepKind::Copy && st.cnt > 0 {
                     let here = StepRef::of(gi, ti, p);
                     let id = l.ops.len() as u32;
-                    l.ops.push(Op {
-                        src: g.id as u32,
-                        src_buf: st.srcbuf,
-                        src_off: st.srcoff as u32,
-                        dst: g.id as u32,
-                        dst_buf: st.dstbuf,
-                        dst_off: st.dstoff as u32,
-                        cnt: st.cnt as u32,
-                        deps: Vec::new(),
-                        data: Vec::new(),
-                        from: here,
-                        to: here,
-                    });
+                    let gpu = g.id as u32;
+                    l.ops.push(Op::new(
+                        (gpu, st.srcbuf, st.srcoff),
+                        (gpu, st.dstbuf, st.dstoff),
+                        st.cnt,
+                        (here, here),
+                    ));
                     l.step_ops[gi][ti][p].local = Some(id);
                 }
             }
         }
     }
-    Ok(())
 }
 
 /// Dependencies between operations: program order in each tb, the

@@ -88,6 +88,26 @@ fn mispaired_and_wrong_plans_are_rejected() {
     assert!(err(&TINY.replacen("cnt=\"1\"", "cnt=\"72\"", 1)).contains("cnt=\"72\""));
 }
 
+#[test]
+fn a_lonely_receive_and_mismatched_counts_name_their_step() {
+    // Gpu 0's send removed: gpu 1's receive has no partner, and the
+    // sender's (empty) tb is named.
+    let no_send = TINY.replacen(
+        "      <step s=\"0\" type=\"s\" srcbuf=\"i\" srcoff=\"1\" dstbuf=\"o\" dstoff=\"0\" cnt=\"1\" depid=\"-1\" deps=\"-1\" hasdep=\"0\"/>\n",
+        "",
+        1,
+    );
+    let e = err(&no_send);
+    assert!(e.contains("gpu 1, tb 1, step 0: operation 1 it receives on channel 0 (0 -> 1) has no partner: gpu 0 sends 0 of 1 there (its tb 0 on that channel)"), "{e}");
+    // Gpu 1 sends two chunks where gpu 0 receives one.
+    let e = err(&TINY.replacen(
+        "srcoff=\"0\" dstbuf=\"o\" dstoff=\"0\" cnt=\"1\" depid=\"-1\" deps=\"-1\" hasdep=\"0\"/>\n    </tb>\n    <tb id=\"1\" send=\"-1\" recv=\"0\"",
+        "srcoff=\"0\" dstbuf=\"o\" dstoff=\"0\" cnt=\"2\" depid=\"-1\" deps=\"-1\" hasdep=\"0\"/>\n    </tb>\n    <tb id=\"1\" send=\"-1\" recv=\"0\"",
+        1,
+    ));
+    assert!(e.contains("gpu 0, tb 1, step 0: receive 0 on channel 0 from gpu 1 has cnt=\"1\" but its send (gpu 1, tb 0, step 0, line 15) has cnt=\"2\""), "{e}");
+}
+
 /// Both gpus of two send `steps` steps of `cnt` chunks to each other,
 /// then receive as many, from one tb (three chunks each way).
 fn crossed_sends(proto: &str, steps: u32, cnt: u32) -> String {
