@@ -617,6 +617,20 @@ fn executor_over_plan(
     us / want
 }
 
+/// `r`, a file's executor-rule completion over its plan's (`what` names
+/// the case), is within 3%.
+fn assert_as_planned(r: f64, what: impl std::fmt::Display) {
+    assert!((0.97..=1.03).contains(&r), "{what}: executor/plan {r:.4}");
+}
+
+/// The `rccl` executor's limits (64 threadblocks a gpu), the rest default.
+fn rccl() -> switchyard::compiler::msccl::XmlOptions {
+    switchyard::compiler::msccl::XmlOptions {
+        executor: switchyard::compiler::msccl::Executor::Rccl,
+        ..Default::default()
+    }
+}
+
 #[test]
 fn paced_xml_runs_as_planned() {
     use switchyard::compiler::msccl::{Pacing, XmlOptions};
@@ -633,10 +647,7 @@ fn paced_xml_runs_as_planned() {
             executor_over_plan(nodes, seed, pattern, alg, &opts)
         };
         let r = ratio(Pacing::Cut);
-        assert!(
-            (0.97..=1.03).contains(&r),
-            "{nodes}x8 {pattern:?} {alg} {layout}: executor/plan {r:.3}"
-        );
+        assert_as_planned(r, format!("{nodes}x8 {pattern:?} {alg} {layout}"));
         worst_off = worst_off.max(ratio(Pacing::Off));
     }
     assert!(
@@ -689,15 +700,12 @@ fn spread_xml_runs_as_planned() {
                 ..XmlOptions::default()
             };
             let r = executor_over_plan(2, seed, pattern, alg, &opts);
-            assert!(
-                (0.97..=1.03).contains(&r),
-                "2x8 {pattern:?} {alg} {layout}: executor/plan {r:.3}"
-            );
+            assert_as_planned(r, format!("2x8 {pattern:?} {alg} {layout}"));
         }
     }
     for alg in [Algorithm::Direct, Algorithm::Pxn] {
         let r = executor_over_plan(2, 3, Pattern::Lognormal(1.0), alg, &XmlOptions::default());
-        assert!((0.97..=1.03).contains(&r), "2x8 log-normal {alg}: {r:.3}");
+        assert_as_planned(r, format!("2x8 log-normal {alg}"));
     }
 }
 
@@ -801,10 +809,7 @@ fn rate_lanes_hold_4x8_moe_deepep() {
             ..XmlOptions::default()
         };
         let r = executor_over_plan(4, 1, Pattern::Moe, Algorithm::Deepep, &opts);
-        assert!(
-            (0.97..=1.03).contains(&r),
-            "4x8 MoE deepep {layout}: executor/plan {r:.4}"
-        );
+        assert_as_planned(r, format!("4x8 MoE deepep {layout}"));
     }
 }
 
@@ -818,17 +823,10 @@ fn rate_lanes_hold_4x8_moe_deepep() {
 #[test]
 fn rccl_packed_direct_runs_as_planned() {
     use switchyard::compiler::generate::Pattern;
-    use switchyard::compiler::msccl::{Executor, XmlOptions};
     use switchyard::compiler::Algorithm;
-    let opts = XmlOptions {
-        executor: Executor::Rccl,
-        ..XmlOptions::default()
-    };
+    let opts = rccl();
     let r = executor_over_plan(8, 3, Pattern::Lognormal(1.0), Algorithm::Direct, &opts);
-    assert!(
-        (0.97..=1.03).contains(&r),
-        "8x8 log-normal direct under rccl: executor/plan {r:.4}"
-    );
+    assert_as_planned(r, "8x8 log-normal direct under rccl");
 }
 
 /// Issue 22 items 2 and 3: under `rccl` (64 tbs a gpu) 8x8 intra-skew
@@ -841,17 +839,10 @@ fn rccl_packed_direct_runs_as_planned() {
 #[test]
 fn rccl_spray_intraskew_runs_as_planned() {
     use switchyard::compiler::generate::Pattern;
-    use switchyard::compiler::msccl::{Executor, XmlOptions};
     use switchyard::compiler::Algorithm;
-    let opts = XmlOptions {
-        executor: Executor::Rccl,
-        ..XmlOptions::default()
-    };
+    let opts = rccl();
     let r = executor_over_plan(8, 5, Pattern::IntraSkew(1.2), Algorithm::Spray, &opts);
-    assert!(
-        (0.97..=1.03).contains(&r),
-        "8x8 intra-skew spray under rccl: executor/plan {r:.4}"
-    );
+    assert_as_planned(r, "8x8 intra-skew spray under rccl");
 }
 
 /// Issue 22 items 2 and 3: under `rccl` (a plan's 62 lanes a gpu) a
@@ -888,9 +879,9 @@ fn rccl_4x8_lp_hotspot_runs_as_planned() {
     assert!(executor.check(&x.report).is_ok());
     let (us, _) = simulate_executor(&x.text, "lp", &m, &topo, &sim).unwrap();
     let r = us / want;
-    assert!(
-        (0.97..=1.03).contains(&r),
-        "4x8 hotspot lp under rccl: executor/plan {r:.4} ({us:.1} / {want:.1} us)"
+    assert_as_planned(
+        r,
+        format!("4x8 hotspot lp under rccl ({us:.1} / {want:.1} us)"),
     );
 }
 
@@ -1076,7 +1067,7 @@ fn streams_hold_the_files_once_rescued() {
         };
         let (r, apart) = (price(true), price(false));
         let case = format!("{nodes}x8 {pattern:?} {alg} {layout} {:?}", x.protocol);
-        assert!((0.97..=1.03).contains(&r), "{case}: executor/plan {r:.4}");
+        assert_as_planned(r, &case);
         assert!(apart > 1.03, "{case}: calls apart {apart:.4}");
     }
 }
@@ -1175,7 +1166,7 @@ fn fine_chunks_hold_8x8_lognormal() {
         ..XmlOptions::default()
     };
     let r = executor_over_plan(8, 3, pattern, Algorithm::Direct, &opts);
-    assert!((0.97..=1.03).contains(&r), "direct: executor/plan {r:.4}");
+    assert_as_planned(r, "direct");
     let before = XmlOptions {
         chunk_bytes: Some(base),
         ..opts
@@ -1712,10 +1703,7 @@ fn released_heads_hold_4x8_lognormal() {
             }
             let (us, _) = simulate_executor(&x.text, "case", &m, &topo, &sim).unwrap();
             let r = us / want;
-            assert!(
-                (0.97..=1.03).contains(&r),
-                "4x8 log-normal seed {seed} fast {layout}: executor/plan {r:.4}"
-            );
+            assert_as_planned(r, format!("4x8 log-normal seed {seed} fast {layout}"));
         }
     }
 }
