@@ -73,6 +73,16 @@ fn compile_to_xml_then_verify_simulate_run() {
             "{alg}: {line}"
         );
         assert!(r["msccl"]["chunk_bytes"].as_u64().unwrap() > 0);
+        // The planning and the file's making, timed apart.
+        let lower_ms = r["msccl"]["lower_us"].as_f64().unwrap() / 1e3;
+        assert!(lower_ms > 0.0, "{alg}: {}", r["msccl"]);
+        assert!(
+            line.contains(&format!(
+                "planned in {:.0} us, lowered to XML in {lower_ms:.0} ms",
+                r["compile_us"].as_f64().unwrap()
+            )),
+            "{alg}: {line}"
+        );
         assert!(std::fs::read_to_string(&xml)
             .unwrap()
             .starts_with("<algo name=\"switchyard "));
