@@ -47,13 +47,22 @@ pub(crate) const MIN_DEPTH: u32 = 4;
 /// `fast` cuts the node matrix into rotation stages (stage `k` sends every
 /// node's whole pair to node `(a + k) mod N`) instead of its decomposition's
 /// where their stage chains ([`StageChains`]) end before this fraction of
-/// the decomposition's. Below 1 because the chains rank the two poorly when
-/// they are close: on the dgx-h100 sweeps the rotations priced 0.936 to 1 of
-/// the decomposition were about as often slower as faster, by up to 12%
-/// (4x8 log-normal at 64 KB), while all those priced below 0.93 but one
-/// (+0.6%) were faster (docs/algorithms.md, `fast` (2), "Rotation stages";
-/// docs/benchmarks.md).
+/// the decomposition's, and where the chains describe how both lists run
+/// ([`NodeStages::chains_hold`]) wherever they end sooner at all. Below 1
+/// because elsewhere the chains rank the two poorly when they are close: on
+/// the dgx-h100 sweeps the rotations priced 0.936 to 1 of the
+/// decomposition were about as often slower as faster, by up to 12% (4x8
+/// log-normal at 64 KB, where a node's window holds its whole pairs),
+/// while all those priced below 0.93 but one (+0.6%) were faster
+/// (docs/algorithms.md, `fast` (2), "Rotation stages"; docs/benchmarks.md).
 pub(crate) const ROTATION_MARGIN: f64 = 0.93;
+
+/// Where the stage chains rank the two lists ([`NodeStages::chains_hold`]),
+/// the rotation is taken wherever its chains end sooner than the
+/// decomposition's by more than this fraction: the rounding of two sums of
+/// a few dozen pair times, not a margin (both lists often end exactly on
+/// the critical line, and then the decomposition is kept).
+const CHAINS_TIE: f64 = 1e-9;
 
 /// Knobs of the planner. The defaults are what `fast` uses;
 /// `PlannerOptions { staged: false, ..Default::default() }` is `spray`.
@@ -618,6 +627,8 @@ pub(crate) struct NodeStages {
     rotated: bool,
     /// Whether the last [`NodeStages::decompose`] cut the layered stages.
     layered: bool,
+    /// Whether the node's GPUs are a mesh of point-to-point links.
+    mesh: bool,
 }
 
 impl NodeStages {
@@ -630,6 +641,7 @@ impl NodeStages {
             chains: StageChains::default(),
             rotated: false,
             layered: false,
+            mesh: topo.intra_kind() == Some(IntraKind::Mesh),
         }
     }
 
@@ -673,7 +685,13 @@ impl NodeStages {
         // whose lanes each send for STAGE_MESSAGES `p`: every stage costs each
         // lane at least one message (docs/algorithms.md, eq. 3').
         let by_message = STAGE_MESSAGES * opts.per_message_us * self.node_rate;
-        let floor = |m: u64| (m as f64 / per).max(by_message).ceil() as u64;
+        // The decomposition gives the floor its critical line `M*` (the
+        // largest line sum), which the rotation's choice reads too.
+        let critical = std::cell::Cell::new(0u64);
+        let floor = |m: u64| {
+            critical.set(m);
+            (m as f64 / per).max(by_message).ceil() as u64
+        };
         let start = out.len();
         // A hot receiver whose leaf's downlink binds too: its in-leaf
         // receipts, paired with its leaf-mates' crossing receipts, run first,
@@ -692,8 +710,10 @@ impl NodeStages {
                 return first + second;
             }
         }
-        // The rotation instead, where its stage chains end clearly sooner
-        // (ROTATION_MARGIN): from the node matrix alone, so every rank
+        // The rotation instead, where its stage chains end sooner: by any
+        // amount where the chains describe how the two lists run
+        // (`chains_hold`), else clearly sooner (ROTATION_MARGIN). From the
+        // node matrix, the topology and the chunk alone, so every rank
         // makes the same choice as the whole plan. Not where leaves can
         // bind (their stages above) nor with a per-message cost, where the
         // chains misprice it (the calibrated sweep had rotations priced at
@@ -713,7 +733,10 @@ impl NodeStages {
             let today = chains.finish();
             let dec = &mut self.decomposer;
             let rotation = dec.rotation_end(nn, t, &mut self.chains, rate);
-            if rotation < ROTATION_MARGIN * today {
+            let sooner = rotation < ROTATION_MARGIN * today
+                || (rotation < (1.0 - CHAINS_TIE) * today
+                    && Self::chains_hold(self.mesh, nn, critical.get(), part));
+            if sooner {
                 self.rotated = true;
                 out.truncate(start);
                 return dec.rotation_pairs(nn, t, |p| out.push(p));
@@ -723,6 +746,32 @@ impl NodeStages {
             self.decomposer
                 .decompose_light_first_with(nn, t, floor, out, |_| {})
         }
+    }
+
+    /// Whether [`StageChains`] rank the rotation against the
+    /// decomposition of an `nn x nn` node matrix whose largest line sum
+    /// (bytes a node sends or receives) is `critical` (`part`: about one
+    /// send per lane, a chunk on each of the node's GPUs; `mesh`: the
+    /// node's GPUs are a mesh). The chains run a node's pairs one after
+    /// another, a pair starting when both its nodes have finished their
+    /// earlier ones. A GPU keeps [`MIN_DEPTH`] sends in flight (sends of
+    /// its next pairs among them), so that holds only where a pair is
+    /// longer than what a node has in flight:
+    /// where the critical line's average pair (its bytes over the `N - 1`
+    /// pairs) exceeds `MIN_DEPTH · part`. Shorter pairs are all in flight
+    /// at once, the stages overlap, and the chains misprice both lists
+    /// (4x8 log-normal 1.0 at 64 KB a pair: the rotation priced 0.95 of
+    /// the decomposition ran 9% slower). And only on a switch: the chains
+    /// price the NICs, and on a mesh (64 GB/s links against 50 GB/s NICs)
+    /// the forwards after the last stage, which differ between the two
+    /// lists, do not hide under them (MI300X 4x8 Zipf 0.5 seed 8: priced
+    /// 0.965, 1.3% slower). docs/algorithms.md, `fast` (2), "Rotation
+    /// stages".
+    fn chains_hold(mesh: bool, nn: usize, critical: u64, part: u64) -> bool {
+        if mesh || nn < 2 {
+            return false;
+        }
+        critical as f64 / (nn - 1) as f64 > f64::from(MIN_DEPTH) * part as f64
     }
 }
 

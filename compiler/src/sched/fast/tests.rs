@@ -966,6 +966,62 @@ fn rotation_stages_where_their_chains_end_clearly_sooner() {
     assert!(rotated > 0 && kept > 0, "rotated {rotated}, kept {kept}");
 }
 
+/// Where a node's pairs are longer than what it has in flight
+/// (`MIN_DEPTH` sends of `part / G` bytes on each lane) and its GPUs share
+/// a switch, `fast` takes the rotation wherever its stage chains end
+/// sooner at all; with pairs no longer than that, or on a mesh, only
+/// where they end before ROTATION_MARGIN of the decomposition's. On near-
+/// uniform 3-6 node matrices some rotations are priced between the two.
+#[test]
+fn rotation_stages_wherever_their_chains_end_sooner_and_hold() {
+    let switch = |n| Topology::preset("dgx-h100", n, Some(2)).unwrap();
+    let mesh = |n| Topology::preset("mi300x", n, Some(2)).unwrap();
+    let (mut banded, mut plain_kept) = (0, 0);
+    for i in 0..40usize {
+        let n = 3 + i % 4;
+        let t = lognormal_node_matrix(n, 100 + i as u64, 0.05 + 0.05 * (i % 5) as f64);
+        let ideal = PlannerOptions::default();
+        // Pairs of about 1e6 bytes: `part` 1 KB keeps them far longer than a
+        // window, 1 MB makes every pair shorter than one.
+        for (topo, part, holds) in [
+            (switch(n), 1u64 << 10, true),
+            (switch(n), 1 << 20, false),
+            (mesh(n), 1 << 10, false),
+        ] {
+            let mut stages = NodeStages::new(&topo);
+            let mut got = Vec::new();
+            stages.decompose(n, &t, &ideal, part, &mut got);
+            let mut rotation = Vec::new();
+            Decomposer::default().rotate(n, &t, &mut rotation);
+            let tiny = PlannerOptions {
+                per_message_us: 1e-12,
+                ..PlannerOptions::default()
+            };
+            let mut plain = Vec::new();
+            stages.decompose(n, &t, &tiny, part, &mut plain);
+            let rate = node_rate(&topo);
+            let mut chains = StageChains::default();
+            let plain_end = chains.end(n, &plain, rate, 1.0, 1.0, 0.0);
+            let rotation_end = chains.end(n, &rotation, rate, 1.0, 1.0, 0.0);
+            let band = rotation_end >= ROTATION_MARGIN * plain_end
+                && rotation_end < (1.0 - 1e-9) * plain_end;
+            let rotate = rotation_end < ROTATION_MARGIN * plain_end || (band && holds);
+            if rotate {
+                assert_eq!(got, rotation, "case {i}, part {part}, holds {holds}");
+            } else {
+                assert_eq!(got, plain, "case {i}, part {part}, holds {holds}");
+            }
+            banded += usize::from(band && holds);
+            plain_kept += usize::from(band && !holds);
+            check_partial_permutation(&got, n).unwrap();
+        }
+    }
+    assert!(
+        banded > 0 && plain_kept > 0,
+        "banded {banded}, kept {plain_kept}"
+    );
+}
+
 /// `spray` chains each lane slice's sends (the carrier's own bytes and its
 /// gathered bytes as two streams, `ceil(MIN_DEPTH / peers)` deep), so the
 /// first sends land and are forwarded while the rest are on the NIC: each
