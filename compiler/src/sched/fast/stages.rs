@@ -539,7 +539,13 @@ impl Decomposer {
         if !chains.start(n) {
             return 0.0;
         }
-        self.rotation_pairs(n, t, |p| chains.step(&p, rate));
+        // `rotation_pairs`' pairs, each priced as `chains.step` prices it.
+        for &k in &self.stage_order {
+            let k = k as usize;
+            if self.stage_bytes[k] != 0 {
+                chains.rotation(n, k, t, rate);
+            }
+        }
         chains.finish()
     }
 
@@ -1028,6 +1034,33 @@ impl StageChains {
         self.recv[b] = e;
     }
 
+    /// [`StageChains::step`] of rotation `k`'s pairs of the `n x n`
+    /// matrix `t` (row-major), in order of their sender `a` (to `(a + k)
+    /// mod n`), those without bytes skipped: the same values, in two runs
+    /// (`a + k` below `n`, then past it) over the clocks and the entries,
+    /// without an index per pair.
+    pub(crate) fn rotation(&mut self, n: usize, k: usize, t: &[u64], rate: f64) {
+        let (sent, recv) = (&mut self.sent[..n], &mut self.recv[..n]);
+        // Entry (a, a + k) is at a (n + 1) + k; (a, a + k - n), for a from
+        // n - k, at a (n + 1) + k - n, the first at n (n - k).
+        let (low, high) = sent.split_at_mut(n - k);
+        let (wrapped, straight) = recv.split_at_mut(k);
+        for ((s, r), &x) in low
+            .iter_mut()
+            .zip(straight.iter_mut())
+            .zip(t[k..].iter().step_by(n + 1))
+        {
+            rotation_step(s, r, x, rate);
+        }
+        for ((s, r), &x) in high
+            .iter_mut()
+            .zip(wrapped.iter_mut())
+            .zip(t[n * (n - k)..].iter().step_by(n + 1))
+        {
+            rotation_step(s, r, x, rate);
+        }
+    }
+
     pub(crate) fn finish(&self) -> f64 {
         self.sent
             .iter()
@@ -1035,6 +1068,24 @@ impl StageChains {
             .copied()
             .fold(0.0, f64::max)
     }
+}
+
+/// [`StageChains::step`] of one pair of `x` bytes (none where `x` is 0)
+/// between the sender's clock `s` and the receiver's `r`. `x` converted
+/// as a signed value where it is one (one instruction; the same value).
+#[inline(always)]
+fn rotation_step(s: &mut f64, r: &mut f64, x: u64, rate: f64) {
+    if x == 0 {
+        return;
+    }
+    let bytes = if x <= i64::MAX as u64 {
+        x as i64 as f64
+    } else {
+        x as f64
+    };
+    let e = (if *s >= *r { *s } else { *r }) + bytes / rate;
+    *s = e;
+    *r = e;
 }
 
 /// Checks that every stage is a partial permutation of nodes: each node sends
@@ -1253,6 +1304,27 @@ mod tests {
             let mut d = Decomposer::default();
             d.rotation_order(n, &t);
             assert_eq!(d.stage_bytes, want, "n {n}");
+        }
+    }
+
+    /// The rotation's pricing with a pair past `i64::MAX` bytes (its
+    /// conversion to `f64` unsigned): `StageChains::end` of its stages,
+    /// bit for bit.
+    #[test]
+    fn rotation_end_past_signed_bytes_is_the_chains() {
+        for (n, at) in [(2, 1), (3, 5), (5, 7), (6, 13)] {
+            let mut t = skewed(n, at as u64, 1);
+            t[at] = (1 << 63) + 12_345;
+            let mut d = Decomposer::default();
+            let mut rotation = Vec::new();
+            d.rotate(n, &t, &mut rotation);
+            let mut c = StageChains::default();
+            let want = c.end(n, &rotation, 3.5, 1.0, 1.0, 0.0);
+            assert_eq!(
+                d.rotation_end(n, &t, &mut c, 3.5).to_bits(),
+                want.to_bits(),
+                "n {n}"
+            );
         }
     }
 
