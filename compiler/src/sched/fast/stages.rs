@@ -37,10 +37,22 @@ pub(crate) struct Decomposer {
     col_def: Vec<u64>,
     match_row: Vec<u32>,
     match_col: Vec<u32>,
-    /// Each matched row's entry (real, total) left: the per-stage passes
-    /// read and write these `n` entries side by side, not `n` scattered
-    /// cells.
+    /// Each matched row's entry: its real bytes left and its total left
+    /// plus `drained` (the stages' `w` so far): every stage takes `w` off
+    /// every matched total (or all of it), so the second value stays as
+    /// it is until the entry runs out (at most `drained`), and a stage
+    /// writes only the rows holding real bytes. The search reads a row's
+    /// total back (less `drained`) when the row's match moves. An
+    /// unmatched row holds `[0, u64::MAX]`. Side by side: the per-stage
+    /// passes read these `n` entries, not `n` scattered cells.
     held: Vec<[u64; 2]>,
+    /// The stages' `w` added up (see `held`); less than `u64::MAX - cap`
+    /// at a stage's start (`cap`: the largest total or `w`), so neither a
+    /// held total nor the next stage's sum overflows (else `held` is
+    /// rebased: see `rebase_held`).
+    drained: u64,
+    #[cfg(test)]
+    rebased: u32,
     /// The side of the matrix and θ, for the current decomposition.
     n: usize,
     theta: u64,
@@ -229,6 +241,7 @@ impl Decomposer {
         #[cfg(test)]
         {
             self.recorded = None;
+            self.rebased = 0;
         }
         self.drawn.clear();
         if self.drawn.capacity() == 0 {
@@ -259,7 +272,10 @@ impl Decomposer {
         self.match_col.clear();
         self.match_col.resize(n, NONE);
         self.held.clear();
-        self.held.resize(n, [0, 0]);
+        self.held.resize(n, [0, u64::MAX]);
+        self.drained = 0;
+        // The largest total or `w` (see `drained`).
+        let cap = m.max(theta);
         let words = n.div_ceil(64);
         self.words = words;
         self.live.clear();
@@ -277,14 +293,14 @@ impl Decomposer {
                 &mut self.live[a * words..(a + 1) * words],
                 &mut self.big[a * words..(a + 1) * words],
             );
-            for (b, &[_, x]) in row.iter().enumerate() {
-                let bit = 1 << (b % 64);
-                if x > 0 {
-                    live[b / 64] |= bit;
+            // A word of bits per 64 columns, each built in a register.
+            for ((chunk, live), big) in row.chunks(64).zip(live.iter_mut()).zip(big.iter_mut()) {
+                let (mut l, mut g) = (0u64, 0u64);
+                for (i, &[_, x]) in chunk.iter().enumerate() {
+                    l |= u64::from(x > 0) << i;
+                    g |= u64::from(x >= theta) << i;
                 }
-                if x >= theta {
-                    big[b / 64] |= bit;
-                }
+                (*live, *big) = (l, g);
             }
             self.row_live[a] = live.iter().map(|w| w.count_ones()).sum();
             if self.masked {
@@ -313,63 +329,86 @@ impl Decomposer {
         self.stage_at.push(0);
         self.stage_bytes.clear();
         while real_left > 0 {
-            self.augment();
-            let mut w = u64::MAX;
-            for (&b, &[_, total]) in self.match_row.iter().zip(&self.held) {
-                if b != NONE {
-                    w = w.min(total);
-                }
+            if self.drained >= u64::MAX - cap {
+                self.rebase_held();
             }
-            if w == u64::MAX {
+            self.augment();
+            // The stage's `w`: the least matched total (unmatched rows hold
+            // `u64::MAX`).
+            let least = self.held.iter().map(|h| h[1]).min().unwrap_or(u64::MAX);
+            if least == u64::MAX && self.match_row.iter().all(|&b| b == NONE) {
                 break; // nothing left to match (cannot happen while real bytes remain)
+            }
+            let w = least - self.drained;
+            if w == u64::MAX {
+                break; // as the plain statement does
             }
             let w = w.max(theta);
             let mut stage_sum = 0;
             self.exhausted.clear();
+            // Every matched total less `w` (or all of it): `drained` plus
+            // `w`. Rows holding real bytes take `r` of them (then padding
+            // up to `w`); rows holding padding only are read only where
+            // they run out.
+            let drained = self.drained + w;
             let (drawn, exhausted) = (&mut self.drawn, &mut self.exhausted);
             let (match_row, held) = (&self.match_row[..n], &mut self.held[..n]);
-            for a in 0..n {
-                let b = match_row[a];
-                if b == NONE {
+            for (a, h) in held.iter_mut().enumerate() {
+                let [real, total] = *h;
+                if real == 0 && total > drained {
                     continue;
                 }
-                // `r` real bytes, then padding up to `w`: the total less
-                // `w` (or all of it).
-                let [real, total] = held[a];
                 let r = real.min(w);
-                let left = [real - r, total - total.min(w)];
-                held[a] = left;
-                stage_sum += r;
                 if r > 0 {
+                    stage_sum += r;
                     drawn.push(Drawn {
                         src: a as u32,
-                        dst: b,
+                        dst: match_row[a],
                         bytes: r,
                     });
                 }
-                if left[1] == 0 {
+                if total <= drained {
+                    *h = [0, u64::MAX];
                     exhausted.push(a as u32);
+                } else {
+                    h[0] = real - r;
                 }
             }
+            self.drained = drained;
             real_left -= stage_sum;
             let any = stage_sum > 0;
             // Exhausted: out of the support and of the matching (the next
             // stage matches the row again, if it has live entries left).
-            for &a in &self.exhausted {
-                let a = a as usize;
-                self.row_live[a] -= 1;
-                let b = self.match_row[a] as usize;
-                self.cells[a * n + b] = [0, 0];
-                let (word, bit) = (a * words + b / 64, 1u64 << (b % 64));
-                self.live[word] &= !bit;
-                if self.masked && self.live[word] == 0 {
-                    self.live_words[a] &= !(1 << (b / 64));
+            // Over the fields as slices, bound once for the stage; the rows
+            // left without live entries dropped from the list in place.
+            let masked = self.masked;
+            let (row_live, match_row) = (&mut self.row_live[..n], &mut self.match_row[..n]);
+            let (match_col, free) = (&mut self.match_col[..n], &mut self.free[..words]);
+            let (live, big) = (&mut self.live[..n * words], &mut self.big[..n * words]);
+            let (cells, live_words) = (&mut self.cells[..n * n], &mut self.live_words[..n]);
+            let mut kept = 0;
+            for i in 0..self.exhausted.len() {
+                let a = self.exhausted[i] as usize;
+                let b = match_row[a] as usize;
+                cells[a * n + b] = [0, 0];
+                let (k, bit) = (b / 64, 1u64 << (b % 64));
+                let word = a * words + k;
+                live[word] &= !bit;
+                if masked && live[word] == 0 {
+                    live_words[a] &= !(1 << k);
                 }
-                self.big[word] &= !bit;
-                self.match_row[a] = NONE;
-                self.match_col[b] = NONE;
-                self.free[b / 64] |= 1 << (b % 64);
+                big[word] &= !bit;
+                match_row[a] = NONE;
+                match_col[b] = NONE;
+                free[k] |= bit;
+                row_live[a] -= 1;
+                // A row without live entries stays free for good.
+                if row_live[a] > 0 {
+                    self.exhausted[kept] = a as u32;
+                    kept += 1;
+                }
             }
+            self.exhausted.truncate(kept);
             if any {
                 stage += 1;
                 self.stage_bytes.push(stage_sum);
@@ -378,9 +417,7 @@ impl Decomposer {
             // The next stage's free rows, in order: those still unmatched
             // (in `free_rows`, increasing) and those just exhausted, less
             // the rows without live entries (no greedy entry, and a search
-            // that visits nothing: they stay free for good).
-            let row_live = &self.row_live;
-            self.exhausted.retain(|&a| row_live[a as usize] > 0);
+            // that visits nothing: they stay free for good; dropped above).
             if !self.exhausted.is_empty() {
                 if self.free_rows.is_empty() {
                     std::mem::swap(&mut self.free_rows, &mut self.exhausted);
@@ -392,6 +429,22 @@ impl Decomposer {
             }
         }
         stage
+    }
+
+    /// Takes `drained` off every matched row's held total, and sets it
+    /// to zero (see `drained`).
+    fn rebase_held(&mut self) {
+        let drained = self.drained;
+        for (&b, h) in self.match_row.iter().zip(&mut self.held) {
+            if b != NONE {
+                h[1] -= drained;
+            }
+        }
+        self.drained = 0;
+        #[cfg(test)]
+        {
+            self.rebased += 1;
+        }
     }
 
     /// Puts the `count` stages appended to `out` from `start` on (numbered
@@ -486,7 +539,13 @@ impl Decomposer {
         if !chains.start(n) {
             return 0.0;
         }
-        self.rotation_pairs(n, t, |p| chains.step(&p, rate));
+        // `rotation_pairs`' pairs, each priced as `chains.step` prices it.
+        for &k in &self.stage_order {
+            let k = k as usize;
+            if self.stage_bytes[k] != 0 {
+                chains.rotation(n, k, t, rate);
+            }
+        }
         chains.finish()
     }
 
@@ -549,8 +608,8 @@ impl Decomposer {
         for a in 0..n {
             let row = &self.cells[a * n..(a + 1) * n];
             self.row_def.push(row.iter().map(|c| c[0]).sum());
-            for (b, &[x, _]) in row.iter().enumerate() {
-                self.col_def[b] += x;
+            for (c, &[x, _]) in self.col_def.iter_mut().zip(row) {
+                *c += x;
             }
         }
         let m = self
@@ -612,6 +671,7 @@ impl Decomposer {
         let (big, cells, free) = (&self.big[..], &self.cells[..], &mut self.free[..words]);
         let (match_row, match_col) = (&mut self.match_row[..], &mut self.match_col[..]);
         let (held, order) = (&mut self.held[..], &mut self.order);
+        let drained = self.drained;
         for &a in &rows {
             let a = a as usize;
             // The lowest column of the largest entry of at least `theta`.
@@ -633,7 +693,7 @@ impl Decomposer {
                 let b = best.1 as usize;
                 match_row[a] = best.1;
                 match_col[b] = a as u32;
-                held[a] = row[b];
+                held[a] = [row[b][0], row[b][1] + drained];
                 free[b / 64] &= !(1 << (b % 64));
             } else {
                 order.push(a as u32);
@@ -774,6 +834,8 @@ impl Decomposer {
         let (n, theta) = (self.n, self.theta);
         let (cells, big, held) = (&mut self.cells[..], &mut self.big[..], &mut self.held[..]);
         let (match_row, match_col) = (&mut self.match_row[..], &mut self.match_col[..]);
+        // Totals held plus `drained` (see `held`).
+        let drained = self.drained;
         #[cfg(test)]
         assert_eq!(match_row[a], NONE, "the search's row is free");
         let mut old = NONE;
@@ -784,7 +846,7 @@ impl Decomposer {
             let cells = &mut cells[a * n..][..n];
             if old != NONE {
                 let old = old as usize;
-                let kept = held[a];
+                let kept = [held[a][0], held[a][1] - drained];
                 cells[old] = kept;
                 if kept[1] < theta {
                     big[a * words + old / 64] &= !(1 << (old % 64));
@@ -792,7 +854,7 @@ impl Decomposer {
             }
             match_row[a] = col;
             match_col[b] = row;
-            held[a] = cells[b];
+            held[a] = [cells[b][0], cells[b][1] + drained];
             old = col;
         }
         true
@@ -972,6 +1034,33 @@ impl StageChains {
         self.recv[b] = e;
     }
 
+    /// [`StageChains::step`] of rotation `k`'s pairs of the `n x n`
+    /// matrix `t` (row-major), in order of their sender `a` (to `(a + k)
+    /// mod n`), those without bytes skipped: the same values, in two runs
+    /// (`a + k` below `n`, then past it) over the clocks and the entries,
+    /// without an index per pair.
+    pub(crate) fn rotation(&mut self, n: usize, k: usize, t: &[u64], rate: f64) {
+        let (sent, recv) = (&mut self.sent[..n], &mut self.recv[..n]);
+        // Entry (a, a + k) is at a (n + 1) + k; (a, a + k - n), for a from
+        // n - k, at a (n + 1) + k - n, the first at n (n - k).
+        let (low, high) = sent.split_at_mut(n - k);
+        let (wrapped, straight) = recv.split_at_mut(k);
+        for ((s, r), &x) in low
+            .iter_mut()
+            .zip(straight.iter_mut())
+            .zip(t[k..].iter().step_by(n + 1))
+        {
+            rotation_step(s, r, x, rate);
+        }
+        for ((s, r), &x) in high
+            .iter_mut()
+            .zip(wrapped.iter_mut())
+            .zip(t[n * (n - k)..].iter().step_by(n + 1))
+        {
+            rotation_step(s, r, x, rate);
+        }
+    }
+
     pub(crate) fn finish(&self) -> f64 {
         self.sent
             .iter()
@@ -979,6 +1068,24 @@ impl StageChains {
             .copied()
             .fold(0.0, f64::max)
     }
+}
+
+/// [`StageChains::step`] of one pair of `x` bytes (none where `x` is 0)
+/// between the sender's clock `s` and the receiver's `r`. `x` converted
+/// as a signed value where it is one (one instruction; the same value).
+#[inline(always)]
+fn rotation_step(s: &mut f64, r: &mut f64, x: u64, rate: f64) {
+    if x == 0 {
+        return;
+    }
+    let bytes = if x <= i64::MAX as u64 {
+        x as i64 as f64
+    } else {
+        x as f64
+    };
+    let e = (if *s >= *r { *s } else { *r }) + bytes / rate;
+    *s = e;
+    *r = e;
 }
 
 /// Checks that every stage is a partial permutation of nodes: each node sends
@@ -1200,6 +1307,27 @@ mod tests {
         }
     }
 
+    /// The rotation's pricing with a pair past `i64::MAX` bytes (its
+    /// conversion to `f64` unsigned): `StageChains::end` of its stages,
+    /// bit for bit.
+    #[test]
+    fn rotation_end_past_signed_bytes_is_the_chains() {
+        for (n, at) in [(2, 1), (3, 5), (5, 7), (6, 13)] {
+            let mut t = skewed(n, at as u64, 1);
+            t[at] = (1 << 63) + 12_345;
+            let mut d = Decomposer::default();
+            let mut rotation = Vec::new();
+            d.rotate(n, &t, &mut rotation);
+            let mut c = StageChains::default();
+            let want = c.end(n, &rotation, 3.5, 1.0, 1.0, 0.0);
+            assert_eq!(
+                d.rotation_end(n, &t, &mut c, 3.5).to_bits(),
+                want.to_bits(),
+                "n {n}"
+            );
+        }
+    }
+
     /// Rows of three words (`augment` with the word count at run time) and
     /// of four or more (its mask of live words, past 256 nodes too): past
     /// the one- and two-word constants it runs with up to 128 nodes. (The
@@ -1365,6 +1493,34 @@ mod tests {
         out.clear();
         merge_sorted(&[], &[5], &mut out);
         assert_eq!(out, [5]);
+    }
+
+    /// The held totals carry the stages' `w` added up (`drained`), and are
+    /// rebased before it could overflow: with θ (so every `w`) near
+    /// `u64::MAX`, rebased every few stages, one decomposer reused; the
+    /// same stages as the plain statement, on matrices of 2 to 300 nodes.
+    #[test]
+    fn held_totals_rebased_before_they_overflow() {
+        let mut d = Decomposer::default();
+        let mut rebased = 0;
+        for (n, seed, sparse, shift) in [
+            (2, 3, 0, 63),
+            (4, 5, 1, 62),
+            (5, 9, 0, 62),
+            (7, 1, 2, 61),
+            (9, 4, 1, 63),
+            (70, 6, 1, 62),
+            (130, 8, 1, 61),
+            (300, 2, 2, 62),
+        ] {
+            let t = skewed(n, seed, sparse);
+            let theta = (1u64 << shift) + seed;
+            let mut got = Vec::new();
+            d.decompose(n, &t, |_| theta, &mut got);
+            assert_eq!(got, reference(n, &t, theta), "n {n}, seed {seed}");
+            rebased += d.rebased;
+        }
+        assert!(rebased > 8, "rebased {rebased} times");
     }
 
     fn decompose(n: usize, t: &[u64], floor: u64) -> (Vec<StagePair>, u32) {
