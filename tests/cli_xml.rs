@@ -78,7 +78,7 @@ fn compile_to_xml_then_verify_simulate_run() {
         assert!(lower_ms > 0.0, "{alg}: {}", r["msccl"]);
         assert!(
             line.contains(&format!(
-                "planned in {:.0} us, lowered to XML in {lower_ms:.0} ms",
+                "planned in {:.0} us, lowered to XML in {lower_ms:.1} ms",
                 r["compile_us"].as_f64().unwrap()
             )),
             "{alg}: {line}"

@@ -394,7 +394,7 @@ pub fn compile(a: CompileArgs) -> CliResult {
             // An XML file's planning and its lowering, apart.
             match lowered {
                 Some(us) => format!(
-                    "planned in {compile_us:.0} us, lowered to XML in {:.0} ms",
+                    "planned in {compile_us:.0} us, lowered to XML in {:.1} ms",
                     us / 1e3
                 ),
                 None => format!("compiled in {compile_us:.0} us"),
