@@ -103,8 +103,16 @@ pub fn run(a: DemoArgs) -> CliResult {
                 network: Network::Calibrated,
                 ..Options::default()
             };
-            let p = schedule(alg, &topo, &m, &opts)?;
-            verify_on(&p, &m, &topo).map_err(|e| CliError::Failed(format!("{alg}: {e}")))?;
+            // One plan serves both modes where the scheduler does not
+            // read the network (every one but `fast` here: `lp` is not
+            // solved twice).
+            let p = if opts.reads_network(alg) {
+                let p = schedule(alg, &topo, &m, &opts)?;
+                verify_on(&p, &m, &topo).map_err(|e| CliError::Failed(format!("{alg}: {e}")))?;
+                p
+            } else {
+                plan.clone()
+            };
             (p, alg.name().to_string())
         };
         let mut times = [0.0; 2];

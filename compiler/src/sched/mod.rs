@@ -171,6 +171,18 @@ impl Options {
             ..Options::default()
         }
     }
+
+    /// Whether [`schedule`]'s plan of `alg` with these options depends on
+    /// their `network` (what it reads of it: `fast`'s chunks and stages
+    /// for its per-message cost, `auto`'s choice, `pairwise`'s waits for
+    /// MSCCL). Where it does not, one plan serves every mode.
+    pub fn reads_network(&self, alg: Algorithm) -> bool {
+        match alg {
+            Algorithm::Fast | Algorithm::Auto => true,
+            Algorithm::Pairwise => self.target == Target::Msccl,
+            _ => false,
+        }
+    }
 }
 
 /// Runs one scheduler: the plan of `alg` for `traffic` on `topo`.
@@ -236,6 +248,28 @@ pub fn schedule(
 
 /// The relay schedulers' unit-test case: 3 nodes of 4 GPUs, MoE traffic
 /// with Zipf(1.0) popularity (64 tokens per rank).
+/// [`Options::reads_network`] holds wherever the plans differ: every
+/// other algorithm's plan is the same for `ideal` and `calibrated`.
+#[test]
+fn plans_that_do_not_read_the_network_are_the_same_in_every_mode() {
+    let (topo, m) = moe_3x4();
+    for target in [Target::Runtime, Target::Msccl] {
+        for &alg in Algorithm::ALL {
+            let at = |network| Options {
+                network,
+                target,
+                ..Options::default()
+            };
+            let (ideal, calibrated) = (at(Network::Ideal), at(Network::Calibrated));
+            if ideal.reads_network(alg) {
+                continue;
+            }
+            let plan = |o: &Options| schedule(alg, &topo, &m, o).unwrap();
+            assert_eq!(plan(&ideal), plan(&calibrated), "{alg} {target:?}");
+        }
+    }
+}
+
 #[cfg(test)]
 pub(crate) fn moe_3x4() -> (Topology, TrafficMatrix) {
     use crate::generate::{generate, Pattern, TrafficSpec};

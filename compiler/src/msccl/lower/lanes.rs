@@ -172,21 +172,29 @@ pub(super) fn assign_lanes(
         };
         // Lanes each connection wants: the greedy cover in start order,
         // with the planned time each of its lanes is busy.
+        // (Busy times only where `share` reads them.)
+        let by_busy = share == LaneShare::Busy;
         let mut want: HashMap<(u32, u32), Vec<usize>> = HashMap::new();
         let mut busy: HashMap<(u32, u32), Vec<f64>> = HashMap::new();
         for &t in &remote {
             let lanes = want.entry(conn_of[t]).or_default();
-            let busy = busy.entry(conn_of[t]).or_default();
-            let (ts, te) = time(t);
-            match lanes.iter().position(|&last| free(last, t)) {
+            let k = match lanes.iter().position(|&last| free(last, t)) {
                 Some(k) => {
                     lanes[k] = t;
-                    busy[k] += te - ts;
+                    k
                 }
                 None => {
                     lanes.push(t);
-                    busy.push(te - ts);
+                    lanes.len() - 1
                 }
+            };
+            if by_busy {
+                let (ts, te) = time(t);
+                let busy = busy.entry(conn_of[t]).or_default();
+                if k == busy.len() {
+                    busy.push(0.0);
+                }
+                busy[k] += te - ts;
             }
         }
         for b in busy.values_mut() {
