@@ -12,12 +12,12 @@
 
 use super::blocks::Blocks;
 use super::emit::Emitter;
-use super::rank_state::{rank_lane_index, RankPairs};
+use super::rank_state::{rank_lane_index, RankPairs, RankSink};
 use super::sends::lane_slice;
 use super::slots::NONE;
 use crate::error::{Error, InputError, Result};
-use crate::plan::Path;
-use crate::rank::{direct_local, LocalProgram, LocalTraffic, StageInputs};
+use crate::plan::{Buffer, Path};
+use crate::rank::{direct_local, LocalProgram, LocalTraffic, StageInputs, TransferKey};
 use crate::sched::fast::stages::StagePair;
 
 impl Emitter {
@@ -119,7 +119,11 @@ impl Emitter {
         }
         for k in 0..sink.pairs.pairs.len() {
             let (i, before) = sink.pairs.pairs[k];
-            self.emit_pair(&v, &mut sink, i as usize, before);
+            if self.is_chain_pair(node, rail, i as usize) {
+                self.emit_chain_pair(&v, &mut sink, rail, i as usize, before);
+            } else {
+                self.emit_pair(&v, &mut sink, i as usize, before);
+            }
         }
         self.emit_intra_node(&v, &mut sink);
         out.reset(name, t.rank, t.ranks(), g);
@@ -132,6 +136,80 @@ impl Emitter {
 }
 
 impl Emitter {
+    /// Whether stage pair `i`, emitted for rank `(node, rail)`, is one of
+    /// [`Emitter::rank_pairs`]' chain pairs that
+    /// [`Emitter::emit_chain_pair`] emits: between two other nodes, its
+    /// rail's lane balanced (not direct), staged (`spray` takes no such
+    /// pair) and on a switch (a mesh is refused before).
+    fn is_chain_pair(&self, node: usize, rail: usize, i: usize) -> bool {
+        let (nn, g) = (self.nodes, self.gpus);
+        let p = &self.stages[i];
+        let (a, b) = (p.src_node as usize, p.dst_node as usize);
+        a != node
+            && b != node
+            && self.opts.staged
+            && !self.mesh
+            && !self.lanes[rank_lane_index(nn, g, node, rail, a, b, rail)].direct
+    }
+
+    /// [`Emitter::emit_pair`] into `sink` for a chain pair
+    /// ([`Emitter::is_chain_pair`]; its node pair sent `before` bytes in
+    /// the pairs before it): lane `rail` alone, whose sends the rank
+    /// neither keeps nor waits on through moves or forwards (none lands at
+    /// it, nor on its node), so each chunk's sends are only their ids
+    /// (their keys, [`RankSink::push_key`]) in the slots of the sender's
+    /// and the receiver's chains and the byte-counted windows, as
+    /// `emit_slice` writes them: no transfer is built, no move or forward
+    /// looked for. The lane slice, its chunks (the first send split, the
+    /// taper) and the sends' ids, keys and slots are `emit_pair`'s.
+    fn emit_chain_pair(
+        &mut self,
+        v: &impl Blocks,
+        sink: &mut RankSink,
+        rail: usize,
+        i: usize,
+        before: u64,
+    ) {
+        let (nn, g) = (self.nodes, self.gpus);
+        let p = self.stages[i];
+        let (a, b, l) = (p.src_node as usize, p.dst_node as usize, rail);
+        let taper = self.last_pair[a] == i || self.last_pair[nn + b] == i;
+        // Lane `rail` of a pair of two other nodes (`rank_lane_index`).
+        let lane = self.lanes[a * nn + b];
+        let total = self.node_bytes[a * nn + b];
+        let (from, to) = lane_slice(before, before + p.bytes, total, lane.len());
+        let (c, r) = (a * g + l, b * g + l);
+        if self.unit > 0 && to > from {
+            self.nominal = (to - from) / (to - from).div_ceil(self.chunk);
+        }
+        let first = self.first_slice[c] == i as u32;
+        self.cut_chunks(v, (c, b, l, from, to), false, None, first);
+        if taper {
+            self.taper_last_chunks();
+        }
+        self.slice_start = self.slots[c].len();
+        // A transfer of no bytes is keyed `rank: u32::MAX` (RankSink::push).
+        let key = |off: u64, bytes: u64| TransferKey {
+            rank: if bytes > 0 { r as u32 } else { u32::MAX },
+            buf: Buffer::Scratch,
+            off,
+        };
+        for k in 0..self.chunks.len() {
+            let (lo, hi) = self.chunks[k];
+            let mut ops = [NONE; 2];
+            if lo < lane.own {
+                ops[0] = sink.push_key(key(lane.recv_base + lo, hi.min(lane.own) - lo));
+            }
+            if hi > lane.own {
+                let (g0, g1) = (lo.max(lane.own) - lane.own, hi - lane.own);
+                ops[1] = sink.push_key(key(lane.recv_base + lane.own + g0, g1 - g0));
+            }
+            self.slots[c].push(ops);
+            self.rslots[r].push(ops);
+            self.count_send(c, r);
+        }
+    }
+
     /// [`Emitter::decompose`] of `self.node_bytes`, or the stages
     /// [`Emitter::first_slice_of`] kept for the same node matrix (moved
     /// out: the memo serves one program).

@@ -137,6 +137,13 @@ impl RankSink {
         self.kept.clear();
     }
 
+    /// Records a transfer that the rank does not keep by its key alone
+    /// (as [`Sink::push`] keys it) and returns its id.
+    pub(super) fn push_key(&mut self, key: TransferKey) -> u32 {
+        self.keys.push(key);
+        (self.keys.len() - 1) as u32
+    }
+
     /// The rank's side of each kept transfer, dependencies by key (those on
     /// transfers of no bytes left out, as in the canonical plan), sorted.
     pub(super) fn finish(&mut self, out: &mut LocalProgram) {
