@@ -500,37 +500,33 @@ impl Emitter {
         rp.sent.clear();
         rp.sent.resize(nn * nn, 0);
         rp.own.clear();
-        rp.heads.clear();
         rp.last.clear();
         rp.last.resize(2 * nn, NONE);
-        // Every entry of `before` is written below, and every entry of
-        // `prev` that is read: they grow (zeroed) only past their longest
-        // use so far.
+        // Every entry of `before` and `prev` is written below: they grow
+        // (zeroed) only past their longest use so far.
         grow(&mut rp.before, stages.len());
-        if by_chain {
-            grow(&mut rp.prev, stages.len());
-        }
-        // Each pair's bytes before it; the rank's pairs and the chain each
-        // meets; each other pair's links. Over the buffers as slices: the
-        // only pass over every stage pair.
-        let (sent, own, heads) = (&mut rp.sent[..], &mut rp.own, &mut rp.heads);
-        let (last, prev) = (&mut rp.last[..], &mut rp.prev[..]);
-        for (i, (p, before)) in stages.iter().zip(&mut rp.before[..]).enumerate() {
+        grow(&mut rp.prev, stages.len());
+        // Each pair's bytes before it and the pairs before it on its two
+        // chains; the rank's pairs. Over the buffers as slices: the only
+        // pass over every stage pair. A pair of the rank's node is on no
+        // chain of the rail (its links are the chain it meets, read
+        // below), so it does not move the chains' last pairs.
+        let (sent, own) = (&mut rp.sent[..], &mut rp.own);
+        let (last_from, last_into) = rp.last.split_at_mut(nn);
+        let pairs = stages
+            .iter()
+            .zip(rp.before.iter_mut().zip(&mut rp.prev[..]));
+        for (i, (p, (before, prev))) in pairs.enumerate() {
             let (s, d) = (p.src_node as usize, p.dst_node as usize);
             let pair = &mut sent[s * nn + d];
             *before = *pair;
             *pair += p.bytes;
+            *prev = [last_from[s], last_into[d]];
             if s == a || d == a {
                 own.push(i as u32);
-                if by_chain {
-                    // The rank's send into GPU (d, j): its receive chain;
-                    // a send into the rank from GPU (s, j): its send chain.
-                    heads.push(last[if s == a { nn + d } else { s }]);
-                }
-            } else if by_chain {
-                prev[i] = [last[s], last[nn + d]];
-                last[s] = i as u32;
-                last[nn + d] = i as u32;
+            } else {
+                last_from[s] = i as u32;
+                last_into[d] = i as u32;
             }
         }
         if every {
@@ -543,7 +539,7 @@ impl Emitter {
         // From here `last` is one past each chain's last meeting.
         rp.last.fill(0);
         let own = std::mem::take(&mut rp.own);
-        for (k, &i) in own.iter().enumerate() {
+        for &i in &own {
             rp.pick(i);
             if !by_chain {
                 continue;
@@ -555,7 +551,8 @@ impl Emitter {
             }
             let (c, side) = if s == a { (nn + d, 1) } else { (s, 0) };
             let after = rp.last[c];
-            let mut x = rp.heads[k];
+            // The chain's last pair before this one.
+            let mut x = rp.prev[i as usize][side];
             let mut taken = 0;
             while x != NONE && x >= after && taken < window {
                 if self.carries(a, j, &stages[x as usize], rp.before[x as usize]) {

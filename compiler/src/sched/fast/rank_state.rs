@@ -64,13 +64,11 @@ pub(crate) struct RankPairs {
     pub(super) picked: Vec<u64>,
     /// The pairs of the rank's node (it sends or receives), in stage order.
     pub(super) own: Vec<u32>,
-    /// Per own pair (by chains only): the last other pair before it on
-    /// the chain of the rail it meets ([`NONE`](super::slots::NONE) if none).
-    pub(super) heads: Vec<u32>,
-    /// Per other pair (by chains only), the pair before it on its chains:
-    /// chain `s` (GPU `(s, j)` sending) at `[0]`, chain `N + d` (GPU
-    /// `(d, j)` receiving) at `[1]` ([`NONE`](super::slots::NONE) if none). Pairs of the
-    /// rank's node hold whatever a longer call left.
+    /// Per pair, the last other pair before it on the chains of the rail
+    /// it is on or meets: chain `s` (GPU `(s, j)` sending) at `[0]`,
+    /// chain `N + d` (GPU `(d, j)` receiving) at `[1]`
+    /// ([`NONE`](super::slots::NONE) if none). "Other": not of the rank's
+    /// node, whose pairs are on no chain of the rail (they meet one).
     pub(super) prev: Vec<[u32; 2]>,
     /// Per chain: its last pair so far (while the pairs are read), then
     /// one past the rank's last meeting with it (a meeting takes only the
