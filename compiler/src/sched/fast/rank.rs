@@ -14,10 +14,11 @@ use super::blocks::Blocks;
 use super::emit::Emitter;
 use super::rank_state::{rank_lane_index, RankPairs, RankSink};
 use super::sends::lane_slice;
+use super::sink::Sink;
 use super::slots::NONE;
 use crate::error::{Error, InputError, Result};
 use crate::plan::{Buffer, Path};
-use crate::rank::{direct_local, LocalProgram, LocalTraffic, StageInputs, TransferKey};
+use crate::rank::{direct_local, LocalProgram, LocalTraffic, StageInputs};
 use crate::sched::fast::stages::StagePair;
 
 impl Emitter {
@@ -157,7 +158,7 @@ impl Emitter {
     /// the pairs before it): lane `rail` alone, whose sends the rank
     /// neither keeps nor waits on through moves or forwards (none lands at
     /// it, nor on its node), so each chunk's sends are only their ids
-    /// (their keys, [`RankSink::push_key`]) in the slots of the sender's
+    /// (their keys, [`Sink::push_key`]) in the slots of the sender's
     /// and the receiver's chains and the byte-counted windows, as
     /// `emit_slice` writes them: no transfer is built, no move or forward
     /// looked for. The lane slice, its chunks (the first send split, the
@@ -188,21 +189,17 @@ impl Emitter {
             self.taper_last_chunks();
         }
         self.slice_start = self.slots[c].len();
-        // A transfer of no bytes is keyed `rank: u32::MAX` (RankSink::push).
-        let key = |off: u64, bytes: u64| TransferKey {
-            rank: if bytes > 0 { r as u32 } else { u32::MAX },
-            buf: Buffer::Scratch,
-            off,
-        };
         for k in 0..self.chunks.len() {
             let (lo, hi) = self.chunks[k];
             let mut ops = [NONE; 2];
             if lo < lane.own {
-                ops[0] = sink.push_key(key(lane.recv_base + lo, hi.min(lane.own) - lo));
+                let bytes = hi.min(lane.own) - lo;
+                ops[0] = sink.push_key(r, Buffer::Scratch, lane.recv_base + lo, bytes);
             }
             if hi > lane.own {
                 let (g0, g1) = (lo.max(lane.own) - lane.own, hi - lane.own);
-                ops[1] = sink.push_key(key(lane.recv_base + lane.own + g0, g1 - g0));
+                let off = lane.recv_base + lane.own + g0;
+                ops[1] = sink.push_key(r, Buffer::Scratch, off, g1 - g0);
             }
             self.slots[c].push(ops);
             self.rslots[r].push(ops);

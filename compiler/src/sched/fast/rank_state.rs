@@ -7,9 +7,9 @@
 
 use std::ops::Range;
 
-use super::sink::Sink;
+use super::sink::{key_of, Sink};
 use super::stages::StagePair;
-use crate::plan::Transfer;
+use crate::plan::{Buffer, Transfer};
 use crate::rank::{LocalProgram, TransferKey};
 
 /// Where lane `l` of node pair `(a, b)` sits in the lanes of rank
@@ -135,13 +135,6 @@ impl RankSink {
         self.kept.clear();
     }
 
-    /// Records a transfer that the rank does not keep by its key alone
-    /// (as [`Sink::push`] keys it) and returns its id.
-    pub(super) fn push_key(&mut self, key: TransferKey) -> u32 {
-        self.keys.push(key);
-        (self.keys.len() - 1) as u32
-    }
-
     /// The rank's side of each kept transfer, dependencies by key (those on
     /// transfers of no bytes left out, as in the canonical plan), sorted.
     pub(super) fn finish(&mut self, out: &mut LocalProgram) {
@@ -160,18 +153,17 @@ impl Sink for RankSink {
     }
 
     fn push(&mut self, t: Transfer) -> u32 {
-        let key = if t.bytes == 0 {
-            TransferKey {
-                rank: u32::MAX,
-                ..TransferKey::of(&t)
-            }
-        } else {
-            TransferKey::of(&t)
-        };
-        self.keys.push(key);
+        self.keys
+            .push(key_of(t.dst as usize, t.dst_buf, t.dst_off, t.bytes));
         if t.bytes > 0 && (t.src == self.rank || t.dst == self.rank) {
             self.kept.push(t);
         }
+        (self.keys.len() - 1) as u32
+    }
+
+    #[inline]
+    fn push_key(&mut self, dst: usize, buf: Buffer, off: u64, bytes: u64) -> u32 {
+        self.keys.push(key_of(dst, buf, off, bytes));
         (self.keys.len() - 1) as u32
     }
 
