@@ -103,6 +103,31 @@ pub struct LocalOp {
 pub type KeyDeps = SmallVec<[TransferKey; 1]>;
 
 impl LocalOp {
+    /// Rank `me`'s side of `t`, a transfer that moves bytes and starts or
+    /// ends at `me` ([`LocalProgram::push`] leaves out the others), with
+    /// its dependencies `deps` (by key).
+    pub(crate) fn side_of(t: &Transfer, me: u32, deps: KeyDeps) -> LocalOp {
+        let (op, peer) = if t.src == t.dst {
+            (OpKind::Copy, me)
+        } else if t.src == me {
+            (OpKind::Send, t.dst)
+        } else {
+            (OpKind::Recv, t.src)
+        };
+        LocalOp {
+            op,
+            peer,
+            bytes: t.bytes,
+            src_buf: t.src_buf,
+            src_off: t.src_off,
+            dst_buf: t.dst_buf,
+            dst_off: t.dst_off,
+            path: t.path,
+            step: t.step,
+            deps,
+        }
+    }
+
     /// The transfer's key, as seen from rank `me`.
     pub fn key(&self, me: u32) -> TransferKey {
         TransferKey {
@@ -176,25 +201,7 @@ impl LocalProgram {
         if t.bytes == 0 || (t.src != me && t.dst != me) {
             return;
         }
-        let (op, peer) = if t.src == t.dst {
-            (OpKind::Copy, me)
-        } else if t.src == me {
-            (OpKind::Send, t.dst)
-        } else {
-            (OpKind::Recv, t.src)
-        };
-        self.ops.push(LocalOp {
-            op,
-            peer,
-            bytes: t.bytes,
-            src_buf: t.src_buf,
-            src_off: t.src_off,
-            dst_buf: t.dst_buf,
-            dst_off: t.dst_off,
-            path: t.path,
-            step: t.step,
-            deps: collect_deps(deps),
-        });
+        self.ops.push(LocalOp::side_of(t, me, collect_deps(deps)));
     }
 
     pub(crate) fn sort(&mut self) {

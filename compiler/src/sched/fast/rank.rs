@@ -118,6 +118,10 @@ impl Emitter {
             }
             None => self.first_slices_rank(&v, node, rail),
         }
+        // Emptied before the transfers are emitted: the last program's
+        // dependency lists are freed before the new ones are allocated.
+        out.reset(name, t.rank, t.ranks(), g);
+        sink.write_into(out);
         for k in 0..sink.pairs.pairs.len() {
             let (i, before) = sink.pairs.pairs[k];
             if self.is_chain_pair(node, rail, i as usize) {
@@ -127,7 +131,6 @@ impl Emitter {
             }
         }
         self.emit_intra_node(&v, &mut sink);
-        out.reset(name, t.rank, t.ranks(), g);
         out.scratch_bytes = scratch;
         sink.finish(out);
         self.rank_sink = sink;

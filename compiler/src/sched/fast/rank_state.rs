@@ -10,7 +10,7 @@ use std::ops::Range;
 use super::sink::{key_of, Sink};
 use super::stages::StagePair;
 use crate::plan::{Buffer, Transfer};
-use crate::rank::{LocalProgram, TransferKey};
+use crate::rank::{KeyDeps, LocalOp, LocalProgram, TransferKey};
 
 /// Where lane `l` of node pair `(a, b)` sits in the lanes of rank
 /// `(node, rail)`'s program (`Emitter::balance_rank`): its node's row
@@ -120,8 +120,11 @@ pub(crate) struct RankSink {
     rail: usize,
     /// Key of each transfer emitted, by id (`rank: u32::MAX`: moves no bytes).
     keys: Vec<TransferKey>,
-    /// The transfers of the rank, dependencies still as ids.
-    kept: Vec<Transfer>,
+    /// The rank's side of each transfer that starts or ends at it, its
+    /// dependencies by key (those on transfers of no bytes left out, as
+    /// in the canonical plan): a transfer's dependencies are emitted
+    /// before it, so their keys are known as it is pushed.
+    ops: Vec<LocalOp>,
     /// The stage pairs it asks for.
     pub(super) pairs: RankPairs,
 }
@@ -132,17 +135,21 @@ impl RankSink {
         self.node = rank / gpus;
         self.rail = rank % gpus;
         self.keys.clear();
-        self.kept.clear();
+        self.ops.clear();
     }
 
-    /// The rank's side of each kept transfer, dependencies by key (those on
-    /// transfers of no bytes left out, as in the canonical plan), sorted.
+    /// Takes the (empty) ops of `out`, where the rank's ops are written
+    /// as they are emitted, so their buffer is the program's own.
+    pub(super) fn write_into(&mut self, out: &mut LocalProgram) {
+        debug_assert!(out.ops.is_empty());
+        self.ops = std::mem::take(&mut out.ops);
+        self.ops.clear();
+    }
+
+    /// The rank's ops back into `out` ([`RankSink::write_into`] first),
+    /// sorted.
     pub(super) fn finish(&mut self, out: &mut LocalProgram) {
-        for t in self.kept.drain(..) {
-            let keys = &self.keys;
-            let deps = t.deps.iter().map(|&d| keys[d as usize]);
-            out.push(&t, deps.filter(|k| k.rank != u32::MAX));
-        }
+        out.ops = std::mem::take(&mut self.ops);
         out.sort();
     }
 }
@@ -156,7 +163,15 @@ impl Sink for RankSink {
         self.keys
             .push(key_of(t.dst as usize, t.dst_buf, t.dst_off, t.bytes));
         if t.bytes > 0 && (t.src == self.rank || t.dst == self.rank) {
-            self.kept.push(t);
+            // As `LocalProgram::push` collects them: room for at most 16.
+            let mut deps = KeyDeps::with_capacity(t.deps.len().min(16));
+            for &d in &t.deps {
+                let k = self.keys[d as usize];
+                if k.rank != u32::MAX {
+                    deps.push(k);
+                }
+            }
+            self.ops.push(LocalOp::side_of(&t, self.rank, deps));
         }
         (self.keys.len() - 1) as u32
     }
