@@ -424,8 +424,9 @@ impl Emitter {
     }
 }
 
-/// Longest window (`2 depth` slots) whose chains [`Emitter::rank_pairs`]
-/// walks by window; a deeper pipeline takes every slice of the rail.
+/// Longest window ([`Emitter::window_back`] slots) whose chains
+/// [`Emitter::rank_pairs`] walks by window; a deeper pipeline takes every
+/// slice of the rail.
 const MAX_WINDOW: usize = 64;
 
 /// `v` at `len` entries, those it keeps as they were (to be overwritten):
@@ -440,6 +441,20 @@ fn grow<T: Copy + Default>(v: &mut Vec<T>, len: usize) {
 }
 
 impl Emitter {
+    /// How many slots back in a chain a send's wait can reach
+    /// ([`Emitter::prepare_sends`] first): `depth` where the windows count
+    /// sends (`unit` 0: `sender_wait` and `receiver_wait` read the slot
+    /// `depth` back), `2 depth` where they count bytes (`window_start`
+    /// looks back that far at most).
+    fn window_back(&self) -> usize {
+        let depth = self.depth as usize;
+        if self.unit == 0 {
+            depth
+        } else {
+            depth.saturating_mul(2)
+        }
+    }
+
     /// Whether stage pair `p`, whose node pair sent `before` bytes in the
     /// pairs before it, gives lane `j` of rank `(a, j)`'s lanes a slice
     /// that carries bytes (`lane_slice` not empty).
@@ -461,19 +476,19 @@ impl Emitter {
     /// moves and forwards: every lane), and of the other pairs (lane `j`
     /// only) those whose sends the rank's own sends and receives wait on or
     /// whose windows they read. A send of the rank into GPU `(b, j)` waits
-    /// on a slot at most `2 depth` slots back in that GPU's receive chain
-    /// (`sender_wait`, `receiver_wait`: the byte-counted windows look back
-    /// that far at most, the count windows `depth`), and a send into the
-    /// rank on one at most `2 depth` back in its sender `(a', j)`'s chain;
-    /// every slice that carries bytes holds at least one slot. So each of
-    /// those chains needs only its last `2 depth` slices that carry bytes
-    /// before each slice of the rank (since the rank's last slice on that
-    /// chain: those before were taken then): emitted in stage order with
-    /// the rest, those chains end, at each of the rank's slices, in the
-    /// same slots as the whole plan's, and the chains' lengths agree up to
-    /// `2 depth` (all the checks read). `spray` has no chains and takes its
-    /// node's pairs only; a pipeline deeper than `MAX_WINDOW / 2` takes
-    /// every slice of the rail.
+    /// on a slot at most `W` slots back in that GPU's receive chain
+    /// (`sender_wait`, `receiver_wait`; [`Emitter::window_back`]: `depth`
+    /// where windows count sends, `2 depth` where they count bytes, which
+    /// look back that far at most), and a send into the rank on one at most
+    /// `W` back in its sender `(a', j)`'s chain; every slice that carries
+    /// bytes holds at least one slot. So each of those chains needs only
+    /// its last `W` slices that carry bytes before each slice of the rank
+    /// (since the rank's last slice on that chain: those before were taken
+    /// then): emitted in stage order with the rest, those chains end, at
+    /// each of the rank's slices, in the same `W` slots as the whole
+    /// plan's, and the chains' lengths agree up to `W` (all the checks
+    /// read). `spray` has no chains and takes its node's pairs only; a
+    /// window longer than `MAX_WINDOW` takes every slice of the rail.
     ///
     /// One pass over the stage pairs adds up what each node pair sent
     /// before each (no division) and links each pair to the pair before it
@@ -481,7 +496,7 @@ impl Emitter {
     /// pair of the chain it meets. Then only the rank's own pairs are
     /// walked, each slice meeting its chain walking back from there along
     /// the links, over the chain's pairs since the last meeting, until
-    /// `2 depth` of them carry bytes: the lane slices (a division each)
+    /// `W` of them carry bytes: the lane slices (a division each)
     /// are cut for the rank's pairs and those, not for every pair of the
     /// rail.
     #[inline(never)]
@@ -490,7 +505,7 @@ impl Emitter {
         let stages = &self.stages[..];
         rp.pairs.clear();
         let chains = self.opts.staged;
-        let window = (self.depth as usize).saturating_mul(2);
+        let window = self.window_back();
         // A pipeline too deep for windows: every slice of the rail.
         let every = chains && window > MAX_WINDOW;
         let by_chain = chains && !every;
@@ -576,7 +591,7 @@ impl Emitter {
     pub(super) fn rank_pairs_by_rings(&self, a: usize, j: usize) -> Vec<(u32, u64)> {
         let (nn, g) = (self.nodes, self.gpus);
         let chains = self.opts.staged;
-        let window = (self.depth as usize).saturating_mul(2);
+        let window = self.window_back();
         let every = chains && window > MAX_WINDOW;
         let window = window.clamp(1, MAX_WINDOW);
         let mut rings: Vec<Vec<u32>> = vec![Vec::new(); 2 * nn];
