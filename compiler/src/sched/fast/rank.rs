@@ -218,6 +218,7 @@ impl Emitter {
         if memo.valid && memo.node_bytes == self.node_bytes {
             std::mem::swap(&mut self.stages, &mut memo.stages);
             self.stage_count = memo.stage_count;
+            self.bounds = memo.bounds;
             memo.valid = false;
             return;
         }
@@ -236,7 +237,7 @@ impl Emitter {
         if !(memo.valid && memo.node_bytes == node_bytes) {
             // Decomposed into the memo's buffer, not copied there; the
             // last plan's stages (`Planner::stages`) stay as they were.
-            let (count, depth) = (self.stage_count, self.depth);
+            let (count, depth, bounds) = (self.stage_count, self.depth, self.bounds);
             std::mem::swap(&mut self.stages, &mut self.stage_memo.stages);
             self.node_bytes.clear();
             self.node_bytes.extend_from_slice(node_bytes);
@@ -244,6 +245,7 @@ impl Emitter {
             let memo = &mut self.stage_memo;
             std::mem::swap(&mut self.stages, &mut memo.stages);
             memo.stage_count = std::mem::replace(&mut self.stage_count, count);
+            memo.bounds = std::mem::replace(&mut self.bounds, bounds);
             self.depth = depth;
             memo.node_bytes.clone_from(&self.node_bytes);
             memo.valid = true;

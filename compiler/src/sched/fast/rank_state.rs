@@ -45,6 +45,8 @@ pub(crate) struct StageMemo {
     pub(super) node_bytes: Vec<u64>,
     pub(super) stages: Vec<StagePair>,
     pub(super) stage_count: u32,
+    /// Their [`Emitter::chunk_bounds`](super::emit::Emitter).
+    pub(super) bounds: Option<(f64, f64)>,
     pub(super) valid: bool,
 }
 

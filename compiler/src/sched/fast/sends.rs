@@ -35,7 +35,7 @@ impl Emitter {
     pub(super) fn prepare_sends(&mut self) {
         let nn = self.nodes;
         // The chunk size and the window unit both follow from them.
-        let bounds = self.chunk_bounds();
+        let bounds = self.bounds.take().unwrap_or_else(|| self.chunk_bounds());
         self.chunk = self.chunk_size(bounds);
         self.depth = self.depth_for_chunks();
         for s in self.slots.iter_mut().chain(&mut self.rslots) {
