@@ -255,35 +255,40 @@ fn packed_keys(ops: &[LocalOp], me: u32) -> Option<Vec<(u64, u32)>> {
     )
 }
 
+/// Bits of one digit of [`radix_sort`].
+const DIGIT_BITS: u32 = 11;
+
 /// Sorts `keys` by key, equal keys by their order in `keys` (stable), as
 /// sorting the pairs themselves does where the second members are the
-/// indices: least significant byte first, one counting pass a byte up to
-/// the highest bit set, skipping the bytes every key shares.
+/// indices: least significant digit ([`DIGIT_BITS`]) first, one counting
+/// pass a digit up to the highest bit set, skipping the digits every key
+/// shares.
 fn radix_sort(keys: &mut Vec<(u64, u32)>) {
+    const BUCKETS: usize = 1 << DIGIT_BITS;
+    const MASK: u64 = BUCKETS as u64 - 1;
     let n = keys.len();
     let top = keys.iter().fold(0u64, |m, &(k, _)| m | k);
-    let digits = (u64::BITS - top.leading_zeros()).div_ceil(8) as usize;
-    let mut counts = [[0u32; 256]; 8];
+    let digits = (u64::BITS - top.leading_zeros()).div_ceil(DIGIT_BITS);
+    let mut counts = vec![[0u32; BUCKETS]; digits as usize];
     for &(k, _) in keys.iter() {
-        for (d, c) in counts[..digits].iter_mut().enumerate() {
-            c[(k >> (8 * d)) as usize & 0xff] += 1;
+        for (d, c) in (0..).zip(counts.iter_mut()) {
+            c[((k >> (DIGIT_BITS * d)) & MASK) as usize] += 1;
         }
     }
     let mut tmp = vec![(0u64, 0u32); n];
-    for (d, c) in counts[..digits].iter().enumerate() {
+    for (d, c) in (0..).zip(counts.iter_mut()) {
         if c.iter().any(|&x| x as usize == n) {
             continue;
         }
-        let mut at = [0u32; 256];
+        // Each bucket's start, in place of its count.
         let mut sum = 0;
-        for (a, &x) in at.iter_mut().zip(c) {
-            *a = sum;
-            sum += x;
+        for x in c.iter_mut() {
+            (*x, sum) = (sum, sum + *x);
         }
         for &(k, i) in keys.iter() {
-            let b = (k >> (8 * d)) as usize & 0xff;
-            tmp[at[b] as usize] = (k, i);
-            at[b] += 1;
+            let at = &mut c[((k >> (DIGIT_BITS * d)) & MASK) as usize];
+            tmp[*at as usize] = (k, i);
+            *at += 1;
         }
         std::mem::swap(keys, &mut tmp);
     }
