@@ -586,8 +586,8 @@ impl Emitter {
 
     /// [`Emitter::rank_pairs`] as it was first written, the reference of
     /// the tests: one pass over every stage pair in order, cutting each
-    /// one's lane slice, with a ring of the last `2 depth` slices that
-    /// carry bytes per chain of the rail, emptied into the picked pairs
+    /// one's lane slice, with a ring of the last `W` slices that carry
+    /// bytes per chain of the rail ([`Emitter::window_back`]), emptied into the picked pairs
     /// when the rank's slice meets the chain.
     #[cfg(test)]
     pub(super) fn rank_pairs_by_rings(&self, a: usize, j: usize) -> Vec<(u32, u64)> {

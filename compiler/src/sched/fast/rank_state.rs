@@ -100,12 +100,14 @@ impl RankPairs {
 
 /// Where the emitter writes one rank's program: the key of every transfer
 /// it emits (dependencies name transfers by their emission ids), and the
-/// transfers that start or end at the rank. It asks for the lanes whose
-/// transfers, or whose chains, the rank's program names:
+/// rank's side of the transfers that start or end at it (its ops). It
+/// asks for the lanes whose transfers, or whose chains, the rank's
+/// program names:
 /// - lane `j` (its rail) of the other node pairs, in the stage pairs
 ///   `Emitter::rank_pairs` picks: its sends and receives wait on sends
-///   at most `2 depth` slots back in the chains of the GPUs of its rail,
-///   wherever the stage order put them;
+///   at most `depth` (windows counted in sends) or `2 depth` (in bytes)
+///   slots back in the chains of the GPUs of its rail, wherever the stage
+///   order put them;
 /// - every lane of its node: its balancing moves out wait on the sends of
 ///   the carrier they feed, and its intra-node blocks on the early moves
 ///   of its node;
