@@ -103,6 +103,31 @@ pub struct LocalOp {
 pub type KeyDeps = SmallVec<[TransferKey; 1]>;
 
 impl LocalOp {
+    /// Rank `me`'s side of `t`, a transfer that moves bytes and starts or
+    /// ends at `me` ([`LocalProgram::push`] leaves out the others), with
+    /// its dependencies `deps` (by key).
+    pub(crate) fn side_of(t: &Transfer, me: u32, deps: KeyDeps) -> LocalOp {
+        let (op, peer) = if t.src == t.dst {
+            (OpKind::Copy, me)
+        } else if t.src == me {
+            (OpKind::Send, t.dst)
+        } else {
+            (OpKind::Recv, t.src)
+        };
+        LocalOp {
+            op,
+            peer,
+            bytes: t.bytes,
+            src_buf: t.src_buf,
+            src_off: t.src_off,
+            dst_buf: t.dst_buf,
+            dst_off: t.dst_off,
+            path: t.path,
+            step: t.step,
+            deps,
+        }
+    }
+
     /// The transfer's key, as seen from rank `me`.
     pub fn key(&self, me: u32) -> TransferKey {
         TransferKey {
@@ -176,25 +201,7 @@ impl LocalProgram {
         if t.bytes == 0 || (t.src != me && t.dst != me) {
             return;
         }
-        let (op, peer) = if t.src == t.dst {
-            (OpKind::Copy, me)
-        } else if t.src == me {
-            (OpKind::Send, t.dst)
-        } else {
-            (OpKind::Recv, t.src)
-        };
-        self.ops.push(LocalOp {
-            op,
-            peer,
-            bytes: t.bytes,
-            src_buf: t.src_buf,
-            src_off: t.src_off,
-            dst_buf: t.dst_buf,
-            dst_off: t.dst_off,
-            path: t.path,
-            step: t.step,
-            deps: collect_deps(deps),
-        });
+        self.ops.push(LocalOp::side_of(t, me, collect_deps(deps)));
     }
 
     pub(crate) fn sort(&mut self) {
@@ -205,7 +212,99 @@ impl LocalProgram {
         // Sorting the keys with their indices, then moving each op once, is
         // cheaper than sorting the ops (about 90 bytes each, the key
         // recomputed at every comparison).
-        self.ops.sort_by_cached_key(|o| o.key(me).packed());
+        match packed_keys(&self.ops, me) {
+            Some(mut keys) => {
+                radix_sort(&mut keys);
+                permute(&mut self.ops, &mut keys);
+            }
+            None => self.ops.sort_by_cached_key(|o| o.key(me).packed()),
+        }
+    }
+}
+
+/// Each op's key ([`LocalOp::key`]) as one `u64` ordered as the key is
+/// (rank, then buffer, then offset), each field in as many bits as its
+/// largest value needs, with the op's index; `None` where the three do not
+/// fit in 64 bits (or there are more than `u32::MAX` ops).
+fn packed_keys(ops: &[LocalOp], me: u32) -> Option<Vec<(u64, u32)>> {
+    u32::try_from(ops.len()).ok()?;
+    let (mut rank, mut buf, mut off) = (0u32, 0u8, 0u64);
+    for o in ops {
+        let k = o.key(me);
+        rank |= k.rank;
+        buf |= k.buf as u8;
+        off |= k.off;
+    }
+    let off_bits = u64::BITS - off.leading_zeros();
+    let buf_bits = u8::BITS - buf.leading_zeros();
+    let rank_bits = u32::BITS - rank.leading_zeros();
+    if off_bits + buf_bits + rank_bits > u64::BITS {
+        return None;
+    }
+    // A field shifted by 64 has no bits: it is 0 for every op.
+    let pack = |k: TransferKey| {
+        let rank = u64::from(k.rank).checked_shl(buf_bits + off_bits);
+        let buf = u64::from(k.buf as u8).checked_shl(off_bits);
+        rank.unwrap_or(0) | buf.unwrap_or(0) | k.off
+    };
+    Some(
+        ops.iter()
+            .enumerate()
+            .map(|(i, o)| (pack(o.key(me)), i as u32))
+            .collect(),
+    )
+}
+
+/// Bits of one digit of [`radix_sort`].
+const DIGIT_BITS: u32 = 11;
+
+/// Sorts `keys` by key, equal keys by their order in `keys` (stable), as
+/// sorting the pairs themselves does where the second members are the
+/// indices: least significant digit ([`DIGIT_BITS`]) first, one counting
+/// pass a digit up to the highest bit set, skipping the digits every key
+/// shares.
+fn radix_sort(keys: &mut Vec<(u64, u32)>) {
+    const BUCKETS: usize = 1 << DIGIT_BITS;
+    const MASK: u64 = BUCKETS as u64 - 1;
+    let n = keys.len();
+    let top = keys.iter().fold(0u64, |m, &(k, _)| m | k);
+    let digits = (u64::BITS - top.leading_zeros()).div_ceil(DIGIT_BITS);
+    let mut counts = vec![[0u32; BUCKETS]; digits as usize];
+    for &(k, _) in keys.iter() {
+        for (d, c) in (0..).zip(counts.iter_mut()) {
+            c[((k >> (DIGIT_BITS * d)) & MASK) as usize] += 1;
+        }
+    }
+    let mut tmp = vec![(0u64, 0u32); n];
+    for (d, c) in (0..).zip(counts.iter_mut()) {
+        if c.iter().any(|&x| x as usize == n) {
+            continue;
+        }
+        // Each bucket's start, in place of its count.
+        let mut sum = 0;
+        for x in c.iter_mut() {
+            (*x, sum) = (sum, sum + *x);
+        }
+        for &(k, i) in keys.iter() {
+            let at = &mut c[((k >> (DIGIT_BITS * d)) & MASK) as usize];
+            tmp[*at as usize] = (k, i);
+            *at += 1;
+        }
+        std::mem::swap(keys, &mut tmp);
+    }
+}
+
+/// Puts `ops` in the order `order` gives (each entry's second member the
+/// index of the op that goes there), each op swapped into place once:
+/// the permutation `slice::sort_by_cached_key` applies.
+fn permute<T>(ops: &mut [T], order: &mut [(u64, u32)]) {
+    for i in 0..ops.len() {
+        let mut index = order[i].1;
+        while (index as usize) < i {
+            index = order[index as usize].1;
+        }
+        order[i].1 = index;
+        ops.swap(i, index as usize);
     }
 }
 
@@ -1270,5 +1369,70 @@ mod tests {
         assert!(t.check(&other).is_err());
         assert!(LocalTraffic::from_matrix(&m, 6, &topo).is_err());
         assert!(LocalTraffic::from_matrix(&TrafficMatrix::zeros(4), 0, &topo).is_err());
+    }
+
+    /// `LocalProgram::sort` (the radix sort of packed keys, or the fallback
+    /// past 64 bits) against sorting by the whole key with the ops' order
+    /// breaking ties (what `sort_by_cached_key` gives): keys of few and of
+    /// many bits, in each field, with repeats, so ties, skipped bytes and
+    /// the fallback are all met.
+    #[test]
+    fn sort_is_the_stable_sort_by_key() {
+        use proptest::prelude::*;
+        use proptest::test_runner::{Config, TestRunner};
+        let op = |peer: u32, send: bool, buf: u8, off: u64, tag: u64| LocalOp {
+            op: if send { OpKind::Send } else { OpKind::Recv },
+            peer,
+            bytes: tag,
+            src_buf: Buffer::Input,
+            src_off: 0,
+            dst_buf: [Buffer::Input, Buffer::Output, Buffer::Scratch][buf as usize],
+            dst_off: off,
+            path: Path::Nvlink,
+            step: 0,
+            deps: KeyDeps::new(),
+        };
+        // Per op: a small peer (or, in wide cases, one near `u32::MAX`), a
+        // small offset shifted by the case's shift (or any `u64` in wide
+        // cases), so keys repeat.
+        let ops = prop::collection::vec(
+            (
+                0u32..6,
+                any::<bool>(),
+                any::<bool>(),
+                0u8..3,
+                0u64..5,
+                any::<u64>(),
+            ),
+            0..300,
+        );
+        let mut runner = TestRunner::new(Config::with_cases(300));
+        let case = (ops, 0u32..5, 0u32..64, any::<bool>(), any::<bool>());
+        runner
+            .run(&case, |(ops, me, shift, wide_rank, wide_off)| {
+                let mut p = LocalProgram {
+                    rank: me,
+                    ..LocalProgram::default()
+                };
+                for (k, &(peer, send, far, buf, off, any_off)) in ops.iter().enumerate() {
+                    let peer = if wide_rank && far {
+                        u32::MAX - peer
+                    } else {
+                        peer
+                    };
+                    let off = if wide_off && far {
+                        any_off
+                    } else {
+                        off << shift
+                    };
+                    p.ops.push(op(peer, send, buf, off, k as u64));
+                }
+                let mut want = p.ops.clone();
+                want.sort_by(|x, y| x.key(me).packed().cmp(&y.key(me).packed()));
+                p.sort();
+                prop_assert_eq!(p.ops, want);
+                Ok(())
+            })
+            .unwrap();
     }
 }

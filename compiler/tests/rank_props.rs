@@ -364,16 +364,18 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
 
     /// A rank's program emits, of the pairs away from its node, only the
-    /// last `2 depth` slices of each chain of its rail before each of its
-    /// own (`Emitter::rank_pairs`): long chains (up to 24 nodes) against
+    /// last `depth` (count windows) or `2 depth` (byte windows) slices of
+    /// each chain of its rail before each of its own
+    /// (`Emitter::rank_pairs`): long chains (up to 24 nodes) against
     /// shallow pipelines (depth 1 to 3) and small chunks (several sends per
-    /// slice), byte windows (decode-size blocks) and count windows, and a
-    /// pipeline too deep for the window (every slice of the rail).
+    /// slice), byte windows (decode-size blocks) and count windows, and
+    /// pipelines too deep for the window (every slice of the rail: depth 40
+    /// with byte windows, 70 with either).
     #[test]
     fn staged_fast_per_rank_windows(
         nodes in 6usize..=24,
         gpus in 2usize..=3,
-        depth in prop::sample::select(vec![None, Some(1u32), Some(2), Some(3), Some(40)]),
+        depth in prop::sample::select(vec![None, Some(1u32), Some(2), Some(3), Some(40), Some(70)]),
         chunk in prop::sample::select(vec![None, Some(4096u64)]),
         scale in prop::sample::select(vec![2048u64, 1 << 14, 1 << 20]),
         seed in any::<u64>(),

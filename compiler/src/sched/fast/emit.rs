@@ -249,6 +249,10 @@ pub(crate) struct Emitter {
     /// `spray`: each sending node's chain depth ([`Emitter::spray_depth`]),
     /// set once per plan by `prepare_sends`.
     pub(super) spray_depths: Vec<usize>,
+    /// [`Emitter::chunk_bounds`] of the node matrix [`Emitter::decompose`]
+    /// last cut into stages, for the [`Emitter::prepare_sends`] that
+    /// follows (which takes it: each reads every node pair's bytes).
+    pub(super) bounds: Option<(f64, f64)>,
 }
 
 impl Emitter {
@@ -360,6 +364,7 @@ impl Emitter {
             chain_buf: Vec::new(),
             slice_start: 0,
             spray_depths: Vec::new(),
+            bounds: None,
             opts,
         })
     }
@@ -596,12 +601,13 @@ impl Emitter {
             }
             self.stage_count = u32::from(!self.stages.is_empty());
             self.depth = u32::MAX;
+            self.bounds = None;
             return;
         }
+        let bounds = self.chunk_bounds();
+        self.bounds = Some(bounds);
         // About one send per lane and part (see leaves.rs).
-        let part = self
-            .chunk_size(self.chunk_bounds())
-            .saturating_mul(self.gpus as u64);
+        let part = self.chunk_size(bounds).saturating_mul(self.gpus as u64);
         self.stage_count =
             self.node_stages
                 .decompose(nn, &self.node_bytes, &self.opts, part, &mut self.stages);

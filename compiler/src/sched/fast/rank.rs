@@ -12,11 +12,12 @@
 
 use super::blocks::Blocks;
 use super::emit::Emitter;
-use super::rank_state::{rank_lane_index, RankPairs};
+use super::rank_state::{rank_lane_index, RankPairs, RankSink};
 use super::sends::lane_slice;
+use super::sink::Sink;
 use super::slots::NONE;
 use crate::error::{Error, InputError, Result};
-use crate::plan::Path;
+use crate::plan::{Buffer, Path};
 use crate::rank::{direct_local, LocalProgram, LocalTraffic, StageInputs};
 use crate::sched::fast::stages::StagePair;
 
@@ -117,12 +118,19 @@ impl Emitter {
             }
             None => self.first_slices_rank(&v, node, rail),
         }
+        // Emptied before the transfers are emitted: the last program's
+        // dependency lists are freed before the new ones are allocated.
+        out.reset(name, t.rank, t.ranks(), g);
+        sink.write_into(out);
         for k in 0..sink.pairs.pairs.len() {
             let (i, before) = sink.pairs.pairs[k];
-            self.emit_pair(&v, &mut sink, i as usize, before);
+            if self.is_chain_pair(node, rail, i as usize) {
+                self.emit_chain_pair(&v, &mut sink, rail, i as usize, before);
+            } else {
+                self.emit_pair(&v, &mut sink, i as usize, before);
+            }
         }
         self.emit_intra_node(&v, &mut sink);
-        out.reset(name, t.rank, t.ranks(), g);
         out.scratch_bytes = scratch;
         sink.finish(out);
         self.rank_sink = sink;
@@ -132,6 +140,76 @@ impl Emitter {
 }
 
 impl Emitter {
+    /// Whether stage pair `i`, emitted for rank `(node, rail)`, is one of
+    /// [`Emitter::rank_pairs`]' chain pairs that
+    /// [`Emitter::emit_chain_pair`] emits: between two other nodes, its
+    /// rail's lane balanced (not direct), staged (`spray` takes no such
+    /// pair) and on a switch (a mesh is refused before).
+    fn is_chain_pair(&self, node: usize, rail: usize, i: usize) -> bool {
+        let (nn, g) = (self.nodes, self.gpus);
+        let p = &self.stages[i];
+        let (a, b) = (p.src_node as usize, p.dst_node as usize);
+        a != node
+            && b != node
+            && self.opts.staged
+            && !self.mesh
+            && !self.lanes[rank_lane_index(nn, g, node, rail, a, b, rail)].direct
+    }
+
+    /// [`Emitter::emit_pair`] into `sink` for a chain pair
+    /// ([`Emitter::is_chain_pair`]; its node pair sent `before` bytes in
+    /// the pairs before it): lane `rail` alone, whose sends the rank
+    /// neither keeps nor waits on through moves or forwards (none lands at
+    /// it, nor on its node), so each chunk's sends are only their ids
+    /// (their keys, [`Sink::push_key`]) in the slots of the sender's
+    /// and the receiver's chains and the byte-counted windows, as
+    /// `emit_slice` writes them: no transfer is built, no move or forward
+    /// looked for. The lane slice, its chunks (the first send split, the
+    /// taper) and the sends' ids, keys and slots are `emit_pair`'s.
+    fn emit_chain_pair(
+        &mut self,
+        v: &impl Blocks,
+        sink: &mut RankSink,
+        rail: usize,
+        i: usize,
+        before: u64,
+    ) {
+        let (nn, g) = (self.nodes, self.gpus);
+        let p = self.stages[i];
+        let (a, b, l) = (p.src_node as usize, p.dst_node as usize, rail);
+        let taper = self.last_pair[a] == i || self.last_pair[nn + b] == i;
+        // Lane `rail` of a pair of two other nodes (`rank_lane_index`).
+        let lane = self.lanes[a * nn + b];
+        let total = self.node_bytes[a * nn + b];
+        let (from, to) = lane_slice(before, before + p.bytes, total, lane.len());
+        let (c, r) = (a * g + l, b * g + l);
+        if self.unit > 0 && to > from {
+            self.nominal = (to - from) / (to - from).div_ceil(self.chunk);
+        }
+        let first = self.first_slice[c] == i as u32;
+        self.cut_chunks(v, (c, b, l, from, to), false, None, first);
+        if taper {
+            self.taper_last_chunks();
+        }
+        self.slice_start = self.slots[c].len();
+        for k in 0..self.chunks.len() {
+            let (lo, hi) = self.chunks[k];
+            let mut ops = [NONE; 2];
+            if lo < lane.own {
+                let bytes = hi.min(lane.own) - lo;
+                ops[0] = sink.push_key(r, Buffer::Scratch, lane.recv_base + lo, bytes);
+            }
+            if hi > lane.own {
+                let (g0, g1) = (lo.max(lane.own) - lane.own, hi - lane.own);
+                let off = lane.recv_base + lane.own + g0;
+                ops[1] = sink.push_key(r, Buffer::Scratch, off, g1 - g0);
+            }
+            self.slots[c].push(ops);
+            self.rslots[r].push(ops);
+            self.count_send(c, r);
+        }
+    }
+
     /// [`Emitter::decompose`] of `self.node_bytes`, or the stages
     /// [`Emitter::first_slice_of`] kept for the same node matrix (moved
     /// out: the memo serves one program).
@@ -140,6 +218,7 @@ impl Emitter {
         if memo.valid && memo.node_bytes == self.node_bytes {
             std::mem::swap(&mut self.stages, &mut memo.stages);
             self.stage_count = memo.stage_count;
+            self.bounds = memo.bounds;
             memo.valid = false;
             return;
         }
@@ -158,7 +237,7 @@ impl Emitter {
         if !(memo.valid && memo.node_bytes == node_bytes) {
             // Decomposed into the memo's buffer, not copied there; the
             // last plan's stages (`Planner::stages`) stay as they were.
-            let (count, depth) = (self.stage_count, self.depth);
+            let (count, depth, bounds) = (self.stage_count, self.depth, self.bounds);
             std::mem::swap(&mut self.stages, &mut self.stage_memo.stages);
             self.node_bytes.clear();
             self.node_bytes.extend_from_slice(node_bytes);
@@ -166,6 +245,7 @@ impl Emitter {
             let memo = &mut self.stage_memo;
             std::mem::swap(&mut self.stages, &mut memo.stages);
             memo.stage_count = std::mem::replace(&mut self.stage_count, count);
+            memo.bounds = std::mem::replace(&mut self.bounds, bounds);
             self.depth = depth;
             memo.node_bytes.clone_from(&self.node_bytes);
             memo.valid = true;
@@ -346,8 +426,9 @@ impl Emitter {
     }
 }
 
-/// Longest window (`2 depth` slots) whose chains [`Emitter::rank_pairs`]
-/// walks by window; a deeper pipeline takes every slice of the rail.
+/// Longest window ([`Emitter::window_back`] slots) whose chains
+/// [`Emitter::rank_pairs`] walks by window; a deeper pipeline takes every
+/// slice of the rail.
 const MAX_WINDOW: usize = 64;
 
 /// `v` at `len` entries, those it keeps as they were (to be overwritten):
@@ -362,6 +443,20 @@ fn grow<T: Copy + Default>(v: &mut Vec<T>, len: usize) {
 }
 
 impl Emitter {
+    /// How many slots back in a chain a send's wait can reach
+    /// ([`Emitter::prepare_sends`] first): `depth` where the windows count
+    /// sends (`unit` 0: `sender_wait` and `receiver_wait` read the slot
+    /// `depth` back), `2 depth` where they count bytes (`window_start`
+    /// looks back that far at most).
+    fn window_back(&self) -> usize {
+        let depth = self.depth as usize;
+        if self.unit == 0 {
+            depth
+        } else {
+            depth.saturating_mul(2)
+        }
+    }
+
     /// Whether stage pair `p`, whose node pair sent `before` bytes in the
     /// pairs before it, gives lane `j` of rank `(a, j)`'s lanes a slice
     /// that carries bytes (`lane_slice` not empty).
@@ -383,19 +478,19 @@ impl Emitter {
     /// moves and forwards: every lane), and of the other pairs (lane `j`
     /// only) those whose sends the rank's own sends and receives wait on or
     /// whose windows they read. A send of the rank into GPU `(b, j)` waits
-    /// on a slot at most `2 depth` slots back in that GPU's receive chain
-    /// (`sender_wait`, `receiver_wait`: the byte-counted windows look back
-    /// that far at most, the count windows `depth`), and a send into the
-    /// rank on one at most `2 depth` back in its sender `(a', j)`'s chain;
-    /// every slice that carries bytes holds at least one slot. So each of
-    /// those chains needs only its last `2 depth` slices that carry bytes
-    /// before each slice of the rank (since the rank's last slice on that
-    /// chain: those before were taken then): emitted in stage order with
-    /// the rest, those chains end, at each of the rank's slices, in the
-    /// same slots as the whole plan's, and the chains' lengths agree up to
-    /// `2 depth` (all the checks read). `spray` has no chains and takes its
-    /// node's pairs only; a pipeline deeper than `MAX_WINDOW / 2` takes
-    /// every slice of the rail.
+    /// on a slot at most `W` slots back in that GPU's receive chain
+    /// (`sender_wait`, `receiver_wait`; [`Emitter::window_back`]: `depth`
+    /// where windows count sends, `2 depth` where they count bytes, which
+    /// look back that far at most), and a send into the rank on one at most
+    /// `W` back in its sender `(a', j)`'s chain; every slice that carries
+    /// bytes holds at least one slot. So each of those chains needs only
+    /// its last `W` slices that carry bytes before each slice of the rank
+    /// (since the rank's last slice on that chain: those before were taken
+    /// then): emitted in stage order with the rest, those chains end, at
+    /// each of the rank's slices, in the same `W` slots as the whole
+    /// plan's, and the chains' lengths agree up to `W` (all the checks
+    /// read). `spray` has no chains and takes its node's pairs only; a
+    /// window longer than `MAX_WINDOW` takes every slice of the rail.
     ///
     /// One pass over the stage pairs adds up what each node pair sent
     /// before each (no division) and links each pair to the pair before it
@@ -403,7 +498,7 @@ impl Emitter {
     /// pair of the chain it meets. Then only the rank's own pairs are
     /// walked, each slice meeting its chain walking back from there along
     /// the links, over the chain's pairs since the last meeting, until
-    /// `2 depth` of them carry bytes: the lane slices (a division each)
+    /// `W` of them carry bytes: the lane slices (a division each)
     /// are cut for the rank's pairs and those, not for every pair of the
     /// rail.
     #[inline(never)]
@@ -412,7 +507,7 @@ impl Emitter {
         let stages = &self.stages[..];
         rp.pairs.clear();
         let chains = self.opts.staged;
-        let window = (self.depth as usize).saturating_mul(2);
+        let window = self.window_back();
         // A pipeline too deep for windows: every slice of the rail.
         let every = chains && window > MAX_WINDOW;
         let by_chain = chains && !every;
@@ -422,37 +517,33 @@ impl Emitter {
         rp.sent.clear();
         rp.sent.resize(nn * nn, 0);
         rp.own.clear();
-        rp.heads.clear();
         rp.last.clear();
         rp.last.resize(2 * nn, NONE);
-        // Every entry of `before` is written below, and every entry of
-        // `prev` that is read: they grow (zeroed) only past their longest
-        // use so far.
+        // Every entry of `before` and `prev` is written below: they grow
+        // (zeroed) only past their longest use so far.
         grow(&mut rp.before, stages.len());
-        if by_chain {
-            grow(&mut rp.prev, stages.len());
-        }
-        // Each pair's bytes before it; the rank's pairs and the chain each
-        // meets; each other pair's links. Over the buffers as slices: the
-        // only pass over every stage pair.
-        let (sent, own, heads) = (&mut rp.sent[..], &mut rp.own, &mut rp.heads);
-        let (last, prev) = (&mut rp.last[..], &mut rp.prev[..]);
-        for (i, (p, before)) in stages.iter().zip(&mut rp.before[..]).enumerate() {
+        grow(&mut rp.prev, stages.len());
+        // Each pair's bytes before it and the pairs before it on its two
+        // chains; the rank's pairs. Over the buffers as slices: the only
+        // pass over every stage pair. A pair of the rank's node is on no
+        // chain of the rail (its links are the chain it meets, read
+        // below), so it does not move the chains' last pairs.
+        let (sent, own) = (&mut rp.sent[..], &mut rp.own);
+        let (last_from, last_into) = rp.last.split_at_mut(nn);
+        let pairs = stages
+            .iter()
+            .zip(rp.before.iter_mut().zip(&mut rp.prev[..]));
+        for (i, (p, (before, prev))) in pairs.enumerate() {
             let (s, d) = (p.src_node as usize, p.dst_node as usize);
             let pair = &mut sent[s * nn + d];
             *before = *pair;
             *pair += p.bytes;
+            *prev = [last_from[s], last_into[d]];
             if s == a || d == a {
                 own.push(i as u32);
-                if by_chain {
-                    // The rank's send into GPU (d, j): its receive chain;
-                    // a send into the rank from GPU (s, j): its send chain.
-                    heads.push(last[if s == a { nn + d } else { s }]);
-                }
-            } else if by_chain {
-                prev[i] = [last[s], last[nn + d]];
-                last[s] = i as u32;
-                last[nn + d] = i as u32;
+            } else {
+                last_from[s] = i as u32;
+                last_into[d] = i as u32;
             }
         }
         if every {
@@ -465,7 +556,7 @@ impl Emitter {
         // From here `last` is one past each chain's last meeting.
         rp.last.fill(0);
         let own = std::mem::take(&mut rp.own);
-        for (k, &i) in own.iter().enumerate() {
+        for &i in &own {
             rp.pick(i);
             if !by_chain {
                 continue;
@@ -477,7 +568,8 @@ impl Emitter {
             }
             let (c, side) = if s == a { (nn + d, 1) } else { (s, 0) };
             let after = rp.last[c];
-            let mut x = rp.heads[k];
+            // The chain's last pair before this one.
+            let mut x = rp.prev[i as usize][side];
             let mut taken = 0;
             while x != NONE && x >= after && taken < window {
                 if self.carries(a, j, &stages[x as usize], rp.before[x as usize]) {
@@ -494,14 +586,14 @@ impl Emitter {
 
     /// [`Emitter::rank_pairs`] as it was first written, the reference of
     /// the tests: one pass over every stage pair in order, cutting each
-    /// one's lane slice, with a ring of the last `2 depth` slices that
-    /// carry bytes per chain of the rail, emptied into the picked pairs
+    /// one's lane slice, with a ring of the last `W` slices that carry
+    /// bytes per chain of the rail ([`Emitter::window_back`]), emptied into the picked pairs
     /// when the rank's slice meets the chain.
     #[cfg(test)]
     pub(super) fn rank_pairs_by_rings(&self, a: usize, j: usize) -> Vec<(u32, u64)> {
         let (nn, g) = (self.nodes, self.gpus);
         let chains = self.opts.staged;
-        let window = (self.depth as usize).saturating_mul(2);
+        let window = self.window_back();
         let every = chains && window > MAX_WINDOW;
         let window = window.clamp(1, MAX_WINDOW);
         let mut rings: Vec<Vec<u32>> = vec![Vec::new(); 2 * nn];

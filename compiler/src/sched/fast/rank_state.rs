@@ -7,10 +7,10 @@
 
 use std::ops::Range;
 
-use super::sink::Sink;
+use super::sink::{key_of, Sink};
 use super::stages::StagePair;
-use crate::plan::Transfer;
-use crate::rank::{LocalProgram, TransferKey};
+use crate::plan::{Buffer, Transfer};
+use crate::rank::{KeyDeps, LocalOp, LocalProgram, TransferKey};
 
 /// Where lane `l` of node pair `(a, b)` sits in the lanes of rank
 /// `(node, rail)`'s program (`Emitter::balance_rank`): its node's row
@@ -45,6 +45,8 @@ pub(crate) struct StageMemo {
     pub(super) node_bytes: Vec<u64>,
     pub(super) stages: Vec<StagePair>,
     pub(super) stage_count: u32,
+    /// Their [`Emitter::chunk_bounds`](super::emit::Emitter).
+    pub(super) bounds: Option<(f64, f64)>,
     pub(super) valid: bool,
 }
 
@@ -64,13 +66,11 @@ pub(crate) struct RankPairs {
     pub(super) picked: Vec<u64>,
     /// The pairs of the rank's node (it sends or receives), in stage order.
     pub(super) own: Vec<u32>,
-    /// Per own pair (by chains only): the last other pair before it on
-    /// the chain of the rail it meets ([`NONE`](super::slots::NONE) if none).
-    pub(super) heads: Vec<u32>,
-    /// Per other pair (by chains only), the pair before it on its chains:
-    /// chain `s` (GPU `(s, j)` sending) at `[0]`, chain `N + d` (GPU
-    /// `(d, j)` receiving) at `[1]` ([`NONE`](super::slots::NONE) if none). Pairs of the
-    /// rank's node hold whatever a longer call left.
+    /// Per pair, the last other pair before it on the chains of the rail
+    /// it is on or meets: chain `s` (GPU `(s, j)` sending) at `[0]`,
+    /// chain `N + d` (GPU `(d, j)` receiving) at `[1]`
+    /// ([`NONE`](super::slots::NONE) if none). "Other": not of the rank's
+    /// node, whose pairs are on no chain of the rail (they meet one).
     pub(super) prev: Vec<[u32; 2]>,
     /// Per chain: its last pair so far (while the pairs are read), then
     /// one past the rank's last meeting with it (a meeting takes only the
@@ -100,12 +100,14 @@ impl RankPairs {
 
 /// Where the emitter writes one rank's program: the key of every transfer
 /// it emits (dependencies name transfers by their emission ids), and the
-/// transfers that start or end at the rank. It asks for the lanes whose
-/// transfers, or whose chains, the rank's program names:
+/// rank's side of the transfers that start or end at it (its ops). It
+/// asks for the lanes whose transfers, or whose chains, the rank's
+/// program names:
 /// - lane `j` (its rail) of the other node pairs, in the stage pairs
 ///   `Emitter::rank_pairs` picks: its sends and receives wait on sends
-///   at most `2 depth` slots back in the chains of the GPUs of its rail,
-///   wherever the stage order put them;
+///   at most `depth` (windows counted in sends) or `2 depth` (in bytes)
+///   slots back in the chains of the GPUs of its rail, wherever the stage
+///   order put them;
 /// - every lane of its node: its balancing moves out wait on the sends of
 ///   the carrier they feed, and its intra-node blocks on the early moves
 ///   of its node;
@@ -122,8 +124,11 @@ pub(crate) struct RankSink {
     rail: usize,
     /// Key of each transfer emitted, by id (`rank: u32::MAX`: moves no bytes).
     keys: Vec<TransferKey>,
-    /// The transfers of the rank, dependencies still as ids.
-    kept: Vec<Transfer>,
+    /// The rank's side of each transfer that starts or ends at it, its
+    /// dependencies by key (those on transfers of no bytes left out, as
+    /// in the canonical plan): a transfer's dependencies are emitted
+    /// before it, so their keys are known as it is pushed.
+    ops: Vec<LocalOp>,
     /// The stage pairs it asks for.
     pub(super) pairs: RankPairs,
 }
@@ -134,17 +139,21 @@ impl RankSink {
         self.node = rank / gpus;
         self.rail = rank % gpus;
         self.keys.clear();
-        self.kept.clear();
+        self.ops.clear();
     }
 
-    /// The rank's side of each kept transfer, dependencies by key (those on
-    /// transfers of no bytes left out, as in the canonical plan), sorted.
+    /// Takes the (empty) ops of `out`, where the rank's ops are written
+    /// as they are emitted, so their buffer is the program's own.
+    pub(super) fn write_into(&mut self, out: &mut LocalProgram) {
+        debug_assert!(out.ops.is_empty());
+        self.ops = std::mem::take(&mut out.ops);
+        self.ops.clear();
+    }
+
+    /// The rank's ops back into `out` ([`RankSink::write_into`] first),
+    /// sorted.
     pub(super) fn finish(&mut self, out: &mut LocalProgram) {
-        for t in self.kept.drain(..) {
-            let keys = &self.keys;
-            let deps = t.deps.iter().map(|&d| keys[d as usize]);
-            out.push(&t, deps.filter(|k| k.rank != u32::MAX));
-        }
+        out.ops = std::mem::take(&mut self.ops);
         out.sort();
     }
 }
@@ -155,18 +164,25 @@ impl Sink for RankSink {
     }
 
     fn push(&mut self, t: Transfer) -> u32 {
-        let key = if t.bytes == 0 {
-            TransferKey {
-                rank: u32::MAX,
-                ..TransferKey::of(&t)
-            }
-        } else {
-            TransferKey::of(&t)
-        };
-        self.keys.push(key);
+        self.keys
+            .push(key_of(t.dst as usize, t.dst_buf, t.dst_off, t.bytes));
         if t.bytes > 0 && (t.src == self.rank || t.dst == self.rank) {
-            self.kept.push(t);
+            // As `LocalProgram::push` collects them: room for at most 16.
+            let mut deps = KeyDeps::with_capacity(t.deps.len().min(16));
+            for &d in &t.deps {
+                let k = self.keys[d as usize];
+                if k.rank != u32::MAX {
+                    deps.push(k);
+                }
+            }
+            self.ops.push(LocalOp::side_of(&t, self.rank, deps));
         }
+        (self.keys.len() - 1) as u32
+    }
+
+    #[inline]
+    fn push_key(&mut self, dst: usize, buf: Buffer, off: u64, bytes: u64) -> u32 {
+        self.keys.push(key_of(dst, buf, off, bytes));
         (self.keys.len() - 1) as u32
     }
 

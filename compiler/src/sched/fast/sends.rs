@@ -35,7 +35,7 @@ impl Emitter {
     pub(super) fn prepare_sends(&mut self) {
         let nn = self.nodes;
         // The chunk size and the window unit both follow from them.
-        let bounds = self.chunk_bounds();
+        let bounds = self.bounds.take().unwrap_or_else(|| self.chunk_bounds());
         self.chunk = self.chunk_size(bounds);
         self.depth = self.depth_for_chunks();
         for s in self.slots.iter_mut().chain(&mut self.rslots) {
@@ -273,21 +273,28 @@ impl Emitter {
         }
         let path = Path::Rdma { nic: self.rail[l] };
         let mut ops = [NONE; 2];
+        // A transfer `out` does not keep is written as its key alone (its
+        // source and dependencies are not looked up).
         if from < lane.own {
             let end = to.min(lane.own);
-            let base = v.send_at(c, b * g);
-            ops[0] = out.push(Transfer {
-                src: c as u32,
-                src_buf: Buffer::Input,
-                src_off: base + from,
-                dst: r as u32,
-                dst_buf: Buffer::Scratch,
-                dst_off: lane.recv_base + from,
-                bytes: end - from,
-                path,
-                step: stage,
-                deps: own_chain.deps(),
-            });
+            let off = lane.recv_base + from;
+            ops[0] = if keep {
+                let base = v.send_at(c, b * g);
+                out.push(Transfer {
+                    src: c as u32,
+                    src_buf: Buffer::Input,
+                    src_off: base + from,
+                    dst: r as u32,
+                    dst_buf: Buffer::Scratch,
+                    dst_off: off,
+                    bytes: end - from,
+                    path,
+                    step: stage,
+                    deps: own_chain.deps(),
+                })
+            } else {
+                out.push_key(r, Buffer::Scratch, off, end - from)
+            };
         }
         if to > lane.own {
             let (g0, g1) = (from.max(lane.own) - lane.own, to - lane.own);
@@ -303,26 +310,31 @@ impl Emitter {
             // the carrier's NIC idle until all of it had arrived (2x8
             // intra-skew: 1.43x -> 1.04x the bound).
             for (piece, p0, lo, hi) in clip_pieces(pieces, g0, g1) {
-                let base = v.send_at(piece.src as usize, b * g);
-                // A carrier's moves arrive in the order its sends use
-                // them, so the first send's bytes do not share NVLink
-                // with moves needed much later.
-                let mut move_deps = gate;
-                if self.opts.staged {
-                    move_deps.add(last_move);
-                }
-                let idx = out.push(Transfer {
-                    src: piece.src,
-                    src_buf: Buffer::Input,
-                    src_off: base + piece.row_off + (lo - p0),
-                    dst: c as u32,
-                    dst_buf: Buffer::Scratch,
-                    dst_off: lane.gather_base + lo,
-                    bytes: hi - lo,
-                    path: Path::Nvlink,
-                    step: stage,
-                    deps: move_deps.deps(),
-                });
+                let off = lane.gather_base + lo;
+                let idx = if out.keeps(piece.src as usize, c) {
+                    let base = v.send_at(piece.src as usize, b * g);
+                    // A carrier's moves arrive in the order its sends use
+                    // them, so the first send's bytes do not share NVLink
+                    // with moves needed much later.
+                    let mut move_deps = gate;
+                    if self.opts.staged {
+                        move_deps.add(last_move);
+                    }
+                    out.push(Transfer {
+                        src: piece.src,
+                        src_buf: Buffer::Input,
+                        src_off: base + piece.row_off + (lo - p0),
+                        dst: c as u32,
+                        dst_buf: Buffer::Scratch,
+                        dst_off: off,
+                        bytes: hi - lo,
+                        path: Path::Nvlink,
+                        step: stage,
+                        deps: move_deps.deps(),
+                    })
+                } else {
+                    out.push_key(c, Buffer::Scratch, off, hi - lo)
+                };
                 last_move = idx;
                 if slot < lead {
                     if !self.early_move.is_empty() {
@@ -332,21 +344,28 @@ impl Emitter {
                         self.early_in[c] = idx;
                     }
                 }
-                deps.push(idx);
+                if keep {
+                    deps.push(idx);
+                }
             }
             self.last_move[c] = last_move;
-            ops[1] = out.push(Transfer {
-                src: c as u32,
-                src_buf: Buffer::Scratch,
-                src_off: lane.gather_base + g0,
-                dst: r as u32,
-                dst_buf: Buffer::Scratch,
-                dst_off: lane.recv_base + lane.own + g0,
-                bytes: g1 - g0,
-                path,
-                step: stage,
-                deps,
-            });
+            let off = lane.recv_base + lane.own + g0;
+            ops[1] = if keep {
+                out.push(Transfer {
+                    src: c as u32,
+                    src_buf: Buffer::Scratch,
+                    src_off: lane.gather_base + g0,
+                    dst: r as u32,
+                    dst_buf: Buffer::Scratch,
+                    dst_off: off,
+                    bytes: g1 - g0,
+                    path,
+                    step: stage,
+                    deps,
+                })
+            } else {
+                out.push_key(r, Buffer::Scratch, off, g1 - g0)
+            };
         }
         self.slots[c].push(ops);
         self.rslots[r].push(ops);

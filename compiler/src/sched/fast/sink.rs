@@ -5,7 +5,8 @@
 
 use std::ops::Range;
 
-use crate::plan::Transfer;
+use crate::plan::{Buffer, Transfer};
+use crate::rank::TransferKey;
 
 /// The transfers of the plan being written, over those of the previous
 /// plan: each is overwritten in place, so a large plan's memory is read once
@@ -36,6 +37,11 @@ pub(super) trait Sink {
     /// Writes the next transfer and returns its id (dependencies name
     /// transfers by these ids).
     fn push(&mut self, t: Transfer) -> u32;
+    /// Writes the next transfer, one that [`Sink::keeps`] does not keep
+    /// (of GPUs `src` and `dst` with `keeps(src, dst)` false), by its key
+    /// alone: into GPU `dst`'s `buf` at `off`, `bytes` long
+    /// ([`key_of`]). Returns its id. A whole plan keeps every transfer.
+    fn push_key(&mut self, dst: usize, buf: Buffer, off: u64, bytes: u64) -> u32;
     /// The lanes of node pair `(a, b)` to emit (all `0..g` for a whole
     /// plan). A lane is emitted in every stage or in none.
     fn lanes(&self, a: usize, b: usize, g: usize) -> Range<usize>;
@@ -70,6 +76,10 @@ impl Sink for Emit<'_> {
         put(self.transfers, self.len, t);
         self.len += 1;
         (self.len - 1) as u32
+    }
+
+    fn push_key(&mut self, _: usize, _: Buffer, _: u64, _: u64) -> u32 {
+        unreachable!("a whole plan keeps every transfer")
     }
 
     #[inline(always)]
@@ -114,5 +124,17 @@ pub(super) fn put(transfers: &mut Vec<Transfer>, at: usize, t: Transfer) {
     match transfers.get_mut(at) {
         Some(old) => *old = t,
         None => transfers.push(t),
+    }
+}
+
+/// The key of a transfer into GPU `dst`'s `buf` at `off`, `bytes` long, as
+/// a rank's program names it ([`TransferKey::of`]), `rank: u32::MAX` when
+/// it moves no bytes (its dependents leave it out).
+#[inline(always)]
+pub(super) fn key_of(dst: usize, buf: Buffer, off: u64, bytes: u64) -> TransferKey {
+    TransferKey {
+        rank: if bytes > 0 { dst as u32 } else { u32::MAX },
+        buf,
+        off,
     }
 }
