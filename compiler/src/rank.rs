@@ -1428,7 +1428,7 @@ mod tests {
                     p.ops.push(op(peer, send, buf, off, k as u64));
                 }
                 let mut want = p.ops.clone();
-                want.sort_by(|x, y| x.key(me).packed().cmp(&y.key(me).packed()));
+                want.sort_by_key(|x| x.key(me).packed());
                 p.sort();
                 prop_assert_eq!(p.ops, want);
                 Ok(())
