@@ -74,7 +74,7 @@ const CHAINS_TIE: f64 = 1e-9;
 /// but none under a latency- or message-bound chunk on each GPU
 /// (`NodeStages::least_piece`: small pairs go whole). On the DGX-H100
 /// sweep (`fast_sweep dgx-h100 N`, ideal and calibrated) it is no worse
-/// than the decomposition by more than 2% in any case at 32 and 64
+/// than the decomposition by more than 2.1% in any case at 32, 64 and 128
 /// nodes, and better on the geometric mean; at 16 nodes it lost up to 6%
 /// (docs/benchmarks.md, issue 25, "The chunked rotation adopted").
 pub(crate) const CHUNKED_ROTATION_NODES: usize = 32;
