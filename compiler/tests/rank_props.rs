@@ -791,3 +791,44 @@ fn stage_inputs_are_checked() {
         "no rank's program read another node's first slices"
     );
 }
+
+/// From `CHUNKED_ROTATION_NODES` (32) switch nodes on, `fast`'s stages
+/// are the chunked rotation: each stage one diagonal `(a, (a + k) mod N)`,
+/// a pair's pieces in several stages where it is longer than the floor.
+/// Every rank's program, planned alone, stitches into the whole plan, in
+/// both modes.
+#[test]
+fn staged_fast_per_rank_chunked_rotation_at_32_nodes() {
+    let nodes = 32;
+    let topo = Topology::preset("dgx-h100", nodes, Some(2)).unwrap();
+    let diag = |s: &StagePair| (s.dst_node as usize + nodes - s.src_node as usize) % nodes;
+    let mut cut = 0;
+    for (i, sigma) in [(0u64, 5u64), (1, 100)] {
+        // Blocks of about 16 MB: pairs longer than the least piece.
+        let mut m = lognormal_nodes(&topo, 40 + i, sigma);
+        for s in 0..topo.ranks() {
+            for d in 0..topo.ranks() {
+                m.set(s, d, m.get(s, d) << 8);
+            }
+        }
+        for network in [Network::Ideal, Network::Calibrated] {
+            let opts = PlannerOptions::for_network(network);
+            let per_rank = check_with(&topo, &m, Algorithm::Fast, opts.clone()).unwrap();
+            assert_eq!(per_rank, topo.ranks());
+            let mut p = Planner::for_algorithm(&topo, Algorithm::Fast, opts).unwrap();
+            p.plan(&m).unwrap();
+            let mut of_stage = std::collections::BTreeMap::new();
+            for s in p.stages() {
+                let k = *of_stage.entry(s.stage).or_insert_with(|| diag(s));
+                assert_eq!(k, diag(s), "stage {} mixes rotations", s.stage);
+            }
+            let pairs: std::collections::BTreeSet<_> = p
+                .stages()
+                .iter()
+                .map(|s| (s.src_node, s.dst_node))
+                .collect();
+            cut += usize::from(pairs.len() < p.stages().len());
+        }
+    }
+    assert!(cut > 0, "no pair was cut into pieces");
+}

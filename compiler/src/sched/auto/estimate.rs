@@ -69,6 +69,10 @@ pub(super) struct Estimator<'a> {
     /// for the mode; `spray` is always planned for the ideal network.
     pub(super) chunk: f64,
     chunk_ideal: f64,
+    /// The least piece of a pair in `fast`'s chunked rotation (bytes):
+    /// four latencies' or, with a per-message cost, the messages' chunk
+    /// on each of a node's GPUs (`NodeStages::least_piece`).
+    least_piece: f64,
     /// Bytes/us of one node's NICs together (`fast`'s node rate).
     node_rate: f64,
     fab: Vec<f64>,
@@ -194,6 +198,7 @@ impl<'a> Estimator<'a> {
             .max(4.0 * inter_latency * nic_rate)
             .max(1.0);
         let chunk = chunk_ideal.max(by_message);
+        let least_piece = (4.0 * inter_latency * nic_rate).max(by_message) * g as f64;
         // Each NIC's links, from one path to (or from) another node.
         let (mut nic_tx, mut nic_rx) = (vec![None; nodes * p], vec![None; nodes * p]);
         let mut path = Vec::with_capacity(8);
@@ -263,6 +268,7 @@ impl<'a> Estimator<'a> {
             rail_node_msgs,
             chunk,
             chunk_ideal,
+            least_piece,
             node_rate: node_rate(topo),
             fab: vec![0.0; lp * lp],
             fab_pair: vec![(usize::MAX, usize::MAX); lp * lp],
@@ -588,6 +594,7 @@ impl<'a> Estimator<'a> {
         let mut pairs = Vec::with_capacity(4 * nodes * nodes);
         let part = (self.chunk * self.g as f64) as u64;
         let mut stages = NodeStages::new(self.topo);
+        stages.least_piece = self.least_piece as u64;
         stages.decompose(nodes, &t, &opts, part, &mut pairs);
         // Numbered in the order they run (stable: already in that order).
         pairs.sort_by_key(|p| p.stage);

@@ -63,7 +63,7 @@ impl Emitter {
     /// NVLink or one mesh link). 0 without a per-message cost. Measured
     /// (docs/benchmarks.md): a divisor of 2 or 4 under the root (smaller
     /// chunks) moved the calibrated DGX-H100 sweep's median up by 1%.
-    fn chunk_by_message(&self) -> f64 {
+    pub(super) fn chunk_by_message(&self) -> f64 {
         let p = self.opts.per_message_us;
         if p <= 0.0 {
             return 0.0;
@@ -160,9 +160,11 @@ impl Emitter {
     /// node `b` into sends of at most a chunk, in the order they go (`first`:
     /// the GPU's first slice that carries bytes). A direct lane starts at
     /// its block for GPU `l`, then `l + 1`, ... (wrapping): the lanes of a
-    /// pair send into different GPUs (and NICs) at any time. Its sends are
-    /// cut at block boundaries, but adjacent latency-bound blocks go as one
-    /// send (a slot of several transfers). Inlined into its one caller:
+    /// pair send into different GPUs (and NICs) at any time. Its slice
+    /// `from..to` takes that share of every block (a stage's piece of a
+    /// pair reaches every receiving GPU); its sends are cut at block
+    /// boundaries, but adjacent latency-bound blocks go as one send (a
+    /// slot of several transfers). Inlined into its one caller:
     /// called apart it cost 1.5% of a plan's instructions at 8x8.
     ///
     /// `start`, when given, is the chunk the rotation starts at (mesh
@@ -195,6 +197,15 @@ impl Emitter {
             // and so few bytes cost nothing at the receivers they share.
             let lane_rate = self.nic_rate / self.weights.max_sharing() as f64;
             let merge_below = ((0.5 * self.inter_latency * lane_rate) as u64).min(chunk);
+            // The slice is `from..to` of the lane's `len` bytes for the
+            // node: the same share of every destination block (not the
+            // blocks that happen to lie in `from..to`, laid out by
+            // destination GPU), so a stage's piece of a node pair reaches
+            // every receiving GPU, and its NIC, in proportion. Each block's
+            // cuts are `mul_div` of the same `from` / `to` the neighbouring
+            // stages use, so every byte goes exactly once.
+            let len = v.send_at(c, row + g) - base;
+            let share = |x: u64, w: u64| if x >= len { w } else { mul_div(w, x, len) };
             let mut pending = (0u64, 0u64);
             for k in 0..g {
                 let j = (l + k) % g;
@@ -202,7 +213,7 @@ impl Emitter {
                     v.send_at(c, row + j) - base,
                     v.send_at(c, row + j + 1) - base,
                 );
-                let (lo, hi) = (from.max(b0), to.min(b1));
+                let (lo, hi) = (b0 + share(from, b1 - b0), b0 + share(to, b1 - b0));
                 if lo >= hi {
                     continue;
                 }

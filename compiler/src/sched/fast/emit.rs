@@ -64,6 +64,21 @@ pub(crate) const ROTATION_MARGIN: f64 = 0.93;
 /// the critical line, and then the decomposition is kept).
 const CHAINS_TIE: f64 = 1e-9;
 
+/// From this many nodes on (switch nodes, no leaf uplink that can bind,
+/// not a mesh), `fast` cuts the node matrix into the chunked rotation
+/// ([`super::stages::chunked_rotation`]) instead of its decomposition: no
+/// augmenting search, so each rank's share of the planning grows with the
+/// matrix, not with the decomposition's paths. Its pairs are cut into
+/// pieces of at most the decomposition's floor `θ` (a hot node's pairs
+/// interleave with the others', as the decomposition's stages of `θ` do)
+/// but none under a latency- or message-bound chunk on each GPU
+/// (`NodeStages::least_piece`: small pairs go whole). On the DGX-H100
+/// sweep (`fast_sweep dgx-h100 N`, ideal and calibrated) it is no worse
+/// than the decomposition by more than 2.1% in any case at 32, 64 and 128
+/// nodes, and better on the geometric mean; at 16 nodes it lost up to 6%
+/// (docs/benchmarks.md, issue 25, "The chunked rotation adopted").
+pub(crate) const CHUNKED_ROTATION_NODES: usize = 32;
+
 /// Knobs of the planner. The defaults are what `fast` uses;
 /// `PlannerOptions { staged: false, ..Default::default() }` is `spray`.
 #[derive(Clone, Debug, PartialEq)]
@@ -608,6 +623,12 @@ impl Emitter {
         self.bounds = Some(bounds);
         // About one send per lane and part (see leaves.rs).
         let part = self.chunk_size(bounds).saturating_mul(self.gpus as u64);
+        self.node_stages.least_piece = if nn >= CHUNKED_ROTATION_NODES {
+            let lane = bounds.1.max(self.chunk_by_message());
+            (lane * self.gpus as f64) as u64
+        } else {
+            0
+        };
         self.stage_count =
             self.node_stages
                 .decompose(nn, &self.node_bytes, &self.opts, part, &mut self.stages);
@@ -635,6 +656,12 @@ pub(crate) struct NodeStages {
     layered: bool,
     /// Whether the node's GPUs are a mesh of point-to-point links.
     mesh: bool,
+    /// The least piece of a pair the chunked rotation cuts (bytes; 0: no
+    /// least), set by the caller before [`NodeStages::decompose`]: a
+    /// chunk that four latencies (or, with a per-message cost, the
+    /// messages) do not dominate, on each of the node's GPUs
+    /// (`Emitter::chunk_bounds`, `Emitter::chunk_by_message`).
+    pub(crate) least_piece: u64,
 }
 
 impl NodeStages {
@@ -648,6 +675,7 @@ impl NodeStages {
             rotated: false,
             layered: false,
             mesh: topo.intra_kind() == Some(IntraKind::Mesh),
+            least_piece: 0,
         }
     }
 
@@ -716,6 +744,12 @@ impl NodeStages {
                 return first + second;
             }
         }
+        // Large clusters of switch nodes: the chunked rotation, pairs cut
+        // into pieces of at most the floor, but none under `least_piece`.
+        if self.leaves.is_none() && !self.mesh && nn >= CHUNKED_ROTATION_NODES {
+            let cap = floor(max_line(nn, t)).max(self.least_piece);
+            return super::stages::chunked_rotation(nn, t, cap, out);
+        }
         // The rotation instead, where its stage chains end sooner: by any
         // amount where the chains describe how the two lists run
         // (`chains_hold`), else clearly sooner (ROTATION_MARGIN). From the
@@ -779,6 +813,25 @@ impl NodeStages {
         }
         critical as f64 / (nn - 1) as f64 > f64::from(MIN_DEPTH) * part as f64
     }
+}
+
+/// The largest line sum of the `n x n` matrix `t`, its diagonal left out:
+/// what a node sends or receives at most (the decomposition's `M`).
+fn max_line(n: usize, t: &[u64]) -> u64 {
+    let mut col = vec![0u64; n];
+    let mut m = 0;
+    for a in 0..n {
+        let row = &t[a * n..(a + 1) * n];
+        let mut sent = 0;
+        for (b, (c, &x)) in col.iter_mut().zip(row).enumerate() {
+            if b != a {
+                *c += x;
+                sent += x;
+            }
+        }
+        m = m.max(sent);
+    }
+    col.into_iter().fold(m, u64::max)
 }
 
 /// Bytes/us of one node's NICs together: one NIC's rate times the distinct

@@ -874,6 +874,107 @@ fn rotation_rank(n: usize, k: usize) -> (bool, usize, usize) {
     (2 * k != n, k.min(n - k), k)
 }
 
+/// The chunked rotation of the `n x n` node matrix `t` (row-major, the
+/// diagonal ignored), appended to `out` with stages numbered from 0:
+/// rotation `k` (node `a` to `(a + k) mod n`, in [`rotation_rank`]'s order)
+/// with each of its pairs cut into pieces of at most `cap` bytes, the
+/// partial piece first and the whole ones aligned at the rotation's end,
+/// so stage `(k, j)` holds piece `j` of every pair of rotation `k` that
+/// has that many; then every stage ordered by its bytes, lightest first
+/// (ties in that order), as the decomposition's stages are. No search:
+/// O(n² + stage pairs), two passes over the pairs (docs/algorithms.md,
+/// `fast` (2), "The chunked rotation"). Returns the stage count.
+pub(crate) fn chunked_rotation(n: usize, t: &[u64], cap: u64, out: &mut Vec<StagePair>) -> u32 {
+    let cap = cap.max(1);
+    if n < 2 {
+        return 0;
+    }
+    let mut ks: Vec<usize> = (1..n).collect();
+    ks.sort_unstable_by_key(|&k| rotation_rank(n, k));
+    // Rotation-major copy (`rt[k n + a]`: entry (a, a + k mod n)) and each
+    // pair's piece count.
+    let mut rt = vec![0u64; n * n];
+    for a in 0..n {
+        for (b, &x) in t[a * n..(a + 1) * n].iter().enumerate() {
+            let k = if b >= a { b - a } else { b + n - a };
+            rt[k * n + a] = x;
+        }
+    }
+    let pieces = |x: u64| x.div_ceil(cap);
+    // Per rotation: where its stages start and how many it has (its
+    // largest pair's pieces); per stage: its bytes and pairs.
+    let mut first = vec![0usize; n];
+    let mut most = vec![0usize; n];
+    let (mut bytes, mut count): (Vec<u64>, Vec<u32>) = (Vec::new(), Vec::new());
+    for &k in &ks {
+        let row = &rt[k * n..(k + 1) * n];
+        let hi = row.iter().map(|&x| pieces(x)).max().unwrap_or(0) as usize;
+        let f = bytes.len();
+        (first[k], most[k]) = (f, hi);
+        bytes.resize(f + hi, 0);
+        count.resize(f + hi, 0);
+        let (bs, cs) = (&mut bytes[f..], &mut count[f..]);
+        // A pair of `p` pieces starts at stage `hi - p` with its partial
+        // piece and sends `cap` in each stage after it.
+        for &x in row {
+            let p = pieces(x) as usize;
+            if p > 0 {
+                bs[hi - p] += x - (p as u64 - 1) * cap;
+                cs[hi - p] += 1;
+            }
+        }
+        let mut started = 0u32;
+        for (b, c) in bs.iter_mut().zip(cs.iter_mut()) {
+            let here = *c;
+            *b += u64::from(started) * cap;
+            *c += started;
+            started += here;
+        }
+    }
+    let stages = bytes.len();
+    let mut order: Vec<u32> = (0..stages as u32).collect();
+    order.sort_unstable_by_key(|&s| (bytes[s as usize], s));
+    // Each stage's new number and where its pairs go in `out`.
+    let base = out.len();
+    let (mut rank, mut at) = (vec![0u32; stages], vec![0usize; stages]);
+    let mut pos = base;
+    for (new, &s) in order.iter().enumerate() {
+        rank[s as usize] = new as u32;
+        at[s as usize] = pos;
+        pos += count[s as usize] as usize;
+    }
+    let blank = StagePair {
+        stage: 0,
+        src_node: 0,
+        dst_node: 0,
+        bytes: 0,
+    };
+    out.resize(pos, blank);
+    for &k in &ks {
+        let (f, hi) = (first[k], most[k]);
+        let row = &rt[k * n..(k + 1) * n];
+        for (a, &x) in row.iter().enumerate() {
+            let p = pieces(x) as usize;
+            if p == 0 {
+                continue;
+            }
+            let b = if a + k < n { a + k } else { a + k - n };
+            let mut w = x - (p as u64 - 1) * cap;
+            for j in f + hi - p..f + hi {
+                out[at[j]] = StagePair {
+                    stage: rank[j],
+                    src_node: a as u32,
+                    dst_node: b as u32,
+                    bytes: w,
+                };
+                at[j] += 1;
+                w = cap;
+            }
+        }
+    }
+    stages as u32
+}
+
 /// Merges the increasing lists `x` and `y` (disjoint) into `out`.
 fn merge_sorted(x: &[u32], y: &[u32], out: &mut Vec<u32>) {
     let (mut i, mut j) = (0, 0);
@@ -1253,6 +1354,105 @@ mod tests {
             .unwrap_or(0);
         let theta = (m / floor_div).max(1);
         (decompose(n, &t, theta).0, reference(n, &t, theta))
+    }
+
+    /// The chunked rotation's plain statement: rotation by rotation in
+    /// [`rotation_rank`]'s order, piece `j` of every pair that has one,
+    /// the partial piece first and the whole ones aligned at the
+    /// rotation's end; then the stages sorted by bytes, lightest first
+    /// (ties in generation order).
+    fn chunked_reference(n: usize, t: &[u64], cap: u64) -> Vec<StagePair> {
+        let mut ks: Vec<usize> = (1..n).collect();
+        ks.sort_by_key(|&k| rotation_rank(n, k));
+        let mut stages: Vec<Vec<(u32, u32, u64)>> = Vec::new();
+        for k in ks {
+            let pair = |a: usize| (a, (a + k) % n, t[a * n + (a + k) % n]);
+            let most = (0..n).map(|a| pair(a).2.div_ceil(cap)).max().unwrap_or(0);
+            for j in 0..most {
+                let mut stage = Vec::new();
+                for a in 0..n {
+                    let (a, b, x) = pair(a);
+                    let p = x.div_ceil(cap);
+                    if j + p < most {
+                        continue; // this pair's pieces start later
+                    }
+                    let i = j + p - most; // its own piece number
+                    let w = if i == 0 { x - (p - 1) * cap } else { cap };
+                    stage.push((a as u32, b as u32, w));
+                }
+                if !stage.is_empty() {
+                    stages.push(stage);
+                }
+            }
+        }
+        let mut order: Vec<usize> = (0..stages.len()).collect();
+        order.sort_by_key(|&s| (stages[s].iter().map(|p| p.2).sum::<u64>(), s));
+        let mut out = Vec::new();
+        for (new, &s) in order.iter().enumerate() {
+            for &(a, b, w) in &stages[s] {
+                out.push(StagePair {
+                    stage: new as u32,
+                    src_node: a,
+                    dst_node: b,
+                    bytes: w,
+                });
+            }
+        }
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        /// Every stage a partial permutation within one rotation, every
+        /// pair's bytes delivered in pieces of at most the cap, stages
+        /// lightest first, and the stages of the plain statement, appended
+        /// after what `out` held.
+        #[test]
+        fn chunked_rotation_matches_its_plain_statement(
+            n in 2usize..=40,
+            seed in any::<u64>(),
+            sparse in 0u64..4,
+            cap_div in 1u64..64,
+        ) {
+            let t = skewed(n, seed, sparse);
+            let m = (0..n)
+                .flat_map(|a| {
+                    let out: u64 = (0..n).filter(|&b| b != a).map(|b| t[a * n + b]).sum();
+                    let inn: u64 = (0..n).filter(|&b| b != a).map(|b| t[b * n + a]).sum();
+                    [out, inn]
+                })
+                .max()
+                .unwrap_or(0);
+            let cap = (m / cap_div).max(1);
+            let held = StagePair { stage: 7, src_node: 0, dst_node: 1, bytes: 5 };
+            let mut out = vec![held];
+            let count = chunked_rotation(n, &t, cap, &mut out);
+            prop_assert_eq!(out[0], held);
+            let got = &out[1..];
+            prop_assert_eq!(got, &chunked_reference(n, &t, cap)[..]);
+            prop_assert_eq!(count as usize, got.iter().map(|p| p.stage as usize + 1).max().unwrap_or(0));
+            check_partial_permutation(got, n).map_err(TestCaseError::fail)?;
+            let mut sent = vec![0u64; n * n];
+            let mut per_stage = vec![0u64; count as usize];
+            let mut diag = vec![usize::MAX; count as usize];
+            for p in got {
+                prop_assert!(p.bytes > 0 && p.bytes <= cap);
+                prop_assert!(p.src_node != p.dst_node);
+                let k = (p.dst_node as usize + n - p.src_node as usize) % n;
+                let s = p.stage as usize;
+                prop_assert!(diag[s] == usize::MAX || diag[s] == k);
+                diag[s] = k;
+                sent[p.src_node as usize * n + p.dst_node as usize] += p.bytes;
+                per_stage[s] += p.bytes;
+            }
+            for a in 0..n {
+                for b in 0..n {
+                    let want = if a == b { 0 } else { t[a * n + b] };
+                    prop_assert_eq!(sent[a * n + b], want);
+                }
+            }
+            prop_assert!(per_stage.windows(2).all(|w| w[0] <= w[1]));
+        }
     }
 
     /// Skewed entries, some zero (sparse supports make the searches work).
