@@ -286,13 +286,7 @@ fn empty(plan: &Plan, rank: usize, levels: &[u32]) -> RankProgram {
 /// Adds rank `me`'s side of transfer `i`.
 fn push_side(prog: &mut RankProgram, plan: &Plan, i: usize, level: u32, me: u32) {
     let t = &plan.transfers[i];
-    let (op, peer) = if t.src == t.dst {
-        (OpKind::Copy, me)
-    } else if t.src == me {
-        (OpKind::Send, t.dst)
-    } else {
-        (OpKind::Recv, t.src)
-    };
+    let (op, peer) = OpKind::side(t, me);
     prog.ops.push(Op {
         op,
         level,

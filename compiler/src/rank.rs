@@ -53,6 +53,20 @@ pub enum OpKind {
     Copy,
 }
 
+impl OpKind {
+    /// What rank `me` does in `t`, a transfer that starts or ends at `me`,
+    /// and with whom (itself for a copy).
+    pub(crate) fn side(t: &Transfer, me: u32) -> (OpKind, u32) {
+        if t.src == t.dst {
+            (OpKind::Copy, me)
+        } else if t.src == me {
+            (OpKind::Send, t.dst)
+        } else {
+            (OpKind::Recv, t.src)
+        }
+    }
+}
+
 /// The name of a transfer both its ends know: the place it writes.
 #[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TransferKey {
@@ -107,13 +121,7 @@ impl LocalOp {
     /// ends at `me` ([`LocalProgram::push`] leaves out the others), with
     /// its dependencies `deps` (by key).
     pub(crate) fn side_of(t: &Transfer, me: u32, deps: KeyDeps) -> LocalOp {
-        let (op, peer) = if t.src == t.dst {
-            (OpKind::Copy, me)
-        } else if t.src == me {
-            (OpKind::Send, t.dst)
-        } else {
-            (OpKind::Recv, t.src)
-        };
+        let (op, peer) = OpKind::side(t, me);
         LocalOp {
             op,
             peer,
