@@ -900,15 +900,15 @@ pub(crate) fn chunked_rotation(n: usize, t: &[u64], cap: u64, out: &mut Vec<Stag
             rt[k * n + a] = x;
         }
     }
-    let pieces = |x: u64| x.div_ceil(cap);
+    let pc: Vec<u32> = rt.iter().map(|&x| x.div_ceil(cap) as u32).collect();
     // Per rotation: where its stages start and how many it has (its
     // largest pair's pieces); per stage: its bytes and pairs.
     let mut first = vec![0usize; n];
     let mut most = vec![0usize; n];
     let (mut bytes, mut count): (Vec<u64>, Vec<u32>) = (Vec::new(), Vec::new());
     for &k in &ks {
-        let row = &rt[k * n..(k + 1) * n];
-        let hi = row.iter().map(|&x| pieces(x)).max().unwrap_or(0) as usize;
+        let (row, prow) = (&rt[k * n..(k + 1) * n], &pc[k * n..(k + 1) * n]);
+        let hi = prow.iter().copied().max().unwrap_or(0) as usize;
         let f = bytes.len();
         (first[k], most[k]) = (f, hi);
         bytes.resize(f + hi, 0);
@@ -916,8 +916,8 @@ pub(crate) fn chunked_rotation(n: usize, t: &[u64], cap: u64, out: &mut Vec<Stag
         let (bs, cs) = (&mut bytes[f..], &mut count[f..]);
         // A pair of `p` pieces starts at stage `hi - p` with its partial
         // piece and sends `cap` in each stage after it.
-        for &x in row {
-            let p = pieces(x) as usize;
+        for (&x, &p) in row.iter().zip(prow) {
+            let p = p as usize;
             if p > 0 {
                 bs[hi - p] += x - (p as u64 - 1) * cap;
                 cs[hi - p] += 1;
@@ -952,22 +952,23 @@ pub(crate) fn chunked_rotation(n: usize, t: &[u64], cap: u64, out: &mut Vec<Stag
     out.resize(pos, blank);
     for &k in &ks {
         let (f, hi) = (first[k], most[k]);
-        let row = &rt[k * n..(k + 1) * n];
-        for (a, &x) in row.iter().enumerate() {
-            let p = pieces(x) as usize;
+        let (row, prow) = (&rt[k * n..(k + 1) * n], &pc[k * n..(k + 1) * n]);
+        let (at, rank) = (&mut at[f..f + hi], &rank[f..f + hi]);
+        for (a, (&x, &p)) in row.iter().zip(prow).enumerate() {
+            let p = p as usize;
             if p == 0 {
                 continue;
             }
             let b = if a + k < n { a + k } else { a + k - n };
             let mut w = x - (p as u64 - 1) * cap;
-            for j in f + hi - p..f + hi {
-                out[at[j]] = StagePair {
-                    stage: rank[j],
+            for (pos, &stage) in at[hi - p..].iter_mut().zip(&rank[hi - p..]) {
+                out[*pos] = StagePair {
+                    stage,
                     src_node: a as u32,
                     dst_node: b as u32,
                     bytes: w,
                 };
-                at[j] += 1;
+                *pos += 1;
                 w = cap;
             }
         }
