@@ -9,9 +9,12 @@
 //!
 //! `rank_program` (issue 25 targets: 128x8 <= 1 ms, 512x8 <= 5 ms): one
 //! rank's own program (`Planner::plan_rank_into`, buffers reused) on MoE
-//! Zipf 1.0 and log-normal 1.0 traffic. `direct` and `hierarchical` plan it
-//! per rank; `fast` still slices its whole plan (128x8 only: that is the
-//! cost a per-rank `fast` would remove).
+//! Zipf 1.0 and log-normal 1.0 traffic, from the whole matrix
+//! (`LocalTraffic::from_matrix`, then the rank's own planner: `direct`,
+//! `hierarchical` and staged `fast` from its `node_splits`). The figures
+//! quoted for issue 25 are `fast` from what `switchyard.torch.AllToAll`
+//! gathers instead (lane sums and stage inputs): the example
+//! `rank_hash --inputs` (docs/benchmarks.md).
 //!
 //! `fast-intraskew` and `fast-intraskew-fat-tree-2to1` (8x8, 16x8): one
 //! intra-node-skewed matrix on full bisection (the plain decomposition) and
