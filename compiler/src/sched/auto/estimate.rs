@@ -71,7 +71,9 @@ pub(super) struct Estimator<'a> {
     chunk_ideal: f64,
     /// The least piece of a pair in `fast`'s chunked rotation (bytes):
     /// four latencies' or, with a per-message cost, the messages' chunk
-    /// on each of a node's GPUs (`NodeStages::least_piece`).
+    /// on each of a node's GPUs (`NodeStages::least_piece`), by this
+    /// estimator's chunk formulas (a lane at the NIC's rate: the planner's
+    /// own where each GPU has a NIC of its own).
     least_piece: f64,
     /// Bytes/us of one node's NICs together (`fast`'s node rate).
     node_rate: f64,

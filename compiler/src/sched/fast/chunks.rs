@@ -5,7 +5,7 @@
 
 use super::arith::mul_div;
 use super::blocks::Blocks;
-use super::emit::Emitter;
+use super::emit::{max_line, Emitter};
 
 /// Halvings of each of a lane's last sends (see `Emitter::taper_last_chunks`).
 const TAPER_SPLITS: u32 = 2;
@@ -27,21 +27,7 @@ impl Emitter {
     /// The NIC-cut time of the exchange: the busiest node's inter-node bytes
     /// (sent or received) over all its rails, us.
     fn exchange_us(&self) -> f64 {
-        let nn = self.nodes;
-        let max_line = (0..nn)
-            .map(|a| {
-                let (row, col) = (0..nn).fold((0, 0), |(r, c), b| {
-                    (
-                        r + self.node_bytes[a * nn + b],
-                        c + self.node_bytes[b * nn + a],
-                    )
-                });
-                let own = self.node_bytes[a * nn + a];
-                (row - own).max(col - own)
-            })
-            .max()
-            .unwrap_or(0);
-        max_line as f64 / self.node_rate
+        max_line(self.nodes, &self.node_bytes) as f64 / self.node_rate
     }
 
     /// Chunk size: the un-overlapped NVLink hop before the first chunk and

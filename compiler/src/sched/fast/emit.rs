@@ -816,8 +816,9 @@ impl NodeStages {
 }
 
 /// The largest line sum of the `n x n` matrix `t`, its diagonal left out:
-/// what a node sends or receives at most (the decomposition's `M`).
-fn max_line(n: usize, t: &[u64]) -> u64 {
+/// what a node sends or receives at most (the decomposition's `M`, the
+/// exchange's NIC cut in bytes).
+pub(super) fn max_line(n: usize, t: &[u64]) -> u64 {
     let mut col = vec![0u64; n];
     let mut m = 0;
     for a in 0..n {
