@@ -22,6 +22,7 @@ use super::blocks::{Blocks, RankBuffers, WholeBlocks};
 use super::leaves::LeafStages;
 use super::mesh::MeshRelief;
 use super::rank_state::{RankSink, StageMemo};
+use super::rotation::RotationStages;
 use super::sink::{Emit, Sink};
 use super::stages::{Decomposer, StageChains, StagePair};
 use crate::error::{num, Error, Result};
@@ -195,6 +196,12 @@ pub(crate) struct Emitter {
     /// The node-stage decomposition (stages.rs, leaves.rs).
     pub(super) node_stages: NodeStages,
     pub(super) stages: Vec<StagePair>,
+    /// One rank's program: its stages are the chunked rotation, kept as
+    /// `rotation` (not written into `stages`); then `first_slice` and
+    /// `last_pair` hold stage numbers, not indices in `stages` (a node
+    /// sends and receives at most one pair per stage).
+    pub(super) rotated_rank: bool,
+    pub(super) rotation: RotationStages,
     pub(super) stage_count: u32,
     pub(super) depth: u32,
     pub(super) chunk: u64,
@@ -346,6 +353,8 @@ impl Emitter {
             scratch_gather: Vec::with_capacity(ranks),
             node_stages: NodeStages::new(topo),
             stages: Vec::new(),
+            rotated_rank: false,
+            rotation: RotationStages::default(),
             stage_count: 0,
             depth: 1,
             chunk: u64::MAX,
@@ -598,7 +607,16 @@ impl Emitter {
     }
     /// Stages (or one stage of everything for `spray`) and the pipeline depth.
     pub(super) fn decompose(&mut self) {
+        self.decompose_as(false);
+    }
+
+    /// [`Emitter::decompose`]; with `keep_rotation`, where the stages are
+    /// the chunked rotation, they are kept as its structure
+    /// (`self.rotation`, `rotated_rank` set) and `stages` stays empty: one
+    /// rank's program reads only the pieces it needs (rank.rs).
+    pub(super) fn decompose_as(&mut self, keep_rotation: bool) {
         self.stages.clear();
+        self.rotated_rank = false;
         let nn = self.nodes;
         if !self.opts.staged {
             for a in 0..nn {
@@ -629,9 +647,30 @@ impl Emitter {
         } else {
             0
         };
+        if keep_rotation {
+            let cap = self
+                .node_stages
+                .chunked_cap(nn, &self.node_bytes, &self.opts);
+            if let Some(cap) = cap {
+                self.rotation.build(nn, &self.node_bytes, cap);
+                self.stage_count = self.rotation.stage_count();
+                self.rotated_rank = true;
+                return;
+            }
+        }
         self.stage_count =
             self.node_stages
                 .decompose(nn, &self.node_bytes, &self.opts, part, &mut self.stages);
+    }
+
+    /// The bytes of every stage pair together and the number of pairs.
+    pub(super) fn stage_totals(&self) -> (u64, usize) {
+        if self.rotated_rank {
+            (self.rotation.moved(), self.rotation.pairs())
+        } else {
+            let moved = self.stages.iter().map(|p| p.bytes).sum();
+            (moved, self.stages.len())
+        }
     }
 }
 
@@ -662,6 +701,8 @@ pub(crate) struct NodeStages {
     /// messages) do not dominate, on each of the node's GPUs
     /// (`Emitter::chunk_bounds`, `Emitter::chunk_by_message`).
     pub(crate) least_piece: u64,
+    /// The chunked rotation's buffers.
+    rotation: RotationStages,
 }
 
 impl NodeStages {
@@ -676,6 +717,7 @@ impl NodeStages {
             layered: false,
             mesh: topo.intra_kind() == Some(IntraKind::Mesh),
             least_piece: 0,
+            rotation: RotationStages::default(),
         }
     }
 
@@ -714,17 +756,13 @@ impl NodeStages {
                 return count;
             }
         }
-        let per = opts.stages_per_node * (nn.saturating_sub(1)).max(1) as f64;
-        // With a per-message cost `p`, no stage is lighter than a node pair
-        // whose lanes each send for STAGE_MESSAGES `p`: every stage costs each
-        // lane at least one message (docs/algorithms.md, eq. 3').
-        let by_message = STAGE_MESSAGES * opts.per_message_us * self.node_rate;
         // The decomposition gives the floor its critical line `M*` (the
         // largest line sum), which the rotation's choice reads too.
         let critical = std::cell::Cell::new(0u64);
+        let node_rate = self.node_rate;
         let floor = |m: u64| {
             critical.set(m);
-            (m as f64 / per).max(by_message).ceil() as u64
+            Self::floor(nn, opts, node_rate, m)
         };
         let start = out.len();
         // A hot receiver whose leaf's downlink binds too: its in-leaf
@@ -746,9 +784,9 @@ impl NodeStages {
         }
         // Large clusters of switch nodes: the chunked rotation, pairs cut
         // into pieces of at most the floor, but none under `least_piece`.
-        if self.leaves.is_none() && !self.mesh && nn >= CHUNKED_ROTATION_NODES {
-            let cap = floor(max_line(nn, t)).max(self.least_piece);
-            return super::stages::chunked_rotation(nn, t, cap, out);
+        if let Some(cap) = self.chunked_cap(nn, t, opts) {
+            self.rotation.build(nn, t, cap);
+            return self.rotation.write_pairs(out);
         }
         // The rotation instead, where its stage chains end sooner: by any
         // amount where the chains describe how the two lists run
@@ -786,6 +824,25 @@ impl NodeStages {
             self.decomposer
                 .decompose_light_first_with(nn, t, floor, out, |_| {})
         }
+    }
+
+    /// The decomposition's floor `θ` for a node matrix whose largest line
+    /// sum is `m`: `m` over the stages per node times `nn - 1`, and with a
+    /// per-message cost `p` no stage lighter than a node pair whose lanes
+    /// each send for STAGE_MESSAGES `p`: every stage costs each lane at
+    /// least one message (docs/algorithms.md, eq. 3').
+    fn floor(nn: usize, opts: &PlannerOptions, node_rate: f64, m: u64) -> u64 {
+        let per = opts.stages_per_node * (nn.saturating_sub(1)).max(1) as f64;
+        let by_message = STAGE_MESSAGES * opts.per_message_us * node_rate;
+        (m as f64 / per).max(by_message).ceil() as u64
+    }
+
+    /// The piece cap of the chunked rotation where [`NodeStages::decompose`]
+    /// cuts it (large clusters of switch nodes, no leaves that can bind):
+    /// the floor, but no less than `least_piece`; `None` elsewhere.
+    pub(crate) fn chunked_cap(&self, nn: usize, t: &[u64], opts: &PlannerOptions) -> Option<u64> {
+        (self.leaves.is_none() && !self.mesh && nn >= CHUNKED_ROTATION_NODES)
+            .then(|| Self::floor(nn, opts, self.node_rate, max_line(nn, t)).max(self.least_piece))
     }
 
     /// Whether [`StageChains`] rank the rotation against the

@@ -12,7 +12,7 @@
 
 use super::blocks::Blocks;
 use super::emit::Emitter;
-use super::rank_state::{rank_lane_index, RankPairs, RankSink};
+use super::rank_state::{rank_lane_index, RankPair, RankPairs, RankSink};
 use super::sends::lane_slice;
 use super::sink::Sink;
 use super::slots::NONE;
@@ -103,14 +103,31 @@ impl Emitter {
                  the chains of every rail",
             );
         };
-        self.decompose_rank();
+        // From the stage inputs, the chunked rotation is read piece by
+        // piece, not written (`rotated_rank`).
+        self.decompose_rank(given.is_some());
         let mut sink = std::mem::take(&mut self.rank_sink);
         sink.reset(t.rank, g);
         self.prepare_sends();
-        self.rank_pairs(node, rail, &mut sink.pairs);
+        if self.rotated_rank && self.window_back() > MAX_WINDOW {
+            // Every slice of the rail: the pairs are all read anyway.
+            self.rotation.write_pairs(&mut self.stages);
+            self.rotated_rank = false;
+            self.last_pairs();
+        }
+        if self.rotated_rank {
+            self.rank_pairs_rotated(node, rail, &mut sink.pairs);
+        } else {
+            self.rank_pairs(node, rail, &mut sink.pairs);
+        }
         match given {
             Some(given) => {
-                if let Err(e) = self.given_first_slices(given, node, &sink.pairs.own) {
+                let checked = if self.rotated_rank {
+                    self.given_first_slices_rotated(given, node, &sink.pairs.pieces)
+                } else {
+                    self.given_first_slices(given, node, &sink.pairs.own)
+                };
+                if let Err(e) = checked {
                     self.rank_sink = sink;
                     self.rank_bufs = bufs;
                     return Err(e);
@@ -123,11 +140,11 @@ impl Emitter {
         out.reset(name, t.rank, t.ranks(), g);
         sink.write_into(out);
         for k in 0..sink.pairs.pairs.len() {
-            let (i, before) = sink.pairs.pairs[k];
-            if self.is_chain_pair(node, rail, i as usize) {
-                self.emit_chain_pair(&v, &mut sink, rail, i as usize, before);
+            let RankPair { pair, key, before } = sink.pairs.pairs[k];
+            if self.is_chain_pair(node, rail, &pair) {
+                self.emit_chain_pair(&v, &mut sink, rail, pair, key as usize, before);
             } else {
-                self.emit_pair(&v, &mut sink, i as usize, before);
+                self.emit_pair(&v, &mut sink, pair, key as usize, before);
             }
         }
         self.emit_intra_node(&v, &mut sink);
@@ -145,9 +162,8 @@ impl Emitter {
     /// [`Emitter::emit_chain_pair`] emits: between two other nodes, its
     /// rail's lane balanced (not direct), staged (`spray` takes no such
     /// pair) and on a switch (a mesh is refused before).
-    fn is_chain_pair(&self, node: usize, rail: usize, i: usize) -> bool {
+    fn is_chain_pair(&self, node: usize, rail: usize, p: &StagePair) -> bool {
         let (nn, g) = (self.nodes, self.gpus);
-        let p = &self.stages[i];
         let (a, b) = (p.src_node as usize, p.dst_node as usize);
         a != node
             && b != node
@@ -156,9 +172,9 @@ impl Emitter {
             && !self.lanes[rank_lane_index(nn, g, node, rail, a, b, rail)].direct
     }
 
-    /// [`Emitter::emit_pair`] into `sink` for a chain pair
-    /// ([`Emitter::is_chain_pair`]; its node pair sent `before` bytes in
-    /// the pairs before it): lane `rail` alone, whose sends the rank
+    /// [`Emitter::emit_pair`] into `sink` for a chain pair `p`
+    /// ([`Emitter::is_chain_pair`]; `i` its key, as `emit_pair`'s; its
+    /// node pair sent `before` bytes in the pairs before it): lane `rail` alone, whose sends the rank
     /// neither keeps nor waits on through moves or forwards (none lands at
     /// it, nor on its node), so each chunk's sends are only their ids
     /// (their keys, [`Sink::push_key`]) in the slots of the sender's
@@ -171,11 +187,11 @@ impl Emitter {
         v: &impl Blocks,
         sink: &mut RankSink,
         rail: usize,
+        p: StagePair,
         i: usize,
         before: u64,
     ) {
         let (nn, g) = (self.nodes, self.gpus);
-        let p = self.stages[i];
         let (a, b, l) = (p.src_node as usize, p.dst_node as usize, rail);
         let taper = self.last_pair[a] == i || self.last_pair[nn + b] == i;
         // Lane `rail` of a pair of two other nodes (`rank_lane_index`).
@@ -210,19 +226,28 @@ impl Emitter {
         }
     }
 
-    /// [`Emitter::decompose`] of `self.node_bytes`, or the stages
+    /// [`Emitter::decompose_as`] of `self.node_bytes` (`keep_rotation`: a
+    /// chunked rotation is kept as its structure), or the stages
     /// [`Emitter::first_slice_of`] kept for the same node matrix (moved
-    /// out: the memo serves one program).
-    pub(super) fn decompose_rank(&mut self) {
+    /// out: the memo serves one program; a kept rotation is written out
+    /// where `keep_rotation` is false).
+    pub(super) fn decompose_rank(&mut self, keep_rotation: bool) {
         let memo = &mut self.stage_memo;
         if memo.valid && memo.node_bytes == self.node_bytes {
             std::mem::swap(&mut self.stages, &mut memo.stages);
+            std::mem::swap(&mut self.rotation, &mut memo.rotation);
+            self.rotated_rank = memo.rotated;
             self.stage_count = memo.stage_count;
             self.bounds = memo.bounds;
             memo.valid = false;
+            if self.rotated_rank && !keep_rotation {
+                self.stages.clear();
+                self.rotation.write_pairs(&mut self.stages);
+                self.rotated_rank = false;
+            }
             return;
         }
-        self.decompose();
+        self.decompose_as(keep_rotation);
     }
 
     /// The first slice of GPU `(node, rail)` ([`Emitter::first_slices`]):
@@ -235,20 +260,27 @@ impl Emitter {
         let nn = self.nodes;
         let memo = &self.stage_memo;
         if !(memo.valid && memo.node_bytes == node_bytes) {
-            // Decomposed into the memo's buffer, not copied there; the
+            // Decomposed into the memo's buffers, not copied there; the
             // last plan's stages (`Planner::stages`) stay as they were.
             let (count, depth, bounds) = (self.stage_count, self.depth, self.bounds);
+            let rotated = self.rotated_rank;
             std::mem::swap(&mut self.stages, &mut self.stage_memo.stages);
+            std::mem::swap(&mut self.rotation, &mut self.stage_memo.rotation);
             self.node_bytes.clear();
             self.node_bytes.extend_from_slice(node_bytes);
-            self.decompose();
+            self.decompose_as(true);
             let memo = &mut self.stage_memo;
             std::mem::swap(&mut self.stages, &mut memo.stages);
+            std::mem::swap(&mut self.rotation, &mut memo.rotation);
+            memo.rotated = std::mem::replace(&mut self.rotated_rank, rotated);
             memo.stage_count = std::mem::replace(&mut self.stage_count, count);
             memo.bounds = std::mem::replace(&mut self.bounds, bounds);
             self.depth = depth;
             memo.node_bytes.clone_from(&self.node_bytes);
             memo.valid = true;
+        }
+        if self.stage_memo.rotated {
+            return self.first_slice_rotated(node_bytes, node, lens);
         }
         self.taken.clear();
         self.taken.resize(nn, 0);
@@ -351,6 +383,116 @@ impl Emitter {
         out
     }
 
+    /// [`Emitter::first_slice_of`] where the memo's stages are the chunked
+    /// rotation: the node's pieces in stage order until one gives lane
+    /// `rail` a slice that carries bytes; its index in the written list.
+    fn first_slice_rotated(&mut self, node_bytes: &[u64], node: usize, lens: &[u64]) -> u32 {
+        let nn = self.nodes;
+        let mut pieces = std::mem::take(&mut self.rank_sink.pairs.pieces);
+        pieces.clear();
+        let r = &self.stage_memo.rotation;
+        r.pieces_of(node, &mut pieces);
+        let mut first = NONE;
+        for &(p, before) in &pieces {
+            if p.src_node as usize != node {
+                continue;
+            }
+            let b = p.dst_node as usize;
+            let total = node_bytes[node * nn + b];
+            let (from, to) = lane_slice(before, before + p.bytes, total, lens[b]);
+            if to > from {
+                first = r.index_of(&p) as u32;
+                break;
+            }
+        }
+        self.rank_sink.pairs.pieces = pieces;
+        first
+    }
+
+    /// [`Emitter::given_first_slices`] where the stages are the chunked
+    /// rotation (`rotated_rank`), from the node's pieces in stage order
+    /// (`pieces`, [`RankPairs::pieces`]): the own GPUs' checked against
+    /// their indices in the written list, then every GPU's as the number
+    /// of its stage, which `emit_pair` compares (a node sends at most one
+    /// pair per stage).
+    fn given_first_slices_rotated(
+        &mut self,
+        given: &StageInputs,
+        node: usize,
+        pieces: &[(StagePair, u64)],
+    ) -> Result<()> {
+        let (nn, g) = (self.nodes, self.gpus);
+        let r = &self.rotation;
+        let pairs = r.pairs();
+        let bad = |reason: String| -> Error {
+            InputError::new(
+                "local traffic",
+                format!("`stage_inputs.first_slices`: {reason}"),
+            )
+            .into()
+        };
+        if let Some(c) = given
+            .first_slices
+            .iter()
+            .position(|&i| i != NONE && i as usize >= pairs)
+        {
+            return Err(bad(format!(
+                "GPU {c}'s is stage pair {}, of {pairs}",
+                given.first_slices[c]
+            )));
+        }
+        // The node's own GPUs, from its lanes (every lane of its pairs),
+        // until every lane has found its slice.
+        let mut found = std::mem::take(&mut self.rank_sums);
+        found.clear();
+        found.resize(g, u64::from(NONE));
+        let mut left = g;
+        for &(p, before) in pieces {
+            if left == 0 {
+                break;
+            }
+            if p.src_node as usize != node {
+                continue;
+            }
+            let b = p.dst_node as usize;
+            let total = self.node_bytes[node * nn + b];
+            let mut index = None;
+            for (l, f) in found.iter_mut().enumerate() {
+                if *f != u64::from(NONE) {
+                    continue;
+                }
+                let len = self.lanes[rank_lane_index(nn, g, node, 0, node, b, l)].len();
+                let (from, to) = lane_slice(before, before + p.bytes, total, len);
+                if to > from {
+                    *f = *index.get_or_insert_with(|| r.index_of(&p) as u64);
+                    left -= 1;
+                }
+            }
+        }
+        let wrong = found
+            .iter()
+            .enumerate()
+            .find(|&(l, &f)| f != u64::from(given.first_slices[node * g + l]));
+        let out = match wrong {
+            Some((l, &f)) => Err(bad(format!(
+                "GPU {}'s is {}, its lanes say {}",
+                node * g + l,
+                given.first_slices[node * g + l],
+                f
+            ))),
+            None => Ok(()),
+        };
+        self.rank_sums = found;
+        out?;
+        self.first_slice.clear();
+        self.first_slice
+            .extend(given.first_slices.iter().map(|&i| match i {
+                NONE => NONE,
+                i => r.stage_of_index(i as usize).unwrap_or(NONE),
+            }));
+        Ok(())
+    }
+
     /// Whether the plan of the traffic `t` is part of is the merged one
     /// (see [`Emitter::merged`]): decided from what every rank sends and
     /// receives across nodes, which every rank's `t` holds alike. Sets
@@ -429,7 +571,7 @@ impl Emitter {
 /// Longest window ([`Emitter::window_back`] slots) whose chains
 /// [`Emitter::rank_pairs`] walks by window; a deeper pipeline takes every
 /// slice of the rail.
-const MAX_WINDOW: usize = 64;
+pub(super) const MAX_WINDOW: usize = 64;
 
 /// `v` at `len` entries, those it keeps as they were (to be overwritten):
 /// zeroed only where it grows, so a buffer reused at its size is not
@@ -448,7 +590,7 @@ impl Emitter {
     /// sends (`unit` 0: `sender_wait` and `receiver_wait` read the slot
     /// `depth` back), `2 depth` where they count bytes (`window_start`
     /// looks back that far at most).
-    fn window_back(&self) -> usize {
+    pub(super) fn window_back(&self) -> usize {
         let depth = self.depth as usize;
         if self.unit == 0 {
             depth
@@ -581,7 +723,102 @@ impl Emitter {
             rp.last[c] = i + 1;
         }
         rp.own = own;
-        rp.collect();
+        rp.collect(stages);
+    }
+
+    /// [`Emitter::rank_pairs`] where the stages are the chunked rotation
+    /// (`rotated_rank`), read piece by piece, not written: the pieces of
+    /// the rank's node ([`RotationStages::pieces_of`](super::rotation::RotationStages::pieces_of)), and for each
+    /// that carries bytes on lane `j` the last `W` pieces of its chain
+    /// that carry bytes since the chain's last meeting, found stage by
+    /// stage back from it (a node sends and receives at most one piece
+    /// per stage, so a chain has at most one in each; which one,
+    /// [`RotationStages::piece`](super::rotation::RotationStages::piece) says in O(1)). Keys are stage numbers. The
+    /// pairs are those [`Emitter::rank_pairs`] picks from the written
+    /// list, in the same order; it costs the rank's pieces and its walks
+    /// (O(P / N) pieces and the stages between meetings), not the P stage
+    /// pairs. Windows deeper than `MAX_WINDOW` are not walked (the caller
+    /// writes the pairs).
+    #[inline(never)]
+    pub(super) fn rank_pairs_rotated(&self, a: usize, j: usize, rp: &mut RankPairs) {
+        let nn = self.nodes;
+        let r = &self.rotation;
+        let window = self.window_back().clamp(1, MAX_WINDOW);
+        rp.pairs.clear();
+        rp.pieces.clear();
+        r.pieces_of(a, &mut rp.pieces);
+        // One past the stage of each chain's last meeting: chain `s` (GPU
+        // `(s, j)` sending), chain `N + d` (GPU `(d, j)` receiving).
+        rp.last.clear();
+        rp.last.resize(2 * nn, 0);
+        for &(p, before) in &rp.pieces {
+            rp.pairs.push(RankPair {
+                pair: p,
+                key: p.stage,
+                before,
+            });
+            if !self.carries(a, j, &p, before) {
+                continue;
+            }
+            let (s, d) = (p.src_node as usize, p.dst_node as usize);
+            // The rank sends into `d`'s receive chain, or receives from
+            // `s`'s send chain.
+            let (c, into) = if s == a { (nn + d, true) } else { (s, false) };
+            let after = rp.last[c];
+            let (mut q, mut taken) = (p.stage, 0);
+            while q > after && taken < window {
+                q -= 1;
+                let (k, t) = r.stage_at(q);
+                let (src, dst) = if into {
+                    ((d + nn - k) % nn, d)
+                } else {
+                    (s, (s + k) % nn)
+                };
+                // A piece of the rank's node is on no chain.
+                if src == a || dst == a {
+                    continue;
+                }
+                if let Some((x, xb)) = r.piece(k, src, t) {
+                    if self.carries(a, j, &x, xb) {
+                        rp.pairs.push(RankPair {
+                            pair: x,
+                            key: x.stage,
+                            before: xb,
+                        });
+                        taken += 1;
+                    }
+                }
+            }
+            rp.last[c] = p.stage + 1;
+        }
+        // In stage order (a counting sort: the stages are few), then by
+        // sending node within a stage, once each.
+        let stages = r.stage_count() as usize;
+        let at = &mut rp.last;
+        at.clear();
+        at.resize(stages + 1, 0);
+        for x in &rp.pairs {
+            at[x.key as usize + 1] += 1;
+        }
+        for q in 0..stages {
+            at[q + 1] += at[q];
+        }
+        let mut sorted = std::mem::take(&mut rp.sorted);
+        sorted.clear();
+        sorted.resize(
+            rp.pairs.len(),
+            rp.pairs.first().copied().unwrap_or_default(),
+        );
+        for x in &rp.pairs {
+            let q = &mut at[x.key as usize];
+            sorted[*q as usize] = *x;
+            *q += 1;
+        }
+        for stage in sorted.chunk_by_mut(|x, y| x.key == y.key) {
+            stage.sort_unstable_by_key(|x| x.pair.src_node);
+        }
+        sorted.dedup_by_key(|x| (x.key, x.pair.src_node));
+        rp.sorted = std::mem::replace(&mut rp.pairs, sorted);
     }
 
     /// [`Emitter::rank_pairs`] as it was first written, the reference of

@@ -7,6 +7,7 @@
 
 use std::ops::Range;
 
+use super::rotation::RotationStages;
 use super::sink::{key_of, Sink};
 use super::stages::StagePair;
 use crate::plan::{Buffer, Transfer};
@@ -44,19 +45,39 @@ pub(super) fn rank_lane_index(
 pub(crate) struct StageMemo {
     pub(super) node_bytes: Vec<u64>,
     pub(super) stages: Vec<StagePair>,
+    /// The stages are the chunked rotation, kept as `rotation`
+    /// (`Emitter::rotated_rank`), `stages` empty.
+    pub(super) rotated: bool,
+    pub(super) rotation: RotationStages,
     pub(super) stage_count: u32,
     /// Their [`Emitter::chunk_bounds`](super::emit::Emitter).
     pub(super) bounds: Option<(f64, f64)>,
     pub(super) valid: bool,
 }
 
+/// A stage pair one rank's program emits: the pair, its key (its index
+/// in `stages`, or with `Emitter::rotated_rank` its stage number: what
+/// `first_slice` and `last_pair` hold) and the bytes its node pair sent
+/// in the stage pairs before it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RankPair {
+    pub(super) pair: StagePair,
+    pub(super) key: u32,
+    pub(super) before: u64,
+}
+
 /// The stage pairs one rank's program emits (`Emitter::rank_pairs`), and
 /// the buffers that find them.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct RankPairs {
-    /// Index in `stages` of each pair to emit, in stage order, and the bytes
-    /// its node pair sent in the stage pairs before it.
-    pub(super) pairs: Vec<(u32, u64)>,
+    /// Each pair to emit, in stage order.
+    pub(super) pairs: Vec<RankPair>,
+    /// With `Emitter::rotated_rank`: the pieces of the rank's node, in
+    /// stage order, and the bytes their pairs sent before them.
+    pub(super) pieces: Vec<(StagePair, u64)>,
+    /// With `Emitter::rotated_rank`: the pairs picked, while they are put
+    /// in stage order.
+    pub(super) sorted: Vec<RankPair>,
     /// Per node pair: bytes sent so far.
     pub(super) sent: Vec<u64>,
     /// Per stage pair: the bytes its node pair sent before it.
@@ -84,15 +105,19 @@ impl RankPairs {
         self.picked[i as usize / 64] |= 1 << (i % 64);
     }
 
-    /// The picked pairs into `pairs`, in stage order.
-    pub(super) fn collect(&mut self) {
+    /// The picked pairs of `stages` into `pairs`, in stage order.
+    pub(super) fn collect(&mut self, stages: &[StagePair]) {
         self.pairs.clear();
         for (k, &word) in self.picked.iter().enumerate() {
             let mut bits = word;
             while bits != 0 {
                 let i = k * 64 + bits.trailing_zeros() as usize;
                 bits &= bits - 1;
-                self.pairs.push((i as u32, self.before[i]));
+                self.pairs.push(RankPair {
+                    pair: stages[i],
+                    key: i as u32,
+                    before: self.before[i],
+                });
             }
         }
     }

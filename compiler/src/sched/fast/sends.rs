@@ -10,6 +10,7 @@ use super::blocks::Blocks;
 use super::emit::{Emitter, MIN_DEPTH};
 use super::sink::Sink;
 use super::slots::{add_ops, deps_of, FewIds, NONE, RANGE};
+use super::stages::StagePair;
 use crate::plan::{Buffer, Path, Transfer};
 
 impl Emitter {
@@ -24,7 +25,7 @@ impl Emitter {
             let at = p.src_node as usize * nn + p.dst_node as usize;
             let before = self.taken[at];
             self.taken[at] = before + p.bytes;
-            self.emit_pair(v, out, i, before);
+            self.emit_pair(v, out, p, i, before);
         }
     }
 
@@ -65,11 +66,33 @@ impl Emitter {
                 self.early_in.resize(self.ranks(), NONE);
             }
         }
-        // The last pair each node sends and receives: their final chunks taper.
+        self.last_pairs();
+    }
+
+    /// The last pair each node sends and receives, into `last_pair`: their
+    /// final chunks taper.
+    pub(super) fn last_pairs(&mut self) {
+        let nn = self.nodes;
         // From the last pair back, until every node that sends or receives
         // has its last (the last stages are usually full permutations).
         self.last_pair.clear();
         self.last_pair.resize(2 * nn, usize::MAX);
+        if self.rotated_rank {
+            // Stage numbers (`rotated_rank`): the rotation knows them.
+            let r = &self.rotation;
+            let of = |x: u32| {
+                if x == u32::MAX {
+                    usize::MAX
+                } else {
+                    x as usize
+                }
+            };
+            for a in 0..nn {
+                self.last_pair[a] = of(r.last_from(a));
+                self.last_pair[nn + a] = of(r.last_into(a));
+            }
+            return;
+        }
         let mut unset = 2 * nn;
         for (i, p) in self.stages.iter().enumerate().rev() {
             for at in [p.src_node as usize, nn + p.dst_node as usize] {
@@ -84,19 +107,20 @@ impl Emitter {
         }
     }
 
-    /// The sends of stage pair `i` (index in `stages`), whose node pair has
-    /// sent `before` bytes in the pairs before it, on the lanes `out` asks
-    /// for; [`Emitter::prepare_sends`] first.
+    /// The sends of stage pair `p` (`i`: its index in `stages`, or with
+    /// `rotated_rank` its stage number: what `first_slice` and `last_pair`
+    /// hold), whose node pair has sent `before` bytes in the pairs before
+    /// it, on the lanes `out` asks for; [`Emitter::prepare_sends`] first.
     #[inline(always)]
     pub(super) fn emit_pair(
         &mut self,
         v: &impl Blocks,
         out: &mut impl Sink,
+        p: StagePair,
         i: usize,
         before: u64,
     ) {
         let nn = self.nodes;
-        let p = self.stages[i];
         let (a, b) = (p.src_node as usize, p.dst_node as usize);
         let taper = self.last_pair[a] == i || self.last_pair[nn + b] == i;
         let after = before + p.bytes;

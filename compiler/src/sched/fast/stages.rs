@@ -14,8 +14,12 @@
 //! entry, which the per-NIC pipelining hides (see docs/algorithms.md).
 //! Every stage is a partial permutation of nodes by construction.
 
+use super::rotation::rotation_rank;
+#[cfg(test)]
+use super::rotation::RotationStages;
+
 /// One node pair of one stage.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StagePair {
     pub stage: u32,
     pub src_node: u32,
@@ -861,19 +865,6 @@ impl Decomposer {
     }
 }
 
-/// Where rotation `k` of `n` nodes runs: the swap (`2k = n`, where every
-/// node's partner sends back to it) first, then each rotation beside its
-/// inverse, nearest first: `n/2, 1, n-1, 2, n-2, ..`. Sorting by this
-/// key is the rotations' order (`Decomposer::rotation_order`). It replaced
-/// lightest first (by bytes), which on near-uniform node matrices is an
-/// arbitrary order; its lanes drift apart where stages change partners and
-/// that order lost up to 7% to this one on the sweep's 4x8 and 8x8 Zipf 0
-/// matrices (docs/benchmarks.md, issue 20 §5 of 2026-12-04, "the
-/// rotations' order").
-fn rotation_rank(n: usize, k: usize) -> (bool, usize, usize) {
-    (2 * k != n, k.min(n - k), k)
-}
-
 /// The chunked rotation of the `n x n` node matrix `t` (row-major, the
 /// diagonal ignored), appended to `out` with stages numbered from 0:
 /// rotation `k` (node `a` to `(a + k) mod n`, in [`rotation_rank`]'s order)
@@ -882,98 +873,15 @@ fn rotation_rank(n: usize, k: usize) -> (bool, usize, usize) {
 /// so stage `(k, j)` holds piece `j` of every pair of rotation `k` that
 /// has that many; then every stage ordered by its bytes, lightest first
 /// (ties in that order), as the decomposition's stages are. No search:
-/// O(n² + stage pairs), two passes over the pairs (docs/algorithms.md,
-/// `fast` (2), "The chunked rotation"). Returns the stage count.
+/// O(n² + stage pairs) ([`RotationStages`], which one rank's program reads
+/// without the pairs; docs/algorithms.md, `fast` (2), "The chunked
+/// rotation"). Returns the stage count. The tests' form: the planner
+/// keeps its [`RotationStages`] buffers (`NodeStages`).
+#[cfg(test)]
 pub(crate) fn chunked_rotation(n: usize, t: &[u64], cap: u64, out: &mut Vec<StagePair>) -> u32 {
-    let cap = cap.max(1);
-    if n < 2 {
-        return 0;
-    }
-    let mut ks: Vec<usize> = (1..n).collect();
-    ks.sort_unstable_by_key(|&k| rotation_rank(n, k));
-    // Rotation-major copy (`rt[k n + a]`: entry (a, a + k mod n)) and each
-    // pair's piece count.
-    let mut rt = vec![0u64; n * n];
-    for a in 0..n {
-        for (b, &x) in t[a * n..(a + 1) * n].iter().enumerate() {
-            let k = if b >= a { b - a } else { b + n - a };
-            rt[k * n + a] = x;
-        }
-    }
-    let pc: Vec<u32> = rt.iter().map(|&x| x.div_ceil(cap) as u32).collect();
-    // Per rotation: where its stages start and how many it has (its
-    // largest pair's pieces); per stage: its bytes and pairs.
-    let mut first = vec![0usize; n];
-    let mut most = vec![0usize; n];
-    let (mut bytes, mut count): (Vec<u64>, Vec<u32>) = (Vec::new(), Vec::new());
-    for &k in &ks {
-        let (row, prow) = (&rt[k * n..(k + 1) * n], &pc[k * n..(k + 1) * n]);
-        let hi = prow.iter().copied().max().unwrap_or(0) as usize;
-        let f = bytes.len();
-        (first[k], most[k]) = (f, hi);
-        bytes.resize(f + hi, 0);
-        count.resize(f + hi, 0);
-        let (bs, cs) = (&mut bytes[f..], &mut count[f..]);
-        // A pair of `p` pieces starts at stage `hi - p` with its partial
-        // piece and sends `cap` in each stage after it.
-        for (&x, &p) in row.iter().zip(prow) {
-            let p = p as usize;
-            if p > 0 {
-                bs[hi - p] += x - (p as u64 - 1) * cap;
-                cs[hi - p] += 1;
-            }
-        }
-        let mut started = 0u32;
-        for (b, c) in bs.iter_mut().zip(cs.iter_mut()) {
-            let here = *c;
-            *b += u64::from(started) * cap;
-            *c += started;
-            started += here;
-        }
-    }
-    let stages = bytes.len();
-    let mut order: Vec<u32> = (0..stages as u32).collect();
-    order.sort_unstable_by_key(|&s| (bytes[s as usize], s));
-    // Each stage's new number and where its pairs go in `out`.
-    let base = out.len();
-    let (mut rank, mut at) = (vec![0u32; stages], vec![0usize; stages]);
-    let mut pos = base;
-    for (new, &s) in order.iter().enumerate() {
-        rank[s as usize] = new as u32;
-        at[s as usize] = pos;
-        pos += count[s as usize] as usize;
-    }
-    let blank = StagePair {
-        stage: 0,
-        src_node: 0,
-        dst_node: 0,
-        bytes: 0,
-    };
-    out.resize(pos, blank);
-    for &k in &ks {
-        let (f, hi) = (first[k], most[k]);
-        let (row, prow) = (&rt[k * n..(k + 1) * n], &pc[k * n..(k + 1) * n]);
-        let (at, rank) = (&mut at[f..f + hi], &rank[f..f + hi]);
-        for (a, (&x, &p)) in row.iter().zip(prow).enumerate() {
-            let p = p as usize;
-            if p == 0 {
-                continue;
-            }
-            let b = if a + k < n { a + k } else { a + k - n };
-            let mut w = x - (p as u64 - 1) * cap;
-            for (pos, &stage) in at[hi - p..].iter_mut().zip(&rank[hi - p..]) {
-                out[*pos] = StagePair {
-                    stage,
-                    src_node: a as u32,
-                    dst_node: b as u32,
-                    bytes: w,
-                };
-                *pos += 1;
-                w = cap;
-            }
-        }
-    }
-    stages as u32
+    let mut r = RotationStages::default();
+    r.build(n, t, cap);
+    r.write_pairs(out)
 }
 
 /// Merges the increasing lists `x` and `y` (disjoint) into `out`.

@@ -762,7 +762,7 @@ fn per_message_cost_coarsens_the_sends() {
 /// `layout_scratch`, `first_slices`), field for field; and so is the rank's
 /// scratch size. Pieces are compared by content (their indices differ:
 /// the rank keeps only its node's).
-fn rank_lanes_match_the_whole(t: &Topology, m: &TrafficMatrix, opts: &PlannerOptions) {
+fn rank_lanes_match_the_whole(t: &Topology, m: &TrafficMatrix, opts: &PlannerOptions) -> usize {
     use super::blocks::{RankBuffers, WholeBlocks};
     use super::rank_state::rank_lane_index;
     use crate::rank::{LaneSums, LocalTraffic};
@@ -788,6 +788,8 @@ fn rank_lanes_match_the_whole(t: &Topology, m: &TrafficMatrix, opts: &PlannerOpt
             e.node_lanes(a, &lt.node_sends())
         })
         .collect();
+    // Ranks whose pairs were also read from the rotation's structure.
+    let mut rotated = 0;
     for (rank, with_sums) in (0..nn * g).flat_map(|r| [(r, false), (r, true)]) {
         let (node, rail) = (rank / g, rank % g);
         let lt = LocalTraffic::from_matrix(m, rank, t).unwrap();
@@ -836,9 +838,33 @@ fn rank_lanes_match_the_whole(t: &Topology, m: &TrafficMatrix, opts: &PlannerOpt
         // chains' windows, are those the pass over every pair with a ring
         // per chain picks (run twice: the buffers reused).
         let mut rp = super::rank_state::RankPairs::default();
+        let keyed = |rp: &super::rank_state::RankPairs| -> Vec<(u32, u64)> {
+            rp.pairs.iter().map(|x| (x.key, x.before)).collect()
+        };
+        let rings = e.rank_pairs_by_rings(node, rail);
         for _ in 0..2 {
             e.rank_pairs(node, rail, &mut rp);
-            assert_eq!(rp.pairs, e.rank_pairs_by_rings(node, rail), "rank {rank}");
+            assert_eq!(keyed(&rp), rings, "rank {rank}");
+        }
+        // Where the stages are the chunked rotation, the same pairs read
+        // piece by piece (keys are stage numbers: mapped back to indices).
+        let (depth, unit) = (e.depth, e.unit);
+        e.decompose_as(true);
+        if e.rotated_rank && e.window_back() <= super::rank::MAX_WINDOW {
+            (e.depth, e.unit) = (depth, unit);
+            e.last_pairs();
+            for _ in 0..2 {
+                e.rank_pairs_rotated(node, rail, &mut rp);
+                let got: Vec<(u32, u64)> = rp
+                    .pairs
+                    .iter()
+                    .map(|x| (e.rotation.index_of(&x.pair) as u32, x.before))
+                    .collect();
+                assert_eq!(got, rings, "rank {rank}, rotated");
+                assert!(rp.pairs.iter().all(|x| x.key == x.pair.stage));
+            }
+            rotated += 1;
+            e.decompose();
         }
         // The rank's own first slice from its node's lanes alone (what it
         // contributes to every rank's stage inputs).
@@ -849,6 +875,7 @@ fn rank_lanes_match_the_whole(t: &Topology, m: &TrafficMatrix, opts: &PlannerOpt
             "rank {rank}'s own first slice"
         );
     }
+    rotated
 }
 
 proptest! {
@@ -869,6 +896,48 @@ proptest! {
         };
         rank_lanes_match_the_whole(&t, &m, &opts);
     }
+}
+
+/// From `CHUNKED_ROTATION_NODES` nodes on: the chunked rotation read
+/// piece by piece gives a rank the pairs the written list does, with
+/// count windows and byte windows (decode-size blocks), shallow and deep
+/// pipelines.
+#[test]
+fn a_ranks_lanes_are_the_whole_plans_on_the_chunked_rotation() {
+    let nodes = super::emit::CHUNKED_ROTATION_NODES;
+    let t = topo(nodes, 2, 2, IntraKind::Switch);
+    let mut cut = 0;
+    for (scale, depth) in [
+        (1 << 20, None),
+        (2048, None),
+        (1 << 16, Some(1)),
+        (1 << 16, Some(3)),
+    ] {
+        // Skewed: every seventh GPU receives eight times as much.
+        let r = nodes * 2;
+        let m = TrafficMatrix::from_rows(
+            (0..r)
+                .map(|s| {
+                    (0..r)
+                        .map(|d| {
+                            let hot = if d % 7 == 0 { 8 } else { 1 };
+                            scale * (1 + (s as u64 * 31 + d as u64 * 17) % 23) * hot
+                        })
+                        .collect()
+                })
+                .collect(),
+        );
+        let opts = PlannerOptions {
+            pipeline_depth: depth,
+            ..PlannerOptions::default()
+        };
+        let rotated = rank_lanes_match_the_whole(&t, &m, &opts);
+        assert_eq!(rotated, 2 * t.ranks(), "scale {scale}, depth {depth:?}");
+        let mut e = Emitter::new(&t, opts).unwrap();
+        e.plan(&m).unwrap();
+        cut += usize::from(e.stages().len() > nodes * (nodes - 1));
+    }
+    assert!(cut > 0, "no pair was cut into pieces");
 }
 
 #[test]

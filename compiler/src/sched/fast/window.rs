@@ -41,8 +41,8 @@ impl Emitter {
         if by_hop >= by_latency {
             return 0;
         }
-        let moved: u64 = self.stages.iter().map(|p| p.bytes).sum();
-        let sends = self.stages.len() as u64 * self.gpus as u64;
+        let (moved, pairs) = self.stage_totals();
+        let sends = pairs as u64 * self.gpus as u64;
         let share = moved.checked_div(sends).unwrap_or(0);
         if share == 0 {
             return 0;
@@ -101,8 +101,8 @@ impl Emitter {
         if let Some(d) = self.opts.pipeline_depth {
             return d.max(1);
         }
-        let moved: u64 = self.stages.iter().map(|p| p.bytes).sum();
-        let pairs = self.stages.len().max(1) as f64;
+        let (moved, pairs) = self.stage_totals();
+        let pairs = pairs.max(1) as f64;
         let lane_share = moved as f64 / pairs / self.gpus as f64;
         let send = lane_share.min(self.chunk as f64);
         let lane_rate = self.nic_rate / self.weights.max_sharing() as f64;
@@ -129,6 +129,9 @@ impl Emitter {
     /// True when the pairs of every stage carry the same bytes, to within
     /// 1/64 (uniform traffic): then no node finishes a stage early.
     pub(super) fn stages_are_even(&self) -> bool {
+        if self.rotated_rank {
+            return self.rotation.stages_are_even();
+        }
         self.stages
             .chunk_by(|x, y| x.stage == y.stage)
             .all(|stage| {

@@ -1,0 +1,452 @@
+//! The chunked rotation of a node matrix as a structure, before (or
+//! instead of) its stage pairs are written: rotation `k` sends node `a` to
+//! `(a + k) mod n`; each pair is cut into pieces of at most `cap` bytes,
+//! the partial piece first and the whole ones aligned at the rotation's
+//! end, so local stage `t` of rotation `k` holds a piece of every pair of
+//! `k` with more than `most[k] - t - 1` pieces; then every stage is
+//! numbered by its bytes, lightest first ([`super::stages::chunked_rotation`]
+//! writes the pairs in that order).
+//!
+//! Built in O(n² + stages log stages), without the pairs (about `P` = the
+//! pieces of every pair: 1.15 million at 512 nodes of log-normal
+//! traffic): one rank's program asks only for the pieces of its node's
+//! pairs and for those its chains reach, which [`RotationStages::piece`]
+//! gives from the stage's number in O(1); the index of a piece in the
+//! written list (what a job exchanges as a GPU's first slice) costs
+//! O(n).
+
+use super::stages::StagePair;
+
+/// The chunked rotation of one node matrix ([`RotationStages::build`]).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RotationStages {
+    n: usize,
+    cap: u64,
+    /// Rotation-major copy of the matrix: `rt[k n + a]` is entry
+    /// `(a, (a + k) mod n)`.
+    rt: Vec<u64>,
+    /// Pieces of each pair, laid out as `rt`.
+    pc: Vec<u32>,
+    /// Per rotation: its first local stage's id and its stage count (its
+    /// largest pair's pieces).
+    first: Vec<u32>,
+    most: Vec<u32>,
+    /// Per stage id (rotations in [`rotation_rank`] order, local stages in
+    /// order): its rotation, bytes, pairs and stage number.
+    rot: Vec<u32>,
+    bytes: Vec<u64>,
+    count: Vec<u32>,
+    number: Vec<u32>,
+    /// Per stage number: its stage id, and the index in the written list of
+    /// its first pair (one more entry: the pair count).
+    id: Vec<u32>,
+    starts: Vec<usize>,
+    /// Per node: the number of the last stage it sends in (`[a]`) and
+    /// receives in (`[n + a]`), `u32::MAX` if none.
+    last: Vec<u32>,
+}
+
+/// Where rotation `k` of `n` nodes runs: the swap (`2k = n`, where every
+/// node's partner sends back to it) first, then each rotation beside its
+/// inverse, nearest first: `n/2, 1, n-1, 2, n-2, ..`. Sorting by this
+/// key is the rotations' order (`Decomposer::rotation_order`). It replaced
+/// lightest first (by bytes), which on near-uniform node matrices is an
+/// arbitrary order; its lanes drift apart where stages change partners and
+/// that order lost up to 7% to this one on the sweep's 4x8 and 8x8 Zipf 0
+/// matrices (docs/benchmarks.md, issue 20 §5 of 2026-12-04, "the
+/// rotations' order").
+pub(super) fn rotation_rank(n: usize, k: usize) -> (bool, usize, usize) {
+    (2 * k != n, k.min(n - k), k)
+}
+
+impl RotationStages {
+    /// The chunked rotation of the `n x n` node matrix `t` (row-major, the
+    /// diagonal ignored) with pieces of at most `cap` bytes (at least 1),
+    /// its buffers reused.
+    pub(crate) fn build(&mut self, n: usize, t: &[u64], cap: u64) {
+        let cap = cap.max(1);
+        (self.n, self.cap) = (n, cap);
+        for v in [
+            &mut self.first,
+            &mut self.most,
+            &mut self.rot,
+            &mut self.count,
+        ] {
+            v.clear();
+        }
+        for v in [&mut self.number, &mut self.id, &mut self.last] {
+            v.clear();
+        }
+        self.bytes.clear();
+        self.starts.clear();
+        if n < 2 {
+            self.starts.push(0);
+            self.last.resize(2 * n, u32::MAX);
+            return;
+        }
+        // Rotation by rotation (row `k` of `rt` is diagonal `k` of `t`):
+        // its entries, their pieces and its largest.
+        self.rt.resize(n * n, 0);
+        self.pc.resize(n * n, 0);
+        self.first.resize(n, 0);
+        self.most.resize(n, 0);
+        for k in 1..n {
+            let (row, prow) = (
+                &mut self.rt[k * n..(k + 1) * n],
+                &mut self.pc[k * n..(k + 1) * n],
+            );
+            let mut hi = 0;
+            for (a, (x, p)) in row.iter_mut().zip(prow.iter_mut()).enumerate() {
+                let b = if a + k < n { a + k } else { a + k - n };
+                *x = t[a * n + b];
+                // Most pairs are one piece or none: no division for them.
+                *p = if *x <= cap {
+                    u32::from(*x > 0)
+                } else {
+                    x.div_ceil(cap) as u32
+                };
+                hi = hi.max(*p);
+            }
+            self.most[k] = hi;
+        }
+        let mut ks: Vec<usize> = (1..n).collect();
+        ks.sort_unstable_by_key(|&k| rotation_rank(n, k));
+        for &k in &ks {
+            let (row, prow) = (&self.rt[k * n..(k + 1) * n], &self.pc[k * n..(k + 1) * n]);
+            let hi = self.most[k] as usize;
+            let f = self.bytes.len();
+            self.first[k] = f as u32;
+            self.bytes.resize(f + hi, 0);
+            self.count.resize(f + hi, 0);
+            self.rot.resize(f + hi, k as u32);
+            let (bs, cs) = (&mut self.bytes[f..], &mut self.count[f..]);
+            // A pair of `p` pieces starts at stage `hi - p` with its partial
+            // piece and sends `cap` in each stage after it.
+            for (&x, &p) in row.iter().zip(prow) {
+                let p = p as usize;
+                if p > 0 {
+                    bs[hi - p] += x - (p as u64 - 1) * cap;
+                    cs[hi - p] += 1;
+                }
+            }
+            let mut started = 0u32;
+            for (b, c) in bs.iter_mut().zip(cs.iter_mut()) {
+                let here = *c;
+                *b += u64::from(started) * cap;
+                *c += started;
+                started += here;
+            }
+        }
+        let stages = self.bytes.len();
+        self.id.extend(0..stages as u32);
+        let bytes = &self.bytes;
+        self.id.sort_unstable_by_key(|&s| (bytes[s as usize], s));
+        self.number.resize(stages, 0);
+        let mut pos = 0;
+        for (new, &s) in self.id.iter().enumerate() {
+            self.number[s as usize] = new as u32;
+            self.starts.push(pos);
+            pos += self.count[s as usize] as usize;
+        }
+        self.starts.push(pos);
+        // A rotation's last stage holds a piece of each of its pairs: the
+        // rotations by their last stage, latest first, until every node
+        // that sends or receives has its last (usually a few rotations).
+        self.last.resize(2 * n, u32::MAX);
+        ks.retain(|&k| self.most[k] > 0);
+        let end = |k: usize| self.number[(self.first[k] + self.most[k] - 1) as usize];
+        ks.sort_unstable_by_key(|&k| std::cmp::Reverse(end(k)));
+        let mut unset = 2 * n;
+        for &k in &ks {
+            let e = end(k);
+            for (a, &p) in self.pc[k * n..(k + 1) * n].iter().enumerate() {
+                if p > 0 {
+                    let b = if a + k < n { a + k } else { a + k - n };
+                    for at in [a, n + b] {
+                        if self.last[at] == u32::MAX {
+                            self.last[at] = e;
+                            unset -= 1;
+                        }
+                    }
+                }
+            }
+            if unset == 0 {
+                break;
+            }
+        }
+    }
+
+    /// The stage pairs, appended to `out` in stage order (within a stage
+    /// by sending node): the list [`super::stages::chunked_rotation`]
+    /// returns. Returns the stage count.
+    pub(crate) fn write_pairs(&self, out: &mut Vec<StagePair>) -> u32 {
+        let (n, cap) = (self.n, self.cap);
+        let stages = self.bytes.len();
+        let base = out.len();
+        let blank = StagePair {
+            stage: 0,
+            src_node: 0,
+            dst_node: 0,
+            bytes: 0,
+        };
+        out.resize(base + self.pairs(), blank);
+        // Where each stage's next pair goes, by stage id.
+        let mut at: Vec<usize> = (0..stages)
+            .map(|s| base + self.starts[self.number[s] as usize])
+            .collect();
+        for k in 1..n {
+            let (f, hi) = (self.first[k] as usize, self.most[k] as usize);
+            let (row, prow) = (&self.rt[k * n..(k + 1) * n], &self.pc[k * n..(k + 1) * n]);
+            let (at, number) = (&mut at[f..f + hi], &self.number[f..f + hi]);
+            for (a, (&x, &p)) in row.iter().zip(prow).enumerate() {
+                let p = p as usize;
+                if p == 0 {
+                    continue;
+                }
+                let b = if a + k < n { a + k } else { a + k - n };
+                let mut w = x - (p as u64 - 1) * cap;
+                for (pos, &stage) in at[hi - p..].iter_mut().zip(&number[hi - p..]) {
+                    out[*pos] = StagePair {
+                        stage,
+                        src_node: a as u32,
+                        dst_node: b as u32,
+                        bytes: w,
+                    };
+                    *pos += 1;
+                    w = cap;
+                }
+            }
+        }
+        stages as u32
+    }
+
+    /// The number of stages.
+    pub(crate) fn stage_count(&self) -> u32 {
+        self.bytes.len() as u32
+    }
+
+    /// The number of stage pairs (every pair's pieces).
+    pub(crate) fn pairs(&self) -> usize {
+        self.starts.last().copied().unwrap_or(0)
+    }
+
+    /// The bytes of every stage together (the matrix off its diagonal).
+    pub(crate) fn moved(&self) -> u64 {
+        self.bytes.iter().sum()
+    }
+
+    /// True when the pieces of every stage carry the same bytes, to within
+    /// 1/64 (`Emitter::stages_are_even` of the written pairs). Every local
+    /// stage after a rotation's first holds a whole piece (`cap`) of its
+    /// largest pair, and the partial pieces that start there.
+    pub(crate) fn stages_are_even(&self) -> bool {
+        let n = self.n;
+        let stages = self.bytes.len();
+        let (mut lo, mut hi) = (vec![u64::MAX; stages], vec![0u64; stages]);
+        for k in 1..n {
+            let (f, most) = (self.first[k] as usize, self.most[k] as usize);
+            for t in 1..most {
+                (lo[f + t], hi[f + t]) = (self.cap, self.cap);
+            }
+            let (row, prow) = (&self.rt[k * n..(k + 1) * n], &self.pc[k * n..(k + 1) * n]);
+            for (&x, &p) in row.iter().zip(prow) {
+                if p > 0 {
+                    let s = f + most - p as usize;
+                    let partial = x - u64::from(p - 1) * self.cap;
+                    (lo[s], hi[s]) = (lo[s].min(partial), hi[s].max(partial));
+                }
+            }
+        }
+        lo.iter().zip(&hi).all(|(&lo, &hi)| hi - lo <= hi / 64)
+    }
+
+    /// The rotation and local stage of stage number `q`.
+    #[inline]
+    pub(crate) fn stage_at(&self, q: u32) -> (usize, u32) {
+        let s = self.id[q as usize];
+        let k = self.rot[s as usize] as usize;
+        (k, s - self.first[k])
+    }
+
+    /// The piece of pair `(a, (a + k) mod n)` in local stage `t` of
+    /// rotation `k`, if it has one, and the bytes its pair sent in the
+    /// pieces before it.
+    #[inline]
+    pub(crate) fn piece(&self, k: usize, a: usize, t: u32) -> Option<(StagePair, u64)> {
+        let n = self.n;
+        let p = self.pc[k * n + a];
+        let hi = self.most[k];
+        if p == 0 || t + p < hi {
+            return None;
+        }
+        let m = u64::from(t + p - hi);
+        let x = self.rt[k * n + a];
+        let partial = x - u64::from(p - 1) * self.cap;
+        let (bytes, before) = if m == 0 {
+            (partial, 0)
+        } else {
+            (self.cap, partial + (m - 1) * self.cap)
+        };
+        let b = if a + k < n { a + k } else { a + k - n };
+        let pair = StagePair {
+            stage: self.number[(self.first[k] + t) as usize],
+            src_node: a as u32,
+            dst_node: b as u32,
+            bytes,
+        };
+        Some((pair, before))
+    }
+
+    /// Every piece node `a` sends or receives, appended to `out` with the
+    /// bytes its pair sent before it, in stage order (within a stage the
+    /// piece it receives first when its sender is the lower node, as the
+    /// written list has them).
+    pub(crate) fn pieces_of(&self, a: usize, out: &mut Vec<(StagePair, u64)>) {
+        let n = self.n;
+        let start = out.len();
+        for k in 1..n {
+            let hi = self.most[k];
+            let from = if a >= k { a - k } else { a + n - k };
+            for s in [a, from] {
+                let p = self.pc[k * n + s];
+                for t in hi - p..hi {
+                    if let Some(x) = self.piece(k, s, t) {
+                        out.push(x);
+                    }
+                }
+            }
+        }
+        out[start..].sort_unstable_by_key(|(p, _)| (p.stage, p.src_node));
+    }
+
+    /// The index in the written list ([`RotationStages::write_pairs`]) of
+    /// `pair`, a piece of this rotation: its stage's first index plus the
+    /// pieces of lower sending nodes in its stage. O(n).
+    pub(crate) fn index_of(&self, pair: &StagePair) -> usize {
+        let (k, t) = self.stage_at(pair.stage);
+        let n = self.n;
+        let hi = self.most[k];
+        let a = pair.src_node as usize;
+        let lower = self.pc[k * n..k * n + a]
+            .iter()
+            .filter(|&&p| p > 0 && t + p >= hi)
+            .count();
+        self.starts[pair.stage as usize] + lower
+    }
+
+    /// The number of the stage that holds pair index `i` of the written
+    /// list, `None` if there is no such pair.
+    pub(crate) fn stage_of_index(&self, i: usize) -> Option<u32> {
+        if i >= self.pairs() {
+            return None;
+        }
+        // The last stage that starts at or before `i` (empty stages do
+        // not exist: every stage holds a piece).
+        Some((self.starts.partition_point(|&s| s <= i) - 1) as u32)
+    }
+
+    /// The number of the last stage node `a` sends in, `u32::MAX` if none.
+    pub(crate) fn last_from(&self, a: usize) -> u32 {
+        self.last[a]
+    }
+
+    /// The number of the last stage node `b` receives in, `u32::MAX` if
+    /// none.
+    pub(crate) fn last_into(&self, b: usize) -> u32 {
+        self.last[self.n + b]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn matrix(n: usize, seed: u64, sparse: u64) -> Vec<u64> {
+        let mut x = seed | 1;
+        (0..n * n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                if x % 4 < sparse {
+                    0
+                } else {
+                    (x >> 40) % 1000 * (1 + x % 7).pow(3)
+                }
+            })
+            .collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// What the structure answers agrees with the pairs it writes:
+        /// each stage's pieces, each node's pieces, each piece's index and
+        /// its pair's bytes before it, and each node's last stages.
+        #[test]
+        fn answers_agree_with_the_written_pairs(
+            n in 2usize..=24,
+            seed in any::<u64>(),
+            sparse in 0u64..4,
+            cap in 1u64..20_000,
+            uniform in any::<bool>(),
+        ) {
+            // Uniform: even stages (`stages_are_even`) where the cap cuts
+            // whole pieces of every pair alike.
+            let t = if uniform { vec![cap * 3; n * n] } else { matrix(n, seed, sparse) };
+            let mut r = RotationStages::default();
+            // Built twice: reused buffers answer as fresh ones.
+            r.build(n + 3, &matrix(n + 3, seed ^ 5, 0), cap / 2 + 1);
+            r.build(n, &t, cap);
+            let mut pairs = Vec::new();
+            let count = r.write_pairs(&mut pairs);
+            prop_assert_eq!(count, r.stage_count());
+            prop_assert_eq!(pairs.len(), r.pairs());
+            prop_assert_eq!(r.moved(), pairs.iter().map(|p| p.bytes).sum::<u64>());
+            let mut sent = vec![0u64; n * n];
+            let mut last = vec![u32::MAX; 2 * n];
+            for (i, p) in pairs.iter().enumerate() {
+                let (a, b) = (p.src_node as usize, p.dst_node as usize);
+                let before = sent[a * n + b];
+                sent[a * n + b] += p.bytes;
+                let (k, t) = r.stage_at(p.stage);
+                prop_assert_eq!((a + k) % n, b);
+                prop_assert_eq!(r.piece(k, a, t), Some((*p, before)));
+                prop_assert_eq!(r.index_of(p), i);
+                prop_assert_eq!(r.stage_of_index(i), Some(p.stage));
+                last[a] = p.stage;
+                last[n + b] = p.stage;
+            }
+            prop_assert_eq!(r.stage_of_index(pairs.len()), None);
+            for a in 0..n {
+                prop_assert_eq!(r.last_from(a), last[a]);
+                prop_assert_eq!(r.last_into(a), last[n + a]);
+                let mut own = Vec::new();
+                r.pieces_of(a, &mut own);
+                let mut sent = vec![0u64; n * n];
+                let want: Vec<(StagePair, u64)> = pairs
+                    .iter()
+                    .filter_map(|p| {
+                        let at = p.src_node as usize * n + p.dst_node as usize;
+                        let before = sent[at];
+                        sent[at] += p.bytes;
+                        (p.src_node as usize == a || p.dst_node as usize == a).then_some((*p, before))
+                    })
+                    .collect();
+                prop_assert_eq!(own, want);
+            }
+            let even = pairs.chunk_by(|x, y| x.stage == y.stage).all(|stage| {
+                let lo = stage.iter().map(|p| p.bytes).min().unwrap_or(0);
+                let hi = stage.iter().map(|p| p.bytes).max().unwrap_or(0);
+                hi - lo <= hi / 64
+            });
+            prop_assert_eq!(r.stages_are_even(), even);
+            // No piece where the stage holds none of the pair.
+            for q in 0..count {
+                let (k, t) = r.stage_at(q);
+                let held = (0..n).filter(|&a| r.piece(k, a, t).is_some()).count();
+                prop_assert_eq!(held, pairs.iter().filter(|p| p.stage == q).count());
+            }
+        }
+    }
+}
