@@ -7,15 +7,6 @@
 //! traffic, 64 KB per pair), whose byte-counted pipeline windows cost more
 //! per send.
 //!
-//! `rank_program` (issue 25 targets: 128x8 <= 1 ms, 512x8 <= 5 ms): one
-//! rank's own program (`Planner::plan_rank_into`, buffers reused) on MoE
-//! Zipf 1.0 and log-normal 1.0 traffic, from the whole matrix
-//! (`LocalTraffic::from_matrix`, then the rank's own planner: `direct`,
-//! `hierarchical` and staged `fast` from its `node_splits`). The figures
-//! quoted for issue 25 are `fast` from what `switchyard.torch.AllToAll`
-//! gathers instead (lane sums and stage inputs): the example
-//! `rank_hash --inputs` (docs/benchmarks.md).
-//!
 //! `fast-intraskew` and `fast-intraskew-fat-tree-2to1` (8x8, 16x8): one
 //! intra-node-skewed matrix on full bisection (the plain decomposition) and
 //! on a 2:1 fat-tree of 4 nodes per leaf (the layered stages of
@@ -23,10 +14,27 @@
 //! twin (8x8, 16x8): the same pattern on an MI300X mesh, planned for line
 //! rate and for 3 us per message (the mesh tail search of
 //! sched/fast/tail.rs runs only in the latter).
-
+//!
+//! Issue 25's figures (targets: one rank's program at 128x8 <= 1 ms, at
+//! 512x8 <= 5 ms, MoE Zipf 1.0 and log-normal 1.0) are
+//! `rank_local/fast-zipf1.0-inputs` and `rank_local/fast-lognormal1.0-inputs`
+//! (128x8, 512x8): staged `fast` for the middle rank from what
+//! `switchyard.torch.AllToAll` gathers (lane sums and stage inputs, no
+//! `node_splits`: `rank::JobInputs`), each iteration the rank's
+//! `Planner::first_slice` then `Planner::program_local_into`, the call
+//! the example `rank_hash --inputs` times (docs/benchmarks.md). The
+//! other `rank_program` and `rank_local` figures are for comparison.
+//!
+//! `rank_program`: one rank's own program (`Planner::plan_rank_into`,
+//! buffers reused) on the same traffic, from the whole matrix
+//! (`LocalTraffic::from_matrix`, then the rank's own planner: `direct`,
+//! `hierarchical` and staged `fast` from its `node_splits`).
+//!
 //! `rank_local`: the same from the rank's `LocalTraffic` alone
 //! (`Planner::program_local`), the per-rank planning a job runs after its
-//! gather; staged `fast` also sliced from its whole plan, for comparison.
+//! gather; staged `fast` from its `node_splits` (`fast-*`), from what a job
+//! gathers instead (`fast-*-inputs`, issue 25's figures), and sliced from
+//! its whole plan, for comparison.
 //!
 //! `rank_local/auto-*-program` (128x8 only): `auto` per rank from the
 //! matrix (`Planner::program`: its choice, then the chosen algorithm's own
@@ -37,6 +45,7 @@
 //!
 //! cargo bench --workspace --bench compile
 //! cargo bench --workspace --bench compile -- rank_program
+//! cargo bench --workspace --bench compile -- 'rank_local/fast-.*-inputs'
 //!
 //! (`--workspace` keeps the workspace's feature set, so HiGHS is not built
 //! again; from the root a plain `cargo bench --bench compile` finds no
@@ -46,7 +55,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use switchyard_compiler::generate::{generate, Pattern, TrafficSpec};
 use switchyard_compiler::plan::{Buffer, Deps, Path, Transfer};
 use switchyard_compiler::planner::{Planner, PlannerOptions};
-use switchyard_compiler::rank::{slice_into, LocalProgram, LocalTraffic};
+use switchyard_compiler::rank::{slice_into, JobInputs, LocalProgram, LocalTraffic};
 use switchyard_compiler::sched::auto::choose;
 use switchyard_compiler::sim::Network;
 use switchyard_compiler::topology::{FabricSpec, TopologySpec};
@@ -278,7 +287,10 @@ fn rank_time(c: &mut Criterion) {
 /// that is O(R^2) and the gather's job in a job, not planning's).
 /// `fast-*-16B` is a latency-bound exchange (16 B per pair on average),
 /// whose merged plan `fast` plans per rank; at the default sizes `fast`
-/// is staged, planned per rank from the `LocalTraffic`'s node splits, and
+/// is staged, planned per rank from the `LocalTraffic`'s node splits,
+/// `fast-*-inputs` from what a job gathers instead (`JobInputs`, set up
+/// outside the measurement; each iteration the rank's first slice, which
+/// decomposes the node matrix, then its program: issue 25's figures), and
 /// `fast-*-whole-sliced` is the same program cut from the whole plan.
 fn rank_local_time(c: &mut Criterion) {
     let mut group = c.benchmark_group("rank_local");
@@ -322,6 +334,40 @@ fn rank_local_time(c: &mut Criterion) {
                     BenchmarkId::new(format!("{alg}-{name}"), format!("{nodes}x8")),
                     &local,
                     |b, t| b.iter(|| planner.program_local_into(t, &mut prog).expect("program")),
+                );
+            }
+            // Issue 25's figures: staged `fast` from what
+            // `switchyard.torch.AllToAll` gathers (the lane sums and stage
+            // inputs, no `node_splits`), each call the rank's first slice
+            // then its program, as `rank_hash --inputs` times it.
+            if pair_bytes.is_none() {
+                let (given, own) = {
+                    let mut setup =
+                        Planner::for_algorithm(&topo, Algorithm::Fast, PlannerOptions::default())
+                            .expect("planner");
+                    let job = JobInputs::from_matrix(&mut setup, &topo, &traffic)
+                        .expect("job inputs")
+                        .expect("staged fast plans per rank");
+                    let given = job.local(&traffic, rank, &topo).expect("local traffic");
+                    (given, job.own_lens(rank).expect("lane lengths").to_vec())
+                };
+                let mut planner =
+                    Planner::for_algorithm(&topo, Algorithm::Fast, PlannerOptions::default())
+                        .expect("planner");
+                let mut prog = LocalProgram::default();
+                let mut call = |t: &LocalTraffic, prog: &mut LocalProgram| {
+                    planner.first_slice(t, &own).expect("first slice");
+                    planner.program_local_into(t, prog).expect("program")
+                };
+                call(&given, &mut prog);
+                eprintln!(
+                    "fast {nodes}x8 {name} rank {rank} from job inputs: {} ops",
+                    prog.ops.len()
+                );
+                group.bench_with_input(
+                    BenchmarkId::new(format!("fast-{name}-inputs"), format!("{nodes}x8")),
+                    &given,
+                    |b, t| b.iter(|| call(t, &mut prog)),
                 );
             }
             // For comparison, staged `fast`'s program sliced from the whole

@@ -10,12 +10,14 @@
 //!
 //! `--sums`: the rank's `LocalTraffic` carries its `LaneSums`, assembled
 //! (before the planner is made and timed) from every node's lanes as a job
-//! would gather them, so the call balances only its node's pairs.
+//! would gather them (`JobInputs::lane_sums`), so the call balances only
+//! its node's pairs.
 //! `--inputs`: what `switchyard.torch.AllToAll` gathers for `fast`: the
 //! sums and the `StageInputs` from every node's `NodeParts` and every
-//! rank's first slice, without `node_splits`; each timed call is the
-//! rank's `Planner::first_slice` (which decomposes the node matrix) then
-//! its program (which reuses those stages).
+//! rank's first slice, without `node_splits` (`JobInputs::local`); each
+//! timed call is the rank's `Planner::first_slice` (which decomposes the
+//! node matrix) then its program (which reuses those stages), as the
+//! criterion bench `rank_local/fast-*-inputs` measures it.
 //!
 //! `--callgrind`: before each case's timed calls (after its setup), asks
 //! callgrind to start instrumenting (its `START_INSTRUMENTATION` client
@@ -36,7 +38,7 @@ use std::time::Instant;
 
 use switchyard_compiler::generate::{generate, Pattern, TrafficSpec};
 use switchyard_compiler::planner::{Planner, PlannerOptions};
-use switchyard_compiler::rank::{LaneSums, LocalProgram, LocalTraffic, NodeLanes, StageInputs};
+use switchyard_compiler::rank::{JobInputs, LocalProgram, LocalTraffic};
 use switchyard_compiler::{Algorithm, Topology};
 
 /// The system allocator, counting the bytes live and their peak.
@@ -158,62 +160,33 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let mut spec = TrafficSpec::new(n, pattern);
             spec.seed = 1;
             let traffic = generate(&spec)?;
+            // What a job gathers (before any planner is made and timed):
+            // every node's parts and every rank's first slice.
+            let job = if sums || inputs {
+                let mut p =
+                    Planner::for_algorithm(&topo, Algorithm::Fast, PlannerOptions::default())?;
+                Some(
+                    JobInputs::from_matrix(&mut p, &topo, &traffic)?
+                        .ok_or("fast plans no staged rank on this topology")?,
+                )
+            } else {
+                None
+            };
             for &rank in &ranks {
-                let mut local = LocalTraffic::from_matrix(&traffic, rank, &topo)?;
-                if sums {
-                    // Every node's lanes from what its GPUs send each node
-                    // (`node_splits.to_nodes` holds every node's rows).
-                    let mut p =
-                        Planner::for_algorithm(&topo, Algorithm::Fast, PlannerOptions::default())?;
-                    let to_nodes = &local.node_splits.as_ref().ok_or("no node splits")?.to_nodes;
-                    let per_node = to_nodes.len() / nn;
-                    let parts = (0..nn)
-                        .map(|a| p.node_lanes(a, &to_nodes[a * per_node..(a + 1) * per_node]))
-                        .collect::<Result<Vec<_>, _>>()?;
-                    local.lane_sums =
-                        Some(LaneSums::assemble(&parts, rank, nn, topo.gpus_per_node())?);
-                }
                 let mut own_lens = Vec::new();
-                if inputs {
-                    // Every node's parts from its rows and columns, as its
-                    // ranks compute them; every rank's first slice.
-                    let g = topo.gpus_per_node();
-                    let mut p =
-                        Planner::for_algorithm(&topo, Algorithm::Fast, PlannerOptions::default())?;
-                    let parts = (0..nn)
-                        .map(|a| {
-                            let lt = LocalTraffic::from_matrix(&traffic, a * g, &topo)?;
-                            p.node_parts(a, &lt.rows, &lt.cols)
-                        })
-                        .collect::<Result<Vec<_>, _>>()?;
-                    let lanes: Vec<NodeLanes> = parts.iter().map(|x| x.lanes.clone()).collect();
-                    let mut s = LaneSums::assemble(&lanes, rank, nn, g)?;
-                    let node = rank / g;
-                    for (b, x) in parts.iter().enumerate() {
-                        for l in 0..g {
-                            s.land_before[b * g + l] =
-                                (0..node).map(|a| x.into_len[a * g + l]).sum();
-                        }
+                let local = match &job {
+                    // The sums and the stage inputs, no `node_splits`.
+                    Some(job) if inputs => {
+                        own_lens.extend_from_slice(job.own_lens(rank)?);
+                        job.local(&traffic, rank, &topo)?
                     }
-                    // A rank's first slice reads the node matrix and the
-                    // per-rank totals every rank holds alike.
-                    let mut lt = local.clone();
-                    let first_slices = (0..n)
-                        .map(|r| {
-                            lt.rank = r;
-                            let f = p.first_slice(&lt, &parts[r / g].lanes.len)?;
-                            Ok(f.unwrap_or(u32::MAX))
-                        })
-                        .collect::<Result<Vec<_>, switchyard_compiler::Error>>()?;
-                    let splits = local.node_splits.take().ok_or("no node splits")?;
-                    local.lane_sums = Some(s);
-                    local.stage_inputs = Some(StageInputs {
-                        inter_blocks: splits.inter_blocks,
-                        pairs_direct: parts.iter().all(|x| x.direct),
-                        first_slices,
-                    });
-                    own_lens.clone_from(&parts[node].lanes.len);
-                }
+                    // The sums alone, beside `node_splits`.
+                    Some(job) => LocalTraffic {
+                        lane_sums: Some(job.lane_sums(rank)?),
+                        ..LocalTraffic::from_matrix(&traffic, rank, &topo)?
+                    },
+                    None => LocalTraffic::from_matrix(&traffic, rank, &topo)?,
+                };
                 // The planner's own buffers count (some are sized when
                 // it is made).
                 let base = LIVE.load(Ordering::Relaxed);

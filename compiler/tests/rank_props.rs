@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use switchyard_compiler::planner::{Planner, PlannerOptions, StagePair};
 use switchyard_compiler::program::OpKind;
 use switchyard_compiler::rank::{
-    canonical, stitch, LaneSums, LocalProgram, LocalTraffic, NodeLanes, NodeParts, StageInputs,
+    canonical, stitch, JobInputs, LaneSums, LocalProgram, LocalTraffic, NodeLanes, StageInputs,
 };
 use switchyard_compiler::sched::auto::choose;
 use switchyard_compiler::sim::Network;
@@ -62,65 +62,6 @@ fn near_uniform(ranks: usize, seed: u64, base: u64) -> TrafficMatrix {
     m
 }
 
-/// What a job gathers for staged `fast` and `spray` instead of
-/// `node_splits`, through the planner's own entry points: every node's
-/// [`NodeParts`] (from the rows and columns any of its ranks has), and the
-/// [`StageInputs`] (each rank's first slice; the count of inter-node blocks
-/// summed over ranks; the nodes' direct verdicts AND-ed). `None` where the
-/// planner plans no staged rank.
-fn job_inputs(
-    planner: &mut Planner,
-    topo: &Topology,
-    m: &TrafficMatrix,
-) -> Option<(Vec<NodeParts>, StageInputs)> {
-    let g = topo.gpus_per_node();
-    let mut parts = Vec::with_capacity(topo.nodes());
-    for a in 0..topo.nodes() {
-        let local = LocalTraffic::from_matrix(m, a * g, topo).unwrap();
-        parts.push(planner.node_parts(a, &local.rows, &local.cols).ok()?);
-    }
-    // `None` for a merged plan, whose programs read no first slices.
-    let first_slices = (0..topo.ranks())
-        .map(|r| {
-            let local = LocalTraffic::from_matrix(m, r, topo).unwrap();
-            planner
-                .first_slice(&local, &parts[r / g].lanes.len)
-                .unwrap()
-                .unwrap_or(u32::MAX)
-        })
-        .collect();
-    let inter_blocks = (0..m.ranks())
-        .map(|s| {
-            (0..m.ranks())
-                .filter(|&d| d / g != s / g && m.get(s, d) > 0)
-                .count() as u64
-        })
-        .sum();
-    let inputs = StageInputs {
-        inter_blocks,
-        pairs_direct: parts.iter().all(|p| p.direct),
-        first_slices,
-    };
-    Some((parts, inputs))
-}
-
-/// Rank `r`'s [`LaneSums`] as a job delivers them from the nodes' parts:
-/// `gather`, `gather_before` and the rail lanes from the sending nodes'
-/// lanes, `land_before` from the receiving nodes' lanes into them
-/// (`into_len`, summed over the sending nodes before `r`'s node).
-fn job_sums(parts: &[NodeParts], r: usize, topo: &Topology) -> LaneSums {
-    let (nn, g) = (topo.nodes(), topo.gpus_per_node());
-    let lanes: Vec<NodeLanes> = parts.iter().map(|p| p.lanes.clone()).collect();
-    let mut sums = LaneSums::assemble(&lanes, r, nn, g).unwrap();
-    let node = r / g;
-    for (b, p) in parts.iter().enumerate() {
-        for l in 0..g {
-            sums.land_before[b * g + l] = (0..node).map(|a| p.into_len[a * g + l]).sum();
-        }
-    }
-    sums
-}
-
 /// Stitches every rank's program of `alg` and compares with the whole
 /// plan; returns how many ranks were planned from their `LocalTraffic`.
 fn check(topo: &Topology, m: &TrafficMatrix, alg: Algorithm) -> Result<usize, TestCaseError> {
@@ -153,8 +94,9 @@ fn check_with(
         })
         .collect();
     // And what a job gathers in place of `node_splits`: each node's parts
-    // from its rows and columns, each rank's first slice.
-    let job = job_inputs(&mut planner, topo, m);
+    // from its rows and columns, each rank's first slice (`None` where the
+    // planner plans no staged rank).
+    let job = JobInputs::from_matrix(&mut planner, topo, m).unwrap();
     for r in 0..topo.ranks() {
         planner.plan_rank_into(r, m, &mut prog).unwrap();
         // From what the rank knows alone: the same program, or (only where
@@ -172,16 +114,19 @@ fn check_with(
                     prop_assert_eq!(&local_prog, &prog, "{} rank {} with lane sums", alg, r);
                 }
                 // Given the sums and the stage inputs, without `node_splits`.
-                if let Some((parts, inputs)) = &job {
-                    let sums = job_sums(parts, r, topo);
-                    // The library's reference: none for a merged plan.
+                if let Some(job) = &job {
+                    let sums = job.lane_sums(r).unwrap();
+                    // The rank's own first slice says the plan is merged
+                    // as the job's do.
                     let merged = planner
-                        .first_slice(&local, &parts[r / g].lanes.len)
+                        .first_slice(&local, job.own_lens(r).unwrap())
                         .unwrap()
                         .is_none();
+                    prop_assert_eq!(merged, job.merged(), "rank {}: merged", r);
+                    // The library's reference: none for a merged plan.
                     prop_assert_eq!(
                         planner.lane_inputs(m, r).unwrap(),
-                        (!merged).then(|| (sums.clone(), inputs.clone())),
+                        job.stage_inputs().map(|i| (sums.clone(), i.clone())),
                         "rank {}: Planner::lane_inputs",
                         r
                     );
@@ -191,19 +136,38 @@ fn check_with(
                         "rank {}: the sums from the nodes' parts",
                         r
                     );
-                    local.node_splits = None;
-                    local.stage_inputs = Some(inputs.clone());
-                    planner.program_local_into(&local, &mut local_prog).unwrap();
+                    // What the job delivers: no sums or stage inputs for
+                    // a merged plan.
+                    let mut given = job.local(m, r, topo).unwrap();
+                    prop_assert!(given.node_splits.is_none());
+                    prop_assert_eq!(given.lane_sums.is_none(), merged);
+                    planner.program_local_into(&given, &mut local_prog).unwrap();
                     prop_assert_eq!(&local_prog, &prog, "{} rank {} with stage inputs", alg, r);
+                    if merged {
+                        // Given anyway (no first slices), the merged
+                        // program reads none of them.
+                        given.lane_sums = Some(sums);
+                        given.stage_inputs = Some(StageInputs {
+                            inter_blocks: local.node_splits.as_ref().map_or(0, |s| s.inter_blocks),
+                            pairs_direct: job.parts().iter().all(|p| p.direct),
+                            first_slices: vec![u32::MAX; topo.ranks()],
+                        });
+                        planner.program_local_into(&given, &mut local_prog).unwrap();
+                        prop_assert_eq!(
+                            &local_prog,
+                            &prog,
+                            "{} rank {} merged, inputs given",
+                            alg,
+                            r
+                        );
+                    }
                 }
             }
             Err(Error::NeedsWholeMatrix { algorithm, .. }) => {
                 // Refused from the stage inputs too (every pair direct).
-                if let Some((parts, inputs)) = &job {
-                    local.lane_sums = Some(job_sums(parts, r, topo));
-                    local.node_splits = None;
-                    local.stage_inputs = Some(inputs.clone());
-                    let again = planner.program_local_into(&local, &mut local_prog);
+                if let Some(job) = &job {
+                    let given = job.local(m, r, topo).unwrap();
+                    let again = planner.program_local_into(&given, &mut local_prog);
                     prop_assert!(
                         matches!(again, Err(Error::NeedsWholeMatrix { .. })),
                         "{} rank {}: planned from stage inputs, refused from node splits",
@@ -718,8 +682,11 @@ fn stage_inputs_are_checked() {
         direct.node_parts(0, &one.rows, &one.cols),
         Err(Error::NeedsWholeMatrix { .. })
     ));
-    let (parts, inputs) = job_inputs(&mut fast, &topo, &m).unwrap();
-    let len = &parts[0].lanes.len;
+    let job = JobInputs::from_matrix(&mut fast, &topo, &m)
+        .unwrap()
+        .unwrap();
+    let inputs = job.stage_inputs().unwrap().clone();
+    let len = job.own_lens(0).unwrap();
     let mut bad_rank = one.clone();
     bad_rank.rank = nn * g;
     assert!(matches!(
@@ -733,9 +700,7 @@ fn stage_inputs_are_checked() {
     assert!(fast.first_slice(&one, len).unwrap().is_some());
     assert!(!inputs.pairs_direct);
     let local_of = |r: usize, inputs: &StageInputs| {
-        let mut local = LocalTraffic::from_matrix(&m, r, &topo).unwrap();
-        local.node_splits = None;
-        local.lane_sums = Some(job_sums(&parts, r, &topo));
+        let mut local = job.local(&m, r, &topo).unwrap();
         local.stage_inputs = Some(inputs.clone());
         local
     };
@@ -790,6 +755,63 @@ fn stage_inputs_are_checked() {
         changed > 0,
         "no rank's program read another node's first slices"
     );
+}
+
+/// `JobInputs` (what a job gathers, from the whole matrix): none where
+/// the planner plans no staged rank (other algorithms, a mesh); a matrix,
+/// rank or topology that does not fit, or a matrix other than the one the
+/// inputs were computed from, is bad input, not a panic; and a rank's
+/// `LocalTraffic` from it carries no `node_splits`.
+#[test]
+fn job_inputs_are_checked() {
+    let topo = Topology::preset("dgx-h100", 4, Some(2)).unwrap();
+    let m = matrix(8, 11, 1, 1 << 20);
+    for alg in [Algorithm::Direct, Algorithm::Pxn, Algorithm::Auto] {
+        let mut p = Planner::for_algorithm(&topo, alg, PlannerOptions::default()).unwrap();
+        assert_eq!(
+            JobInputs::from_matrix(&mut p, &topo, &m).unwrap(),
+            None,
+            "{alg}"
+        );
+    }
+    let mesh = Topology::preset("mi300x", 2, Some(4)).unwrap();
+    let mut on_mesh =
+        Planner::for_algorithm(&mesh, Algorithm::Fast, PlannerOptions::default()).unwrap();
+    let mesh_m = matrix(8, 12, 1, 1 << 20);
+    assert_eq!(
+        JobInputs::from_matrix(&mut on_mesh, &mesh, &mesh_m).unwrap(),
+        None
+    );
+    let mut fast =
+        Planner::for_algorithm(&topo, Algorithm::Fast, PlannerOptions::default()).unwrap();
+    assert!(matches!(
+        JobInputs::from_matrix(&mut fast, &topo, &matrix(6, 1, 1, 100)),
+        Err(Error::Input(_))
+    ));
+    let other = Topology::preset("dgx-h100", 2, Some(4)).unwrap();
+    assert!(matches!(
+        JobInputs::from_matrix(&mut fast, &other, &m),
+        Err(Error::Input(_))
+    ));
+    let job = JobInputs::from_matrix(&mut fast, &topo, &m)
+        .unwrap()
+        .unwrap();
+    assert!(!job.merged());
+    assert_eq!(job.parts().len(), topo.nodes());
+    let local = job.local(&m, 3, &topo).unwrap();
+    assert!(local.node_splits.is_none());
+    assert_eq!(local.lane_sums, Some(job.lane_sums(3).unwrap()));
+    assert_eq!(local.stage_inputs.as_ref(), job.stage_inputs());
+    assert_eq!(job.own_lens(3).unwrap(), &job.parts()[1].lanes.len[..]);
+    for bad in [
+        job.own_lens(8).map(|_| ()),
+        job.lane_sums(8).map(|_| ()),
+        job.local(&m, 8, &topo).map(|_| ()),
+        job.local(&m, 0, &other).map(|_| ()),
+        job.local(&matrix(8, 13, 1, 1 << 20), 0, &topo).map(|_| ()),
+    ] {
+        assert!(matches!(bad, Err(Error::Input(_))), "{bad:?}");
+    }
 }
 
 /// From `CHUNKED_ROTATION_NODES` (32) switch nodes on, `fast`'s stages
