@@ -356,6 +356,30 @@ proptest! {
 }
 
 proptest! {
+    #![proptest_config(ProptestConfig { cases: 4, ..ProptestConfig::default() })]
+
+    /// The same windows on the chunked rotation (32 nodes and more), which
+    /// a rank given the stage inputs reads piece by piece
+    /// (`Emitter::rank_pairs_rotated`) unless the window is too deep (depth
+    /// 70: the pairs are written and walked as below 32 nodes).
+    #[test]
+    fn staged_fast_per_rank_windows_on_the_chunked_rotation(
+        nodes in 32usize..=34,
+        depth in prop::sample::select(vec![None, Some(1u32), Some(3), Some(70)]),
+        scale in prop::sample::select(vec![2048u64, 1 << 16, 1 << 22]),
+        seed in any::<u64>(),
+    ) {
+        let topo = Topology::preset("dgx-h100", nodes, Some(2)).unwrap();
+        let m = matrix(topo.ranks(), seed, 1, scale);
+        let opts = PlannerOptions {
+            pipeline_depth: depth,
+            ..PlannerOptions::default()
+        };
+        check_with(&topo, &m, Algorithm::Fast, opts)?;
+    }
+}
+
+proptest! {
     #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
 
     /// `auto` per rank (`Planner::program`, by the estimates alone): every
