@@ -89,9 +89,15 @@ impl Emitter {
     /// (half a percent of the exchange) and by the latency (four inter-node
     /// latencies on a lane).
     pub(super) fn chunk_bounds(&self) -> (f64, f64) {
+        self.chunk_bounds_at(max_line(self.nodes, &self.node_bytes))
+    }
+
+    /// [`Emitter::chunk_bounds`] given the node matrix's largest line sum
+    /// (`max_line`, which the caller has).
+    pub(super) fn chunk_bounds_at(&self, line: u64) -> (f64, f64) {
         let lane_rate = self.nic_rate / self.weights.max_sharing() as f64;
         (
-            0.005 * self.exchange_us() * self.intra_rate,
+            0.005 * (line as f64 / self.node_rate) * self.intra_rate,
             4.0 * self.inter_latency * lane_rate,
         )
     }

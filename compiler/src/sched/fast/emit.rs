@@ -637,7 +637,10 @@ impl Emitter {
             self.bounds = None;
             return;
         }
-        let bounds = self.chunk_bounds();
+        // The largest line sum, read here once (the chunk's bound by the
+        // NVLink hop and the rotation's cap both need it).
+        let line = max_line(nn, &self.node_bytes);
+        let bounds = self.chunk_bounds_at(line);
         self.bounds = Some(bounds);
         // About one send per lane and part (see leaves.rs).
         let part = self.chunk_size(bounds).saturating_mul(self.gpus as u64);
@@ -648,9 +651,7 @@ impl Emitter {
             0
         };
         if keep_rotation {
-            let cap = self
-                .node_stages
-                .chunked_cap(nn, &self.node_bytes, &self.opts);
+            let cap = self.node_stages.chunked_cap(nn, line, &self.opts);
             if let Some(cap) = cap {
                 self.rotation.build(nn, &self.node_bytes, cap);
                 self.stage_count = self.rotation.stage_count();
@@ -784,7 +785,7 @@ impl NodeStages {
         }
         // Large clusters of switch nodes: the chunked rotation, pairs cut
         // into pieces of at most the floor, but none under `least_piece`.
-        if let Some(cap) = self.chunked_cap(nn, t, opts) {
+        if let Some(cap) = self.chunked_cap(nn, max_line(nn, t), opts) {
             self.rotation.build(nn, t, cap);
             return self.rotation.write_pairs(out);
         }
@@ -840,9 +841,10 @@ impl NodeStages {
     /// The piece cap of the chunked rotation where [`NodeStages::decompose`]
     /// cuts it (large clusters of switch nodes, no leaves that can bind):
     /// the floor, but no less than `least_piece`; `None` elsewhere.
-    pub(crate) fn chunked_cap(&self, nn: usize, t: &[u64], opts: &PlannerOptions) -> Option<u64> {
+    /// `line`: the node matrix's largest line sum ([`max_line`]).
+    pub(crate) fn chunked_cap(&self, nn: usize, line: u64, opts: &PlannerOptions) -> Option<u64> {
         (self.leaves.is_none() && !self.mesh && nn >= CHUNKED_ROTATION_NODES)
-            .then(|| Self::floor(nn, opts, self.node_rate, max_line(nn, t)).max(self.least_piece))
+            .then(|| Self::floor(nn, opts, self.node_rate, line).max(self.least_piece))
     }
 
     /// Whether [`StageChains`] rank the rotation against the

@@ -770,9 +770,9 @@ impl Emitter {
                 q -= 1;
                 let (k, t) = r.stage_at(q);
                 let (src, dst) = if into {
-                    ((d + nn - k) % nn, d)
+                    (if d >= k { d - k } else { d + nn - k }, d)
                 } else {
-                    (s, (s + k) % nn)
+                    (s, if s + k < nn { s + k } else { s + k - nn })
                 };
                 // A piece of the rank's node is on no chain.
                 if src == a || dst == a {
