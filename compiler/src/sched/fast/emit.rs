@@ -21,7 +21,7 @@ use super::balance::{Lane, LaneWeights, Piece, RowLens};
 use super::blocks::{Blocks, RankBuffers, WholeBlocks};
 use super::leaves::LeafStages;
 use super::mesh::MeshRelief;
-use super::rank_state::{RankSink, StageMemo};
+use super::rank_state::{RailLanes, RankSink, StageMemo};
 use super::rotation::RotationStages;
 use super::sink::{Emit, Sink};
 use super::stages::{Decomposer, StageChains, StagePair};
@@ -172,6 +172,9 @@ pub(crate) struct Emitter {
     pub(super) rank_bufs: RankBuffers,
     /// Keys of the transfers a rank's program emits (`rank.rs`).
     pub(super) rank_sink: RankSink,
+    /// A rank's program: lane `rail` of the other pairs, from the lane
+    /// sums (`balance_rank` with `lazy`).
+    pub(super) rail_lanes: RailLanes,
     /// The stages of a rank's last node matrix (`rank.rs`).
     pub(super) stage_memo: StageMemo,
     pub(super) node_bytes: Vec<u64>,
@@ -339,6 +342,7 @@ impl Emitter {
             whole: WholeBlocks::default(),
             rank_bufs: RankBuffers::default(),
             rank_sink: RankSink::default(),
+            rail_lanes: RailLanes::default(),
             stage_memo: StageMemo::default(),
             node_bytes: Vec::with_capacity(nodes * nodes),
             inter_blocks: 0,

@@ -234,6 +234,11 @@ impl Emitter {
     /// pairs: O(R + N²). Returns the rank's scratch bytes, or `None`
     /// (nothing balanced) when every pair goes direct. Not on a mesh
     /// (`spread`).
+    ///
+    /// With `lazy` (and `sums`), lane `rail` of the other pairs is not
+    /// written: [`Emitter::rail_lane`] reads it from the sums' prefix sums
+    /// ([`RailLanes`]), and `self.lanes` holds the node's `2 N G` lanes
+    /// only: O(R + N²) additions instead of `N²` lanes of 48 bytes.
     #[inline(never)]
     pub(super) fn balance_rank(
         &mut self,
@@ -242,6 +247,7 @@ impl Emitter {
         rail: usize,
         sums: Option<&LaneSums>,
         given: Option<&StageInputs>,
+        lazy: bool,
     ) -> Option<u64> {
         let (nn, g) = (self.nodes, self.gpus);
         debug_assert!(!self.mesh, "a mesh's lanes spread: no rank programs");
@@ -259,9 +265,17 @@ impl Emitter {
         if sums.is_none() {
             own.reset(nn, g, false);
         }
+        let lazy = lazy && sums.is_some();
+        self.rail_lanes.from_sums = lazy;
         self.lanes.clear();
-        self.lanes.resize(nn * nn + 2 * nn * g, Lane::default());
+        let others = if lazy { 0 } else { nn * nn };
+        self.lanes.resize(2 * nn * g + others, Lane::default());
         let idx = |a: usize, b: usize, l: usize| rank_lane_index(nn, g, node, rail, a, b, l);
+        let mut rails = std::mem::take(&mut self.rail_lanes);
+        if lazy {
+            rails.rows.clear();
+            rails.rows.reserve(nn * (nn + 1));
+        }
         for a in 0..nn {
             // Lane `rail` of node `a`'s pairs.
             let (gathered, lens) = match sums {
@@ -280,21 +294,29 @@ impl Emitter {
                 }
             };
             // Those away from `node`, gather bases running in the order of
-            // `b`.
+            // `b` (read from the sums' row prefix where `lazy`).
             let mut rail_gather = 0u64;
-            for (b, (&gathered, &len)) in gathered.iter().zip(lens).enumerate() {
-                if a != node && b != node && b != a {
-                    let at = self.pieces.len() as u32;
-                    self.lanes[a * nn + b] = Lane {
-                        own: len - gathered,
-                        gathered,
-                        pieces_start: at,
-                        pieces_end: at,
-                        gather_base: rail_gather,
-                        ..Lane::default()
-                    };
+            if lazy {
+                rails.rows.push(0);
+                rails.rows.extend(gathered.iter().map(|&x| {
+                    rail_gather += x;
+                    rail_gather
+                }));
+            } else {
+                for (b, (&gathered, &len)) in gathered.iter().zip(lens).enumerate() {
+                    if a != node && b != node && b != a {
+                        let at = self.pieces.len() as u32;
+                        self.lanes[idx(a, b, rail)] = Lane {
+                            own: len - gathered,
+                            gathered,
+                            pieces_start: at,
+                            pieces_end: at,
+                            gather_base: rail_gather,
+                            ..Lane::default()
+                        };
+                    }
+                    rail_gather += gathered;
                 }
-                rail_gather += gathered;
             }
             // The pairs of `node` (its row, else its column): every lane,
             // with pieces.
@@ -324,16 +346,46 @@ impl Emitter {
         let mut land = std::mem::take(&mut self.rank_sums);
         land.clear();
         land.resize(nn, 0);
-        for a in 0..nn {
-            for b in (0..nn).filter(|&b| b != node && b != a) {
-                let lane = &mut self.lanes[idx(a, b, rail)];
-                if a != node {
-                    lane.recv_base = gather[b * g + rail] + land[b];
+        if lazy {
+            // Each row's running sums (column `node` left at 0: its lanes
+            // are kept), from the sums' lengths and the node's own row.
+            rails.cols.clear();
+            rails.cols.reserve(nn * nn);
+            rails.gather.clear();
+            rails.gather.extend((0..nn).map(|b| gather[b * g + rail]));
+            let rail_len = &sums.rail_len;
+            for a in 0..nn {
+                rails.cols.extend_from_slice(&land);
+                if a == node {
+                    for (b, x) in land.iter_mut().enumerate() {
+                        if b != node {
+                            *x += self.lanes[idx(a, b, rail)].len();
+                        }
+                    }
+                } else {
+                    let row = &rail_len[a * nn..(a + 1) * nn];
+                    for (b, (x, &len)) in land.iter_mut().zip(row).enumerate() {
+                        if b != node && b != a {
+                            *x += len;
+                        }
+                    }
                 }
-                land[b] += lane.len();
+            }
+            // One row more: each lane's length is a difference of two.
+            rails.cols.extend_from_slice(&land);
+        } else {
+            for a in 0..nn {
+                for b in (0..nn).filter(|&b| b != node && b != a) {
+                    let lane = &mut self.lanes[idx(a, b, rail)];
+                    if a != node {
+                        lane.recv_base = gather[b * g + rail] + land[b];
+                    }
+                    land[b] += lane.len();
+                }
             }
         }
         self.rank_sums = land;
+        self.rail_lanes = rails;
         // The pairs of `node` keep their bases in full.
         // Its row: gather regions in the order of `b`, landing after the
         // nodes before `node`.

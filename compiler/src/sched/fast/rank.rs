@@ -10,6 +10,7 @@
 //! rail only the stage pairs whose sends its chains reach
 //! ([`Emitter::rank_pairs`]).
 
+use super::balance::Lane;
 use super::blocks::Blocks;
 use super::emit::Emitter;
 use super::rank_state::{rank_lane_index, RankPair, RankPairs, RankSink};
@@ -96,16 +97,20 @@ impl Emitter {
         let (node, rail) = (t.rank / g, t.rank % g);
         let mut bufs = std::mem::take(&mut self.rank_bufs);
         let v = bufs.view(t, if given.is_some() { None } else { splits });
-        let Some(scratch) = self.balance_rank(&v, node, rail, t.lane_sums.as_ref(), given) else {
+        // From the stage inputs, the chunked rotation is read piece by
+        // piece, not written (`rotated_rank`), and lane `rail` of the
+        // other pairs from the lane sums (`lazy`: the rank's chains read a
+        // few of them).
+        self.decompose_rank(given.is_some());
+        let sums = t.lane_sums.as_ref();
+        let lazy = self.rotated_rank;
+        let Some(scratch) = self.balance_rank(&v, node, rail, sums, given, lazy) else {
             self.rank_bufs = bufs;
             return refuse(
                 "every node pair is sent directly, and a direct lane's receives wait on \
                  the chains of every rail",
             );
         };
-        // From the stage inputs, the chunked rotation is read piece by
-        // piece, not written (`rotated_rank`).
-        self.decompose_rank(given.is_some());
         let mut sink = std::mem::take(&mut self.rank_sink);
         sink.reset(t.rank, g);
         self.prepare_sends();
@@ -157,19 +162,53 @@ impl Emitter {
 }
 
 impl Emitter {
+    /// Lane `rail` of pair `(a, b)`, both away from rank `(node, rail)`'s
+    /// node: kept in `lanes` ([`rank_lane_index`]), or read from the lane
+    /// sums' prefix sums ([`RailLanes`](super::rank_state::RailLanes),
+    /// `balance_rank` with `lazy`), the same fields (no pieces: such a lane
+    /// has none).
+    #[inline]
+    pub(super) fn rail_lane(&self, node: usize, rail: usize, a: usize, b: usize) -> Lane {
+        let (nn, g) = (self.nodes, self.gpus);
+        let r = &self.rail_lanes;
+        if !r.from_sums {
+            return self.lanes[rank_lane_index(nn, g, node, rail, a, b, rail)];
+        }
+        let (row, at) = (&r.rows[a * (nn + 1)..], a * nn + b);
+        let gathered = row[b + 1] - row[b];
+        let len = r.cols[at + nn] - r.cols[at];
+        Lane {
+            own: len - gathered,
+            gathered,
+            gather_base: row[b],
+            recv_base: r.gather[b] + r.cols[at],
+            ..Lane::default()
+        }
+    }
+
+    /// The length of lane `l` of pair `(s, d)` in rank `(a, j)`'s lanes:
+    /// any lane of its node's pairs, lane `j` of the others.
+    #[inline]
+    fn rank_lane_len(&self, a: usize, j: usize, s: usize, d: usize, l: usize) -> u64 {
+        if s == a || d == a {
+            self.lanes[rank_lane_index(self.nodes, self.gpus, a, j, s, d, l)].len()
+        } else {
+            self.rail_lane(a, j, s, d).len()
+        }
+    }
+
     /// Whether stage pair `i`, emitted for rank `(node, rail)`, is one of
     /// [`Emitter::rank_pairs`]' chain pairs that
     /// [`Emitter::emit_chain_pair`] emits: between two other nodes, its
     /// rail's lane balanced (not direct), staged (`spray` takes no such
     /// pair) and on a switch (a mesh is refused before).
     fn is_chain_pair(&self, node: usize, rail: usize, p: &StagePair) -> bool {
-        let (nn, g) = (self.nodes, self.gpus);
         let (a, b) = (p.src_node as usize, p.dst_node as usize);
         a != node
             && b != node
             && self.opts.staged
             && !self.mesh
-            && !self.lanes[rank_lane_index(nn, g, node, rail, a, b, rail)].direct
+            && !self.rail_lane(node, rail, a, b).direct
     }
 
     /// [`Emitter::emit_pair`] into `sink` for a chain pair `p`
@@ -195,7 +234,7 @@ impl Emitter {
         let (a, b, l) = (p.src_node as usize, p.dst_node as usize, rail);
         let taper = self.last_pair[a] == i || self.last_pair[nn + b] == i;
         // Lane `rail` of a pair of two other nodes (`rank_lane_index`).
-        let lane = self.lanes[a * nn + b];
+        let lane = self.rail_lane(sink.node, rail, a, b);
         let total = self.node_bytes[a * nn + b];
         let (from, to) = lane_slice(before, before + p.bytes, total, lane.len());
         let (c, r) = (a * g + l, b * g + l);
@@ -604,9 +643,9 @@ impl Emitter {
     /// that carries bytes (`lane_slice` not empty).
     #[inline]
     fn carries(&self, a: usize, j: usize, p: &StagePair, before: u64) -> bool {
-        let (nn, g) = (self.nodes, self.gpus);
+        let nn = self.nodes;
         let (s, d) = (p.src_node as usize, p.dst_node as usize);
-        let len = self.lanes[rank_lane_index(nn, g, a, j, s, d, j)].len();
+        let len = self.rank_lane_len(a, j, s, d, j);
         if len == 0 {
             return false;
         }
@@ -850,7 +889,7 @@ impl Emitter {
             let before = sent[s * nn + d];
             sent[s * nn + d] += p.bytes;
             before_of[i] = before;
-            let len = self.lanes[rank_lane_index(nn, g, a, j, s, d, j)].len();
+            let len = self.rank_lane_len(a, j, s, d, j);
             let total = self.node_bytes[s * nn + d];
             let (from, to) = lane_slice(before, before + p.bytes, total, len);
             if s == a || d == a {

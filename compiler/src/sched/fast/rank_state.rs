@@ -15,8 +15,10 @@ use crate::rank::{KeyDeps, LocalOp, LocalProgram, TransferKey};
 
 /// Where lane `l` of node pair `(a, b)` sits in the lanes of rank
 /// `(node, rail)`'s program (`Emitter::balance_rank`): its node's row
-/// (`(node, b, l)`) and column (`(a, node, l)`) after the `N²` lanes
-/// `rail` of every pair (at `a N + b`). Other lanes are not kept.
+/// (`(node, b, l)`) and column (`(a, node, l)`), then the `N²` lanes
+/// `rail` of every pair (at `2 N G + a N + b`; not kept where they are
+/// read from the lane sums, `Emitter::rail_lane`). Other lanes are not
+/// kept.
 #[inline(always)]
 pub(super) fn rank_lane_index(
     nodes: usize,
@@ -28,13 +30,29 @@ pub(super) fn rank_lane_index(
     l: usize,
 ) -> usize {
     if a == node {
-        nodes * nodes + b * gpus + l
+        b * gpus + l
     } else if b == node {
-        nodes * nodes + (nodes + a) * gpus + l
+        (nodes + a) * gpus + l
     } else {
         debug_assert_eq!(l, rail, "lane {l} of ({a}, {b}) is not kept");
-        a * nodes + b
+        2 * nodes * gpus + a * nodes + b
     }
+}
+
+/// Lane `rail` of the node pairs away from a rank's node, read from the
+/// lane sums where the rank's program does not keep them
+/// (`Emitter::balance_rank` with `lazy`): O(N²) numbers, no lanes
+/// written. `rows[a (N + 1) + b]`: the bytes node `a`'s lanes `rail` to
+/// nodes `0..b` gather (the gather base of `(a, b)`); `cols[a N + b]`:
+/// what the lanes `rail` of nodes `0..a` (not `b`) into `b` carry (its
+/// landing base after `gather[b]`, what GPU `(b, rail)` gathers).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RailLanes {
+    /// The lanes are read from here, not kept in `Emitter::lanes`.
+    pub(super) from_sums: bool,
+    pub(super) rows: Vec<u64>,
+    pub(super) cols: Vec<u64>,
+    pub(super) gather: Vec<u64>,
 }
 
 /// The stages `Emitter::first_slice_of` decomposed for a rank, kept for
@@ -145,7 +163,7 @@ impl RankPairs {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct RankSink {
     rank: u32,
-    node: usize,
+    pub(super) node: usize,
     rail: usize,
     /// Key of each transfer emitted, by id (`rank: u32::MAX`: moves no bytes).
     keys: Vec<TransferKey>,

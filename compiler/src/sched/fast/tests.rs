@@ -798,7 +798,7 @@ fn rank_lanes_match_the_whole(t: &Topology, m: &TrafficMatrix, opts: &PlannerOpt
         e.inter_blocks = splits.inter_blocks;
         let v = bufs.view(&lt, Some(splits));
         let sums = with_sums.then(|| LaneSums::assemble(&parts, rank, nn, g).unwrap());
-        let got = e.balance_rank(&v, node, rail, sums.as_ref(), None);
+        let got = e.balance_rank(&v, node, rail, sums.as_ref(), None, false);
         assert_eq!(e.all_direct, whole.all_direct);
         let Some(got) = got else {
             continue;
@@ -829,6 +829,27 @@ fn rank_lanes_match_the_whole(t: &Topology, m: &TrafficMatrix, opts: &PlannerOpt
                     }
                 }
             }
+        }
+        // Given the sums, lane `rail` of the other pairs read from them
+        // (`lazy`) is the lane kept, field for field.
+        if let Some(sums) = &sums {
+            let kept: Vec<_> = e.lanes.clone();
+            let again = e.balance_rank(&v, node, rail, Some(sums), None, true);
+            assert_eq!(again, Some(got));
+            assert_eq!(e.lanes.len(), 2 * nn * g);
+            assert_eq!(e.lanes[..], kept[..2 * nn * g], "rank {rank}");
+            for a in (0..nn).filter(|&a| a != node) {
+                for b in (0..nn).filter(|&b| b != node && b != a) {
+                    let x = e.rail_lane(node, rail, a, b);
+                    let y = kept[rank_lane_index(nn, g, node, rail, a, b, rail)];
+                    assert_eq!(
+                        (x.own, x.gathered, x.recv_base, x.gather_base, x.direct),
+                        (y.own, y.gathered, y.recv_base, y.gather_base, y.direct),
+                        "rank {rank}, lane {rail} of ({a}, {b}) from the sums"
+                    );
+                }
+            }
+            e.balance_rank(&v, node, rail, Some(sums), None, false);
         }
         e.decompose();
         e.prepare_sends();
