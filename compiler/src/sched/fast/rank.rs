@@ -867,7 +867,7 @@ impl Emitter {
     /// when the rank's slice meets the chain.
     #[cfg(test)]
     pub(super) fn rank_pairs_by_rings(&self, a: usize, j: usize) -> Vec<(u32, u64)> {
-        let (nn, g) = (self.nodes, self.gpus);
+        let nn = self.nodes;
         let chains = self.opts.staged;
         let window = self.window_back();
         let every = chains && window > MAX_WINDOW;
