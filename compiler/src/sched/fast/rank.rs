@@ -187,14 +187,16 @@ impl Emitter {
     }
 
     /// The length of lane `l` of pair `(s, d)` in rank `(a, j)`'s lanes:
-    /// any lane of its node's pairs, lane `j` of the others.
+    /// any lane of its node's pairs, lane `j` of the others
+    /// ([`Emitter::rail_lane`]'s, read alone).
     #[inline]
     fn rank_lane_len(&self, a: usize, j: usize, s: usize, d: usize, l: usize) -> u64 {
-        if s == a || d == a {
-            self.lanes[rank_lane_index(self.nodes, self.gpus, a, j, s, d, l)].len()
-        } else {
-            self.rail_lane(a, j, s, d).len()
+        let (nn, r) = (self.nodes, &self.rail_lanes);
+        if s != a && d != a && r.from_sums {
+            let at = s * nn + d;
+            return r.cols[at + nn] - r.cols[at];
         }
+        self.lanes[rank_lane_index(nn, self.gpus, a, j, s, d, l)].len()
     }
 
     /// Whether stage pair `i`, emitted for rank `(node, rail)`, is one of

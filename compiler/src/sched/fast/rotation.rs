@@ -22,10 +22,11 @@ use super::stages::StagePair;
 pub(crate) struct RotationStages {
     n: usize,
     cap: u64,
-    /// Rotation-major copy of the matrix: `rt[k n + a]` is entry
-    /// `(a, (a + k) mod n)`.
-    rt: Vec<u64>,
-    /// Pieces of each pair, laid out as `rt`.
+    /// The matrix, row-major (`tm[a n + b]`: node `a` to node `b`, in
+    /// rotation `(b - a) mod n`), read row by row: every pass over it is
+    /// sequential, the rotations' few numbers beside it.
+    tm: Vec<u64>,
+    /// Pieces of each pair, laid out as `tm` (0 on the diagonal).
     pc: Vec<u32>,
     /// Per rotation: its first local stage's id and its stage count (its
     /// largest pair's pieces).
@@ -84,53 +85,71 @@ impl RotationStages {
             self.last.resize(2 * n, u32::MAX);
             return;
         }
-        // Rotation by rotation (row `k` of `rt` is diagonal `k` of `t`):
-        // its entries, their pieces and its largest.
-        self.rt.resize(n * n, 0);
-        self.pc.resize(n * n, 0);
+        // Each pair's pieces, and each rotation's largest: row `a`'s
+        // entries `b > a` are rotations `1..n - a`, those `b < a` rotations
+        // `n - a..n`.
+        self.tm.clear();
+        self.tm.extend_from_slice(&t[..n * n]);
+        self.pc.clear();
+        // Most pairs are one piece or none: no division for them.
+        self.pc.extend(t[..n * n].iter().map(|&x| {
+            if x <= cap {
+                u32::from(x > 0)
+            } else {
+                x.div_ceil(cap) as u32
+            }
+        }));
         self.first.resize(n, 0);
         self.most.resize(n, 0);
-        for k in 1..n {
-            let (row, prow) = (
-                &mut self.rt[k * n..(k + 1) * n],
-                &mut self.pc[k * n..(k + 1) * n],
-            );
-            let mut hi = 0;
-            for (a, (x, p)) in row.iter_mut().zip(prow.iter_mut()).enumerate() {
-                let b = if a + k < n { a + k } else { a + k - n };
-                *x = t[a * n + b];
-                // Most pairs are one piece or none: no division for them.
-                *p = if *x <= cap {
-                    u32::from(*x > 0)
-                } else {
-                    x.div_ceil(cap) as u32
-                };
-                hi = hi.max(*p);
+        self.most.fill(0);
+        for a in 0..n {
+            self.pc[a * n + a] = 0;
+            let row = &self.pc[a * n..(a + 1) * n];
+            let (after, before) = (&row[a + 1..], &row[..a]);
+            let (up, down) = self.most[1..].split_at_mut(n - a - 1);
+            for (h, &p) in up.iter_mut().zip(after) {
+                *h = (*h).max(p);
             }
-            self.most[k] = hi;
+            for (h, &p) in down.iter_mut().zip(before) {
+                *h = (*h).max(p);
+            }
         }
+        // The rotations' stages, in their order; where a pair of `p`
+        // pieces starts (`end[k] - p`, `end[k]` one past rotation `k`'s
+        // last stage id).
         let mut ks: Vec<usize> = (1..n).collect();
         ks.sort_unstable_by_key(|&k| rotation_rank(n, k));
+        let mut end = vec![0usize; n];
         for &k in &ks {
-            let (row, prow) = (&self.rt[k * n..(k + 1) * n], &self.pc[k * n..(k + 1) * n]);
-            let hi = self.most[k] as usize;
-            let f = self.bytes.len();
+            let (f, hi) = (self.bytes.len(), self.most[k] as usize);
             self.first[k] = f as u32;
+            end[k] = f + hi;
             self.bytes.resize(f + hi, 0);
             self.count.resize(f + hi, 0);
             self.rot.resize(f + hi, k as u32);
-            let (bs, cs) = (&mut self.bytes[f..], &mut self.count[f..]);
-            // A pair of `p` pieces starts at stage `hi - p` with its partial
-            // piece and sends `cap` in each stage after it.
-            for (&x, &p) in row.iter().zip(prow) {
-                let p = p as usize;
+        }
+        // A pair of `p` pieces starts at stage `hi - p` of its rotation
+        // with its partial piece and sends `cap` in each stage after it.
+        let (bs, cs) = (&mut self.bytes, &mut self.count);
+        for a in 0..n {
+            let (row, prow) = (&t[a * n..(a + 1) * n], &self.pc[a * n..(a + 1) * n]);
+            let (up, down) = end[1..].split_at(n - a - 1);
+            let after = row[a + 1..].iter().zip(&prow[a + 1..]).zip(up);
+            let before = row[..a].iter().zip(&prow[..a]).zip(down);
+            let mut add = |((&x, &p), &e): ((&u64, &u32), &usize)| {
                 if p > 0 {
-                    bs[hi - p] += x - (p as u64 - 1) * cap;
-                    cs[hi - p] += 1;
+                    let at = e - p as usize;
+                    bs[at] += x - (u64::from(p) - 1) * cap;
+                    cs[at] += 1;
                 }
-            }
+            };
+            after.for_each(&mut add);
+            before.for_each(&mut add);
+        }
+        for &k in &ks {
+            let (f, hi) = (self.first[k] as usize, self.most[k] as usize);
             let mut started = 0u32;
-            for (b, c) in bs.iter_mut().zip(cs.iter_mut()) {
+            for (b, c) in bs[f..f + hi].iter_mut().zip(&mut cs[f..f + hi]) {
                 let here = *c;
                 *b += u64::from(started) * cap;
                 *c += started;
@@ -159,9 +178,9 @@ impl RotationStages {
         let mut unset = 2 * n;
         for &k in &ks {
             let e = end(k);
-            for (a, &p) in self.pc[k * n..(k + 1) * n].iter().enumerate() {
-                if p > 0 {
-                    let b = if a + k < n { a + k } else { a + k - n };
+            for a in 0..n {
+                let b = if a + k < n { a + k } else { a + k - n };
+                if self.pc[a * n + b] > 0 {
                     for at in [a, n + b] {
                         if self.last[at] == u32::MAX {
                             self.last[at] = e;
@@ -194,17 +213,17 @@ impl RotationStages {
         let mut at: Vec<usize> = (0..stages)
             .map(|s| base + self.starts[self.number[s] as usize])
             .collect();
-        for k in 1..n {
-            let (f, hi) = (self.first[k] as usize, self.most[k] as usize);
-            let (row, prow) = (&self.rt[k * n..(k + 1) * n], &self.pc[k * n..(k + 1) * n]);
-            let (at, number) = (&mut at[f..f + hi], &self.number[f..f + hi]);
-            for (a, (&x, &p)) in row.iter().zip(prow).enumerate() {
-                let p = p as usize;
+        // Row by row: within a stage, by sending node.
+        for a in 0..n {
+            for b in (0..n).filter(|&b| b != a) {
+                let p = self.pc[a * n + b] as usize;
                 if p == 0 {
                     continue;
                 }
-                let b = if a + k < n { a + k } else { a + k - n };
-                let mut w = x - (p as u64 - 1) * cap;
+                let k = if b > a { b - a } else { b + n - a };
+                let (f, hi) = (self.first[k] as usize, self.most[k] as usize);
+                let (at, number) = (&mut at[f..f + hi], &self.number[f..f + hi]);
+                let mut w = self.tm[a * n + b] - (p as u64 - 1) * cap;
                 for (pos, &stage) in at[hi - p..].iter_mut().zip(&number[hi - p..]) {
                     out[*pos] = StagePair {
                         stage,
@@ -248,8 +267,9 @@ impl RotationStages {
             for t in 1..most {
                 (lo[f + t], hi[f + t]) = (self.cap, self.cap);
             }
-            let (row, prow) = (&self.rt[k * n..(k + 1) * n], &self.pc[k * n..(k + 1) * n]);
-            for (&x, &p) in row.iter().zip(prow) {
+            for a in 0..n {
+                let b = if a + k < n { a + k } else { a + k - n };
+                let (x, p) = (self.tm[a * n + b], self.pc[a * n + b]);
                 if p > 0 {
                     let s = f + most - p as usize;
                     let partial = x - u64::from(p - 1) * self.cap;
@@ -274,20 +294,20 @@ impl RotationStages {
     #[inline]
     pub(crate) fn piece(&self, k: usize, a: usize, t: u32) -> Option<(StagePair, u64)> {
         let n = self.n;
-        let p = self.pc[k * n + a];
+        let b = if a + k < n { a + k } else { a + k - n };
+        let p = self.pc[a * n + b];
         let hi = self.most[k];
         if p == 0 || t + p < hi {
             return None;
         }
         let m = u64::from(t + p - hi);
-        let x = self.rt[k * n + a];
+        let x = self.tm[a * n + b];
         let partial = x - u64::from(p - 1) * self.cap;
         let (bytes, before) = if m == 0 {
             (partial, 0)
         } else {
             (self.cap, partial + (m - 1) * self.cap)
         };
-        let b = if a + k < n { a + k } else { a + k - n };
         let pair = StagePair {
             stage: self.number[(self.first[k] + t) as usize],
             src_node: a as u32,
@@ -307,8 +327,8 @@ impl RotationStages {
         for k in 1..n {
             let hi = self.most[k];
             let from = if a >= k { a - k } else { a + n - k };
-            for s in [a, from] {
-                let p = self.pc[k * n + s];
+            for (s, d) in [(a, if a + k < n { a + k } else { a + k - n }), (from, a)] {
+                let p = self.pc[s * n + d];
                 for t in hi - p..hi {
                     if let Some(x) = self.piece(k, s, t) {
                         out.push(x);
@@ -327,9 +347,9 @@ impl RotationStages {
         let n = self.n;
         let hi = self.most[k];
         let a = pair.src_node as usize;
-        let lower = self.pc[k * n..k * n + a]
-            .iter()
-            .filter(|&&p| p > 0 && t + p >= hi)
+        let lower = (0..a)
+            .map(|s| self.pc[s * n + if s + k < n { s + k } else { s + k - n }])
+            .filter(|&p| p > 0 && t + p >= hi)
             .count();
         self.starts[pair.stage as usize] + lower
     }
