@@ -427,27 +427,16 @@ impl Emitter {
     /// [`Emitter::first_slice_of`] where the memo's stages are the chunked
     /// rotation: the node's pieces in stage order until one gives lane
     /// `rail` a slice that carries bytes; its index in the written list.
-    fn first_slice_rotated(&mut self, node_bytes: &[u64], node: usize, lens: &[u64]) -> u32 {
+    fn first_slice_rotated(&self, node_bytes: &[u64], node: usize, lens: &[u64]) -> u32 {
         let nn = self.nodes;
-        let mut pieces = std::mem::take(&mut self.rank_sink.pairs.pieces);
-        pieces.clear();
         let r = &self.stage_memo.rotation;
-        r.pieces_of(node, &mut pieces);
-        let mut first = NONE;
-        for &(p, before) in &pieces {
-            if p.src_node as usize != node {
-                continue;
-            }
+        let first = r.first_piece_from(node, |p, before| {
             let b = p.dst_node as usize;
             let total = node_bytes[node * nn + b];
             let (from, to) = lane_slice(before, before + p.bytes, total, lens[b]);
-            if to > from {
-                first = r.index_of(&p) as u32;
-                break;
-            }
-        }
-        self.rank_sink.pairs.pieces = pieces;
-        first
+            to > from
+        });
+        first.map_or(NONE, |p| r.index_of(&p) as u32)
     }
 
     /// [`Emitter::given_first_slices`] where the stages are the chunked

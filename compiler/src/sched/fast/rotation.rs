@@ -336,7 +336,38 @@ impl RotationStages {
                 }
             }
         }
-        out[start..].sort_unstable_by_key(|(p, _)| (p.stage, p.src_node));
+        out[start..]
+            .sort_unstable_by_key(|(p, _)| (u64::from(p.stage) << 32) | u64::from(p.src_node));
+    }
+
+    /// The first piece, in stage order, that node `a` sends and `carries`
+    /// holds for (given the piece and the bytes its pair sent before it).
+    pub(crate) fn first_piece_from(
+        &self,
+        a: usize,
+        mut carries: impl FnMut(&StagePair, u64) -> bool,
+    ) -> Option<StagePair> {
+        let n = self.n;
+        let mut first: Option<StagePair> = None;
+        for k in 1..n {
+            let hi = self.most[k];
+            let b = if a + k < n { a + k } else { a + k - n };
+            let p = self.pc[a * n + b];
+            for t in hi - p..hi {
+                let Some((x, before)) = self.piece(k, a, t) else {
+                    continue;
+                };
+                if first.is_some_and(|f| f.stage < x.stage) {
+                    // The pair's later pieces are in later stages of its
+                    // rotation, not always later stage numbers: go on.
+                    continue;
+                }
+                if carries(&x, before) {
+                    first = Some(x);
+                }
+            }
+        }
+        first
     }
 
     /// The index in the written list ([`RotationStages::write_pairs`]) of
