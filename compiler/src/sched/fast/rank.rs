@@ -353,24 +353,7 @@ impl Emitter {
         pairs: &[u32],
     ) -> Result<()> {
         let (nn, g) = (self.nodes, self.gpus);
-        let stages = self.stages.len();
-        let bad = |reason: String| -> Error {
-            InputError::new(
-                "local traffic",
-                format!("`stage_inputs.first_slices`: {reason}"),
-            )
-            .into()
-        };
-        if let Some(c) = given
-            .first_slices
-            .iter()
-            .position(|&i| i != NONE && i as usize >= stages)
-        {
-            return Err(bad(format!(
-                "GPU {c}'s is stage pair {}, of {stages}",
-                given.first_slices[c]
-            )));
-        }
+        first_slices_in_range(given, self.stages.len())?;
         self.first_slice.clear();
         self.first_slice.extend_from_slice(&given.first_slices);
         // The node's own GPUs, from its lanes (every lane of its pairs).
@@ -392,36 +375,42 @@ impl Emitter {
             }
             let b = p.dst_node as usize;
             let before = taken[b];
-            let after = before + p.bytes;
-            taken[b] = after;
-            let total = self.node_bytes[node * nn + b];
-            for (l, f) in found.iter_mut().enumerate() {
-                if *f != u64::from(NONE) {
-                    continue;
-                }
-                let len = self.lanes[rank_lane_index(nn, g, node, 0, node, b, l)].len();
-                let (from, to) = lane_slice(before, after, total, len);
-                if to > from {
-                    *f = u64::from(i);
-                    left -= 1;
-                }
-            }
+            taken[b] = before + p.bytes;
+            left -= self.own_slices(node, p, before, found, || u64::from(i));
         }
-        let wrong = found
-            .iter()
-            .enumerate()
-            .find(|&(l, &f)| f != u64::from(self.first_slice[node * g + l]));
-        let out = match wrong {
-            Some((l, &f)) => Err(bad(format!(
-                "GPU {}'s is {}, its lanes say {}",
-                node * g + l,
-                self.first_slice[node * g + l],
-                f
-            ))),
-            None => Ok(()),
-        };
+        let out = own_first_slices_agree(given, found, node);
         self.rank_sums = own;
         out
+    }
+
+    /// Of the lanes of node `node`'s GPUs that have not found their first
+    /// slice (`found[l]` [`NONE`]), those to which stage pair `p` (sent by
+    /// `node`; `before` bytes of its node pair before it) gives a slice
+    /// that carries bytes: each takes `index()`. Returns how many.
+    fn own_slices(
+        &self,
+        node: usize,
+        p: &StagePair,
+        before: u64,
+        found: &mut [u64],
+        mut index: impl FnMut() -> u64,
+    ) -> usize {
+        let (nn, g) = (self.nodes, self.gpus);
+        let b = p.dst_node as usize;
+        let total = self.node_bytes[node * nn + b];
+        let mut taken = 0;
+        for (l, f) in found.iter_mut().enumerate() {
+            if *f != u64::from(NONE) {
+                continue;
+            }
+            let len = self.lanes[rank_lane_index(nn, g, node, 0, node, b, l)].len();
+            let (from, to) = lane_slice(before, before + p.bytes, total, len);
+            if to > from {
+                *f = index();
+                taken += 1;
+            }
+        }
+        taken
     }
 
     /// [`Emitter::first_slice_of`] where the memo's stages are the chunked
@@ -451,69 +440,30 @@ impl Emitter {
         node: usize,
         pieces: &[(StagePair, u64)],
     ) -> Result<()> {
-        let (nn, g) = (self.nodes, self.gpus);
-        let r = &self.rotation;
-        let pairs = r.pairs();
-        let bad = |reason: String| -> Error {
-            InputError::new(
-                "local traffic",
-                format!("`stage_inputs.first_slices`: {reason}"),
-            )
-            .into()
-        };
-        if let Some(c) = given
-            .first_slices
-            .iter()
-            .position(|&i| i != NONE && i as usize >= pairs)
-        {
-            return Err(bad(format!(
-                "GPU {c}'s is stage pair {}, of {pairs}",
-                given.first_slices[c]
-            )));
-        }
+        let g = self.gpus;
+        first_slices_in_range(given, self.rotation.pairs())?;
         // The node's own GPUs, from its lanes (every lane of its pairs),
         // until every lane has found its slice.
         let mut found = std::mem::take(&mut self.rank_sums);
         found.clear();
         found.resize(g, u64::from(NONE));
         let mut left = g;
-        for &(p, before) in pieces {
+        for (p, before) in pieces {
             if left == 0 {
                 break;
             }
             if p.src_node as usize != node {
                 continue;
             }
-            let b = p.dst_node as usize;
-            let total = self.node_bytes[node * nn + b];
             let mut index = None;
-            for (l, f) in found.iter_mut().enumerate() {
-                if *f != u64::from(NONE) {
-                    continue;
-                }
-                let len = self.lanes[rank_lane_index(nn, g, node, 0, node, b, l)].len();
-                let (from, to) = lane_slice(before, before + p.bytes, total, len);
-                if to > from {
-                    *f = *index.get_or_insert_with(|| r.index_of(&p) as u64);
-                    left -= 1;
-                }
-            }
+            let r = &self.rotation;
+            let at = || *index.get_or_insert_with(|| r.index_of(p) as u64);
+            left -= self.own_slices(node, p, *before, &mut found, at);
         }
-        let wrong = found
-            .iter()
-            .enumerate()
-            .find(|&(l, &f)| f != u64::from(given.first_slices[node * g + l]));
-        let out = match wrong {
-            Some((l, &f)) => Err(bad(format!(
-                "GPU {}'s is {}, its lanes say {}",
-                node * g + l,
-                given.first_slices[node * g + l],
-                f
-            ))),
-            None => Ok(()),
-        };
+        let out = own_first_slices_agree(given, &found, node);
         self.rank_sums = found;
         out?;
+        let r = &self.rotation;
         self.first_slice.clear();
         self.first_slice
             .extend(given.first_slices.iter().map(|&i| match i {
@@ -595,6 +545,50 @@ impl Emitter {
         self.stages = stages;
         self.rank_sums = left;
         self.lane_tmp = tmp;
+    }
+}
+
+/// An error in what a job gave as `stage_inputs.first_slices`.
+fn bad_first_slices(reason: String) -> Error {
+    InputError::new(
+        "local traffic",
+        format!("`stage_inputs.first_slices`: {reason}"),
+    )
+    .into()
+}
+
+/// Every GPU's given first slice names one of `pairs` stage pairs (or
+/// none).
+fn first_slices_in_range(given: &StageInputs, pairs: usize) -> Result<()> {
+    match given
+        .first_slices
+        .iter()
+        .position(|&i| i != NONE && i as usize >= pairs)
+    {
+        Some(c) => Err(bad_first_slices(format!(
+            "GPU {c}'s is stage pair {}, of {pairs}",
+            given.first_slices[c]
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The first slices of node `node`'s GPUs that their lanes say (`found`,
+/// one per GPU) are those `given`.
+fn own_first_slices_agree(given: &StageInputs, found: &[u64], node: usize) -> Result<()> {
+    let at = node * found.len();
+    match found
+        .iter()
+        .enumerate()
+        .find(|&(l, &f)| f != u64::from(given.first_slices[at + l]))
+    {
+        Some((l, &f)) => Err(bad_first_slices(format!(
+            "GPU {}'s is {}, its lanes say {}",
+            at + l,
+            given.first_slices[at + l],
+            f
+        ))),
+        None => Ok(()),
     }
 }
 

@@ -410,24 +410,9 @@ impl RotationStages {
 
 #[cfg(test)]
 mod tests {
+    use super::super::stages::tests::skewed as matrix;
     use super::*;
     use proptest::prelude::*;
-
-    fn matrix(n: usize, seed: u64, sparse: u64) -> Vec<u64> {
-        let mut x = seed | 1;
-        (0..n * n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                if x % 4 < sparse {
-                    0
-                } else {
-                    (x >> 40) % 1000 * (1 + x % 7).pow(3)
-                }
-            })
-            .collect()
-    }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]

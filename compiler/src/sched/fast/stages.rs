@@ -1132,7 +1132,7 @@ pub fn check_partial_permutation(pairs: &[StagePair], nodes: usize) -> Result<()
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use proptest::prelude::*;
 
@@ -1365,7 +1365,7 @@ mod tests {
     }
 
     /// Skewed entries, some zero (sparse supports make the searches work).
-    fn skewed(n: usize, seed: u64, sparse: u64) -> Vec<u64> {
+    pub(in crate::sched::fast) fn skewed(n: usize, seed: u64, sparse: u64) -> Vec<u64> {
         let mut x = seed | 1;
         (0..n * n)
             .map(|_| {
