@@ -8,7 +8,10 @@
 //! [`RankSink`](super::rank_state::RankSink) (rank_state.rs): only the
 //! lanes whose transfers or chains the rank's program names, and of its
 //! rail only the stage pairs whose sends its chains reach
-//! ([`Emitter::rank_pairs`]).
+//! ([`Emitter::rank_pairs`]; on the chunked rotation, given the stage
+//! inputs, read piece by piece without writing the stage pairs,
+//! [`Emitter::rank_pairs_rotated`], and lane `rail` of the other pairs
+//! read from the lane sums, [`Emitter::rail_lane`]).
 
 use super::balance::Lane;
 use super::blocks::Blocks;
@@ -199,7 +202,7 @@ impl Emitter {
         self.lanes[rank_lane_index(nn, self.gpus, a, j, s, d, l)].len()
     }
 
-    /// Whether stage pair `i`, emitted for rank `(node, rail)`, is one of
+    /// Whether stage pair `p`, emitted for rank `(node, rail)`, is one of
     /// [`Emitter::rank_pairs`]' chain pairs that
     /// [`Emitter::emit_chain_pair`] emits: between two other nodes, its
     /// rail's lane balanced (not direct), staged (`spray` takes no such
