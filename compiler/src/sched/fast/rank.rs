@@ -213,7 +213,7 @@ impl Emitter {
             && b != node
             && self.opts.staged
             && !self.mesh
-            && !self.rail_lane(node, rail, a, b).direct
+            && (self.rail_lanes.from_sums || !self.rail_lane(node, rail, a, b).direct)
     }
 
     /// [`Emitter::emit_pair`] into `sink` for a chain pair `p`
@@ -320,7 +320,8 @@ impl Emitter {
             memo.stage_count = std::mem::replace(&mut self.stage_count, count);
             memo.bounds = std::mem::replace(&mut self.bounds, bounds);
             self.depth = depth;
-            memo.node_bytes.clone_from(&self.node_bytes);
+            // Moved, not copied: `program_local_into` sets `node_bytes`.
+            std::mem::swap(&mut memo.node_bytes, &mut self.node_bytes);
             memo.valid = true;
         }
         if self.stage_memo.rotated {

@@ -48,7 +48,9 @@ pub(super) fn rank_lane_index(
 /// landing base after `gather[b]`, what GPU `(b, rail)` gathers).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct RailLanes {
-    /// The lanes are read from here, not kept in `Emitter::lanes`.
+    /// The lanes are read from here, not kept in `Emitter::lanes` (none
+    /// of them is direct: only the rank's node's pairs are balanced or
+    /// sent directly).
     pub(super) from_sums: bool,
     pub(super) rows: Vec<u64>,
     pub(super) cols: Vec<u64>,
