@@ -453,6 +453,21 @@ fn is_rotation(stages: &[StagePair], n: usize) -> bool {
         })
 }
 
+/// Staged `fast` planned for `network`: every rank's program, planned
+/// alone, stitches into the whole plan; returns the whole plan's stages.
+fn fast_stages_all_ranks_alone(
+    topo: &Topology,
+    m: &TrafficMatrix,
+    network: Network,
+) -> Vec<StagePair> {
+    let opts = PlannerOptions::for_network(network);
+    let per_rank = check_with(topo, m, Algorithm::Fast, opts.clone()).unwrap();
+    assert_eq!(per_rank, topo.ranks());
+    let mut p = Planner::for_algorithm(topo, Algorithm::Fast, opts).unwrap();
+    p.plan(m).unwrap();
+    p.stages().to_vec()
+}
+
 /// Node matrices where `fast` takes the rotation stages (and some where it
 /// does not): every rank's program, planned alone, makes the same choice
 /// and stitches into the whole plan. In `calibrated` the rotation is off.
@@ -466,12 +481,8 @@ fn staged_fast_per_rank_rotation_stages() {
         let topo = Topology::preset("dgx-h100", nodes, Some(2)).unwrap();
         let m = lognormal_nodes(&topo, i as u64, sigma);
         for network in [Network::Ideal, Network::Calibrated] {
-            let opts = PlannerOptions::for_network(network);
-            let per_rank = check_with(&topo, &m, Algorithm::Fast, opts.clone()).unwrap();
-            assert_eq!(per_rank, topo.ranks());
-            let mut p = Planner::for_algorithm(&topo, Algorithm::Fast, opts).unwrap();
-            p.plan(&m).unwrap();
-            let rotation = is_rotation(p.stages(), nodes);
+            let stages = fast_stages_all_ranks_alone(&topo, &m, network);
+            let rotation = is_rotation(&stages, nodes);
             assert!(
                 !rotation || network == Network::Ideal,
                 "{nodes} nodes {network:?}"
@@ -858,22 +869,15 @@ fn staged_fast_per_rank_chunked_rotation_at_32_nodes() {
             }
         }
         for network in [Network::Ideal, Network::Calibrated] {
-            let opts = PlannerOptions::for_network(network);
-            let per_rank = check_with(&topo, &m, Algorithm::Fast, opts.clone()).unwrap();
-            assert_eq!(per_rank, topo.ranks());
-            let mut p = Planner::for_algorithm(&topo, Algorithm::Fast, opts).unwrap();
-            p.plan(&m).unwrap();
+            let stages = fast_stages_all_ranks_alone(&topo, &m, network);
             let mut of_stage = std::collections::BTreeMap::new();
-            for s in p.stages() {
+            for s in &stages {
                 let k = *of_stage.entry(s.stage).or_insert_with(|| diag(s));
                 assert_eq!(k, diag(s), "stage {} mixes rotations", s.stage);
             }
-            let pairs: std::collections::BTreeSet<_> = p
-                .stages()
-                .iter()
-                .map(|s| (s.src_node, s.dst_node))
-                .collect();
-            cut += usize::from(pairs.len() < p.stages().len());
+            let pairs: std::collections::BTreeSet<_> =
+                stages.iter().map(|s| (s.src_node, s.dst_node)).collect();
+            cut += usize::from(pairs.len() < stages.len());
         }
     }
     assert!(cut > 0, "no pair was cut into pieces");

@@ -655,7 +655,7 @@ impl Emitter {
             0
         };
         if keep_rotation {
-            let cap = self.node_stages.chunked_cap(nn, line, &self.opts);
+            let cap = self.node_stages.chunked_cap(nn, || line, &self.opts);
             if let Some(cap) = cap {
                 self.rotation.build(nn, &self.node_bytes, cap);
                 self.stage_count = self.rotation.stage_count();
@@ -789,7 +789,7 @@ impl NodeStages {
         }
         // Large clusters of switch nodes: the chunked rotation, pairs cut
         // into pieces of at most the floor, but none under `least_piece`.
-        if let Some(cap) = self.chunked_cap(nn, max_line(nn, t), opts) {
+        if let Some(cap) = self.chunked_cap(nn, || max_line(nn, t), opts) {
             self.rotation.build(nn, t, cap);
             return self.rotation.write_pairs(out);
         }
@@ -845,10 +845,16 @@ impl NodeStages {
     /// The piece cap of the chunked rotation where [`NodeStages::decompose`]
     /// cuts it (large clusters of switch nodes, no leaves that can bind):
     /// the floor, but no less than `least_piece`; `None` elsewhere.
-    /// `line`: the node matrix's largest line sum ([`max_line`]).
-    pub(crate) fn chunked_cap(&self, nn: usize, line: u64, opts: &PlannerOptions) -> Option<u64> {
+    /// `line`: the node matrix's largest line sum ([`max_line`]), read
+    /// only where the rotation applies.
+    pub(crate) fn chunked_cap(
+        &self,
+        nn: usize,
+        line: impl FnOnce() -> u64,
+        opts: &PlannerOptions,
+    ) -> Option<u64> {
         (self.leaves.is_none() && !self.mesh && nn >= CHUNKED_ROTATION_NODES)
-            .then(|| Self::floor(nn, opts, self.node_rate, line).max(self.least_piece))
+            .then(|| Self::floor(nn, opts, self.node_rate, line()).max(self.least_piece))
     }
 
     /// Whether [`StageChains`] rank the rotation against the

@@ -177,14 +177,14 @@ impl Emitter {
         if !r.from_sums {
             return self.lanes[rank_lane_index(nn, g, node, rail, a, b, rail)];
         }
-        let (row, at) = (&r.rows[a * (nn + 1)..], a * nn + b);
+        let row = &r.rows[a * (nn + 1)..];
         let gathered = row[b + 1] - row[b];
-        let len = r.cols[at + nn] - r.cols[at];
+        let len = r.len(nn, a, b);
         Lane {
             own: len - gathered,
             gathered,
             gather_base: row[b],
-            recv_base: r.gather[b] + r.cols[at],
+            recv_base: r.gather[b] + r.cols[a * nn + b],
             ..Lane::default()
         }
     }
@@ -196,8 +196,7 @@ impl Emitter {
     fn rank_lane_len(&self, a: usize, j: usize, s: usize, d: usize, l: usize) -> u64 {
         let (nn, r) = (self.nodes, &self.rail_lanes);
         if s != a && d != a && r.from_sums {
-            let at = s * nn + d;
-            return r.cols[at + nn] - r.cols[at];
+            return r.len(nn, s, d);
         }
         self.lanes[rank_lane_index(nn, self.gpus, a, j, s, d, l)].len()
     }

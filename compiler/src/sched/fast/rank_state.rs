@@ -57,6 +57,16 @@ pub(crate) struct RailLanes {
     pub(super) gather: Vec<u64>,
 }
 
+impl RailLanes {
+    /// The length of lane `rail` of pair `(a, b)` (of `nodes` nodes, both
+    /// away from the rank's node): its column's running sum past row `a`.
+    #[inline]
+    pub(super) fn len(&self, nodes: usize, a: usize, b: usize) -> u64 {
+        let at = a * nodes + b;
+        self.cols[at + nodes] - self.cols[at]
+    }
+}
+
 /// The stages `Emitter::first_slice_of` decomposed for a rank, kept for
 /// its program on the same node matrix (`Emitter::decompose_rank`): a
 /// job needs them twice per call, for its GPU's first slice and then for
