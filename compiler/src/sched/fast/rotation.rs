@@ -15,6 +15,7 @@
 //! written list (what a job exchanges as a GPU's first slice) costs
 //! O(n).
 
+use super::arith::CeilDiv;
 use super::stages::StagePair;
 
 /// The chunked rotation of one node matrix ([`RotationStages::build`]).
@@ -90,29 +91,27 @@ impl RotationStages {
         // `n - a..n`.
         self.tm.clear();
         self.tm.extend_from_slice(&t[..n * n]);
+        // Pieces and largest pieces in one pass, a multiply in place of a
+        // division (`CeilDiv`) and no branch: a matrix may have pairs on
+        // both sides of `cap` in any order.
+        let div = CeilDiv::new(cap);
         self.pc.clear();
-        // Most pairs are one piece or none: no division for them.
-        self.pc.extend(t[..n * n].iter().map(|&x| {
-            if x <= cap {
-                u32::from(x > 0)
-            } else {
-                x.div_ceil(cap) as u32
-            }
-        }));
+        self.pc.resize(n * n, 0);
         self.first.resize(n, 0);
         self.most.resize(n, 0);
         self.most.fill(0);
         for a in 0..n {
-            self.pc[a * n + a] = 0;
-            let row = &self.pc[a * n..(a + 1) * n];
-            let (after, before) = (&row[a + 1..], &row[..a]);
+            let (row, prow) = (&t[a * n..(a + 1) * n], &mut self.pc[a * n..(a + 1) * n]);
+            let (prow_before, prow_after) = prow.split_at_mut(a);
             let (up, down) = self.most[1..].split_at_mut(n - a - 1);
-            for (h, &p) in up.iter_mut().zip(after) {
-                *h = (*h).max(p);
-            }
-            for (h, &p) in down.iter_mut().zip(before) {
-                *h = (*h).max(p);
-            }
+            let after = up.iter_mut().zip(&row[a + 1..]).zip(&mut prow_after[1..]);
+            let before = down.iter_mut().zip(&row[..a]).zip(prow_before);
+            let mut cut = |((h, &x), p): ((&mut u32, &u64), &mut u32)| {
+                *p = div.ceil(x) as u32;
+                *h = (*h).max(*p);
+            };
+            after.for_each(&mut cut);
+            before.for_each(&mut cut);
         }
         // The rotations' stages, in their order; where a pair of `p`
         // pieces starts (`end[k] - p`, `end[k]` one past rotation `k`'s
