@@ -236,9 +236,11 @@ impl Emitter {
     /// (`spread`).
     ///
     /// With `lazy` (and `sums`), lane `rail` of the other pairs is not
-    /// written: [`Emitter::rail_lane`] reads it from the sums' prefix sums
-    /// ([`RailLanes`]), and `self.lanes` holds the node's `2 N G` lanes
-    /// only: O(R + N²) additions instead of `N²` lanes of 48 bytes.
+    /// written: their lengths are the sums' ([`RailLanes`]), and the lanes
+    /// of the rank's chain pairs are placed once those are picked
+    /// ([`Emitter::place_rail_lanes`]); `self.lanes` holds the node's
+    /// `2 N G` lanes only, and nothing of `N²` is written but a copy of the
+    /// lengths.
     #[inline(never)]
     pub(super) fn balance_rank(
         &mut self,
@@ -272,10 +274,6 @@ impl Emitter {
         self.lanes.resize(2 * nn * g + others, Lane::default());
         let idx = |a: usize, b: usize, l: usize| rank_lane_index(nn, g, node, rail, a, b, l);
         let mut rails = std::mem::take(&mut self.rail_lanes);
-        if lazy {
-            rails.rows.clear();
-            rails.rows.reserve(nn * (nn + 1));
-        }
         for a in 0..nn {
             // Lane `rail` of node `a`'s pairs.
             let (gathered, lens) = match sums {
@@ -294,15 +292,9 @@ impl Emitter {
                 }
             };
             // Those away from `node`, gather bases running in the order of
-            // `b` (read from the sums' row prefix where `lazy`).
+            // `b` (placed later from the sums where `lazy`).
             let mut rail_gather = 0u64;
-            if lazy {
-                rails.rows.push(0);
-                rails.rows.extend(gathered.iter().map(|&x| {
-                    rail_gather += x;
-                    rail_gather
-                }));
-            } else {
+            if !lazy {
                 for (b, (&gathered, &len)) in gathered.iter().zip(lens).enumerate() {
                     if a != node && b != node && b != a {
                         let at = self.pieces.len() as u32;
@@ -347,32 +339,20 @@ impl Emitter {
         land.clear();
         land.resize(nn, 0);
         if lazy {
-            // Each row's running sums (column `node` left at 0: its lanes
-            // are kept), from the sums' lengths and the node's own row.
-            rails.cols.clear();
-            rails.cols.reserve(nn * nn);
+            // Read back where the rank's chain pairs are placed
+            // (`place_rail_lanes`).
+            rails.len.clear();
+            rails.len.extend_from_slice(&sums.rail_len);
             rails.gather.clear();
             rails.gather.extend((0..nn).map(|b| gather[b * g + rail]));
-            let rail_len = &sums.rail_len;
-            for a in 0..nn {
-                rails.cols.extend_from_slice(&land);
-                if a == node {
-                    for (b, x) in land.iter_mut().enumerate() {
-                        if b != node {
-                            *x += self.lanes[idx(a, b, rail)].len();
-                        }
-                    }
+            rails.node_len.clear();
+            rails.node_len.extend((0..nn).map(|b| {
+                if b == node {
+                    0
                 } else {
-                    let row = &rail_len[a * nn..(a + 1) * nn];
-                    for (b, (x, &len)) in land.iter_mut().zip(row).enumerate() {
-                        if b != node && b != a {
-                            *x += len;
-                        }
-                    }
+                    self.lanes[idx(node, b, rail)].len()
                 }
-            }
-            // One row more: each lane's length is a difference of two.
-            rails.cols.extend_from_slice(&land);
+            }));
         } else {
             for a in 0..nn {
                 for b in (0..nn).filter(|&b| b != node && b != a) {

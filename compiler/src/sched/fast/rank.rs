@@ -16,13 +16,13 @@
 use super::balance::Lane;
 use super::blocks::Blocks;
 use super::emit::Emitter;
-use super::rank_state::{rank_lane_index, RankPair, RankPairs, RankSink};
+use super::rank_state::{rank_lane_index, ChainLane, RankPair, RankPairs, RankSink};
 use super::sends::lane_slice;
 use super::sink::Sink;
 use super::slots::NONE;
 use crate::error::{Error, InputError, Result};
 use crate::plan::{Buffer, Path};
-use crate::rank::{direct_local, LocalProgram, LocalTraffic, StageInputs};
+use crate::rank::{direct_local, LaneSums, LocalProgram, LocalTraffic, StageInputs};
 use crate::sched::fast::stages::StagePair;
 
 impl Emitter {
@@ -143,6 +143,10 @@ impl Emitter {
             }
             None => self.first_slices_rank(&v, node, rail),
         }
+        if let (true, Some(sums)) = (self.rail_lanes.from_sums, sums) {
+            let chain = self.chain_pairs_from_sums(node, rail, &sink.pairs.pairs);
+            self.place_rail_lanes(sums, node, &sink.pairs.pairs, chain);
+        }
         // Emptied before the transfers are emitted: the last program's
         // dependency lists are freed before the new ones are allocated.
         out.reset(name, t.rank, t.ranks(), g);
@@ -150,7 +154,8 @@ impl Emitter {
         for k in 0..sink.pairs.pairs.len() {
             let RankPair { pair, key, before } = sink.pairs.pairs[k];
             if self.is_chain_pair(node, rail, &pair) {
-                self.emit_chain_pair(&v, &mut sink, rail, pair, key as usize, before);
+                let x = (k, pair, key as usize, before);
+                self.emit_chain_pair(&v, &mut sink, rail, x);
             } else {
                 self.emit_pair(&v, &mut sink, pair, key as usize, before);
             }
@@ -166,27 +171,125 @@ impl Emitter {
 
 impl Emitter {
     /// Lane `rail` of pair `(a, b)`, both away from rank `(node, rail)`'s
-    /// node: kept in `lanes` ([`rank_lane_index`]), or read from the lane
-    /// sums' prefix sums ([`RailLanes`](super::rank_state::RailLanes),
-    /// `balance_rank` with `lazy`), the same fields (no pieces: such a lane
-    /// has none).
+    /// node, kept in `lanes` ([`rank_lane_index`]; not where they are read
+    /// from the lane sums: [`Emitter::chain_lane`]).
     #[inline]
     pub(super) fn rail_lane(&self, node: usize, rail: usize, a: usize, b: usize) -> Lane {
-        let (nn, g) = (self.nodes, self.gpus);
-        let r = &self.rail_lanes;
-        if !r.from_sums {
-            return self.lanes[rank_lane_index(nn, g, node, rail, a, b, rail)];
+        debug_assert!(
+            !self.rail_lanes.from_sums,
+            "lane {rail} of ({a}, {b}) is not kept"
+        );
+        self.lanes[rank_lane_index(self.nodes, self.gpus, node, rail, a, b, rail)]
+    }
+
+    /// What chain pair `k` of the rank's pairs (`p`, emitted for rank
+    /// `(node, rail)`) reads of its lane: placed from the lane sums
+    /// ([`Emitter::place_rail_lanes`]) or kept ([`Emitter::rail_lane`]).
+    #[inline]
+    fn chain_lane(&self, k: usize, node: usize, rail: usize, p: &StagePair) -> ChainLane {
+        if self.rail_lanes.from_sums {
+            return self.rail_lanes.chain[k];
         }
-        let row = &r.rows[a * (nn + 1)..];
-        let gathered = row[b + 1] - row[b];
-        let len = r.len(nn, a, b);
-        Lane {
-            own: len - gathered,
-            gathered,
-            gather_base: row[b],
-            recv_base: r.gather[b] + r.cols[a * nn + b],
-            ..Lane::default()
+        let lane = self.rail_lane(node, rail, p.src_node as usize, p.dst_node as usize);
+        ChainLane {
+            own: lane.own,
+            len: lane.len(),
+            recv_base: lane.recv_base,
         }
+    }
+
+    /// [`Emitter::is_chain_pair`] where lane `rail` of the other pairs is
+    /// read from the lane sums (no lane to read: none is direct), checked
+    /// against it over `pairs` in debug builds.
+    fn chain_pairs_from_sums(
+        &self,
+        node: usize,
+        rail: usize,
+        pairs: &[RankPair],
+    ) -> impl Fn(&RankPair) -> bool {
+        let staged = self.opts.staged && !self.mesh;
+        let chain = move |x: &RankPair| {
+            let (a, b) = (x.pair.src_node as usize, x.pair.dst_node as usize);
+            staged && a != node && b != node
+        };
+        debug_assert!(self.rail_lanes.from_sums);
+        debug_assert!(pairs
+            .iter()
+            .all(|x| chain(x) == self.is_chain_pair(node, rail, &x.pair)));
+        chain
+    }
+
+    /// Lane `rail` of the pairs of `pairs` that `placed` says (pairs away
+    /// from rank `(node, rail)`'s node, not the same node twice) from the
+    /// lane sums, into `rail_lanes.chain` by index (`balance_rank` with
+    /// `lazy` first): its length and what it gathers read in place, its
+    /// landing base after what the lanes `rail` of the nodes before its
+    /// sender into its receiver carry. One pass down the rows of
+    /// `sums.rail_len` to the last sender, the pairs put by sender first (a
+    /// counting sort): nothing of `N²` is written. The rank's program
+    /// places its chain pairs ([`Emitter::chain_pairs_from_sums`]).
+    pub(super) fn place_rail_lanes(
+        &mut self,
+        sums: &LaneSums,
+        node: usize,
+        pairs: &[RankPair],
+        placed: impl Fn(&RankPair) -> bool,
+    ) {
+        let nn = self.nodes;
+        debug_assert!(self.rail_lanes.from_sums);
+        let mut r = std::mem::take(&mut self.rail_lanes);
+        r.chain.clear();
+        r.chain.resize(pairs.len(), ChainLane::default());
+        r.rows.clear();
+        r.rows.resize(nn + 2, 0);
+        for x in pairs.iter().filter(|x| placed(x)) {
+            r.rows[x.pair.src_node as usize + 2] += 1;
+        }
+        for a in 2..nn + 2 {
+            r.rows[a] += r.rows[a - 1];
+        }
+        let found = r.rows[nn + 1] as usize;
+        r.order.clear();
+        r.order.resize(found, (0, 0));
+        for (k, x) in pairs.iter().enumerate().filter(|(_, x)| placed(x)) {
+            let at = &mut r.rows[x.pair.src_node as usize + 1];
+            r.order[*at as usize] = (x.pair.dst_node, k as u32);
+            *at += 1;
+        }
+        // `rows[a]..rows[a + 1]`: node `a`'s pairs. The running sums wrap
+        // where a row is added whole and its two left-out entries taken
+        // back: what is left is exact.
+        let Some(last) = (0..nn).rev().find(|&a| r.rows[a + 1] > r.rows[a]) else {
+            self.rail_lanes = r;
+            return;
+        };
+        r.land.clear();
+        r.land.resize(nn, 0);
+        for a in 0..=last {
+            let at = a * nn..(a + 1) * nn;
+            let (lens, gathered) = (&sums.rail_len[at.clone()], &sums.rail_gathered[at]);
+            for &(b, k) in &r.order[r.rows[a] as usize..r.rows[a + 1] as usize] {
+                let (b, len) = (b as usize, lens[b as usize]);
+                r.chain[k as usize] = ChainLane {
+                    own: len - gathered[b],
+                    len,
+                    recv_base: r.gather[b] + r.land[b],
+                };
+            }
+            // Lanes from `node` are its kept ones.
+            if a == node {
+                for (x, &len) in r.land.iter_mut().zip(&r.node_len) {
+                    *x += len;
+                }
+            } else {
+                for (x, &len) in r.land.iter_mut().zip(lens) {
+                    *x = x.wrapping_add(len);
+                }
+                r.land[a] = r.land[a].wrapping_sub(lens[a]);
+                r.land[node] = r.land[node].wrapping_sub(lens[node]);
+            }
+        }
+        self.rail_lanes = r;
     }
 
     /// The length of lane `l` of pair `(s, d)` in rank `(a, j)`'s lanes:
@@ -230,17 +333,15 @@ impl Emitter {
         v: &impl Blocks,
         sink: &mut RankSink,
         rail: usize,
-        p: StagePair,
-        i: usize,
-        before: u64,
+        (k, p, i, before): (usize, StagePair, usize, u64),
     ) {
         let (nn, g) = (self.nodes, self.gpus);
         let (a, b, l) = (p.src_node as usize, p.dst_node as usize, rail);
         let taper = self.last_pair[a] == i || self.last_pair[nn + b] == i;
-        // Lane `rail` of a pair of two other nodes (`rank_lane_index`).
-        let lane = self.rail_lane(sink.node, rail, a, b);
+        // Lane `rail` of a pair of two other nodes.
+        let lane = self.chain_lane(k, sink.node, rail, &p);
         let total = self.node_bytes[a * nn + b];
-        let (from, to) = lane_slice(before, before + p.bytes, total, lane.len());
+        let (from, to) = lane_slice(before, before + p.bytes, total, lane.len);
         let (c, r) = (a * g + l, b * g + l);
         if self.unit > 0 && to > from {
             self.nominal = (to - from) / (to - from).div_ceil(self.chunk);

@@ -41,30 +41,48 @@ pub(super) fn rank_lane_index(
 
 /// Lane `rail` of the node pairs away from a rank's node, read from the
 /// lane sums where the rank's program does not keep them
-/// (`Emitter::balance_rank` with `lazy`): O(N²) numbers, no lanes
-/// written. `rows[a (N + 1) + b]`: the bytes node `a`'s lanes `rail` to
-/// nodes `0..b` gather (the gather base of `(a, b)`); `cols[a N + b]`:
-/// what the lanes `rail` of nodes `0..a` (not `b`) into `b` carry (its
-/// landing base after `gather[b]`, what GPU `(b, rail)` gathers).
+/// (`Emitter::balance_rank` with `lazy`; none of them is direct: only the
+/// rank's node's pairs are balanced or sent directly). `len[a N + b]`:
+/// the length of `(a, b)`'s (the sums' `rail_len`: the rank's chains test
+/// a few thousand of them); `gather[b]`: what GPU `(b, rail)` gathers (its
+/// landing regions come after); `node_len[b]`: the length of the rank's
+/// node's own lane `rail` to `b`. The lanes the rank's chain pairs use are
+/// placed once they are picked (`Emitter::place_rail_lanes`, into
+/// `chain`): no `N²` lanes or running sums are written.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct RailLanes {
-    /// The lanes are read from here, not kept in `Emitter::lanes` (none
-    /// of them is direct: only the rank's node's pairs are balanced or
-    /// sent directly).
     pub(super) from_sums: bool,
-    pub(super) rows: Vec<u64>,
-    pub(super) cols: Vec<u64>,
+    pub(super) len: Vec<u64>,
     pub(super) gather: Vec<u64>,
+    pub(super) node_len: Vec<u64>,
+    /// Per stage pair of the rank (`RankPairs::pairs`, by index): its lane
+    /// where it is a chain pair.
+    pub(super) chain: Vec<ChainLane>,
+    /// The chain pairs by sending node (`(receiving node, index)`), each
+    /// node's from `rows[a]`; the columns' running sums.
+    pub(super) order: Vec<(u32, u32)>,
+    pub(super) rows: Vec<u32>,
+    pub(super) land: Vec<u64>,
 }
 
 impl RailLanes {
     /// The length of lane `rail` of pair `(a, b)` (of `nodes` nodes, both
-    /// away from the rank's node): its column's running sum past row `a`.
+    /// away from the rank's node).
     #[inline]
     pub(super) fn len(&self, nodes: usize, a: usize, b: usize) -> u64 {
-        let at = a * nodes + b;
-        self.cols[at + nodes] - self.cols[at]
+        self.len[a * nodes + b]
     }
+}
+
+/// What a chain pair's emission reads of its lane (`Emitter::emit_chain_pair`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ChainLane {
+    /// Its carrier's own bytes (sent before the gathered ones).
+    pub(super) own: u64,
+    /// Own and gathered bytes.
+    pub(super) len: u64,
+    /// Where it lands in the receiver's scratch.
+    pub(super) recv_base: u64,
 }
 
 /// The stages `Emitter::first_slice_of` decomposed for a rank, kept for

@@ -764,7 +764,7 @@ fn per_message_cost_coarsens_the_sends() {
 /// the rank keeps only its node's).
 fn rank_lanes_match_the_whole(t: &Topology, m: &TrafficMatrix, opts: &PlannerOptions) -> usize {
     use super::blocks::{RankBuffers, WholeBlocks};
-    use super::rank_state::rank_lane_index;
+    use super::rank_state::{rank_lane_index, RankPair};
     use crate::rank::{LaneSums, LocalTraffic};
     let (nn, g) = (t.nodes(), t.gpus_per_node());
     let mut whole = Emitter::new(t, opts.clone()).unwrap();
@@ -838,16 +838,33 @@ fn rank_lanes_match_the_whole(t: &Topology, m: &TrafficMatrix, opts: &PlannerOpt
             assert_eq!(again, Some(got));
             assert_eq!(e.lanes.len(), 2 * nn * g);
             assert_eq!(e.lanes[..], kept[..2 * nn * g], "rank {rank}");
-            for a in (0..nn).filter(|&a| a != node) {
-                for b in (0..nn).filter(|&b| b != node && b != a) {
-                    let x = e.rail_lane(node, rail, a, b);
-                    let y = kept[rank_lane_index(nn, g, node, rail, a, b, rail)];
-                    assert_eq!(
-                        (x.own, x.gathered, x.recv_base, x.gather_base, x.direct),
-                        (y.own, y.gathered, y.recv_base, y.gather_base, y.direct),
-                        "rank {rank}, lane {rail} of ({a}, {b}) from the sums"
-                    );
-                }
+            // Every pair away from the node as a chain pair, placed in an
+            // order that is not the rows' (every receiver first).
+            let others: Vec<RankPair> = (0..nn)
+                .rev()
+                .flat_map(|b| (0..nn).map(move |a| (a, b)))
+                .filter(|&(a, b)| a != node && b != node && b != a)
+                .map(|(a, b)| RankPair {
+                    pair: StagePair {
+                        stage: 0,
+                        src_node: a as u32,
+                        dst_node: b as u32,
+                        bytes: 1,
+                    },
+                    ..RankPair::default()
+                })
+                .collect();
+            e.place_rail_lanes(sums, node, &others, |_| true);
+            assert_eq!(e.rail_lanes.chain.len(), others.len());
+            for (x, p) in e.rail_lanes.chain.iter().zip(&others) {
+                let (a, b) = (p.pair.src_node as usize, p.pair.dst_node as usize);
+                let y = kept[rank_lane_index(nn, g, node, rail, a, b, rail)];
+                assert!(!y.direct);
+                assert_eq!(
+                    (x.own, x.len, x.recv_base),
+                    (y.own, y.len(), y.recv_base),
+                    "rank {rank}, lane {rail} of ({a}, {b}) from the sums"
+                );
             }
             e.balance_rank(&v, node, rail, Some(sums), None, false);
         }
