@@ -791,7 +791,7 @@ impl NodeStages {
         // into pieces of at most the floor, but none under `least_piece`.
         if let Some(cap) = self.chunked_cap(nn, || max_line(nn, t), opts) {
             self.rotation.build(nn, t, cap);
-            return self.rotation.write_pairs(out);
+            return self.rotation.write_pairs(t, out);
         }
         // The rotation instead, where its stage chains end sooner: by any
         // amount where the chains describe how the two lists run

@@ -94,8 +94,6 @@ impl Emitter {
         if self.mesh {
             return refuse("its mesh relief pass reroutes transfers of the whole plan");
         }
-        self.node_bytes.clear();
-        self.node_bytes.extend_from_slice(&t.node_bytes);
         self.inter_blocks = inter_blocks;
         let (node, rail) = (t.rank / g, t.rank % g);
         let mut bufs = std::mem::take(&mut self.rank_bufs);
@@ -104,7 +102,7 @@ impl Emitter {
         // piece, not written (`rotated_rank`), and lane `rail` of the
         // other pairs from the lane sums (`lazy`: the rank's chains read a
         // few of them).
-        self.decompose_rank(given.is_some());
+        self.decompose_rank(&t.node_bytes, given.is_some());
         let sums = t.lane_sums.as_ref();
         let lazy = self.rotated_rank;
         let Some(scratch) = self.balance_rank(&v, node, rail, sums, given, lazy) else {
@@ -119,7 +117,8 @@ impl Emitter {
         self.prepare_sends();
         if self.rotated_rank && self.window_back() > MAX_WINDOW {
             // Every slice of the rail: the pairs are all read anyway.
-            self.rotation.write_pairs(&mut self.stages);
+            self.rotation
+                .write_pairs(&self.node_bytes, &mut self.stages);
             self.rotated_rank = false;
             self.last_pairs();
         }
@@ -370,14 +369,15 @@ impl Emitter {
         }
     }
 
-    /// [`Emitter::decompose_as`] of `self.node_bytes` (`keep_rotation`: a
-    /// chunked rotation is kept as its structure), or the stages
-    /// [`Emitter::first_slice_of`] kept for the same node matrix (moved
-    /// out: the memo serves one program; a kept rotation is written out
-    /// where `keep_rotation` is false).
-    pub(super) fn decompose_rank(&mut self, keep_rotation: bool) {
+    /// `node_bytes` into `self.node_bytes` and its [`Emitter::decompose_as`]
+    /// (`keep_rotation`: a chunked rotation is kept as its structure), or
+    /// the matrix and stages [`Emitter::first_slice_of`] kept for the same
+    /// node matrix (moved out, not copied: the memo serves one program; a
+    /// kept rotation is written out where `keep_rotation` is false).
+    pub(super) fn decompose_rank(&mut self, node_bytes: &[u64], keep_rotation: bool) {
         let memo = &mut self.stage_memo;
-        if memo.valid && memo.node_bytes == self.node_bytes {
+        if memo.valid && memo.node_bytes == node_bytes {
+            std::mem::swap(&mut self.node_bytes, &mut memo.node_bytes);
             std::mem::swap(&mut self.stages, &mut memo.stages);
             std::mem::swap(&mut self.rotation, &mut memo.rotation);
             self.rotated_rank = memo.rotated;
@@ -386,11 +386,14 @@ impl Emitter {
             memo.valid = false;
             if self.rotated_rank && !keep_rotation {
                 self.stages.clear();
-                self.rotation.write_pairs(&mut self.stages);
+                self.rotation
+                    .write_pairs(&self.node_bytes, &mut self.stages);
                 self.rotated_rank = false;
             }
             return;
         }
+        self.node_bytes.clear();
+        self.node_bytes.extend_from_slice(node_bytes);
         self.decompose_as(keep_rotation);
     }
 
@@ -420,7 +423,7 @@ impl Emitter {
             memo.stage_count = std::mem::replace(&mut self.stage_count, count);
             memo.bounds = std::mem::replace(&mut self.bounds, bounds);
             self.depth = depth;
-            // Moved, not copied: `program_local_into` sets `node_bytes`.
+            // Moved, not copied: `decompose_rank` moves it back.
             std::mem::swap(&mut memo.node_bytes, &mut self.node_bytes);
             memo.valid = true;
         }
@@ -523,7 +526,7 @@ impl Emitter {
     fn first_slice_rotated(&self, node_bytes: &[u64], node: usize, lens: &[u64]) -> u32 {
         let nn = self.nodes;
         let r = &self.stage_memo.rotation;
-        let first = r.first_piece_from(node, |p, before| {
+        let first = r.first_piece_from(node_bytes, node, |p, before| {
             let b = p.dst_node as usize;
             let total = node_bytes[node * nn + b];
             let (from, to) = lane_slice(before, before + p.bytes, total, lens[b]);
@@ -874,7 +877,8 @@ impl Emitter {
         let window = self.window_back().clamp(1, MAX_WINDOW);
         rp.pairs.clear();
         rp.pieces.clear();
-        r.pieces_of(a, &mut rp.pieces);
+        let m = &self.node_bytes[..];
+        r.pieces_of(m, a, &mut rp.pieces);
         // One past the stage of each chain's last meeting: chain `s` (GPU
         // `(s, j)` sending), chain `N + d` (GPU `(d, j)` receiving).
         rp.last.clear();
@@ -906,7 +910,7 @@ impl Emitter {
                 if src == a || dst == a {
                     continue;
                 }
-                if let Some((x, xb)) = r.piece(k, src, t) {
+                if let Some((x, xb)) = r.piece(m, k, src, t) {
                     if self.carries(a, j, &x, xb) {
                         rp.pairs.push(RankPair {
                             pair: x,

@@ -23,11 +23,10 @@ use super::stages::StagePair;
 pub(crate) struct RotationStages {
     n: usize,
     cap: u64,
-    /// The matrix, row-major (`tm[a n + b]`: node `a` to node `b`, in
-    /// rotation `(b - a) mod n`), read row by row: every pass over it is
-    /// sequential, the rotations' few numbers beside it.
-    tm: Vec<u64>,
-    /// Pieces of each pair, laid out as `tm` (0 on the diagonal).
+    /// Pieces of each pair, laid out as the matrix (row-major, `pc[a n +
+    /// b]`: node `a` to node `b`, in rotation `(b - a) mod n`; 0 on the
+    /// diagonal). The matrix itself is not kept: the queries that need
+    /// bytes take it (`m`, the one it was built from).
     pc: Vec<u32>,
     /// Per rotation: its first local stage's id and its stage count (its
     /// largest pair's pieces).
@@ -89,8 +88,6 @@ impl RotationStages {
         // Each pair's pieces, and each rotation's largest: row `a`'s
         // entries `b > a` are rotations `1..n - a`, those `b < a` rotations
         // `n - a..n`.
-        self.tm.clear();
-        self.tm.extend_from_slice(&t[..n * n]);
         // Pieces and largest pieces in one pass, a multiply in place of a
         // division (`CeilDiv`) and no branch: a matrix may have pairs on
         // both sides of `cap` in any order.
@@ -197,7 +194,7 @@ impl RotationStages {
     /// The stage pairs, appended to `out` in stage order (within a stage
     /// by sending node): the list [`super::stages::chunked_rotation`]
     /// returns. Returns the stage count.
-    pub(crate) fn write_pairs(&self, out: &mut Vec<StagePair>) -> u32 {
+    pub(crate) fn write_pairs(&self, m: &[u64], out: &mut Vec<StagePair>) -> u32 {
         let (n, cap) = (self.n, self.cap);
         let stages = self.bytes.len();
         let base = out.len();
@@ -222,7 +219,7 @@ impl RotationStages {
                 let k = if b > a { b - a } else { b + n - a };
                 let (f, hi) = (self.first[k] as usize, self.most[k] as usize);
                 let (at, number) = (&mut at[f..f + hi], &self.number[f..f + hi]);
-                let mut w = self.tm[a * n + b] - (p as u64 - 1) * cap;
+                let mut w = m[a * n + b] - (p as u64 - 1) * cap;
                 for (pos, &stage) in at[hi - p..].iter_mut().zip(&number[hi - p..]) {
                     out[*pos] = StagePair {
                         stage,
@@ -257,7 +254,7 @@ impl RotationStages {
     /// 1/64 (`Emitter::stages_are_even` of the written pairs). Every local
     /// stage after a rotation's first holds a whole piece (`cap`) of its
     /// largest pair, and the partial pieces that start there.
-    pub(crate) fn stages_are_even(&self) -> bool {
+    pub(crate) fn stages_are_even(&self, m: &[u64]) -> bool {
         let n = self.n;
         let stages = self.bytes.len();
         let (mut lo, mut hi) = (vec![u64::MAX; stages], vec![0u64; stages]);
@@ -268,7 +265,7 @@ impl RotationStages {
             }
             for a in 0..n {
                 let b = if a + k < n { a + k } else { a + k - n };
-                let (x, p) = (self.tm[a * n + b], self.pc[a * n + b]);
+                let (x, p) = (m[a * n + b], self.pc[a * n + b]);
                 if p > 0 {
                     let s = f + most - p as usize;
                     let partial = x - u64::from(p - 1) * self.cap;
@@ -291,7 +288,7 @@ impl RotationStages {
     /// rotation `k`, if it has one, and the bytes its pair sent in the
     /// pieces before it.
     #[inline]
-    pub(crate) fn piece(&self, k: usize, a: usize, t: u32) -> Option<(StagePair, u64)> {
+    pub(crate) fn piece(&self, m: &[u64], k: usize, a: usize, t: u32) -> Option<(StagePair, u64)> {
         let n = self.n;
         let b = if a + k < n { a + k } else { a + k - n };
         let p = self.pc[a * n + b];
@@ -299,13 +296,13 @@ impl RotationStages {
         if p == 0 || t + p < hi {
             return None;
         }
-        let m = u64::from(t + p - hi);
-        let x = self.tm[a * n + b];
-        let partial = x - u64::from(p - 1) * self.cap;
-        let (bytes, before) = if m == 0 {
+        // The pair's `w`-th piece (0: the partial one).
+        let w = u64::from(t + p - hi);
+        let partial = m[a * n + b] - u64::from(p - 1) * self.cap;
+        let (bytes, before) = if w == 0 {
             (partial, 0)
         } else {
-            (self.cap, partial + (m - 1) * self.cap)
+            (self.cap, partial + (w - 1) * self.cap)
         };
         let pair = StagePair {
             stage: self.number[(self.first[k] + t) as usize],
@@ -320,7 +317,7 @@ impl RotationStages {
     /// bytes its pair sent before it, in stage order (within a stage the
     /// piece it receives first when its sender is the lower node, as the
     /// written list has them).
-    pub(crate) fn pieces_of(&self, a: usize, out: &mut Vec<(StagePair, u64)>) {
+    pub(crate) fn pieces_of(&self, m: &[u64], a: usize, out: &mut Vec<(StagePair, u64)>) {
         let n = self.n;
         let start = out.len();
         for k in 1..n {
@@ -329,7 +326,7 @@ impl RotationStages {
             for (s, d) in [(a, if a + k < n { a + k } else { a + k - n }), (from, a)] {
                 let p = self.pc[s * n + d];
                 for t in hi - p..hi {
-                    if let Some(x) = self.piece(k, s, t) {
+                    if let Some(x) = self.piece(m, k, s, t) {
                         out.push(x);
                     }
                 }
@@ -343,6 +340,7 @@ impl RotationStages {
     /// holds for (given the piece and the bytes its pair sent before it).
     pub(crate) fn first_piece_from(
         &self,
+        m: &[u64],
         a: usize,
         mut carries: impl FnMut(&StagePair, u64) -> bool,
     ) -> Option<StagePair> {
@@ -353,7 +351,7 @@ impl RotationStages {
             let b = if a + k < n { a + k } else { a + k - n };
             let p = self.pc[a * n + b];
             for t in hi - p..hi {
-                let Some((x, before)) = self.piece(k, a, t) else {
+                let Some((x, before)) = self.piece(m, k, a, t) else {
                     continue;
                 };
                 if first.is_some_and(|f| f.stage < x.stage) {
@@ -434,7 +432,7 @@ mod tests {
             r.build(n + 3, &matrix(n + 3, seed ^ 5, 0), cap / 2 + 1);
             r.build(n, &t, cap);
             let mut pairs = Vec::new();
-            let count = r.write_pairs(&mut pairs);
+            let count = r.write_pairs(&t, &mut pairs);
             prop_assert_eq!(count, r.stage_count());
             prop_assert_eq!(pairs.len(), r.pairs());
             prop_assert_eq!(r.moved(), pairs.iter().map(|p| p.bytes).sum::<u64>());
@@ -444,9 +442,9 @@ mod tests {
                 let (a, b) = (p.src_node as usize, p.dst_node as usize);
                 let before = sent[a * n + b];
                 sent[a * n + b] += p.bytes;
-                let (k, t) = r.stage_at(p.stage);
+                let (k, local) = r.stage_at(p.stage);
                 prop_assert_eq!((a + k) % n, b);
-                prop_assert_eq!(r.piece(k, a, t), Some((*p, before)));
+                prop_assert_eq!(r.piece(&t, k, a, local), Some((*p, before)));
                 prop_assert_eq!(r.index_of(p), i);
                 prop_assert_eq!(r.stage_of_index(i), Some(p.stage));
                 last[a] = p.stage;
@@ -457,7 +455,7 @@ mod tests {
                 prop_assert_eq!(r.last_from(a), last[a]);
                 prop_assert_eq!(r.last_into(a), last[n + a]);
                 let mut own = Vec::new();
-                r.pieces_of(a, &mut own);
+                r.pieces_of(&t, a, &mut own);
                 let mut sent = vec![0u64; n * n];
                 let want: Vec<(StagePair, u64)> = pairs
                     .iter()
@@ -475,11 +473,11 @@ mod tests {
                 let hi = stage.iter().map(|p| p.bytes).max().unwrap_or(0);
                 hi - lo <= hi / 64
             });
-            prop_assert_eq!(r.stages_are_even(), even);
+            prop_assert_eq!(r.stages_are_even(&t), even);
             // No piece where the stage holds none of the pair.
             for q in 0..count {
-                let (k, t) = r.stage_at(q);
-                let held = (0..n).filter(|&a| r.piece(k, a, t).is_some()).count();
+                let (k, local) = r.stage_at(q);
+                let held = (0..n).filter(|&a| r.piece(&t, k, a, local).is_some()).count();
                 prop_assert_eq!(held, pairs.iter().filter(|p| p.stage == q).count());
             }
         }

@@ -881,7 +881,7 @@ impl Decomposer {
 pub(crate) fn chunked_rotation(n: usize, t: &[u64], cap: u64, out: &mut Vec<StagePair>) -> u32 {
     let mut r = RotationStages::default();
     r.build(n, t, cap);
-    r.write_pairs(out)
+    r.write_pairs(t, out)
 }
 
 /// Merges the increasing lists `x` and `y` (disjoint) into `out`.

@@ -130,7 +130,7 @@ impl Emitter {
     /// 1/64 (uniform traffic): then no node finishes a stage early.
     pub(super) fn stages_are_even(&self) -> bool {
         if self.rotated_rank {
-            return self.rotation.stages_are_even();
+            return self.rotation.stages_are_even(&self.node_bytes);
         }
         self.stages
             .chunk_by(|x, y| x.stage == y.stage)
