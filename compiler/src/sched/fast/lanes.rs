@@ -236,11 +236,10 @@ impl Emitter {
     /// (`spread`).
     ///
     /// With `lazy` (and `sums`), lane `rail` of the other pairs is not
-    /// written: their lengths are the sums' ([`RailLanes`]), and the lanes
-    /// of the rank's chain pairs are placed once those are picked
-    /// ([`Emitter::place_rail_lanes`]); `self.lanes` holds the node's
-    /// `2 N G` lanes only, and nothing of `N²` is written but a copy of the
-    /// lengths.
+    /// written: their lengths are read from the sums, and the lanes of the
+    /// rank's chain pairs are placed once those are picked
+    /// ([`Emitter::place_rail_lanes`], [`RailLanes`]); `self.lanes` holds
+    /// the node's `2 N G` lanes only, and nothing of `N²` is written.
     #[inline(never)]
     pub(super) fn balance_rank(
         &mut self,
@@ -339,10 +338,7 @@ impl Emitter {
         land.clear();
         land.resize(nn, 0);
         if lazy {
-            // Read back where the rank's chain pairs are placed
-            // (`place_rail_lanes`).
-            rails.len.clear();
-            rails.len.extend_from_slice(&sums.rail_len);
+            // What `place_rail_lanes` reads besides the sums.
             rails.gather.clear();
             rails.gather.extend((0..nn).map(|b| gather[b * g + rail]));
             rails.node_len.clear();

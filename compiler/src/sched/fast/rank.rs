@@ -122,10 +122,15 @@ impl Emitter {
             self.rotated_rank = false;
             self.last_pairs();
         }
+        // Lane `rail` of the other pairs: their lengths in the sums.
+        let rail_len = match sums {
+            Some(s) if self.rail_lanes.from_sums => &s.rail_len[..],
+            _ => &[],
+        };
         if self.rotated_rank {
-            self.rank_pairs_rotated(node, rail, &mut sink.pairs);
+            self.rank_pairs_rotated(node, rail, &mut sink.pairs, rail_len);
         } else {
-            self.rank_pairs(node, rail, &mut sink.pairs);
+            self.rank_pairs(node, rail, &mut sink.pairs, rail_len);
         }
         match given {
             Some(given) => {
@@ -293,12 +298,19 @@ impl Emitter {
 
     /// The length of lane `l` of pair `(s, d)` in rank `(a, j)`'s lanes:
     /// any lane of its node's pairs, lane `j` of the others
-    /// ([`Emitter::rail_lane`]'s, read alone).
+    /// ([`Emitter::rail_lane`]'s, read alone; where they are read from the
+    /// lane sums, `rail_len`, the sums' lengths of lane `j`, else empty).
     #[inline]
-    fn rank_lane_len(&self, a: usize, j: usize, s: usize, d: usize, l: usize) -> u64 {
-        let (nn, r) = (self.nodes, &self.rail_lanes);
-        if s != a && d != a && r.from_sums {
-            return r.len(nn, s, d);
+    fn rank_lane_len(
+        &self,
+        a: usize,
+        j: usize,
+        (s, d, l): (usize, usize, usize),
+        rail_len: &[u64],
+    ) -> u64 {
+        let nn = self.nodes;
+        if s != a && d != a && self.rail_lanes.from_sums {
+            return rail_len[s * nn + d];
         }
         self.lanes[rank_lane_index(nn, self.gpus, a, j, s, d, l)].len()
     }
@@ -732,12 +744,13 @@ impl Emitter {
 
     /// Whether stage pair `p`, whose node pair sent `before` bytes in the
     /// pairs before it, gives lane `j` of rank `(a, j)`'s lanes a slice
-    /// that carries bytes (`lane_slice` not empty).
+    /// that carries bytes (`lane_slice` not empty; `rail_len` as
+    /// [`Emitter::rank_lane_len`]'s).
     #[inline]
-    fn carries(&self, a: usize, j: usize, p: &StagePair, before: u64) -> bool {
+    fn carries(&self, a: usize, j: usize, p: &StagePair, before: u64, rail_len: &[u64]) -> bool {
         let nn = self.nodes;
         let (s, d) = (p.src_node as usize, p.dst_node as usize);
-        let len = self.rank_lane_len(a, j, s, d, j);
+        let len = self.rank_lane_len(a, j, (s, d, j), rail_len);
         if len == 0 {
             return false;
         }
@@ -775,7 +788,7 @@ impl Emitter {
     /// are cut for the rank's pairs and those, not for every pair of the
     /// rail.
     #[inline(never)]
-    pub(super) fn rank_pairs(&self, a: usize, j: usize, rp: &mut RankPairs) {
+    pub(super) fn rank_pairs(&self, a: usize, j: usize, rp: &mut RankPairs, rail_len: &[u64]) {
         let nn = self.nodes;
         let stages = &self.stages[..];
         rp.pairs.clear();
@@ -821,7 +834,7 @@ impl Emitter {
         }
         if every {
             for (i, p) in stages.iter().enumerate() {
-                if self.carries(a, j, p, rp.before[i]) {
+                if self.carries(a, j, p, rp.before[i], rail_len) {
                     rp.pick(i as u32);
                 }
             }
@@ -836,7 +849,7 @@ impl Emitter {
             }
             let p = &stages[i as usize];
             let (s, d) = (p.src_node as usize, p.dst_node as usize);
-            if !self.carries(a, j, p, rp.before[i as usize]) {
+            if !self.carries(a, j, p, rp.before[i as usize], rail_len) {
                 continue;
             }
             let (c, side) = if s == a { (nn + d, 1) } else { (s, 0) };
@@ -845,7 +858,7 @@ impl Emitter {
             let mut x = rp.prev[i as usize][side];
             let mut taken = 0;
             while x != NONE && x >= after && taken < window {
-                if self.carries(a, j, &stages[x as usize], rp.before[x as usize]) {
+                if self.carries(a, j, &stages[x as usize], rp.before[x as usize], rail_len) {
                     rp.pick(x);
                     taken += 1;
                 }
@@ -871,7 +884,13 @@ impl Emitter {
     /// pairs. Windows deeper than `MAX_WINDOW` are not walked (the caller
     /// writes the pairs).
     #[inline(never)]
-    pub(super) fn rank_pairs_rotated(&self, a: usize, j: usize, rp: &mut RankPairs) {
+    pub(super) fn rank_pairs_rotated(
+        &self,
+        a: usize,
+        j: usize,
+        rp: &mut RankPairs,
+        rail_len: &[u64],
+    ) {
         let nn = self.nodes;
         let r = &self.rotation;
         let window = self.window_back().clamp(1, MAX_WINDOW);
@@ -889,7 +908,7 @@ impl Emitter {
                 key: p.stage,
                 before,
             });
-            if !self.carries(a, j, &p, before) {
+            if !self.carries(a, j, &p, before, rail_len) {
                 continue;
             }
             let (s, d) = (p.src_node as usize, p.dst_node as usize);
@@ -911,7 +930,7 @@ impl Emitter {
                     continue;
                 }
                 if let Some((x, xb)) = r.piece(m, k, src, t) {
-                    if self.carries(a, j, &x, xb) {
+                    if self.carries(a, j, &x, xb, rail_len) {
                         rp.pairs.push(RankPair {
                             pair: x,
                             key: x.stage,
@@ -982,7 +1001,7 @@ impl Emitter {
             let before = sent[s * nn + d];
             sent[s * nn + d] += p.bytes;
             before_of[i] = before;
-            let len = self.rank_lane_len(a, j, s, d, j);
+            let len = self.rank_lane_len(a, j, (s, d, j), &[]);
             let total = self.node_bytes[s * nn + d];
             let (from, to) = lane_slice(before, before + p.bytes, total, len);
             if s == a || d == a {

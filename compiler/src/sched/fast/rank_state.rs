@@ -42,17 +42,16 @@ pub(super) fn rank_lane_index(
 /// Lane `rail` of the node pairs away from a rank's node, read from the
 /// lane sums where the rank's program does not keep them
 /// (`Emitter::balance_rank` with `lazy`; none of them is direct: only the
-/// rank's node's pairs are balanced or sent directly). `len[a N + b]`:
-/// the length of `(a, b)`'s (the sums' `rail_len`: the rank's chains test
-/// a few thousand of them); `gather[b]`: what GPU `(b, rail)` gathers (its
-/// landing regions come after); `node_len[b]`: the length of the rank's
-/// node's own lane `rail` to `b`. The lanes the rank's chain pairs use are
-/// placed once they are picked (`Emitter::place_rail_lanes`, into
-/// `chain`): no `N²` lanes or running sums are written.
+/// rank's node's pairs are balanced or sent directly): their lengths are
+/// the sums' `rail_len` (read in place); `gather[b]`: what GPU `(b, rail)`
+/// gathers (its landing regions come after); `node_len[b]`: the length
+/// of the rank's node's own lane `rail` to `b`. The lanes the rank's chain
+/// pairs use are placed once they are picked
+/// (`Emitter::place_rail_lanes`, into `chain`): no `N²` lanes or running
+/// sums are written.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct RailLanes {
     pub(super) from_sums: bool,
-    pub(super) len: Vec<u64>,
     pub(super) gather: Vec<u64>,
     pub(super) node_len: Vec<u64>,
     /// Per stage pair of the rank (`RankPairs::pairs`, by index): its lane
@@ -63,15 +62,6 @@ pub(crate) struct RailLanes {
     pub(super) order: Vec<(u32, u32)>,
     pub(super) rows: Vec<u32>,
     pub(super) land: Vec<u64>,
-}
-
-impl RailLanes {
-    /// The length of lane `rail` of pair `(a, b)` (of `nodes` nodes, both
-    /// away from the rank's node).
-    #[inline]
-    pub(super) fn len(&self, nodes: usize, a: usize, b: usize) -> u64 {
-        self.len[a * nodes + b]
-    }
 }
 
 /// What a chain pair's emission reads of its lane (`Emitter::emit_chain_pair`).

@@ -881,7 +881,7 @@ fn rank_lanes_match_the_whole(t: &Topology, m: &TrafficMatrix, opts: &PlannerOpt
         };
         let rings = e.rank_pairs_by_rings(node, rail);
         for _ in 0..2 {
-            e.rank_pairs(node, rail, &mut rp);
+            e.rank_pairs(node, rail, &mut rp, &[]);
             assert_eq!(keyed(&rp), rings, "rank {rank}");
         }
         // Where the stages are the chunked rotation, the same pairs read
@@ -892,7 +892,7 @@ fn rank_lanes_match_the_whole(t: &Topology, m: &TrafficMatrix, opts: &PlannerOpt
             (e.depth, e.unit) = (depth, unit);
             e.last_pairs();
             for _ in 0..2 {
-                e.rank_pairs_rotated(node, rail, &mut rp);
+                e.rank_pairs_rotated(node, rail, &mut rp, &[]);
                 let got: Vec<(u32, u64)> = rp
                     .pairs
                     .iter()
