@@ -511,7 +511,8 @@ impl Planner {
     /// Errors as [`Planner::node_lanes`] does, and ([`Error::Input`]) when
     /// `local` or `len` does not fit.
     pub fn first_slice(&mut self, local: &LocalTraffic, len: &[u64]) -> Result<Option<u32>> {
-        local.check(&self.topo)?;
+        // Lengths only: the lane sums' values are not read here.
+        local.check_lengths(&self.topo)?;
         let (nn, g) = (self.topo.nodes(), self.topo.gpus_per_node());
         if len.len() != nn * g {
             return Err(InputError::new(

@@ -540,9 +540,7 @@ impl Emitter {
         let r = &self.stage_memo.rotation;
         let first = r.first_piece_from(node_bytes, node, |p, before| {
             let b = p.dst_node as usize;
-            let total = node_bytes[node * nn + b];
-            let (from, to) = lane_slice(before, before + p.bytes, total, lens[b]);
-            to > from
+            slice_carries(before, p.bytes, node_bytes[node * nn + b], lens[b])
         });
         first.map_or(NONE, |p| r.index_of(&p) as u32)
     }
@@ -716,6 +714,26 @@ fn own_first_slices_agree(given: &StageInputs, found: &[u64], node: usize) -> Re
 /// slice of the rail.
 pub(super) const MAX_WINDOW: usize = 64;
 
+/// Whether the lane slice of a stage pair of `bytes` after `before` of its
+/// node pair's `total`, on a lane of `len` bytes, carries bytes:
+/// `lane_slice`'s `to > from`, its two divisions only where neither
+/// shortcut decides. A slice that ends the pair carries what is left
+/// (`len > 0`, `before < total`); one at least `total / len` long spans a
+/// multiple of `total` in `x len` (its ends' shares differ by at least
+/// one byte).
+#[inline]
+pub(super) fn slice_carries(before: u64, bytes: u64, total: u64, len: u64) -> bool {
+    if len == 0 || bytes == 0 {
+        return false;
+    }
+    let after = before + bytes;
+    if after == total || u128::from(bytes) * u128::from(len) >= u128::from(total) {
+        return true;
+    }
+    let (from, to) = lane_slice(before, after, total, len);
+    to > from
+}
+
 /// `v` at `len` entries, those it keeps as they were (to be overwritten):
 /// zeroed only where it grows, so a buffer reused at its size is not
 /// written twice.
@@ -751,12 +769,7 @@ impl Emitter {
         let nn = self.nodes;
         let (s, d) = (p.src_node as usize, p.dst_node as usize);
         let len = self.rank_lane_len(a, j, (s, d, j), rail_len);
-        if len == 0 {
-            return false;
-        }
-        let total = self.node_bytes[s * nn + d];
-        let (from, to) = lane_slice(before, before + p.bytes, total, len);
-        to > from
+        slice_carries(before, p.bytes, self.node_bytes[s * nn + d], len)
     }
 
     /// The stage pairs rank `(a, j)`'s program emits, into `rp.pairs`:

@@ -92,14 +92,19 @@ impl RotationStages {
         // division (`CeilDiv`) and no branch: a matrix may have pairs on
         // both sides of `cap` in any order.
         let div = CeilDiv::new(cap);
-        self.pc.clear();
-        self.pc.resize(n * n, 0);
+        // Every entry is written below: a buffer of the same size is not
+        // cleared first.
+        if self.pc.len() != n * n {
+            self.pc.clear();
+            self.pc.resize(n * n, 0);
+        }
         self.first.resize(n, 0);
         self.most.resize(n, 0);
         self.most.fill(0);
         for a in 0..n {
             let (row, prow) = (&t[a * n..(a + 1) * n], &mut self.pc[a * n..(a + 1) * n]);
             let (prow_before, prow_after) = prow.split_at_mut(a);
+            prow_after[0] = 0;
             let (up, down) = self.most[1..].split_at_mut(n - a - 1);
             let after = up.iter_mut().zip(&row[a + 1..]).zip(&mut prow_after[1..]);
             let before = down.iter_mut().zip(&row[..a]).zip(prow_before);

@@ -1266,3 +1266,30 @@ fn direct_stage_slices_reach_every_receiving_gpu() {
         sim.completion_us
     );
 }
+
+proptest! {
+    /// `slice_carries` is `lane_slice`'s `to > from` for every slice of a
+    /// node pair (small numbers, where the shortcuts and the divisions
+    /// both decide, and large ones, where the product needs 128 bits).
+    #[test]
+    fn slice_carries_is_the_lane_slices_test(
+        total in 0u64..2_000,
+        cuts in (0u64..=1_000, 0u64..=1_000),
+        len in 0u64..3_000,
+        scale in prop::sample::select(vec![1u64, 1 << 20, 1 << 40]),
+    ) {
+        use super::rank::slice_carries;
+        use super::sends::lane_slice;
+        let total = total * scale;
+        // Two cuts of the pair, as fractions of it: `before..after`.
+        let at = |c: u64| (u128::from(total) * u128::from(c) / 1000) as u64;
+        let (before, after) = (at(cuts.0.min(cuts.1)), at(cuts.0.max(cuts.1)));
+        let len = len.min(total.saturating_mul(2)) * if scale > 1 { scale / 1024 } else { 1 };
+        let (from, to) = lane_slice(before, after, total, len);
+        prop_assert_eq!(
+            slice_carries(before, after - before, total, len),
+            to > from,
+            "{}..{} of {} on a lane of {}", before, after, total, len
+        );
+    }
+}
