@@ -910,7 +910,8 @@ impl Emitter {
         rp.pairs.clear();
         rp.pieces.clear();
         let m = &self.node_bytes[..];
-        r.pieces_of(m, a, &mut rp.pieces);
+        // `last` is the counting sort's buffer until it is set below.
+        r.pieces_of(m, a, &mut rp.pieces, &mut rp.last);
         // One past the stage of each chain's last meeting: chain `s` (GPU
         // `(s, j)` sending), chain `N + d` (GPU `(d, j)` receiving).
         rp.last.clear();

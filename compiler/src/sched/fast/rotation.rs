@@ -321,24 +321,59 @@ impl RotationStages {
     /// Every piece node `a` sends or receives, appended to `out` with the
     /// bytes its pair sent before it, in stage order (within a stage the
     /// piece it receives first when its sender is the lower node, as the
-    /// written list has them).
-    pub(crate) fn pieces_of(&self, m: &[u64], a: usize, out: &mut Vec<(StagePair, u64)>) {
+    /// written list has them). A counting sort by stage number (`at`: its
+    /// counts, a buffer reused): a node has at most two pieces a stage,
+    /// one it sends and one it receives.
+    pub(crate) fn pieces_of(
+        &self,
+        m: &[u64],
+        a: usize,
+        out: &mut Vec<(StagePair, u64)>,
+        at: &mut Vec<u32>,
+    ) {
         let n = self.n;
         let start = out.len();
-        for k in 1..n {
-            let hi = self.most[k];
+        let stages = self.bytes.len();
+        // Node `a`'s two pairs of rotation `k` and their piece counts.
+        let pairs = |k: usize| {
+            let to = if a + k < n { a + k } else { a + k - n };
             let from = if a >= k { a - k } else { a + n - k };
-            for (s, d) in [(a, if a + k < n { a + k } else { a + k - n }), (from, a)] {
-                let p = self.pc[s * n + d];
+            [(a, self.pc[a * n + to]), (from, self.pc[from * n + a])]
+        };
+        at.clear();
+        at.resize(stages + 1, 0);
+        for k in 1..n {
+            let (hi, f) = (self.most[k], self.first[k]);
+            for (_, p) in pairs(k) {
                 for t in hi - p..hi {
-                    if let Some(x) = self.piece(m, k, s, t) {
-                        out.push(x);
-                    }
+                    at[self.number[(f + t) as usize] as usize + 1] += 1;
                 }
             }
         }
-        out[start..]
-            .sort_unstable_by_key(|(p, _)| (u64::from(p.stage) << 32) | u64::from(p.src_node));
+        for q in 0..stages {
+            at[q + 1] += at[q];
+        }
+        let blank = (StagePair::default(), 0);
+        out.resize(start + at[stages] as usize, blank);
+        for k in 1..n {
+            let hi = self.most[k];
+            for (s, p) in pairs(k) {
+                for t in hi - p..hi {
+                    let x = self
+                        .piece(m, k, s, t)
+                        .expect("each stage from a pair's first piece holds one of it");
+                    let q = &mut at[x.0.stage as usize];
+                    out[start + *q as usize] = x;
+                    *q += 1;
+                }
+            }
+        }
+        for i in start + 1..out.len() {
+            let (x, y) = (&out[i - 1].0, &out[i].0);
+            if x.stage == y.stage && x.src_node > y.src_node {
+                out.swap(i - 1, i);
+            }
+        }
     }
 
     /// The first piece, in stage order, that node `a` sends and `carries`
@@ -460,7 +495,7 @@ mod tests {
                 prop_assert_eq!(r.last_from(a), last[a]);
                 prop_assert_eq!(r.last_into(a), last[n + a]);
                 let mut own = Vec::new();
-                r.pieces_of(&t, a, &mut own);
+                r.pieces_of(&t, a, &mut own, &mut Vec::new());
                 let mut sent = vec![0u64; n * n];
                 let want: Vec<(StagePair, u64)> = pairs
                     .iter()
