@@ -194,11 +194,13 @@ impl Emitter {
         if self.rail_lanes.from_sums {
             return self.rail_lanes.chain[k];
         }
-        let lane = self.rail_lane(node, rail, p.src_node as usize, p.dst_node as usize);
+        let (a, b) = (p.src_node as usize, p.dst_node as usize);
+        let lane = self.rail_lane(node, rail, a, b);
         ChainLane {
             own: lane.own,
             len: lane.len(),
             recv_base: lane.recv_base,
+            total: self.node_bytes[a * self.nodes + b],
         }
     }
 
@@ -271,13 +273,15 @@ impl Emitter {
         r.land.resize(nn, 0);
         for a in 0..=last {
             let at = a * nn..(a + 1) * nn;
-            let (lens, gathered) = (&sums.rail_len[at.clone()], &sums.rail_gathered[at]);
+            let (lens, gathered) = (&sums.rail_len[at.clone()], &sums.rail_gathered[at.clone()]);
+            let totals = &self.node_bytes[at];
             for &(b, k) in &r.order[r.rows[a] as usize..r.rows[a + 1] as usize] {
                 let (b, len) = (b as usize, lens[b as usize]);
                 r.chain[k as usize] = ChainLane {
                     own: len - gathered[b],
                     len,
                     recv_base: r.gather[b] + r.land[b],
+                    total: totals[b],
                 };
             }
             // Lanes from `node` are its kept ones.
@@ -351,8 +355,7 @@ impl Emitter {
         let taper = self.last_pair[a] == i || self.last_pair[nn + b] == i;
         // Lane `rail` of a pair of two other nodes.
         let lane = self.chain_lane(k, sink.node, rail, &p);
-        let total = self.node_bytes[a * nn + b];
-        let (from, to) = lane_slice(before, before + p.bytes, total, lane.len);
+        let (from, to) = lane_slice(before, before + p.bytes, lane.total, lane.len);
         let (c, r) = (a * g + l, b * g + l);
         if self.unit > 0 && to > from {
             self.nominal = (to - from) / (to - from).div_ceil(self.chunk);

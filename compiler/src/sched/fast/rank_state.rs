@@ -73,6 +73,8 @@ pub(crate) struct ChainLane {
     pub(super) len: u64,
     /// Where it lands in the receiver's scratch.
     pub(super) recv_base: u64,
+    /// The bytes of its node pair (read with the lane, in row order).
+    pub(super) total: u64,
 }
 
 /// The stages `Emitter::first_slice_of` decomposed for a rank, kept for

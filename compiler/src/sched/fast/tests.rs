@@ -860,6 +860,7 @@ fn rank_lanes_match_the_whole(t: &Topology, m: &TrafficMatrix, opts: &PlannerOpt
                 let (a, b) = (p.pair.src_node as usize, p.pair.dst_node as usize);
                 let y = kept[rank_lane_index(nn, g, node, rail, a, b, rail)];
                 assert!(!y.direct);
+                assert_eq!(x.total, e.node_bytes[a * nn + b]);
                 assert_eq!(
                     (x.own, x.len, x.recv_base),
                     (y.own, y.len(), y.recv_base),
