@@ -224,7 +224,14 @@ impl LocalProgram {
         self.ops.push(LocalOp::side_of(t, me, collect_deps(deps)));
     }
 
+    /// Puts the ops in key order ([`LocalOp::key`], stable), each op's
+    /// dependencies in order.
     pub(crate) fn sort(&mut self) {
+        self.sort_with(&mut SortBuffers::default());
+    }
+
+    /// [`LocalProgram::sort`] with buffers kept from call to call.
+    pub(crate) fn sort_with(&mut self, bufs: &mut SortBuffers) {
         let me = self.rank;
         // Most ops have one dependency or two: no call into the sort.
         for o in &mut self.ops {
@@ -239,24 +246,49 @@ impl LocalProgram {
             }
         }
         // Sorting the keys with their indices, then moving each op once, is
-        // cheaper than sorting the ops (about 90 bytes each, the key
-        // recomputed at every comparison).
-        match packed_keys(&self.ops, me) {
-            Some(mut keys) => {
-                radix_sort(&mut keys);
-                permute(&mut self.ops, &mut keys);
-            }
-            None => self.ops.sort_by_cached_key(|o| o.key(me).packed()),
+        // cheaper than sorting the ops (120 bytes each, the key recomputed
+        // at every comparison); copying each into a second list cost more
+        // than the swaps.
+        if !packed_keys(&self.ops, me, &mut bufs.keys) {
+            self.ops.sort_by_cached_key(|o| o.key(me).packed());
+            return;
         }
+        radix_sort(&mut bufs.keys, &mut bufs.tmp);
+        permute(&mut self.ops, &mut bufs.keys);
+    }
+}
+
+/// The buffers [`LocalProgram::sort_with`] reuses: the ops' packed keys
+/// and the radix sort's second array.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SortBuffers {
+    keys: Vec<(u64, u32)>,
+    tmp: Vec<(u64, u32)>,
+}
+
+/// Puts `ops` in the order `order` gives (each entry's second member the
+/// index of the op that goes there), each op swapped into place once:
+/// the permutation `slice::sort_by_cached_key` applies.
+fn permute<T>(ops: &mut [T], order: &mut [(u64, u32)]) {
+    for i in 0..ops.len() {
+        let mut index = order[i].1;
+        while (index as usize) < i {
+            index = order[index as usize].1;
+        }
+        order[i].1 = index;
+        ops.swap(i, index as usize);
     }
 }
 
 /// Each op's key ([`LocalOp::key`]) as one `u64` ordered as the key is
 /// (rank, then buffer, then offset), each field in as many bits as its
-/// largest value needs, with the op's index; `None` where the three do not
-/// fit in 64 bits (or there are more than `u32::MAX` ops).
-fn packed_keys(ops: &[LocalOp], me: u32) -> Option<Vec<(u64, u32)>> {
-    u32::try_from(ops.len()).ok()?;
+/// largest value needs, with the op's index, into `out`; false where the
+/// three do not fit in 64 bits (or there are more than `u32::MAX` ops).
+fn packed_keys(ops: &[LocalOp], me: u32, out: &mut Vec<(u64, u32)>) -> bool {
+    out.clear();
+    if u32::try_from(ops.len()).is_err() {
+        return false;
+    }
     let (mut rank, mut buf, mut off) = (0u32, 0u8, 0u64);
     for o in ops {
         let k = o.key(me);
@@ -268,7 +300,7 @@ fn packed_keys(ops: &[LocalOp], me: u32) -> Option<Vec<(u64, u32)>> {
     let buf_bits = u8::BITS - buf.leading_zeros();
     let rank_bits = u32::BITS - rank.leading_zeros();
     if off_bits + buf_bits + rank_bits > u64::BITS {
-        return None;
+        return false;
     }
     // A field shifted by 64 has no bits: it is 0 for every op.
     let pack = |k: TransferKey| {
@@ -276,12 +308,12 @@ fn packed_keys(ops: &[LocalOp], me: u32) -> Option<Vec<(u64, u32)>> {
         let buf = u64::from(k.buf as u8).checked_shl(off_bits);
         rank.unwrap_or(0) | buf.unwrap_or(0) | k.off
     };
-    Some(
+    out.extend(
         ops.iter()
             .enumerate()
-            .map(|(i, o)| (pack(o.key(me)), i as u32))
-            .collect(),
-    )
+            .map(|(i, o)| (pack(o.key(me)), i as u32)),
+    );
+    true
 }
 
 /// Bits of one digit of [`radix_sort`].
@@ -292,7 +324,7 @@ const DIGIT_BITS: u32 = 11;
 /// indices: least significant digit ([`DIGIT_BITS`]) first, one counting
 /// pass a digit up to the highest bit set, skipping the digits every key
 /// shares.
-fn radix_sort(keys: &mut Vec<(u64, u32)>) {
+fn radix_sort(keys: &mut Vec<(u64, u32)>, tmp: &mut Vec<(u64, u32)>) {
     const BUCKETS: usize = 1 << DIGIT_BITS;
     const MASK: u64 = BUCKETS as u64 - 1;
     let n = keys.len();
@@ -304,7 +336,8 @@ fn radix_sort(keys: &mut Vec<(u64, u32)>) {
             c[((k >> (DIGIT_BITS * d)) & MASK) as usize] += 1;
         }
     }
-    let mut tmp = vec![(0u64, 0u32); n];
+    tmp.clear();
+    tmp.resize(n, (0, 0));
     for (d, c) in (0..).zip(counts.iter_mut()) {
         if c.iter().any(|&x| x as usize == n) {
             continue;
@@ -319,21 +352,7 @@ fn radix_sort(keys: &mut Vec<(u64, u32)>) {
             tmp[*at as usize] = (k, i);
             *at += 1;
         }
-        std::mem::swap(keys, &mut tmp);
-    }
-}
-
-/// Puts `ops` in the order `order` gives (each entry's second member the
-/// index of the op that goes there), each op swapped into place once:
-/// the permutation `slice::sort_by_cached_key` applies.
-fn permute<T>(ops: &mut [T], order: &mut [(u64, u32)]) {
-    for i in 0..ops.len() {
-        let mut index = order[i].1;
-        while (index as usize) < i {
-            index = order[index as usize].1;
-        }
-        order[i].1 = index;
-        ops.swap(i, index as usize);
+        std::mem::swap(keys, tmp);
     }
 }
 
@@ -1471,8 +1490,17 @@ mod tests {
                 }
                 let mut want = p.ops.clone();
                 want.sort_by_key(|x| x.key(me).packed());
+                // Buffers reused from another program sort as fresh ones.
+                let mut bufs = SortBuffers::default();
+                let mut other = p.clone();
+                other.ops.reverse();
+                other.ops.truncate(p.ops.len() / 2 + 1);
+                other.sort_with(&mut bufs);
+                let mut again = p.clone();
                 p.sort();
-                prop_assert_eq!(p.ops, want);
+                again.sort_with(&mut bufs);
+                prop_assert_eq!(&p.ops, &want);
+                prop_assert_eq!(again.ops, want);
                 Ok(())
             })
             .unwrap();

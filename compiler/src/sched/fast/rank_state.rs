@@ -11,7 +11,7 @@ use super::rotation::RotationStages;
 use super::sink::{key_of, Sink};
 use super::stages::StagePair;
 use crate::plan::{Buffer, Transfer};
-use crate::rank::{KeyDeps, LocalOp, LocalProgram, TransferKey};
+use crate::rank::{KeyDeps, LocalOp, LocalProgram, SortBuffers, TransferKey};
 
 /// Where lane `l` of node pair `(a, b)` sits in the lanes of rank
 /// `(node, rail)`'s program (`Emitter::balance_rank`): its node's row
@@ -196,6 +196,8 @@ pub(crate) struct RankSink {
     ops: Vec<LocalOp>,
     /// The stage pairs it asks for.
     pub(super) pairs: RankPairs,
+    /// The sort's buffers, kept from program to program.
+    sort: SortBuffers,
 }
 
 impl RankSink {
@@ -219,7 +221,7 @@ impl RankSink {
     /// sorted.
     pub(super) fn finish(&mut self, out: &mut LocalProgram) {
         out.ops = std::mem::take(&mut self.ops);
-        out.sort();
+        out.sort_with(&mut self.sort);
     }
 }
 
