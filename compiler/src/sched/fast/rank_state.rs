@@ -213,26 +213,49 @@ impl RankSink {
     }
 }
 
+impl RankSink {
+    /// The keys of transfers `ids` (emitted before), those of transfers
+    /// of no bytes left out: up to four written inline at once, more
+    /// (rare) as `LocalProgram::push` collects them, with room for at
+    /// most 16.
+    #[inline]
+    fn key_deps(&self, ids: &[u32]) -> KeyDeps {
+        if ids.len() > 4 {
+            let mut deps = KeyDeps::with_capacity(ids.len().min(16));
+            for &d in ids {
+                let k = self.keys[d as usize];
+                if k.rank != u32::MAX {
+                    deps.push(k);
+                }
+            }
+            return deps;
+        }
+        let none = key_of(0, Buffer::Input, 0, 0);
+        let mut buf = [none; 4];
+        let mut n = 0;
+        for &d in ids {
+            let k = self.keys[d as usize];
+            buf[n] = k;
+            n += usize::from(k.rank != u32::MAX);
+        }
+        KeyDeps::from_buf_and_len(buf, n)
+    }
+}
+
 impl Sink for RankSink {
     fn len(&self) -> usize {
         self.keys.len()
     }
 
     fn push(&mut self, t: Transfer) -> u32 {
+        let id = self.keys.len() as u32;
         self.keys
             .push(key_of(t.dst as usize, t.dst_buf, t.dst_off, t.bytes));
         if t.bytes > 0 && (t.src == self.rank || t.dst == self.rank) {
-            // As `LocalProgram::push` collects them: room for at most 16.
-            let mut deps = KeyDeps::with_capacity(t.deps.len().min(16));
-            for &d in &t.deps {
-                let k = self.keys[d as usize];
-                if k.rank != u32::MAX {
-                    deps.push(k);
-                }
-            }
+            let deps = self.key_deps(&t.deps);
             self.ops.push(LocalOp::side_of(&t, self.rank, deps));
         }
-        (self.keys.len() - 1) as u32
+        id
     }
 
     #[inline]
