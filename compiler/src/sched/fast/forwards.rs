@@ -88,6 +88,29 @@ impl Emitter {
         stage: u32,
     ) {
         let g = self.gpus;
+        if let Some(j) = out.forwards_into(r) {
+            // The one block into GPU `j`, where it meets `u..end` (offsets
+            // in the input of `s`).
+            let [base, b0, b1, recv] = v.send_block(s, b, j);
+            let (u, end) = (base + u, base + w);
+            let (lo, hi) = (u.max(b0), end.min(b1));
+            if lo < hi {
+                let d = b * g + j;
+                out.push(Transfer {
+                    src: r as u32,
+                    src_buf: Buffer::Scratch,
+                    src_off: scratch_off + (lo - u),
+                    dst: d as u32,
+                    dst_buf: Buffer::Output,
+                    dst_off: recv + (lo - b0),
+                    bytes: hi - lo,
+                    path: if d == r { Path::Local } else { Path::Nvlink },
+                    step: stage + 1,
+                    deps: Deps::from_buf_and_len([landed, 0, 0, 0], 1),
+                });
+            }
+            return;
+        }
         let row = v.send_row(s, b);
         let recv = v.recv_row(s, b);
         // Absolute offsets in the input of `s`; the first block that ends
@@ -109,14 +132,6 @@ impl Emitter {
                 deps: Deps::from_buf_and_len([landed, 0, 0, 0], 1),
             }
         };
-        if let Some(j) = out.forwards_into(r) {
-            // The one block into GPU `j`, where it meets `u..end`.
-            let (b0, b1) = (row[j], row[j + 1]);
-            if u.max(b0) < end.min(b1) {
-                out.push(forward(j, b0, b1));
-            }
-            return;
-        }
         let mut j = 0;
         while j < g && row[j + 1] <= u {
             j += 1;
