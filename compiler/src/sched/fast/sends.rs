@@ -134,20 +134,34 @@ impl Emitter {
                 self.nominal = (to - from) / (to - from).div_ceil(self.chunk);
             }
             let first = self.first_slice[c] == i as u32;
-            if self.mesh && !lane.direct {
-                // On a mesh, the slice ends on the bytes with the
-                // shortest forward (tail.rs).
-                self.cut_mesh_slice(v, (li, c, b, l), (from, to), taper, first);
+            // Most slices are one send, whole: what `cut_chunks` makes of a
+            // balanced lane's slice of at most a chunk that is neither its
+            // GPU's first nor tapered (off a mesh), without its buffer.
+            let whole = !lane.direct
+                && !self.mesh
+                && !taper
+                && !first
+                && to > from
+                && to - from <= self.chunk;
+            let sends = if whole {
+                1
             } else {
-                self.cut_chunks(v, (c, b, l, from, to), lane.direct, None, first);
-                if taper && !lane.direct {
-                    self.taper_last_chunks();
+                if self.mesh && !lane.direct {
+                    // On a mesh, the slice ends on the bytes with the
+                    // shortest forward (tail.rs).
+                    self.cut_mesh_slice(v, (li, c, b, l), (from, to), taper, first);
+                } else {
+                    self.cut_chunks(v, (c, b, l, from, to), lane.direct, None, first);
+                    if taper && !lane.direct {
+                        self.taper_last_chunks();
+                    }
                 }
-            }
+                self.chunks.len()
+            };
             // `spray`: the slice's sends are chained from this slot on.
             self.slice_start = self.slots[c].len();
-            for k in 0..self.chunks.len() {
-                let (lo, hi) = self.chunks[k];
+            for k in 0..sends {
+                let (lo, hi) = if whole { (from, to) } else { self.chunks[k] };
                 self.emit_slice(v, out, li, (a, b, l), lo, hi, p.stage);
             }
         }
