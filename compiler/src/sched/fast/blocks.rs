@@ -128,8 +128,9 @@ impl RankBuffers {
         splits: Option<&'t NodeSplits>,
     ) -> RankBlocks<'t> {
         let (n, g) = (t.ranks(), t.gpus_per_node);
-        // Each row's running sums, its total last.
-        self.row_off.clear();
+        // Each row's running sums, its total last. Every entry of the
+        // three buffers is written below: they are only resized (zeroed
+        // where they grow), not cleared.
         self.row_off.resize(g * (n + 1), 0);
         for (off, row) in self
             .row_off
@@ -143,9 +144,7 @@ impl RankBuffers {
             }
             off[n] = acc;
         }
-        self.col_send.clear();
         self.col_send.resize(n * (g + 1), 0);
-        self.col_recv.clear();
         self.col_recv.resize(n * g, 0);
         self.zeros.clear();
         self.zeros.resize(g + 1, 0);
