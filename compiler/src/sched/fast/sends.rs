@@ -125,8 +125,12 @@ impl Emitter {
         let taper = self.last_pair[a] == i || self.last_pair[nn + b] == i;
         let after = before + p.bytes;
         let total = self.node_bytes[a * nn + b];
-        for l in out.lanes(a, b, self.gpus) {
-            let li = out.lane_index(nn, self.gpus, a, b, l);
+        let lanes = out.lanes(a, b, self.gpus);
+        // The lanes of a pair sit in a row of `lanes` (`Sink::lane_index`).
+        let li0 = out.lane_index(nn, self.gpus, a, b, lanes.start);
+        for l in lanes.clone() {
+            let li = li0 + (l - lanes.start);
+            debug_assert_eq!(li, out.lane_index(nn, self.gpus, a, b, l));
             let lane = self.lanes[li];
             let (from, to) = lane_slice(before, after, total, lane.len());
             let c = a * self.gpus + l;

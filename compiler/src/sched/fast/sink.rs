@@ -46,7 +46,9 @@ pub(super) trait Sink {
     /// plan). A lane is emitted in every stage or in none.
     fn lanes(&self, a: usize, b: usize, g: usize) -> Range<usize>;
     /// Where lane `l` of node pair `(a, b)` sits in the emitter's `lanes`
-    /// (of `nodes` nodes of `g` GPUs), for a lane [`Sink::lanes`] names.
+    /// (of `nodes` nodes of `g` GPUs), for a lane [`Sink::lanes`] names:
+    /// the lanes it names for a pair sit in a row, lane `l + 1` after lane
+    /// `l` (`Emitter::emit_pair` finds the first alone).
     fn lane_index(&self, nodes: usize, g: usize, a: usize, b: usize, l: usize) -> usize;
     /// Whether to emit the forwards at node `b` (the receiving node).
     fn forwards_at(&self, b: usize) -> bool;
