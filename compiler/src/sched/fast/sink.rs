@@ -5,7 +5,7 @@
 
 use std::ops::Range;
 
-use crate::plan::{Buffer, Transfer};
+use crate::plan::{Buffer, Deps, Path, Transfer};
 use crate::rank::TransferKey;
 
 /// The transfers of the plan being written, over those of the previous
@@ -37,6 +37,36 @@ pub(super) trait Sink {
     /// Writes the next transfer and returns its id (dependencies name
     /// transfers by these ids).
     fn push(&mut self, t: Transfer) -> u32;
+    /// Writes the next transfer, a forward: bytes at `scratch_off` of GPU
+    /// `r`'s scratch into GPU `d`'s output at `dst_off`, `bytes` long, in
+    /// step `step`, after transfer `landed` (the send that brought them).
+    /// Returns its id. What [`Sink::push`] writes of the transfer; a sink
+    /// may write it without the transfer.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn push_forward(
+        &mut self,
+        r: usize,
+        scratch_off: u64,
+        d: usize,
+        dst_off: u64,
+        bytes: u64,
+        step: u32,
+        landed: u32,
+    ) -> u32 {
+        self.push(Transfer {
+            src: r as u32,
+            src_buf: Buffer::Scratch,
+            src_off: scratch_off,
+            dst: d as u32,
+            dst_buf: Buffer::Output,
+            dst_off,
+            bytes,
+            path: if d == r { Path::Local } else { Path::Nvlink },
+            step,
+            deps: Deps::from_buf_and_len([landed, 0, 0, 0], 1),
+        })
+    }
     /// Writes the next transfer, one that [`Sink::keeps`] does not keep
     /// (of GPUs `src` and `dst` with `keeps(src, dst)` false), by its key
     /// alone: into GPU `dst`'s `buf` at `off`, `bytes` long
