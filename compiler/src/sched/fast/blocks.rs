@@ -22,6 +22,15 @@ pub(super) trait Blocks {
     /// The offsets of rank `s`'s blocks for the GPUs of node `b` in their
     /// outputs (`G` of them).
     fn recv_row(&self, s: usize, b: usize) -> &[u64];
+    /// Of rank `s`'s blocks for the GPUs of node `b`: where they start
+    /// in its input, where the one for GPU `j` of `b` starts and ends
+    /// there, and its offset in GPU `j`'s output (`send_row(s, b)[0]`,
+    /// `[j]`, `[j + 1]` and `recv_row(s, b)[j]`).
+    #[inline]
+    fn send_block(&self, s: usize, b: usize, j: usize) -> [u64; 4] {
+        let (row, recv) = (self.send_row(s, b), self.recv_row(s, b));
+        [row[0], row[j], row[j + 1], recv[j]]
+    }
     /// Bytes rank `s` sends node `b`.
     fn to_node(&self, s: usize, b: usize) -> u64;
     /// Bytes the ranks of node `a` send rank `d`.
@@ -100,6 +109,8 @@ pub(super) struct RankBuffers {
 /// [`Blocks`] for one rank (see [`RankBuffers`]).
 pub(super) struct RankBlocks<'t> {
     node: usize,
+    /// The node's first rank (`node * gpus`).
+    first: usize,
     ranks: usize,
     nodes: usize,
     gpus: usize,
@@ -117,34 +128,47 @@ impl RankBuffers {
         splits: Option<&'t NodeSplits>,
     ) -> RankBlocks<'t> {
         let (n, g) = (t.ranks(), t.gpus_per_node);
-        self.row_off.clear();
-        for i in 0..g {
+        // Each row's running sums, its total last. Every entry of the
+        // three buffers is written below: they are only resized (zeroed
+        // where they grow), not cleared.
+        self.row_off.resize(g * (n + 1), 0);
+        for (off, row) in self
+            .row_off
+            .chunks_exact_mut(n + 1)
+            .zip(t.rows.chunks_exact(n))
+        {
             let mut acc = 0u64;
-            for &b in t.row(i) {
-                self.row_off.push(acc);
-                acc += b;
+            for (o, &x) in off.iter_mut().zip(row) {
+                *o = acc;
+                acc += x;
             }
-            self.row_off.push(acc);
+            off[n] = acc;
         }
-        self.col_send.clear();
-        self.col_recv.clear();
+        self.col_send.resize(n * (g + 1), 0);
         self.col_recv.resize(n * g, 0);
         self.zeros.clear();
         self.zeros.resize(g + 1, 0);
-        let mut below = vec![0u64; g];
-        for s in 0..n {
-            let mut at = t.before[s];
-            for (i, acc) in below.iter_mut().enumerate() {
-                self.col_send.push(at);
-                let x = t.col(s, i);
+        // What the ranks before `s` send each GPU of the node.
+        let below = &mut self.zeros[..g];
+        let sends = self.col_send.chunks_exact_mut(g + 1);
+        let recvs = self.col_recv.chunks_exact_mut(g);
+        for (((send, recv), col), &before) in
+            sends.zip(recvs).zip(t.cols.chunks_exact(g)).zip(&t.before)
+        {
+            let mut at = before;
+            for i in 0..g {
+                let x = col[i];
+                send[i] = at;
                 at += x;
-                self.col_recv[s * g + i] = *acc;
-                *acc += x;
+                recv[i] = below[i];
+                below[i] += x;
             }
-            self.col_send.push(at);
+            send[g] = at;
         }
+        below.fill(0);
         RankBlocks {
             node: t.node(),
+            first: t.node() * g,
             ranks: n,
             nodes: t.nodes,
             gpus: g,
@@ -155,6 +179,12 @@ impl RankBuffers {
 }
 
 impl RankBlocks<'_> {
+    /// Whether rank `s` is of the rank's node (without a division).
+    #[inline(always)]
+    fn own(&self, s: usize) -> bool {
+        s.wrapping_sub(self.first) < self.gpus
+    }
+
     /// What each GPU of node `a` sends each node: `G` rows of `N`, GPU `l`'s
     /// at `l N` (each entry [`Blocks::to_node`]); `None` without
     /// [`NodeSplits`].
@@ -168,8 +198,8 @@ impl RankBlocks<'_> {
 impl Blocks for RankBlocks<'_> {
     #[inline]
     fn send_at(&self, s: usize, d: usize) -> u64 {
-        let (g, first) = (self.gpus, self.node * self.gpus);
-        if s / g == self.node {
+        let (g, first) = (self.gpus, self.first);
+        if self.own(s) {
             self.bufs.row_off[(s - first) * (self.ranks + 1) + d]
         } else if (first..=first + g).contains(&d) {
             self.bufs.col_send[s * (g + 1) + d - first]
@@ -180,8 +210,8 @@ impl Blocks for RankBlocks<'_> {
 
     #[inline]
     fn recv_at(&self, s: usize, d: usize) -> u64 {
-        if d / self.gpus == self.node {
-            self.bufs.col_recv[s * self.gpus + d % self.gpus]
+        if self.own(d) {
+            self.bufs.col_recv[s * self.gpus + d - self.first]
         } else {
             0
         }
@@ -189,8 +219,8 @@ impl Blocks for RankBlocks<'_> {
 
     fn send_row(&self, s: usize, b: usize) -> &[u64] {
         let g = self.gpus;
-        if s / g == self.node {
-            &self.bufs.row_off[(s % g) * (self.ranks + 1) + b * g..][..=g]
+        if self.own(s) {
+            &self.bufs.row_off[(s - self.first) * (self.ranks + 1) + b * g..][..=g]
         } else if b == self.node {
             &self.bufs.col_send[s * (g + 1)..][..=g]
         } else {
@@ -207,6 +237,25 @@ impl Blocks for RankBlocks<'_> {
         }
     }
 
+    /// Into the rank's node from another (a forward into the rank): read
+    /// from its node's columns alone.
+    #[inline]
+    fn send_block(&self, s: usize, b: usize, j: usize) -> [u64; 4] {
+        let g = self.gpus;
+        if b == self.node && !self.own(s) {
+            let at = s * (g + 1);
+            let col = &self.bufs.col_send;
+            return [
+                col[at],
+                col[at + j],
+                col[at + j + 1],
+                self.bufs.col_recv[s * g + j],
+            ];
+        }
+        let (row, recv) = (self.send_row(s, b), self.recv_row(s, b));
+        [row[0], row[j], row[j + 1], recv[j]]
+    }
+
     /// From [`NodeSplits`] where given; else known for the rank's node's
     /// rows and its column only (0 elsewhere: no reader asks then).
     #[inline]
@@ -217,7 +266,7 @@ impl Blocks for RankBlocks<'_> {
         let g = self.gpus;
         let row = self.send_row(s, b);
         debug_assert!(
-            s / g == self.node || b == self.node,
+            self.own(s) || b == self.node,
             "rank {s} to node {b} is not known"
         );
         row[g] - row[0]

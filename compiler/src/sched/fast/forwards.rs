@@ -7,7 +7,6 @@ use super::blocks::Blocks;
 use super::emit::Emitter;
 use super::sends::clip_pieces;
 use super::sink::Sink;
-use crate::plan::{Buffer, Deps, Path, Transfer};
 
 impl Emitter {
     /// Copies bytes `from..to` of a lane's stream, landed in the receiver's
@@ -88,6 +87,18 @@ impl Emitter {
         stage: u32,
     ) {
         let g = self.gpus;
+        if let Some(j) = out.forwards_into(r) {
+            // The one block into GPU `j`, where it meets `u..end` (offsets
+            // in the input of `s`).
+            let [base, b0, b1, recv] = v.send_block(s, b, j);
+            let (u, end) = (base + u, base + w);
+            let (lo, hi) = (u.max(b0), end.min(b1));
+            if lo < hi {
+                let (src_off, dst_off) = (scratch_off + (lo - u), recv + (lo - b0));
+                out.push_forward(r, src_off, b * g + j, dst_off, hi - lo, stage + 1, landed);
+            }
+            return;
+        }
         let row = v.send_row(s, b);
         let recv = v.recv_row(s, b);
         // Absolute offsets in the input of `s`; the first block that ends
@@ -95,28 +106,8 @@ impl Emitter {
         let (u, end) = (row[0] + u, row[0] + w);
         let forward = |j: usize, b0: u64, b1: u64| {
             let (lo, hi) = (u.max(b0), end.min(b1));
-            let d = b * g + j;
-            Transfer {
-                src: r as u32,
-                src_buf: Buffer::Scratch,
-                src_off: scratch_off + (lo - u),
-                dst: d as u32,
-                dst_buf: Buffer::Output,
-                dst_off: recv[j] + (lo - b0),
-                bytes: hi - lo,
-                path: if d == r { Path::Local } else { Path::Nvlink },
-                step: stage + 1,
-                deps: Deps::from_buf_and_len([landed, 0, 0, 0], 1),
-            }
+            (scratch_off + (lo - u), recv[j] + (lo - b0), hi - lo)
         };
-        if let Some(j) = out.forwards_into(r) {
-            // The one block into GPU `j`, where it meets `u..end`.
-            let (b0, b1) = (row[j], row[j + 1]);
-            if u.max(b0) < end.min(b1) {
-                out.push(forward(j, b0, b1));
-            }
-            return;
-        }
         let mut j = 0;
         while j < g && row[j + 1] <= u {
             j += 1;
@@ -127,7 +118,8 @@ impl Emitter {
                 break;
             }
             if b0 < b1 {
-                out.push(forward(j, b0, b1));
+                let (src_off, dst_off, bytes) = forward(j, b0, b1);
+                out.push_forward(r, src_off, b * g + j, dst_off, bytes, stage + 1, landed);
             }
             j += 1;
         }

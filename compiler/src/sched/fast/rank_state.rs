@@ -10,8 +10,8 @@ use std::ops::Range;
 use super::rotation::RotationStages;
 use super::sink::{key_of, Sink};
 use super::stages::StagePair;
-use crate::plan::{Buffer, Transfer};
-use crate::rank::{KeyDeps, LocalOp, LocalProgram, SortBuffers, TransferKey};
+use crate::plan::{Buffer, Path, Transfer};
+use crate::rank::{KeyDeps, LocalOp, LocalProgram, OpKind, SortBuffers, TransferKey};
 
 /// Where lane `l` of node pair `(a, b)` sits in the lanes of rank
 /// `(node, rail)`'s program (`Emitter::balance_rank`): its node's row
@@ -225,26 +225,90 @@ impl RankSink {
     }
 }
 
+impl RankSink {
+    /// The keys of transfers `ids` (emitted before), those of transfers
+    /// of no bytes left out: up to four written inline at once, more
+    /// (rare) as `LocalProgram::push` collects them, with room for at
+    /// most 16.
+    #[inline]
+    fn key_deps(&self, ids: &[u32]) -> KeyDeps {
+        if ids.len() > 4 {
+            let mut deps = KeyDeps::with_capacity(ids.len().min(16));
+            for &d in ids {
+                let k = self.keys[d as usize];
+                if k.rank != u32::MAX {
+                    deps.push(k);
+                }
+            }
+            return deps;
+        }
+        let none = key_of(0, Buffer::Input, 0, 0);
+        let mut buf = [none; 4];
+        let mut n = 0;
+        for &d in ids {
+            let k = self.keys[d as usize];
+            buf[n] = k;
+            n += usize::from(k.rank != u32::MAX);
+        }
+        KeyDeps::from_buf_and_len(buf, n)
+    }
+}
+
 impl Sink for RankSink {
     fn len(&self) -> usize {
         self.keys.len()
     }
 
     fn push(&mut self, t: Transfer) -> u32 {
+        let id = self.keys.len() as u32;
         self.keys
             .push(key_of(t.dst as usize, t.dst_buf, t.dst_off, t.bytes));
         if t.bytes > 0 && (t.src == self.rank || t.dst == self.rank) {
-            // As `LocalProgram::push` collects them: room for at most 16.
-            let mut deps = KeyDeps::with_capacity(t.deps.len().min(16));
-            for &d in &t.deps {
-                let k = self.keys[d as usize];
-                if k.rank != u32::MAX {
-                    deps.push(k);
-                }
-            }
+            let deps = self.key_deps(&t.deps);
             self.ops.push(LocalOp::side_of(&t, self.rank, deps));
         }
-        (self.keys.len() - 1) as u32
+        id
+    }
+
+    /// [`Sink::push`] of the forward, its op written from its fields.
+    #[allow(clippy::too_many_arguments)]
+    fn push_forward(
+        &mut self,
+        r: usize,
+        scratch_off: u64,
+        d: usize,
+        dst_off: u64,
+        bytes: u64,
+        step: u32,
+        landed: u32,
+    ) -> u32 {
+        let id = self.keys.len() as u32;
+        self.keys.push(key_of(d, Buffer::Output, dst_off, bytes));
+        let me = self.rank as usize;
+        if bytes > 0 && (r == me || d == me) {
+            let (op, peer) = if r == d {
+                (OpKind::Copy, self.rank)
+            } else if r == me {
+                (OpKind::Send, d as u32)
+            } else {
+                (OpKind::Recv, r as u32)
+            };
+            let k = self.keys[landed as usize];
+            let deps = KeyDeps::from_buf_and_len([k; 4], usize::from(k.rank != u32::MAX));
+            self.ops.push(LocalOp {
+                op,
+                peer,
+                bytes,
+                src_buf: Buffer::Scratch,
+                src_off: scratch_off,
+                dst_buf: Buffer::Output,
+                dst_off,
+                path: if d == r { Path::Local } else { Path::Nvlink },
+                step,
+                deps,
+            });
+        }
+        id
     }
 
     #[inline]

@@ -5,7 +5,7 @@
 //! balancing moves that feed it.
 
 use super::arith::mul_div;
-use super::balance::Piece;
+use super::balance::{Lane, Piece};
 use super::blocks::Blocks;
 use super::emit::{Emitter, MIN_DEPTH};
 use super::sink::Sink;
@@ -125,8 +125,12 @@ impl Emitter {
         let taper = self.last_pair[a] == i || self.last_pair[nn + b] == i;
         let after = before + p.bytes;
         let total = self.node_bytes[a * nn + b];
-        for l in out.lanes(a, b, self.gpus) {
-            let li = out.lane_index(nn, self.gpus, a, b, l);
+        let lanes = out.lanes(a, b, self.gpus);
+        // The lanes of a pair sit in a row of `lanes` (`Sink::lane_index`).
+        let li0 = out.lane_index(nn, self.gpus, a, b, lanes.start);
+        for l in lanes.clone() {
+            let li = li0 + (l - lanes.start);
+            debug_assert_eq!(li, out.lane_index(nn, self.gpus, a, b, l));
             let lane = self.lanes[li];
             let (from, to) = lane_slice(before, after, total, lane.len());
             let c = a * self.gpus + l;
@@ -134,20 +138,34 @@ impl Emitter {
                 self.nominal = (to - from) / (to - from).div_ceil(self.chunk);
             }
             let first = self.first_slice[c] == i as u32;
-            if self.mesh && !lane.direct {
-                // On a mesh, the slice ends on the bytes with the
-                // shortest forward (tail.rs).
-                self.cut_mesh_slice(v, (li, c, b, l), (from, to), taper, first);
+            // Most slices are one send, whole: what `cut_chunks` makes of a
+            // balanced lane's slice of at most a chunk that is neither its
+            // GPU's first nor tapered (off a mesh), without its buffer.
+            let whole = !lane.direct
+                && !self.mesh
+                && !taper
+                && !first
+                && to > from
+                && to - from <= self.chunk;
+            let sends = if whole {
+                1
             } else {
-                self.cut_chunks(v, (c, b, l, from, to), lane.direct, None, first);
-                if taper && !lane.direct {
-                    self.taper_last_chunks();
+                if self.mesh && !lane.direct {
+                    // On a mesh, the slice ends on the bytes with the
+                    // shortest forward (tail.rs).
+                    self.cut_mesh_slice(v, (li, c, b, l), (from, to), taper, first);
+                } else {
+                    self.cut_chunks(v, (c, b, l, from, to), lane.direct, None, first);
+                    if taper && !lane.direct {
+                        self.taper_last_chunks();
+                    }
                 }
-            }
+                self.chunks.len()
+            };
             // `spray`: the slice's sends are chained from this slot on.
             self.slice_start = self.slots[c].len();
-            for k in 0..self.chunks.len() {
-                let (lo, hi) = self.chunks[k];
+            for k in 0..sends {
+                let (lo, hi) = if whole { (from, to) } else { self.chunks[k] };
                 self.emit_slice(v, out, li, (a, b, l), lo, hi, p.stage);
             }
         }
@@ -195,6 +213,67 @@ impl Emitter {
         }
     }
 
+    /// The waits of a kept send of GPU `c` into GPU `r` (its slot `slot`
+    /// of `c`'s chain), of lane `lane` of node `a`'s pair, bytes
+    /// `from..to`: for its own bytes and for its gathered bytes.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn send_waits(
+        &self,
+        c: usize,
+        r: usize,
+        slot: usize,
+        a: usize,
+        lane: &Lane,
+        from: u64,
+        to: u64,
+    ) -> (FewIds, FewIds) {
+        let depth = self.depth as usize;
+        // The slots of a balanced lane hold one or two sends (never a range:
+        // lanes are all direct or none are).
+        let mut chain = FewIds::default();
+        if self.opts.staged {
+            if let Some(j) = self.sender_wait(c, depth) {
+                chain.add_ops(self.slots[c][j]);
+            }
+            // The receiving NIC too takes one stage at a time: a sender
+            // that runs ahead (its previous pair was light) waits rather
+            // than joining another sender at its next receiver (incast).
+            if let Some(j) = self.receiver_wait(r, c, depth) {
+                chain.add_ops(self.rslots[r][j]);
+            }
+            return (chain, chain);
+        }
+        // `spray`: a lane's slice goes in order, each of its sends after
+        // the send `spray_depth` before it, the carrier's own bytes and
+        // its gathered bytes as two streams (the gathered wait for their
+        // moves, which must not hold the own back), so the first sends land
+        // and their forwards run while the rest are on the NIC.
+        // Only the streams this send has are looked up: the own bytes are
+        // the slice's prefix and the gathered its suffix, so a lookup of
+        // the other stream would scan the whole slice back for nothing.
+        let (mut own_chain, mut gathered_chain) = (chain, chain);
+        let d = self.spray_depths[a];
+        let back = |k: usize| {
+            (self.slice_start..slot)
+                .rev()
+                .map(|j| self.slots[c][j][k])
+                .filter(|&op| op != NONE)
+                .nth(d - 1)
+        };
+        if from < lane.own {
+            if let Some(op) = back(0) {
+                own_chain.add(op);
+            }
+        }
+        if to > lane.own {
+            if let Some(op) = back(1) {
+                gathered_chain.add(op);
+            }
+        }
+        (own_chain, gathered_chain)
+    }
+
     /// How many sends before its own a send's balancing moves may start:
     /// as the GPU's previous send starts (`depth + 1`) on a switch; a whole
     /// window earlier (`2 depth + 1`) on a mesh. There a carrier's moves
@@ -240,62 +319,15 @@ impl Emitter {
         }
         let slot = self.slots[c].len();
         let depth = self.depth as usize;
-        // The slots of a balanced lane hold one or two sends (never a range:
-        // lanes are all direct or none are).
-        let mut chain = FewIds::default();
-        let mut gate = FewIds::default();
-        let lead = self.move_lead(depth);
         // The sends' waits, where `out` keeps them (a rank's program names
         // the other sends only as what its own transfers wait on).
         let keep = out.keeps(c, r);
-        if self.opts.staged {
-            if keep {
-                if let Some(j) = self.sender_wait(c, depth) {
-                    chain.add_ops(self.slots[c][j]);
-                }
-                // The receiving NIC too takes one stage at a time: a sender
-                // that runs ahead (its previous pair was light) waits rather
-                // than joining another sender at its next receiver (incast).
-                if let Some(j) = self.receiver_wait(r, c, depth) {
-                    chain.add_ops(self.rslots[r][j]);
-                }
-            }
-            // Moves for this slot start as the previous slot starts; on a
-            // mesh, a window earlier (see `move_lead`).
-            if slot >= lead {
-                gate.add_ops(self.slots[c][slot - lead]);
-            }
-        }
-        // `spray`: a lane's slice goes in order, each of its sends after
-        // the send `spray_depth` before it, the carrier's own bytes and
-        // its gathered bytes as two streams (the gathered wait for their
-        // moves, which must not hold the own back), so the first sends land
-        // and their forwards run while the rest are on the NIC.
-        // Only the streams this send has are looked up: the own bytes are
-        // the slice's prefix and the gathered its suffix, so a lookup of
-        // the other stream would scan the whole slice back for nothing.
-        let (mut own_chain, mut gathered_chain) = (chain, chain);
-        if !self.opts.staged && keep {
-            let d = self.spray_depths[a];
-            let back = |k: usize| {
-                (self.slice_start..slot)
-                    .rev()
-                    .map(|j| self.slots[c][j][k])
-                    .filter(|&op| op != NONE)
-                    .nth(d - 1)
-            };
-            if from < lane.own {
-                if let Some(op) = back(0) {
-                    own_chain.add(op);
-                }
-            }
-            if to > lane.own {
-                if let Some(op) = back(1) {
-                    gathered_chain.add(op);
-                }
-            }
-        }
-        let path = Path::Rdma { nic: self.rail[l] };
+        let (own_chain, gathered_chain) = if keep {
+            self.send_waits(c, r, slot, a, &lane, from, to)
+        } else {
+            (FewIds::default(), FewIds::default())
+        };
+        let path = || Path::Rdma { nic: self.rail[l] };
         let mut ops = [NONE; 2];
         // A transfer `out` does not keep is written as its key alone (its
         // source and dependencies are not looked up).
@@ -312,7 +344,7 @@ impl Emitter {
                     dst_buf: Buffer::Scratch,
                     dst_off: off,
                     bytes: end - from,
-                    path,
+                    path: path(),
                     step: stage,
                     deps: own_chain.deps(),
                 })
@@ -323,6 +355,7 @@ impl Emitter {
         if to > lane.own {
             let (g0, g1) = (from.max(lane.own) - lane.own, to - lane.own);
             let mut deps = gathered_chain.deps();
+            let lead = self.move_lead(depth);
             let mut last_move = self.last_move[c];
             let pieces = if out.moves_for(a, r) {
                 &self.pieces[lane.pieces_start as usize..lane.pieces_end as usize]
@@ -340,8 +373,14 @@ impl Emitter {
                     // A carrier's moves arrive in the order its sends use
                     // them, so the first send's bytes do not share NVLink
                     // with moves needed much later.
-                    let mut move_deps = gate;
+                    let mut move_deps = FewIds::default();
+                    // Moves for this slot start as the previous slot
+                    // starts; on a mesh, a window earlier (see
+                    // `move_lead`).
                     if self.opts.staged {
+                        if slot >= lead {
+                            move_deps.add_ops(self.slots[c][slot - lead]);
+                        }
                         move_deps.add(last_move);
                     }
                     out.push(Transfer {
@@ -383,7 +422,7 @@ impl Emitter {
                     dst_buf: Buffer::Scratch,
                     dst_off: off,
                     bytes: g1 - g0,
-                    path,
+                    path: path(),
                     step: stage,
                     deps,
                 })

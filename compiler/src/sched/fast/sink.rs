@@ -5,7 +5,7 @@
 
 use std::ops::Range;
 
-use crate::plan::{Buffer, Transfer};
+use crate::plan::{Buffer, Deps, Path, Transfer};
 use crate::rank::TransferKey;
 
 /// The transfers of the plan being written, over those of the previous
@@ -37,6 +37,36 @@ pub(super) trait Sink {
     /// Writes the next transfer and returns its id (dependencies name
     /// transfers by these ids).
     fn push(&mut self, t: Transfer) -> u32;
+    /// Writes the next transfer, a forward: bytes at `scratch_off` of GPU
+    /// `r`'s scratch into GPU `d`'s output at `dst_off`, `bytes` long, in
+    /// step `step`, after transfer `landed` (the send that brought them).
+    /// Returns its id. What [`Sink::push`] writes of the transfer; a sink
+    /// may write it without the transfer.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn push_forward(
+        &mut self,
+        r: usize,
+        scratch_off: u64,
+        d: usize,
+        dst_off: u64,
+        bytes: u64,
+        step: u32,
+        landed: u32,
+    ) -> u32 {
+        self.push(Transfer {
+            src: r as u32,
+            src_buf: Buffer::Scratch,
+            src_off: scratch_off,
+            dst: d as u32,
+            dst_buf: Buffer::Output,
+            dst_off,
+            bytes,
+            path: if d == r { Path::Local } else { Path::Nvlink },
+            step,
+            deps: Deps::from_buf_and_len([landed, 0, 0, 0], 1),
+        })
+    }
     /// Writes the next transfer, one that [`Sink::keeps`] does not keep
     /// (of GPUs `src` and `dst` with `keeps(src, dst)` false), by its key
     /// alone: into GPU `dst`'s `buf` at `off`, `bytes` long
@@ -46,7 +76,9 @@ pub(super) trait Sink {
     /// plan). A lane is emitted in every stage or in none.
     fn lanes(&self, a: usize, b: usize, g: usize) -> Range<usize>;
     /// Where lane `l` of node pair `(a, b)` sits in the emitter's `lanes`
-    /// (of `nodes` nodes of `g` GPUs), for a lane [`Sink::lanes`] names.
+    /// (of `nodes` nodes of `g` GPUs), for a lane [`Sink::lanes`] names:
+    /// the lanes it names for a pair sit in a row, lane `l + 1` after lane
+    /// `l` (`Emitter::emit_pair` finds the first alone).
     fn lane_index(&self, nodes: usize, g: usize, a: usize, b: usize, l: usize) -> usize;
     /// Whether to emit the forwards at node `b` (the receiving node).
     fn forwards_at(&self, b: usize) -> bool;

@@ -75,11 +75,17 @@ impl Emitter {
         )
     }
 
-    /// Records a send of GPU `c` into GPU `r` in the byte-counted windows.
+    /// Records a send of GPU `c` into GPU `r` in the byte-counted windows
+    /// (none without them: the test inline, the rest out of line).
+    #[inline(always)]
     pub(super) fn count_send(&mut self, c: usize, r: usize) {
-        if self.unit == 0 {
-            return;
+        if self.unit > 0 {
+            self.count_send_bytes(c, r);
         }
+    }
+
+    #[inline(never)]
+    fn count_send_bytes(&mut self, c: usize, r: usize) {
         let bytes = self.nominal.min(self.unit);
         for cum in [&mut self.out_bytes[c], &mut self.in_bytes[r]] {
             let total = cum.last().copied().unwrap_or(0) + bytes;
