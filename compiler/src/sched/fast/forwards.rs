@@ -6,7 +6,7 @@ use super::balance::Lane;
 use super::blocks::Blocks;
 use super::emit::Emitter;
 use super::sends::clip_pieces;
-use super::sink::Sink;
+use super::sink::{Forward, Sink};
 
 impl Emitter {
     /// Copies bytes `from..to` of a lane's stream, landed in the receiver's
@@ -95,7 +95,15 @@ impl Emitter {
             let (lo, hi) = (u.max(b0), end.min(b1));
             if lo < hi {
                 let (src_off, dst_off) = (scratch_off + (lo - u), recv + (lo - b0));
-                out.push_forward(r, src_off, b * g + j, dst_off, hi - lo, stage + 1, landed);
+                out.push_forward(Forward {
+                    r,
+                    scratch_off: src_off,
+                    d: b * g + j,
+                    dst_off,
+                    bytes: hi - lo,
+                    step: stage + 1,
+                    landed,
+                });
             }
             return;
         }
@@ -119,7 +127,15 @@ impl Emitter {
             }
             if b0 < b1 {
                 let (src_off, dst_off, bytes) = forward(j, b0, b1);
-                out.push_forward(r, src_off, b * g + j, dst_off, bytes, stage + 1, landed);
+                out.push_forward(Forward {
+                    r,
+                    scratch_off: src_off,
+                    d: b * g + j,
+                    dst_off,
+                    bytes,
+                    step: stage + 1,
+                    landed,
+                });
             }
             j += 1;
         }

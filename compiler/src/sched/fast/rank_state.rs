@@ -8,9 +8,9 @@
 use std::ops::Range;
 
 use super::rotation::RotationStages;
-use super::sink::{key_of, Sink};
+use super::sink::{key_of, Forward, Sink};
 use super::stages::StagePair;
-use crate::plan::{Buffer, Path, Transfer};
+use crate::plan::{Buffer, Transfer};
 use crate::rank::{KeyDeps, LocalOp, LocalProgram, OpKind, SortBuffers, TransferKey};
 
 /// Where lane `l` of node pair `(a, b)` sits in the lanes of rank
@@ -271,40 +271,31 @@ impl Sink for RankSink {
     }
 
     /// [`Sink::push`] of the forward, its op written from its fields.
-    #[allow(clippy::too_many_arguments)]
-    fn push_forward(
-        &mut self,
-        r: usize,
-        scratch_off: u64,
-        d: usize,
-        dst_off: u64,
-        bytes: u64,
-        step: u32,
-        landed: u32,
-    ) -> u32 {
+    fn push_forward(&mut self, f: Forward) -> u32 {
         let id = self.keys.len() as u32;
-        self.keys.push(key_of(d, Buffer::Output, dst_off, bytes));
+        self.keys
+            .push(key_of(f.d, Buffer::Output, f.dst_off, f.bytes));
         let me = self.rank as usize;
-        if bytes > 0 && (r == me || d == me) {
-            let (op, peer) = if r == d {
+        if f.bytes > 0 && (f.r == me || f.d == me) {
+            let (op, peer) = if f.r == f.d {
                 (OpKind::Copy, self.rank)
-            } else if r == me {
-                (OpKind::Send, d as u32)
+            } else if f.r == me {
+                (OpKind::Send, f.d as u32)
             } else {
-                (OpKind::Recv, r as u32)
+                (OpKind::Recv, f.r as u32)
             };
-            let k = self.keys[landed as usize];
+            let k = self.keys[f.landed as usize];
             let deps = KeyDeps::from_buf_and_len([k; 4], usize::from(k.rank != u32::MAX));
             self.ops.push(LocalOp {
                 op,
                 peer,
-                bytes,
+                bytes: f.bytes,
                 src_buf: Buffer::Scratch,
-                src_off: scratch_off,
+                src_off: f.scratch_off,
                 dst_buf: Buffer::Output,
-                dst_off,
-                path: if d == r { Path::Local } else { Path::Nvlink },
-                step,
+                dst_off: f.dst_off,
+                path: f.path(),
+                step: f.step,
                 deps,
             });
         }

@@ -28,6 +28,31 @@ impl<'p> Emit<'p> {
     }
 }
 
+/// A forward ([`Sink::push_forward`]): bytes at `scratch_off` of GPU
+/// `r`'s scratch into GPU `d`'s output at `dst_off`, `bytes` long, in step
+/// `step`, after transfer `landed` (the send that brought them).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Forward {
+    pub(super) r: usize,
+    pub(super) scratch_off: u64,
+    pub(super) d: usize,
+    pub(super) dst_off: u64,
+    pub(super) bytes: u64,
+    pub(super) step: u32,
+    pub(super) landed: u32,
+}
+
+impl Forward {
+    /// A copy where it stays on the GPU, else over NVLink.
+    pub(super) fn path(&self) -> Path {
+        if self.d == self.r {
+            Path::Local
+        } else {
+            Path::Nvlink
+        }
+    }
+}
+
 /// Where the emitter's steps write their transfers, and which of them they
 /// write: the whole plan ([`Emit`]) or what one rank's program needs
 /// (`rank_state::RankSink`). The steps are the same code for both.
@@ -37,34 +62,22 @@ pub(super) trait Sink {
     /// Writes the next transfer and returns its id (dependencies name
     /// transfers by these ids).
     fn push(&mut self, t: Transfer) -> u32;
-    /// Writes the next transfer, a forward: bytes at `scratch_off` of GPU
-    /// `r`'s scratch into GPU `d`'s output at `dst_off`, `bytes` long, in
-    /// step `step`, after transfer `landed` (the send that brought them).
-    /// Returns its id. What [`Sink::push`] writes of the transfer; a sink
-    /// may write it without the transfer.
-    #[allow(clippy::too_many_arguments)]
+    /// Writes the next transfer, a forward, and returns its id. What
+    /// [`Sink::push`] writes of the transfer; a sink may write it without
+    /// the transfer.
     #[inline(always)]
-    fn push_forward(
-        &mut self,
-        r: usize,
-        scratch_off: u64,
-        d: usize,
-        dst_off: u64,
-        bytes: u64,
-        step: u32,
-        landed: u32,
-    ) -> u32 {
+    fn push_forward(&mut self, f: Forward) -> u32 {
         self.push(Transfer {
-            src: r as u32,
+            src: f.r as u32,
             src_buf: Buffer::Scratch,
-            src_off: scratch_off,
-            dst: d as u32,
+            src_off: f.scratch_off,
+            dst: f.d as u32,
             dst_buf: Buffer::Output,
-            dst_off,
-            bytes,
-            path: if d == r { Path::Local } else { Path::Nvlink },
-            step,
-            deps: Deps::from_buf_and_len([landed, 0, 0, 0], 1),
+            dst_off: f.dst_off,
+            bytes: f.bytes,
+            path: f.path(),
+            step: f.step,
+            deps: Deps::from_buf_and_len([f.landed, 0, 0, 0], 1),
         })
     }
     /// Writes the next transfer, one that [`Sink::keeps`] does not keep
