@@ -63,12 +63,18 @@ impl OpKind {
     /// What rank `me` does in `t`, a transfer that starts or ends at `me`,
     /// and with whom (itself for a copy).
     pub(crate) fn side(t: &Transfer, me: u32) -> (OpKind, u32) {
-        if t.src == t.dst {
+        OpKind::between(t.src, t.dst, me)
+    }
+
+    /// [`OpKind::side`] of a transfer from rank `src` to rank `dst`.
+    #[inline]
+    pub(crate) fn between(src: u32, dst: u32, me: u32) -> (OpKind, u32) {
+        if src == dst {
             (OpKind::Copy, me)
-        } else if t.src == me {
-            (OpKind::Send, t.dst)
+        } else if src == me {
+            (OpKind::Send, dst)
         } else {
-            (OpKind::Recv, t.src)
+            (OpKind::Recv, src)
         }
     }
 }
@@ -358,7 +364,7 @@ fn radix_sort(keys: &mut Vec<(u64, u32)>, tmp: &mut Vec<(u64, u32)>) {
 
 /// `deps` as [`KeyDeps`], allocated once for all of them (at most 16 at
 /// once) where collecting grew the vector one by one (1, 2, 4, ...).
-fn collect_deps(deps: impl IntoIterator<Item = TransferKey>) -> KeyDeps {
+pub(crate) fn collect_deps(deps: impl IntoIterator<Item = TransferKey>) -> KeyDeps {
     let deps = deps.into_iter();
     let (least, most) = deps.size_hint();
     let mut out = KeyDeps::with_capacity(most.unwrap_or(least).min(16));

@@ -87,23 +87,27 @@ impl Emitter {
         stage: u32,
     ) {
         let g = self.gpus;
+        // Block `j`'s part in `u..end` (offsets in the input of `s`; the
+        // block spans `b0..b1` there and starts at `recv` in the output of
+        // GPU `j` of `b`), forwarded.
+        let forward = |(u, end): (u64, u64), j: usize, (b0, b1): (u64, u64), recv: u64| {
+            let (lo, hi) = (u.max(b0), end.min(b1));
+            Forward {
+                r,
+                scratch_off: scratch_off + (lo - u),
+                d: b * g + j,
+                dst_off: recv + (lo - b0),
+                bytes: hi - lo,
+                step: stage + 1,
+                landed,
+            }
+        };
         if let Some(j) = out.forwards_into(r) {
-            // The one block into GPU `j`, where it meets `u..end` (offsets
-            // in the input of `s`).
+            // The one block into GPU `j`, where it meets `u..end`.
             let [base, b0, b1, recv] = v.send_block(s, b, j);
             let (u, end) = (base + u, base + w);
-            let (lo, hi) = (u.max(b0), end.min(b1));
-            if lo < hi {
-                let (src_off, dst_off) = (scratch_off + (lo - u), recv + (lo - b0));
-                out.push_forward(Forward {
-                    r,
-                    scratch_off: src_off,
-                    d: b * g + j,
-                    dst_off,
-                    bytes: hi - lo,
-                    step: stage + 1,
-                    landed,
-                });
+            if u.max(b0) < end.min(b1) {
+                out.push_forward(forward((u, end), j, (b0, b1), recv));
             }
             return;
         }
@@ -112,10 +116,6 @@ impl Emitter {
         // Absolute offsets in the input of `s`; the first block that ends
         // after `u`.
         let (u, end) = (row[0] + u, row[0] + w);
-        let forward = |j: usize, b0: u64, b1: u64| {
-            let (lo, hi) = (u.max(b0), end.min(b1));
-            (scratch_off + (lo - u), recv[j] + (lo - b0), hi - lo)
-        };
         let mut j = 0;
         while j < g && row[j + 1] <= u {
             j += 1;
@@ -126,16 +126,7 @@ impl Emitter {
                 break;
             }
             if b0 < b1 {
-                let (src_off, dst_off, bytes) = forward(j, b0, b1);
-                out.push_forward(Forward {
-                    r,
-                    scratch_off: src_off,
-                    d: b * g + j,
-                    dst_off,
-                    bytes,
-                    step: stage + 1,
-                    landed,
-                });
+                out.push_forward(forward((u, end), j, (b0, b1), recv[j]));
             }
             j += 1;
         }

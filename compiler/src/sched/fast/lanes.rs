@@ -272,7 +272,6 @@ impl Emitter {
         let others = if lazy { 0 } else { nn * nn };
         self.lanes.resize(2 * nn * g + others, Lane::default());
         let idx = |a: usize, b: usize, l: usize| rank_lane_index(nn, g, node, rail, a, b, l);
-        let mut rails = std::mem::take(&mut self.rail_lanes);
         for a in 0..nn {
             // Lane `rail` of node `a`'s pairs.
             let (gathered, lens) = match sums {
@@ -339,6 +338,7 @@ impl Emitter {
         land.resize(nn, 0);
         if lazy {
             // What `place_rail_lanes` reads besides the sums.
+            let rails = &mut self.rail_lanes;
             rails.gather.clear();
             rails.gather.extend((0..nn).map(|b| gather[b * g + rail]));
             rails.node_len.clear();
@@ -361,7 +361,6 @@ impl Emitter {
             }
         }
         self.rank_sums = land;
-        self.rail_lanes = rails;
         // The pairs of `node` keep their bases in full.
         // Its row: gather regions in the order of `b`, landing after the
         // nodes before `node`.

@@ -11,7 +11,7 @@
 //! ([`Emitter::rank_pairs`]; on the chunked rotation, given the stage
 //! inputs, read piece by piece without writing the stage pairs,
 //! [`Emitter::rank_pairs_rotated`], and lane `rail` of the other pairs
-//! read from the lane sums, [`Emitter::rail_lane`]).
+//! read from the lane sums, [`Emitter::place_rail_lanes`]).
 
 use super::balance::Lane;
 use super::blocks::Blocks;
@@ -148,8 +148,9 @@ impl Emitter {
             None => self.first_slices_rank(&v, node, rail),
         }
         if let (true, Some(sums)) = (self.rail_lanes.from_sums, sums) {
-            let chain = self.chain_pairs_from_sums(node, rail, &sink.pairs.pairs);
-            self.place_rail_lanes(sums, node, &sink.pairs.pairs, chain);
+            // Every chain pair: none of their lanes is direct.
+            let chain = self.chain_shape(node);
+            self.place_rail_lanes(sums, node, &sink.pairs.pairs, |x| chain(&x.pair));
         }
         // Emptied before the transfers are emitted: the last program's
         // dependency lists are freed before the new ones are allocated.
@@ -204,25 +205,13 @@ impl Emitter {
         }
     }
 
-    /// [`Emitter::is_chain_pair`] where lane `rail` of the other pairs is
-    /// read from the lane sums (no lane to read: none is direct), checked
-    /// against it over `pairs` in debug builds.
-    fn chain_pairs_from_sums(
-        &self,
-        node: usize,
-        rail: usize,
-        pairs: &[RankPair],
-    ) -> impl Fn(&RankPair) -> bool {
+    /// The pairs between two nodes other than `node` of a staged plan on a
+    /// switch: [`Emitter::is_chain_pair`]'s test but for the lane, which
+    /// where the lanes are read from the lane sums never is direct (so
+    /// there every such pair is a chain pair).
+    fn chain_shape(&self, node: usize) -> impl Fn(&StagePair) -> bool {
         let staged = self.opts.staged && !self.mesh;
-        let chain = move |x: &RankPair| {
-            let (a, b) = (x.pair.src_node as usize, x.pair.dst_node as usize);
-            staged && a != node && b != node
-        };
-        debug_assert!(self.rail_lanes.from_sums);
-        debug_assert!(pairs
-            .iter()
-            .all(|x| chain(x) == self.is_chain_pair(node, rail, &x.pair)));
-        chain
+        move |p: &StagePair| staged && p.src_node as usize != node && p.dst_node as usize != node
     }
 
     /// Lane `rail` of the pairs of `pairs` that `placed` says (pairs away
@@ -233,7 +222,7 @@ impl Emitter {
     /// sender into its receiver carry. One pass down the rows of
     /// `sums.rail_len` to the last sender, the pairs put by sender first (a
     /// counting sort): nothing of `N²` is written. The rank's program
-    /// places its chain pairs ([`Emitter::chain_pairs_from_sums`]).
+    /// places its chain pairs ([`Emitter::chain_shape`]).
     pub(super) fn place_rail_lanes(
         &mut self,
         sums: &LaneSums,
@@ -326,10 +315,7 @@ impl Emitter {
     /// pair) and on a switch (a mesh is refused before).
     fn is_chain_pair(&self, node: usize, rail: usize, p: &StagePair) -> bool {
         let (a, b) = (p.src_node as usize, p.dst_node as usize);
-        a != node
-            && b != node
-            && self.opts.staged
-            && !self.mesh
+        self.chain_shape(node)(p)
             && (self.rail_lanes.from_sums || !self.rail_lane(node, rail, a, b).direct)
     }
 
@@ -453,10 +439,8 @@ impl Emitter {
             }
             let b = p.dst_node as usize;
             let before = self.taken[b];
-            let after = before + p.bytes;
-            self.taken[b] = after;
-            let (from, to) = lane_slice(before, after, node_bytes[node * nn + b], lens[b]);
-            if to > from {
+            self.taken[b] = before + p.bytes;
+            if slice_carries(before, p.bytes, node_bytes[node * nn + b], lens[b]) {
                 return i as u32;
             }
         }
@@ -526,8 +510,7 @@ impl Emitter {
                 continue;
             }
             let len = self.lanes[rank_lane_index(nn, g, node, 0, node, b, l)].len();
-            let (from, to) = lane_slice(before, before + p.bytes, total, len);
-            if to > from {
+            if slice_carries(before, p.bytes, total, len) {
                 *f = index();
                 taken += 1;
             }
@@ -652,8 +635,8 @@ impl Emitter {
                 } else {
                     other.len()
                 };
-                let (from, to) = lane_slice(before, after, total, len);
-                if self.first_slice[c] == NONE && to > from {
+                if self.first_slice[c] == NONE && slice_carries(before, after - before, total, len)
+                {
                     self.first_slice[c] = i as u32;
                     left[a] -= 1;
                     if left[a] == 0 {

@@ -11,14 +11,14 @@ use super::rotation::RotationStages;
 use super::sink::{key_of, Forward, Sink};
 use super::stages::StagePair;
 use crate::plan::{Buffer, Transfer};
-use crate::rank::{KeyDeps, LocalOp, LocalProgram, OpKind, SortBuffers, TransferKey};
+use crate::rank::{collect_deps, KeyDeps, LocalOp, LocalProgram, OpKind, SortBuffers, TransferKey};
 
 /// Where lane `l` of node pair `(a, b)` sits in the lanes of rank
 /// `(node, rail)`'s program (`Emitter::balance_rank`): its node's row
 /// (`(node, b, l)`) and column (`(a, node, l)`), then the `N²` lanes
 /// `rail` of every pair (at `2 N G + a N + b`; not kept where they are
-/// read from the lane sums, `Emitter::rail_lane`). Other lanes are not
-/// kept.
+/// read from the lane sums, `Emitter::place_rail_lanes`). Other lanes are
+/// not kept.
 #[inline(always)]
 pub(super) fn rank_lane_index(
     nodes: usize,
@@ -228,19 +228,12 @@ impl RankSink {
 impl RankSink {
     /// The keys of transfers `ids` (emitted before), those of transfers
     /// of no bytes left out: up to four written inline at once, more
-    /// (rare) as `LocalProgram::push` collects them, with room for at
-    /// most 16.
+    /// (rare) as `LocalProgram::push` collects them.
     #[inline]
     fn key_deps(&self, ids: &[u32]) -> KeyDeps {
         if ids.len() > 4 {
-            let mut deps = KeyDeps::with_capacity(ids.len().min(16));
-            for &d in ids {
-                let k = self.keys[d as usize];
-                if k.rank != u32::MAX {
-                    deps.push(k);
-                }
-            }
-            return deps;
+            let keys = ids.iter().map(|&d| self.keys[d as usize]);
+            return collect_deps(keys.filter(|k| k.rank != u32::MAX));
         }
         let none = key_of(0, Buffer::Input, 0, 0);
         let mut buf = [none; 4];
@@ -277,13 +270,7 @@ impl Sink for RankSink {
             .push(key_of(f.d, Buffer::Output, f.dst_off, f.bytes));
         let me = self.rank as usize;
         if f.bytes > 0 && (f.r == me || f.d == me) {
-            let (op, peer) = if f.r == f.d {
-                (OpKind::Copy, self.rank)
-            } else if f.r == me {
-                (OpKind::Send, f.d as u32)
-            } else {
-                (OpKind::Recv, f.r as u32)
-            };
+            let (op, peer) = OpKind::between(f.r as u32, f.d as u32, self.rank);
             let k = self.keys[f.landed as usize];
             let deps = KeyDeps::from_buf_and_len([k; 4], usize::from(k.rank != u32::MAX));
             self.ops.push(LocalOp {

@@ -60,6 +60,13 @@ pub(super) fn rotation_rank(n: usize, k: usize) -> (bool, usize, usize) {
     (2 * k != n, k.min(n - k), k)
 }
 
+/// The bytes of the first (partial) piece of a pair of `x` bytes cut into
+/// `p` (at least 1) pieces of at most `cap`: the rest are whole.
+#[inline]
+fn partial(x: u64, p: u32, cap: u64) -> u64 {
+    x - u64::from(p - 1) * cap
+}
+
 impl RotationStages {
     /// The chunked rotation of the `n x n` node matrix `t` (row-major, the
     /// diagonal ignored) with pieces of at most `cap` bytes (at least 1),
@@ -85,12 +92,11 @@ impl RotationStages {
             self.last.resize(2 * n, u32::MAX);
             return;
         }
-        // Each pair's pieces, and each rotation's largest: row `a`'s
-        // entries `b > a` are rotations `1..n - a`, those `b < a` rotations
-        // `n - a..n`.
-        // Pieces and largest pieces in one pass, a multiply in place of a
-        // division (`CeilDiv`) and no branch: a matrix may have pairs on
-        // both sides of `cap` in any order.
+        // Each pair's pieces and each rotation's largest, in one pass, a
+        // multiply in place of a division (`CeilDiv`) and no branch (a
+        // matrix may have pairs on both sides of `cap` in any order): row
+        // `a`'s entries `b > a` are rotations `1..n - a`, those `b < a`
+        // rotations `n - a..n`.
         let div = CeilDiv::new(cap);
         // Every entry is written below: a buffer of the same size is not
         // cleared first.
@@ -140,7 +146,7 @@ impl RotationStages {
             let mut add = |((&x, &p), &e): ((&u64, &u32), &usize)| {
                 if p > 0 {
                     let at = e - p as usize;
-                    bs[at] += x - (u64::from(p) - 1) * cap;
+                    bs[at] += partial(x, p, cap);
                     cs[at] += 1;
                 }
             };
@@ -203,13 +209,7 @@ impl RotationStages {
         let (n, cap) = (self.n, self.cap);
         let stages = self.bytes.len();
         let base = out.len();
-        let blank = StagePair {
-            stage: 0,
-            src_node: 0,
-            dst_node: 0,
-            bytes: 0,
-        };
-        out.resize(base + self.pairs(), blank);
+        out.resize(base + self.pairs(), StagePair::default());
         // Where each stage's next pair goes, by stage id.
         let mut at: Vec<usize> = (0..stages)
             .map(|s| base + self.starts[self.number[s] as usize])
@@ -224,7 +224,7 @@ impl RotationStages {
                 let k = if b > a { b - a } else { b + n - a };
                 let (f, hi) = (self.first[k] as usize, self.most[k] as usize);
                 let (at, number) = (&mut at[f..f + hi], &self.number[f..f + hi]);
-                let mut w = m[a * n + b] - (p as u64 - 1) * cap;
+                let mut w = partial(m[a * n + b], p as u32, cap);
                 for (pos, &stage) in at[hi - p..].iter_mut().zip(&number[hi - p..]) {
                     out[*pos] = StagePair {
                         stage,
@@ -273,7 +273,7 @@ impl RotationStages {
                 let (x, p) = (m[a * n + b], self.pc[a * n + b]);
                 if p > 0 {
                     let s = f + most - p as usize;
-                    let partial = x - u64::from(p - 1) * self.cap;
+                    let partial = partial(x, p, self.cap);
                     (lo[s], hi[s]) = (lo[s].min(partial), hi[s].max(partial));
                 }
             }
@@ -303,7 +303,7 @@ impl RotationStages {
         }
         // The pair's `w`-th piece (0: the partial one).
         let w = u64::from(t + p - hi);
-        let partial = m[a * n + b] - u64::from(p - 1) * self.cap;
+        let partial = partial(m[a * n + b], p, self.cap);
         let (bytes, before) = if w == 0 {
             (partial, 0)
         } else {
