@@ -330,7 +330,7 @@ const DIGIT_BITS: u32 = 11;
 /// indices: least significant digit ([`DIGIT_BITS`]) first, one counting
 /// pass a digit up to the highest bit set, skipping the digits every key
 /// shares.
-fn radix_sort(keys: &mut Vec<(u64, u32)>, tmp: &mut Vec<(u64, u32)>) {
+pub(crate) fn radix_sort(keys: &mut Vec<(u64, u32)>, tmp: &mut Vec<(u64, u32)>) {
     const BUCKETS: usize = 1 << DIGIT_BITS;
     const MASK: u64 = BUCKETS as u64 - 1;
     let n = keys.len();

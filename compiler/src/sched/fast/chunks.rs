@@ -3,9 +3,10 @@
 //! chunks (rotated, direct lanes by block, mesh lanes ending on their own
 //! receiver), the split first send, and the taper of the last sends.
 
+use super::arith::max_line;
 use super::arith::mul_div;
 use super::blocks::Blocks;
-use super::emit::{max_line, Emitter};
+use super::emit::Emitter;
 
 /// Halvings of each of a lane's last sends (see `Emitter::taper_last_chunks`).
 const TAPER_SPLITS: u32 = 2;

@@ -17,6 +17,7 @@
 //! docs/algorithms.md, `fast`; `crate::planner::Planner` is the public face
 //! of this type.
 
+use super::arith::max_line;
 use super::balance::{Lane, LaneWeights, Piece, RowLens};
 use super::blocks::{Blocks, RankBuffers, WholeBlocks};
 use super::leaves::LeafStages;
@@ -642,8 +643,14 @@ impl Emitter {
             return;
         }
         // The largest line sum, read here once (the chunk's bound by the
-        // NVLink hop and the rotation's cap both need it).
-        let line = max_line(nn, &self.node_bytes);
+        // NVLink hop and the rotation's cap both need it); where the rotation
+        // is kept, in the same pass as its largest pairs.
+        let measured = keep_rotation && self.node_stages.rotates(nn);
+        let line = if measured {
+            self.rotation.measure(nn, &self.node_bytes)
+        } else {
+            max_line(nn, &self.node_bytes)
+        };
         let bounds = self.chunk_bounds_at(line);
         self.bounds = Some(bounds);
         // About one send per lane and part (see leaves.rs).
@@ -656,8 +663,8 @@ impl Emitter {
         };
         if keep_rotation {
             let cap = self.node_stages.chunked_cap(nn, || line, &self.opts);
-            if let Some(cap) = cap {
-                self.rotation.build(nn, &self.node_bytes, cap);
+            if let (Some(cap), true) = (cap, measured) {
+                self.rotation.build_measured(nn, &self.node_bytes, cap);
                 self.stage_count = self.rotation.stage_count();
                 self.rotated_rank = true;
                 return;
@@ -853,8 +860,15 @@ impl NodeStages {
         line: impl FnOnce() -> u64,
         opts: &PlannerOptions,
     ) -> Option<u64> {
-        (self.leaves.is_none() && !self.mesh && nn >= CHUNKED_ROTATION_NODES)
+        self.rotates(nn)
             .then(|| Self::floor(nn, opts, self.node_rate, line()).max(self.least_piece))
+    }
+
+    /// Whether [`NodeStages::decompose`] cuts the chunked rotation of an
+    /// `nn x nn` matrix: on large clusters of switch nodes, without leaves
+    /// that can bind.
+    pub(crate) fn rotates(&self, nn: usize) -> bool {
+        self.leaves.is_none() && !self.mesh && nn >= CHUNKED_ROTATION_NODES
     }
 
     /// Whether [`StageChains`] rank the rotation against the
@@ -884,30 +898,6 @@ impl NodeStages {
     }
 }
 
-/// The largest line sum of the `n x n` matrix `t`, its diagonal left out:
-/// what a node sends or receives at most (the decomposition's `M`, the
-/// exchange's NIC cut in bytes).
-pub(super) fn max_line(n: usize, t: &[u64]) -> u64 {
-    // Whole rows and columns, then the diagonal taken off: no test per
-    // entry, so the sums vectorize (wrapping: the diagonal may push a sum
-    // past `u64::MAX` on the way, what is left fits).
-    if n == 0 {
-        return 0;
-    }
-    let mut col = vec![0u64; n];
-    let mut m = 0;
-    for (a, row) in t[..n * n].chunks_exact(n).enumerate() {
-        let mut sent = 0u64;
-        for (c, &x) in col.iter_mut().zip(row) {
-            *c = c.wrapping_add(x);
-            sent = sent.wrapping_add(x);
-        }
-        m = m.max(sent.wrapping_sub(row[a]));
-        col[a] = col[a].wrapping_sub(row[a]);
-    }
-    col.into_iter().fold(m, u64::max)
-}
-
 /// Bytes/us of one node's NICs together: one NIC's rate times the distinct
 /// rails its GPUs use (`Topology::rail_of`).
 pub(crate) fn node_rate(topo: &Topology) -> f64 {
@@ -916,47 +906,4 @@ pub(crate) fn node_rate(topo: &Topology) -> f64 {
         .collect::<std::collections::BTreeSet<_>>()
         .len() as f64;
     topo.nic_bandwidth().max(f64::MIN_POSITIVE) * rails
-}
-
-#[cfg(test)]
-mod tests {
-    use super::max_line;
-    use proptest::prelude::*;
-
-    /// The largest line sum as first written: a test per entry.
-    fn by_entries(n: usize, t: &[u64]) -> u64 {
-        (0..n)
-            .flat_map(|a| {
-                let row = (0..n)
-                    .filter(|&b| b != a)
-                    .map(|b| t[a * n + b])
-                    .sum::<u64>();
-                let col = (0..n)
-                    .filter(|&b| b != a)
-                    .map(|b| t[b * n + a])
-                    .sum::<u64>();
-                [row, col]
-            })
-            .max()
-            .unwrap_or(0)
-    }
-
-    proptest! {
-        /// Whole lines less the diagonal are the lines without it, also
-        /// where the diagonal pushes a sum past `u64::MAX` on the way.
-        #[test]
-        fn max_line_leaves_the_diagonal_out(
-            n in 0usize..9,
-            entries in prop::collection::vec(0u64..1 << 40, 81),
-            huge in any::<bool>(),
-        ) {
-            let mut t = entries[..n * n].to_vec();
-            if huge {
-                for a in 0..n {
-                    t[a * n + a] = u64::MAX - a as u64;
-                }
-            }
-            prop_assert_eq!(max_line(n, &t), by_entries(n, &t));
-        }
-    }
 }

@@ -528,7 +528,7 @@ impl Emitter {
             let b = p.dst_node as usize;
             slice_carries(before, p.bytes, node_bytes[node * nn + b], lens[b])
         });
-        first.map_or(NONE, |p| r.index_of(&p) as u32)
+        first.map_or(NONE, |p| r.index_of(node_bytes, &p) as u32)
     }
 
     /// [`Emitter::given_first_slices`] where the stages are the chunked
@@ -559,8 +559,8 @@ impl Emitter {
                 continue;
             }
             let mut index = None;
-            let r = &self.rotation;
-            let at = || *index.get_or_insert_with(|| r.index_of(p) as u64);
+            let (r, m) = (&self.rotation, &self.node_bytes[..]);
+            let at = || *index.get_or_insert_with(|| r.index_of(m, p) as u64);
             left -= self.own_slices(node, p, *before, &mut found, at);
         }
         let out = own_first_slices_agree(given, &found, node);

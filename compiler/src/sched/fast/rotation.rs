@@ -15,19 +15,23 @@
 //! written list (what a job exchanges as a GPU's first slice) costs
 //! O(n).
 
-use super::arith::CeilDiv;
+use super::arith::{max_line_with_rows, CeilDiv};
 use super::stages::StagePair;
+use crate::rank::radix_sort;
 
 /// The chunked rotation of one node matrix ([`RotationStages::build`]).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct RotationStages {
     n: usize,
     cap: u64,
-    /// Pieces of each pair, laid out as the matrix (row-major, `pc[a n +
-    /// b]`: node `a` to node `b`, in rotation `(b - a) mod n`; 0 on the
-    /// diagonal). The matrix itself is not kept: the queries that need
-    /// bytes take it (`m`, the one it was built from).
-    pc: Vec<u32>,
+    /// Division by `cap`. A pair's pieces (`ceil(x / cap)`, 0 on the
+    /// diagonal) are computed where asked from its bytes, not kept: the
+    /// matrix itself is not kept either, the queries that need it take it
+    /// (`m`, the one it was built from), and a walk down a column reads
+    /// one N x N array, not two.
+    div: CeilDiv,
+    /// Per rotation: its largest pair's bytes ([`RotationStages::measure`]).
+    top: Vec<u64>,
     /// Per rotation: its first local stage's id and its stage count (its
     /// largest pair's pieces).
     first: Vec<u32>,
@@ -45,6 +49,9 @@ pub(crate) struct RotationStages {
     /// Per node: the number of the last stage it sends in (`[a]`) and
     /// receives in (`[n + a]`), `u32::MAX` if none.
     last: Vec<u32>,
+    /// The stages' (bytes, id), the radix sort's keys and its second array.
+    keys: Vec<(u64, u32)>,
+    tmp: Vec<(u64, u32)>,
 }
 
 /// Where rotation `k` of `n` nodes runs: the swap (`2k = n`, where every
@@ -60,20 +67,47 @@ pub(super) fn rotation_rank(n: usize, k: usize) -> (bool, usize, usize) {
     (2 * k != n, k.min(n - k), k)
 }
 
-/// The bytes of the first (partial) piece of a pair of `x` bytes cut into
-/// `p` (at least 1) pieces of at most `cap`: the rest are whole.
-#[inline]
-fn partial(x: u64, p: u32, cap: u64) -> u64 {
-    x - u64::from(p - 1) * cap
-}
-
 impl RotationStages {
     /// The chunked rotation of the `n x n` node matrix `t` (row-major, the
     /// diagonal ignored) with pieces of at most `cap` bytes (at least 1),
-    /// its buffers reused.
+    /// its buffers reused: [`RotationStages::measure`], then
+    /// [`RotationStages::build_measured`].
     pub(crate) fn build(&mut self, n: usize, t: &[u64], cap: u64) {
+        self.measure(n, t);
+        self.build_measured(n, t, cap);
+    }
+
+    /// Reads the `n x n` matrix `t` once for what is known before the cap:
+    /// each rotation's largest pair (kept for
+    /// [`RotationStages::build_measured`]) and the largest line sum
+    /// ([`max_line`], returned), which the cap is computed from: row `a`'s
+    /// entries `b > a` are rotations `1..n - a`, those `b < a` rotations
+    /// `n - a..n`.
+    pub(crate) fn measure(&mut self, n: usize, t: &[u64]) -> u64 {
+        let top = &mut self.top;
+        top.clear();
+        top.resize(n, 0);
+        max_line_with_rows(n, t, |a, row| {
+            let (up, down) = top[1..].split_at_mut(n - a - 1);
+            // Two loops, not a chain of the two halves: a chained
+            // iterator tests which half it is in at every entry.
+            for (h, &x) in up.iter_mut().zip(&row[a + 1..]) {
+                *h = (*h).max(x);
+            }
+            for (h, &x) in down.iter_mut().zip(&row[..a]) {
+                *h = (*h).max(x);
+            }
+        })
+    }
+
+    /// [`RotationStages::build`] of the matrix `t` that
+    /// [`RotationStages::measure`] read last. One more pass over `t`: each
+    /// pair's pieces added to its rotation's stages, which are sized by
+    /// the largest pair's pieces (`ceil` is monotone: the pieces of the
+    /// largest pair are the most).
+    pub(crate) fn build_measured(&mut self, n: usize, t: &[u64], cap: u64) {
         let cap = cap.max(1);
-        (self.n, self.cap) = (n, cap);
+        (self.n, self.cap, self.div) = (n, cap, CeilDiv::new(cap));
         for v in [
             &mut self.first,
             &mut self.most,
@@ -92,35 +126,13 @@ impl RotationStages {
             self.last.resize(2 * n, u32::MAX);
             return;
         }
-        // Each pair's pieces and each rotation's largest, in one pass, a
-        // multiply in place of a division (`CeilDiv`) and no branch (a
-        // matrix may have pairs on both sides of `cap` in any order): row
-        // `a`'s entries `b > a` are rotations `1..n - a`, those `b < a`
-        // rotations `n - a..n`.
-        let div = CeilDiv::new(cap);
-        // Every entry is written below: a buffer of the same size is not
-        // cleared first.
-        if self.pc.len() != n * n {
-            self.pc.clear();
-            self.pc.resize(n * n, 0);
-        }
+        debug_assert_eq!(self.top.len(), n, "measured first");
+        let div = self.div;
         self.first.resize(n, 0);
-        self.most.resize(n, 0);
-        self.most.fill(0);
-        for a in 0..n {
-            let (row, prow) = (&t[a * n..(a + 1) * n], &mut self.pc[a * n..(a + 1) * n]);
-            let (prow_before, prow_after) = prow.split_at_mut(a);
-            prow_after[0] = 0;
-            let (up, down) = self.most[1..].split_at_mut(n - a - 1);
-            let after = up.iter_mut().zip(&row[a + 1..]).zip(&mut prow_after[1..]);
-            let before = down.iter_mut().zip(&row[..a]).zip(prow_before);
-            let mut cut = |((h, &x), p): ((&mut u32, &u64), &mut u32)| {
-                *p = div.ceil(x) as u32;
-                *h = (*h).max(*p);
-            };
-            after.for_each(&mut cut);
-            before.for_each(&mut cut);
-        }
+        // Piece counts fit in 32 bits: the cap is at least the matrix's
+        // largest line over its stages per node (`NodeStages::chunked_cap`).
+        self.most
+            .extend(self.top.iter().map(|&x| div.ceil(x) as u32));
         // The rotations' stages, in their order; where a pair of `p`
         // pieces starts (`end[k] - p`, `end[k]` one past rotation `k`'s
         // last stage id).
@@ -136,22 +148,21 @@ impl RotationStages {
             self.rot.resize(f + hi, k as u32);
         }
         // A pair of `p` pieces starts at stage `hi - p` of its rotation
-        // with its partial piece and sends `cap` in each stage after it.
-        let (bs, cs) = (&mut self.bytes, &mut self.count);
-        for a in 0..n {
-            let (row, prow) = (&t[a * n..(a + 1) * n], &self.pc[a * n..(a + 1) * n]);
+        // with its partial piece and sends `cap` in each stage after it:
+        // its first piece here, the whole ones by the sums below.
+        let (bs, cs) = (&mut self.bytes[..], &mut self.count[..]);
+        for (a, row) in t[..n * n].chunks_exact(n).enumerate() {
             let (up, down) = end[1..].split_at(n - a - 1);
-            let after = row[a + 1..].iter().zip(&prow[a + 1..]).zip(up);
-            let before = row[..a].iter().zip(&prow[..a]).zip(down);
-            let mut add = |((&x, &p), &e): ((&u64, &u32), &usize)| {
+            let mut add = |(&x, &e): (&u64, &usize)| {
+                let (p, partial) = div.pieces(x);
                 if p > 0 {
                     let at = e - p as usize;
-                    bs[at] += partial(x, p, cap);
+                    bs[at] += partial;
                     cs[at] += 1;
                 }
             };
-            after.for_each(&mut add);
-            before.for_each(&mut add);
+            row[a + 1..].iter().zip(up).for_each(&mut add);
+            row[..a].iter().zip(down).for_each(&mut add);
         }
         for &k in &ks {
             let (f, hi) = (self.first[k] as usize, self.most[k] as usize);
@@ -163,10 +174,18 @@ impl RotationStages {
                 started += here;
             }
         }
+        // Lightest first, ties by id: a stable radix sort of (bytes, id)
+        // in id order.
         let stages = self.bytes.len();
-        self.id.extend(0..stages as u32);
-        let bytes = &self.bytes;
-        self.id.sort_unstable_by_key(|&s| (bytes[s as usize], s));
+        self.keys.clear();
+        self.keys.extend(
+            self.bytes
+                .iter()
+                .zip(0..stages as u32)
+                .map(|(&b, s)| (b, s)),
+        );
+        radix_sort(&mut self.keys, &mut self.tmp);
+        self.id.extend(self.keys.iter().map(|&(_, s)| s));
         self.number.resize(stages, 0);
         let mut pos = 0;
         for (new, &s) in self.id.iter().enumerate() {
@@ -187,7 +206,7 @@ impl RotationStages {
             let e = end(k);
             for a in 0..n {
                 let b = if a + k < n { a + k } else { a + k - n };
-                if self.pc[a * n + b] > 0 {
+                if t[a * n + b] > 0 {
                     for at in [a, n + b] {
                         if self.last[at] == u32::MAX {
                             self.last[at] = e;
@@ -200,6 +219,14 @@ impl RotationStages {
                 break;
             }
         }
+    }
+
+    /// Pair `(a, b)`'s pieces (`a != b`; 0 where it sends nothing), from
+    /// `m`, the matrix the rotation was built from.
+    #[inline]
+    fn pieces(&self, m: &[u64], a: usize, b: usize) -> u32 {
+        debug_assert_ne!(a, b, "the diagonal is no pair");
+        self.div.ceil(m[a * self.n + b]) as u32
     }
 
     /// The stage pairs, appended to `out` in stage order (within a stage
@@ -217,14 +244,14 @@ impl RotationStages {
         // Row by row: within a stage, by sending node.
         for a in 0..n {
             for b in (0..n).filter(|&b| b != a) {
-                let p = self.pc[a * n + b] as usize;
+                let (p, mut w) = self.div.pieces(m[a * n + b]);
+                let p = p as usize;
                 if p == 0 {
                     continue;
                 }
                 let k = if b > a { b - a } else { b + n - a };
                 let (f, hi) = (self.first[k] as usize, self.most[k] as usize);
                 let (at, number) = (&mut at[f..f + hi], &self.number[f..f + hi]);
-                let mut w = partial(m[a * n + b], p as u32, cap);
                 for (pos, &stage) in at[hi - p..].iter_mut().zip(&number[hi - p..]) {
                     out[*pos] = StagePair {
                         stage,
@@ -270,10 +297,9 @@ impl RotationStages {
             }
             for a in 0..n {
                 let b = if a + k < n { a + k } else { a + k - n };
-                let (x, p) = (m[a * n + b], self.pc[a * n + b]);
+                let (p, partial) = self.div.pieces(m[a * n + b]);
                 if p > 0 {
                     let s = f + most - p as usize;
-                    let partial = partial(x, p, self.cap);
                     (lo[s], hi[s]) = (lo[s].min(partial), hi[s].max(partial));
                 }
             }
@@ -296,14 +322,13 @@ impl RotationStages {
     pub(crate) fn piece(&self, m: &[u64], k: usize, a: usize, t: u32) -> Option<(StagePair, u64)> {
         let n = self.n;
         let b = if a + k < n { a + k } else { a + k - n };
-        let p = self.pc[a * n + b];
-        let hi = self.most[k];
+        let (p, partial) = self.div.pieces(m[a * n + b]);
+        let (p, hi) = (p as u32, self.most[k]);
         if p == 0 || t + p < hi {
             return None;
         }
         // The pair's `w`-th piece (0: the partial one).
         let w = u64::from(t + p - hi);
-        let partial = partial(m[a * n + b], p, self.cap);
         let (bytes, before) = if w == 0 {
             (partial, 0)
         } else {
@@ -338,7 +363,7 @@ impl RotationStages {
         let pairs = |k: usize| {
             let to = if a + k < n { a + k } else { a + k - n };
             let from = if a >= k { a - k } else { a + n - k };
-            [(a, self.pc[a * n + to]), (from, self.pc[from * n + a])]
+            [(a, self.pieces(m, a, to)), (from, self.pieces(m, from, a))]
         };
         at.clear();
         at.resize(stages + 1, 0);
@@ -389,7 +414,7 @@ impl RotationStages {
         for k in 1..n {
             let hi = self.most[k];
             let b = if a + k < n { a + k } else { a + k - n };
-            let p = self.pc[a * n + b];
+            let p = self.pieces(m, a, b);
             for t in hi - p..hi {
                 let Some((x, before)) = self.piece(m, k, a, t) else {
                     continue;
@@ -410,13 +435,13 @@ impl RotationStages {
     /// The index in the written list ([`RotationStages::write_pairs`]) of
     /// `pair`, a piece of this rotation: its stage's first index plus the
     /// pieces of lower sending nodes in its stage. O(n).
-    pub(crate) fn index_of(&self, pair: &StagePair) -> usize {
+    pub(crate) fn index_of(&self, m: &[u64], pair: &StagePair) -> usize {
         let (k, t) = self.stage_at(pair.stage);
         let n = self.n;
         let hi = self.most[k];
         let a = pair.src_node as usize;
         let lower = (0..a)
-            .map(|s| self.pc[s * n + if s + k < n { s + k } else { s + k - n }])
+            .map(|s| self.pieces(m, s, if s + k < n { s + k } else { s + k - n }))
             .filter(|&p| p > 0 && t + p >= hi)
             .count();
         self.starts[pair.stage as usize] + lower
@@ -485,7 +510,7 @@ mod tests {
                 let (k, local) = r.stage_at(p.stage);
                 prop_assert_eq!((a + k) % n, b);
                 prop_assert_eq!(r.piece(&t, k, a, local), Some((*p, before)));
-                prop_assert_eq!(r.index_of(p), i);
+                prop_assert_eq!(r.index_of(&t, p), i);
                 prop_assert_eq!(r.stage_of_index(i), Some(p.stage));
                 last[a] = p.stage;
                 last[n + b] = p.stage;

@@ -897,7 +897,7 @@ fn rank_lanes_match_the_whole(t: &Topology, m: &TrafficMatrix, opts: &PlannerOpt
                 let got: Vec<(u32, u64)> = rp
                     .pairs
                     .iter()
-                    .map(|x| (e.rotation.index_of(&x.pair) as u32, x.before))
+                    .map(|x| (e.rotation.index_of(&e.node_bytes, &x.pair) as u32, x.before))
                     .collect();
                 assert_eq!(got, rings, "rank {rank}, rotated");
                 assert!(rp.pairs.iter().all(|x| x.key == x.pair.stage));
