@@ -10,53 +10,55 @@ pub(crate) fn mul_div(x: u64, y: u64, d: u64) -> u64 {
     }
 }
 
-/// Division by one divisor, rounded up, for many dividends: a widening
-/// multiply by `floor((2^64 - 1) / d)` and one correction in place of a
-/// hardware division (tens of cycles each, once per node pair in the
-/// chunked rotation's build).
+/// Division by one divisor for many dividends: a widening multiply by
+/// `floor((2^64 - 1) / d)` and one correction in place of a hardware
+/// division (tens of cycles each, once per node pair in the chunked
+/// rotation's build).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct CeilDiv {
+pub(crate) struct Divisor {
     d: u64,
     m: u64,
 }
 
-impl CeilDiv {
+impl Divisor {
     /// Dividing by `d` (at least 1).
     pub(crate) fn new(d: u64) -> Self {
         let d = d.max(1);
         Self { d, m: u64::MAX / d }
     }
 
-    /// `x.div_ceil(d)`. The estimate `q = x m / 2^64` is `x / d` rounded
-    /// down or one less (`m > 2^64 / d - 1`, so `x m / 2^64 > x / d - 1`),
-    /// so the remainder `x - q d` is below `2d` and one step fixes it.
+    /// `x / d`, rounded down. The estimate `q = x m / 2^64` is `x / d`
+    /// rounded down or one less (`m > 2^64 / d - 1`, so `x m / 2^64 > x /
+    /// d - 1`), so the remainder `x - q d` is below `2d` and one step
+    /// fixes it.
+    #[inline]
+    pub(crate) fn floor(self, x: u64) -> u64 {
+        let q = ((u128::from(x) * u128::from(self.m)) >> 64) as u64;
+        q + u64::from(x - q * self.d >= self.d)
+    }
+
+    /// `x.div_ceil(d)`.
     #[inline]
     pub(crate) fn ceil(self, x: u64) -> u64 {
-        let q = ((u128::from(x) * u128::from(self.m)) >> 64) as u64;
-        let r = x - q * self.d;
-        let over = u64::from(r >= self.d);
-        let (q, r) = (q + over, r - over * self.d);
-        q + u64::from(r != 0)
+        let q = self.floor(x);
+        q + u64::from(x != q * self.d)
     }
 
     /// A pair of `x` bytes cut into pieces of at most `d`: how many
     /// (`x.div_ceil(d)`) and the bytes of its first, partial piece (the
     /// rest are whole: `d` where `d` divides `x`; 0 where `x` is).
-    /// From `q = (x - 1) / d` (rounded down, one correction as in
-    /// [`CeilDiv::ceil`]): `q + 1` pieces, the first `x - q d`.
+    /// From `q = (x - 1) / d`: `q + 1` pieces, the first `x - q d`.
     #[inline]
     pub(crate) fn pieces(self, x: u64) -> (u64, u64) {
         if x == 0 {
             return (0, 0);
         }
-        let y = x - 1;
-        let q = ((u128::from(y) * u128::from(self.m)) >> 64) as u64;
-        let q = q + u64::from(y - q * self.d >= self.d);
+        let q = self.floor(x - 1);
         (q + 1, x - q * self.d)
     }
 }
 
-impl Default for CeilDiv {
+impl Default for Divisor {
     /// Dividing by 1.
     fn default() -> Self {
         Self::new(1)
@@ -105,9 +107,10 @@ mod tests {
         /// The multiply-and-correct division is `div_ceil` for every
         /// dividend and divisor, the extremes included.
         #[test]
-        fn ceil_div_is_div_ceil(x in any::<u64>(), d in 1u64.., small in 1u64..70) {
+        fn divisor_divides_as_division_does(x in any::<u64>(), d in 1u64.., small in 1u64..70) {
             for (x, d) in [(x, d), (x, small), (u64::MAX, d), (0, d), (x, 1), (x, u64::MAX)] {
-                let div = CeilDiv::new(d);
+                let div = Divisor::new(d);
+                prop_assert_eq!(div.floor(x), x / d, "{} / {}", x, d);
                 prop_assert_eq!(div.ceil(x), x.div_ceil(d), "{} / {}", x, d);
                 // The first piece: what the whole ones after it leave.
                 let (p, first) = div.pieces(x);
@@ -163,12 +166,15 @@ mod tests {
     }
 
     #[test]
-    fn ceil_div_at_the_edges_of_a_multiple() {
+    fn divisor_at_the_edges_of_a_multiple() {
         for d in [1u64, 2, 3, 7, 64, 1 << 20, (1 << 33) + 1, u64::MAX / 3] {
-            let div = CeilDiv::new(d);
+            let div = Divisor::new(d);
             for k in [0u64, 1, 2, 1000] {
                 let Some(x) = d.checked_mul(k) else { continue };
-                assert_eq!(div.ceil(x), k);
+                assert_eq!((div.floor(x), div.ceil(x)), (k, k));
+                if x > 0 {
+                    assert_eq!(div.floor(x - 1), k - 1);
+                }
                 if let Some(y) = x.checked_add(1) {
                     assert_eq!(div.ceil(y), k + 1);
                 }

@@ -15,7 +15,7 @@
 //! written list (what a job exchanges as a GPU's first slice) costs
 //! O(n).
 
-use super::arith::{max_line_with_rows, CeilDiv};
+use super::arith::{max_line_with_rows, Divisor};
 use super::stages::StagePair;
 use crate::rank::radix_sort;
 
@@ -29,7 +29,7 @@ pub(crate) struct RotationStages {
     /// matrix itself is not kept either, the queries that need it take it
     /// (`m`, the one it was built from), and a walk down a column reads
     /// one N x N array, not two.
-    div: CeilDiv,
+    div: Divisor,
     /// Per rotation: its largest pair's bytes ([`RotationStages::measure`]).
     top: Vec<u64>,
     /// Per rotation: its first local stage's id and its stage count (its
@@ -107,7 +107,7 @@ impl RotationStages {
     /// largest pair are the most).
     pub(crate) fn build_measured(&mut self, n: usize, t: &[u64], cap: u64) {
         let cap = cap.max(1);
-        (self.n, self.cap, self.div) = (n, cap, CeilDiv::new(cap));
+        (self.n, self.cap, self.div) = (n, cap, Divisor::new(cap));
         for v in [
             &mut self.first,
             &mut self.most,
