@@ -364,9 +364,7 @@ impl Emitter {
                 let off = lane.recv_base + lane.own + g0;
                 ops[1] = sink.push_key(r, Buffer::Scratch, off, g1 - g0);
             }
-            self.slots[c].push(ops);
-            self.rslots[r].push(ops);
-            self.count_send(c, r);
+            self.push_send(c, r, ops, (true, true));
         }
     }
 

@@ -187,6 +187,7 @@ pub(crate) struct RankSink {
     rank: u32,
     pub(super) node: usize,
     rail: usize,
+    gpus: usize,
     /// Key of each transfer emitted, by id (`rank: u32::MAX`: moves no bytes).
     keys: Vec<TransferKey>,
     /// The rank's side of each transfer that starts or ends at it, its
@@ -205,6 +206,7 @@ impl RankSink {
         self.rank = rank as u32;
         self.node = rank / gpus;
         self.rail = rank % gpus;
+        self.gpus = gpus;
         self.keys.clear();
         self.ops.clear();
     }
@@ -336,5 +338,20 @@ impl Sink for RankSink {
 
     fn intra_nodes(&self, _: usize) -> Range<usize> {
         self.node..self.node + 1
+    }
+
+    /// Of the lanes other than the rank's rail, the send chains of its
+    /// node's GPUs alone: the moves out of the rank wait on their slots.
+    /// The rank's sends and receives are on lane `rail` (its own chains,
+    /// and its peers' on the rail), the moves into the rank's peers on
+    /// other nodes wait on their carriers' sends (of lane `rail`), and no
+    /// lane of a rank's program is direct (a plan with one has every pair
+    /// direct, which it refuses), so no direct slice reads a chain of
+    /// another lane. The chains of those lanes on other nodes, and every
+    /// receive chain of those lanes, stay empty.
+    #[inline]
+    fn chains(&self, c: usize, r: usize) -> (bool, bool) {
+        let g = self.gpus;
+        (c % g == self.rail || c / g == self.node, r % g == self.rail)
     }
 }

@@ -430,9 +430,7 @@ impl Emitter {
                 out.push_key(r, Buffer::Scratch, off, g1 - g0)
             };
         }
-        self.slots[c].push(ops);
-        self.rslots[r].push(ops);
-        self.count_send(c, r);
+        self.push_send(c, r, ops, out.chains(c, r));
         if !out.forwards_at(b) {
             return;
         }
@@ -551,9 +549,7 @@ impl Emitter {
             return;
         }
         let ops = [first, (last - 1) | RANGE];
-        self.slots[c].push(ops);
-        self.rslots[r].push(ops);
-        self.count_send(c, r);
+        self.push_send(c, r, ops, (true, true));
     }
 }
 

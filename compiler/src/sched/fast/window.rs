@@ -75,23 +75,44 @@ impl Emitter {
         )
     }
 
-    /// Records a send of GPU `c` into GPU `r` in the byte-counted windows
-    /// (none without them: the test inline, the rest out of line).
+    /// Records a send of GPU `c` into GPU `r` in its slots, `ops` (its
+    /// ids: `NONE` where it has no such part), and in the byte-counted
+    /// windows, of the chains `chains` says to keep ([`Sink::chains`]: `c`'s
+    /// send chain, `r`'s receive chain).
     #[inline(always)]
-    pub(super) fn count_send(&mut self, c: usize, r: usize) {
+    pub(super) fn push_send(&mut self, c: usize, r: usize, ops: [u32; 2], chains: (bool, bool)) {
+        if chains.0 {
+            self.slots[c].push(ops);
+        }
+        if chains.1 {
+            self.rslots[r].push(ops);
+        }
+        self.count_send_on(c, r, chains);
+    }
+
+    /// The byte-counted windows' part of [`Emitter::push_send`] (none
+    /// without them: the test inline, the rest out of line).
+    #[inline(always)]
+    fn count_send_on(&mut self, c: usize, r: usize, chains: (bool, bool)) {
         if self.unit > 0 {
-            self.count_send_bytes(c, r);
+            self.count_send_bytes(c, r, chains);
         }
     }
 
     #[inline(never)]
-    fn count_send_bytes(&mut self, c: usize, r: usize) {
+    fn count_send_bytes(&mut self, c: usize, r: usize, (send, receive): (bool, bool)) {
         let bytes = self.nominal.min(self.unit);
-        for cum in [&mut self.out_bytes[c], &mut self.in_bytes[r]] {
+        let add = |cum: &mut Vec<u64>| {
             let total = cum.last().copied().unwrap_or(0) + bytes;
             cum.push(total);
+        };
+        if send {
+            add(&mut self.out_bytes[c]);
         }
-        self.in_from[r].push(c as u32);
+        if receive {
+            add(&mut self.in_bytes[r]);
+            self.in_from[r].push(c as u32);
+        }
     }
 
     /// Sends in flight per GPU: enough that one send's transfer time covers
