@@ -620,9 +620,27 @@ impl Emitter {
     /// (`self.rotation`, `rotated_rank` set) and `stages` stays empty: one
     /// rank's program reads only the pieces it needs (rank.rs).
     pub(super) fn decompose_as(&mut self, keep_rotation: bool) {
+        self.decompose_from(None, keep_rotation);
+    }
+
+    /// [`Emitter::decompose_as`] of `from` where given, copied into
+    /// `node_bytes` first; where the rotation is kept, each row as the
+    /// rotation reads it ([`RotationStages::measure_copy`]), so the matrix
+    /// is read once for both.
+    pub(super) fn decompose_from(&mut self, from: Option<&[u64]>, keep_rotation: bool) {
         self.stages.clear();
         self.rotated_rank = false;
         let nn = self.nodes;
+        let measured = self.opts.staged && keep_rotation && self.node_stages.rotates(nn);
+        let mut line = None;
+        if let Some(from) = from {
+            self.node_bytes.clear();
+            if measured {
+                line = Some(self.rotation.measure_copy(nn, from, &mut self.node_bytes));
+            } else {
+                self.node_bytes.extend_from_slice(from);
+            }
+        }
         if !self.opts.staged {
             for a in 0..nn {
                 for b in 0..nn {
@@ -645,11 +663,10 @@ impl Emitter {
         // The largest line sum, read here once (the chunk's bound by the
         // NVLink hop and the rotation's cap both need it); where the rotation
         // is kept, in the same pass as its largest pairs.
-        let measured = keep_rotation && self.node_stages.rotates(nn);
-        let line = if measured {
-            self.rotation.measure(nn, &self.node_bytes)
-        } else {
-            max_line(nn, &self.node_bytes)
+        let line = match line {
+            Some(line) => line,
+            None if measured => self.rotation.measure(nn, &self.node_bytes),
+            None => max_line(nn, &self.node_bytes),
         };
         let bounds = self.chunk_bounds_at(line);
         self.bounds = Some(bounds);

@@ -391,9 +391,7 @@ impl Emitter {
             }
             return;
         }
-        self.node_bytes.clear();
-        self.node_bytes.extend_from_slice(node_bytes);
-        self.decompose_as(keep_rotation);
+        self.decompose_from(Some(node_bytes), keep_rotation);
     }
 
     /// The first slice of GPU `(node, rail)` ([`Emitter::first_slices`]):
@@ -412,9 +410,7 @@ impl Emitter {
             let rotated = self.rotated_rank;
             std::mem::swap(&mut self.stages, &mut self.stage_memo.stages);
             std::mem::swap(&mut self.rotation, &mut self.stage_memo.rotation);
-            self.node_bytes.clear();
-            self.node_bytes.extend_from_slice(node_bytes);
-            self.decompose_as(true);
+            self.decompose_from(Some(node_bytes), true);
             let memo = &mut self.stage_memo;
             std::mem::swap(&mut self.stages, &mut memo.stages);
             std::mem::swap(&mut self.rotation, &mut memo.rotation);

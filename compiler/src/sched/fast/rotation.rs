@@ -84,10 +84,23 @@ impl RotationStages {
     /// entries `b > a` are rotations `1..n - a`, those `b < a` rotations
     /// `n - a..n`.
     pub(crate) fn measure(&mut self, n: usize, t: &[u64]) -> u64 {
+        self.measure_with(n, t, |_| {})
+    }
+
+    /// [`RotationStages::measure`] of `t`, copied into `copy` (emptied
+    /// first) row by row as it is read.
+    pub(crate) fn measure_copy(&mut self, n: usize, t: &[u64], copy: &mut Vec<u64>) -> u64 {
+        copy.clear();
+        self.measure_with(n, t, |row| copy.extend_from_slice(row))
+    }
+
+    #[inline]
+    fn measure_with(&mut self, n: usize, t: &[u64], mut also: impl FnMut(&[u64])) -> u64 {
         let top = &mut self.top;
         top.clear();
         top.resize(n, 0);
         max_line_with_rows(n, t, |a, row| {
+            also(row);
             let (up, down) = top[1..].split_at_mut(n - a - 1);
             // Two loops, not a chain of the two halves: a chained
             // iterator tests which half it is in at every entry.
