@@ -187,7 +187,6 @@ pub(crate) struct RankSink {
     rank: u32,
     pub(super) node: usize,
     rail: usize,
-    gpus: usize,
     /// Key of each transfer emitted, by id (`rank: u32::MAX`: moves no bytes).
     keys: Vec<TransferKey>,
     /// The rank's side of each transfer that starts or ends at it, its
@@ -206,7 +205,6 @@ impl RankSink {
         self.rank = rank as u32;
         self.node = rank / gpus;
         self.rail = rank % gpus;
-        self.gpus = gpus;
         self.keys.clear();
         self.ops.clear();
     }
@@ -350,8 +348,7 @@ impl Sink for RankSink {
     /// another lane. The chains of those lanes on other nodes, and every
     /// receive chain of those lanes, stay empty.
     #[inline]
-    fn chains(&self, c: usize, r: usize) -> (bool, bool) {
-        let g = self.gpus;
-        (c % g == self.rail || c / g == self.node, r % g == self.rail)
+    fn chains(&self, a: usize, l: usize) -> (bool, bool) {
+        (l == self.rail || a == self.node, l == self.rail)
     }
 }

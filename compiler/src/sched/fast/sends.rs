@@ -430,7 +430,7 @@ impl Emitter {
                 out.push_key(r, Buffer::Scratch, off, g1 - g0)
             };
         }
-        self.push_send(c, r, ops, out.chains(c, r));
+        self.push_send(c, r, ops, out.chains(a, l));
         if !out.forwards_at(b) {
             return;
         }

@@ -107,12 +107,14 @@ pub(super) trait Sink {
     fn moves_for(&self, a: usize, r: usize) -> bool;
     /// The nodes whose intra-node blocks to emit.
     fn intra_nodes(&self, nodes: usize) -> Range<usize>;
-    /// Whether to keep GPU `c`'s send chain and GPU `r`'s receive chain
-    /// (their slots and byte-counted windows) as a send from `c` to `r`
-    /// is emitted: a chain that no kept transfer waits on, and no direct
-    /// lane reads, may be left empty. A whole plan keeps every chain.
+    /// Whether to keep the send chain of GPU `l` of node `a` and the
+    /// receive chain of its peer (GPU `l` of the receiving node), their
+    /// slots and byte-counted windows, as a send on lane `l` of a pair from
+    /// node `a` is emitted: a chain that no kept transfer waits on, and no
+    /// direct lane reads, may be left empty. A whole plan keeps every
+    /// chain.
     #[inline(always)]
-    fn chains(&self, _c: usize, _r: usize) -> (bool, bool) {
+    fn chains(&self, _a: usize, _l: usize) -> (bool, bool) {
         (true, true)
     }
 }
