@@ -12,8 +12,9 @@ pub(crate) fn mul_div(x: u64, y: u64, d: u64) -> u64 {
 
 /// Division by one divisor for many dividends: a widening multiply by
 /// `floor((2^64 - 1) / d)` and one correction in place of a hardware
-/// division (tens of cycles each, once per node pair in the chunked
-/// rotation's build).
+/// division (tens of cycles each: once per node pair in the chunked
+/// rotation's build, twice per lane of each of a rank's node's stage pairs
+/// in the emitter).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Divisor {
     d: u64,
@@ -42,6 +43,15 @@ impl Divisor {
     pub(crate) fn ceil(self, x: u64) -> u64 {
         let q = self.floor(x);
         q + u64::from(x != q * self.d)
+    }
+
+    /// `x * y / d`, rounded down, as [`mul_div`] computes it.
+    #[inline]
+    pub(crate) fn mul_div(self, x: u64, y: u64) -> u64 {
+        match x.checked_mul(y) {
+            Some(p) => self.floor(p),
+            None => (x as u128 * y as u128 / self.d as u128) as u64,
+        }
     }
 
     /// A pair of `x` bytes cut into pieces of at most `d`: how many
@@ -112,6 +122,8 @@ mod tests {
                 let div = Divisor::new(d);
                 prop_assert_eq!(div.floor(x), x / d, "{} / {}", x, d);
                 prop_assert_eq!(div.ceil(x), x.div_ceil(d), "{} / {}", x, d);
+                prop_assert_eq!(div.mul_div(x, small), mul_div(x, small, d));
+                prop_assert_eq!(div.mul_div(x, x), mul_div(x, x, d));
                 // The first piece: what the whole ones after it leave.
                 let (p, first) = div.pieces(x);
                 prop_assert_eq!(p, x.div_ceil(d));

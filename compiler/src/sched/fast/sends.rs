@@ -4,7 +4,7 @@
 //! before it on the same GPU and into the same receiver, after the
 //! balancing moves that feed it.
 
-use super::arith::mul_div;
+use super::arith::{mul_div, Divisor};
 use super::balance::{Lane, Piece};
 use super::blocks::Blocks;
 use super::emit::{Emitter, MIN_DEPTH};
@@ -125,6 +125,7 @@ impl Emitter {
         let taper = self.last_pair[a] == i || self.last_pair[nn + b] == i;
         let after = before + p.bytes;
         let total = self.node_bytes[a * nn + b];
+        let by = (total, Divisor::new(total));
         let lanes = out.lanes(a, b, self.gpus);
         // The lanes of a pair sit in a row of `lanes` (`Sink::lane_index`).
         let li0 = out.lane_index(nn, self.gpus, a, b, lanes.start);
@@ -132,7 +133,7 @@ impl Emitter {
             let li = li0 + (l - lanes.start);
             debug_assert_eq!(li, out.lane_index(nn, self.gpus, a, b, l));
             let lane = self.lanes[li];
-            let (from, to) = lane_slice(before, after, total, lane.len());
+            let (from, to) = lane_slice_by(before, after, by, lane.len());
             let c = a * self.gpus + l;
             if self.unit > 0 && to > from {
                 self.nominal = (to - from) / (to - from).div_ceil(self.chunk);
@@ -557,13 +558,30 @@ impl Emitter {
 /// `before..after` of its node pair's `total` sends: its pro-rata share,
 /// the lane's end when the pair's end is reached.
 pub(super) fn lane_slice(before: u64, after: u64, total: u64, len: u64) -> (u64, u64) {
-    let cut = |x: u64| {
-        if x == total {
-            len
-        } else {
-            mul_div(x, len, total)
-        }
-    };
+    slice_by(before, after, total, len, |x| mul_div(x, len, total))
+}
+
+/// [`lane_slice`] with `by`, the division by `total` that the lanes of a
+/// stage pair share: a multiply per lane, not a hardware division.
+#[inline]
+pub(super) fn lane_slice_by(
+    before: u64,
+    after: u64,
+    (total, by): (u64, Divisor),
+    len: u64,
+) -> (u64, u64) {
+    slice_by(before, after, total, len, |x| by.mul_div(x, len))
+}
+
+#[inline(always)]
+fn slice_by(
+    before: u64,
+    after: u64,
+    total: u64,
+    len: u64,
+    share: impl Fn(u64) -> u64,
+) -> (u64, u64) {
+    let cut = |x: u64| if x == total { len } else { share(x) };
     (cut(before), cut(after))
 }
 

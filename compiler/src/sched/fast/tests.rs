@@ -1292,5 +1292,8 @@ proptest! {
             to > from,
             "{}..{} of {} on a lane of {}", before, after, total, len
         );
+        // The emitter's form, the division by `total` shared by the lanes.
+        let by = (total, super::arith::Divisor::new(total));
+        prop_assert_eq!(super::sends::lane_slice_by(before, after, by, len), (from, to));
     }
 }
