@@ -339,8 +339,10 @@ impl Sink for RankSink {
     }
 
     /// Of the lanes other than the rank's rail, the send chains of its
-    /// node's GPUs alone: the moves out of the rank wait on their slots.
-    /// The rank's sends and receives are on lane `rail` (its own chains,
+    /// node's GPUs alone: the moves out of the rank wait on their slots,
+    /// and their lengths say which moves into those GPUs are early (the
+    /// rank's intra-node blocks wait on those). The rank's sends and
+    /// receives are on lane `rail` (its own chains,
     /// and its peers' on the rail), the moves into the rank's peers on
     /// other nodes wait on their carriers' sends (of lane `rail`), and no
     /// lane of a rank's program is direct (a plan with one has every pair

@@ -7,9 +7,10 @@
 //! numbered by its bytes, lightest first ([`super::stages::chunked_rotation`]
 //! writes the pairs in that order).
 //!
-//! Built in O(n² + stages log stages), without the pairs (about `P` = the
-//! pieces of every pair: 1.15 million at 512 nodes of log-normal
-//! traffic): one rank's program asks only for the pieces of its node's
+//! Built in O(n² + stages) from two reads of the matrix (each rotation's
+//! largest pair, then each pair's first piece), without the pairs (about
+//! `P` = the pieces of every pair: 1.15 million at 512 nodes of log-normal
+//! traffic) or their piece counts: one rank's program asks only for the pieces of its node's
 //! pairs and for those its chains reach, which [`RotationStages::piece`]
 //! gives from the stage's number in O(1); the index of a piece in the
 //! written list (what a job exchanges as a GPU's first slice) costs

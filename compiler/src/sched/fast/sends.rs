@@ -502,7 +502,13 @@ impl Emitter {
         let c = a * g + l;
         let depth = self.depth as usize;
         // The chains are those of the balanced lane (GPU `l` of `b` stands
-        // for the receiving node's lane), so stages keep their order.
+        // for the receiving node's lane), so stages keep their order; a
+        // sink that leaves chains empty has no direct lanes.
+        debug_assert_eq!(
+            out.chains(a, l),
+            (true, true),
+            "a direct lane reads its chains"
+        );
         let r = b * g + l;
         let mut chain = std::mem::take(&mut self.chain_buf);
         chain.clear();
