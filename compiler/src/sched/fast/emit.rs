@@ -813,9 +813,13 @@ impl NodeStages {
         }
         // Large clusters of switch nodes: the chunked rotation, pairs cut
         // into pieces of at most the floor, but none under `least_piece`.
-        if let Some(cap) = self.chunked_cap(nn, || max_line(nn, t), opts) {
-            self.rotation.build(nn, t, cap);
-            return self.rotation.write_pairs(t, out);
+        // The largest line sum from the rotation's own first read.
+        if self.rotates(nn) {
+            let line = self.rotation.measure(nn, t);
+            if let Some(cap) = self.chunked_cap(nn, || line, opts) {
+                self.rotation.build_measured(nn, t, cap);
+                return self.rotation.write_pairs(t, out);
+            }
         }
         // The rotation instead, where its stage chains end sooner: by any
         // amount where the chains describe how the two lists run

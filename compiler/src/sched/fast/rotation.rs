@@ -20,7 +20,8 @@ use super::arith::{max_line_with_rows, Divisor};
 use super::stages::StagePair;
 use crate::rank::radix_sort;
 
-/// The chunked rotation of one node matrix ([`RotationStages::build`]).
+/// The chunked rotation of one node matrix ([`RotationStages::measure`],
+/// then [`RotationStages::build_measured`]).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct RotationStages {
     n: usize,
@@ -72,7 +73,9 @@ impl RotationStages {
     /// The chunked rotation of the `n x n` node matrix `t` (row-major, the
     /// diagonal ignored) with pieces of at most `cap` bytes (at least 1),
     /// its buffers reused: [`RotationStages::measure`], then
-    /// [`RotationStages::build_measured`].
+    /// [`RotationStages::build_measured`]. The tests' form: the planner
+    /// measures first and takes the cap from the line sum read there.
+    #[cfg(test)]
     pub(crate) fn build(&mut self, n: usize, t: &[u64], cap: u64) {
         self.measure(n, t);
         self.build_measured(n, t, cap);
@@ -114,8 +117,10 @@ impl RotationStages {
         })
     }
 
-    /// [`RotationStages::build`] of the matrix `t` that
-    /// [`RotationStages::measure`] read last. One more pass over `t`: each
+    /// The chunked rotation of the `n x n` node matrix `t` (row-major, the
+    /// diagonal ignored) that [`RotationStages::measure`] read last, with
+    /// pieces of at most `cap` bytes (at least 1), its buffers reused. One
+    /// more pass over `t`: each
     /// pair's pieces added to its rotation's stages, which are sized by
     /// the largest pair's pieces (`ceil` is monotone: the pieces of the
     /// largest pair are the most).
