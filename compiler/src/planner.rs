@@ -593,7 +593,8 @@ impl Planner {
         local: &LocalTraffic,
         out: &mut LocalProgram,
     ) -> Result<()> {
-        local.check(&self.topo)?;
+        // The lane sums' values are checked where they are read.
+        local.check_lengths(&self.topo)?;
         if self.auto.is_some() {
             return Err(Error::NeedsWholeMatrix {
                 algorithm: "auto".into(),

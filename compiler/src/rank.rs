@@ -42,7 +42,7 @@ pub use job::JobInputs;
 use serde::Serialize;
 use smallvec::SmallVec;
 
-use crate::error::{InputError, Result};
+use crate::error::{Error, InputError, Result};
 use crate::plan::{Buffer, Deps, Path, Plan, Transfer};
 use crate::topology::Topology;
 use crate::traffic::TrafficMatrix;
@@ -518,6 +518,16 @@ pub struct NodeLanes {
     pub gathered: Vec<u64>,
 }
 
+/// The error of lane sums whose lane `rail` of pair `(a, b)` gathers more
+/// than it sends.
+pub(crate) fn gathers_more(a: usize, b: usize) -> Error {
+    InputError::new(
+        "local traffic",
+        format!("`lane_sums.rail_gathered` exceeds `lane_sums.rail_len` at pair ({a}, {b})"),
+    )
+    .into()
+}
+
 /// What staged `fast` needs of the lanes of node pairs away from rank
 /// `(node, rail)`'s node (docs/algorithms.md, "One rank's own program"):
 /// the sums that place its node's lanes in their GPUs' scratch, and lane
@@ -540,6 +550,16 @@ pub struct LaneSums {
 }
 
 impl LaneSums {
+    /// Checks that no lane `rail` of the `nodes x nodes` pairs gathers more
+    /// than it sends (`rail_gathered <= rail_len`, entry by entry).
+    pub(crate) fn check_gathered(&self, nodes: usize) -> Result<()> {
+        let mut pairs = self.rail_gathered.iter().zip(&self.rail_len);
+        match pairs.position(|(gathered, len)| gathered > len) {
+            Some(at) => Err(gathers_more(at / nodes, at % nodes)),
+            None => Ok(()),
+        }
+    }
+
     /// Empty sums of `nodes` nodes of `gpus` GPUs, keeping the
     /// allocations: [`LaneSums::add_node`] each node next. Without `rail`,
     /// the rail lanes are left empty (not kept).
@@ -784,8 +804,11 @@ impl LocalTraffic {
     }
 
     /// [`LocalTraffic::check`] without reading the lane sums' `N²` values
-    /// (their lengths are checked): for readers that do not read them
-    /// (`Planner::first_slice`), which then cost O(1) to check, not O(N²).
+    /// (their lengths are checked), which then costs O(1), not O(N²): for
+    /// readers that do not read them (`Planner::first_slice`) or check the
+    /// values they read (`Planner::program_local_into`: one rank's staged
+    /// `fast` program reads lane `rail` of a few pairs, or of every pair
+    /// below 32 nodes, where it checks them all).
     pub(crate) fn check_lengths(&self, topo: &Topology) -> Result<()> {
         self.check_fields(topo, false)
     }
@@ -839,15 +862,8 @@ impl LocalTraffic {
                     return Err(bad(format!("`{name}` has {len} numbers, not {want}")));
                 }
             }
-            // A lane gathers part of what it sends.
-            let mut pairs = s.rail_gathered.iter().zip(&s.rail_len);
-            let over = |(gathered, len): (&u64, &u64)| gathered > len;
-            if let Some(at) = values.then(|| pairs.position(over)).flatten() {
-                return Err(bad(format!(
-                    "`lane_sums.rail_gathered` exceeds `lane_sums.rail_len` at pair ({}, {})",
-                    at / nn,
-                    at % nn
-                )));
+            if values {
+                s.check_gathered(nn)?;
             }
         }
         if let Some(inputs) = &self.stage_inputs {

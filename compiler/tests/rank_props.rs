@@ -849,6 +849,49 @@ fn job_inputs_are_checked() {
     }
 }
 
+/// On the chunked rotation (32 switch nodes), one rank's program reads
+/// lane `rail` of a few pairs between other nodes from the lane sums and
+/// checks what it reads: a lane that gathers more than it sends there is
+/// bad input, named by pair; the rank's own node's row, which its program
+/// balances from its own blocks and never reads from the sums, changes
+/// nothing.
+#[test]
+fn lane_sums_are_checked_where_read_on_the_chunked_rotation() {
+    let topo = Topology::preset("dgx-h100", 32, Some(2)).unwrap();
+    let m = lognormal_nodes(&topo, 41, 100);
+    let nn = topo.nodes();
+    let mut fast =
+        Planner::for_algorithm(&topo, Algorithm::Fast, PlannerOptions::default()).unwrap();
+    let job = JobInputs::from_matrix(&mut fast, &topo, &m)
+        .unwrap()
+        .unwrap();
+    let rank = 5;
+    let node = rank / topo.gpus_per_node();
+    let local = job.local(&m, rank, &topo).unwrap();
+    let good = fast.program_local(&local).unwrap();
+    // The rank's own row: not read.
+    let mut own_row = local.clone();
+    let sums = own_row.lane_sums.as_mut().unwrap();
+    for b in (0..nn).filter(|&b| b != node) {
+        sums.rail_gathered[node * nn + b] = sums.rail_len[node * nn + b] + 1;
+    }
+    assert!(own_row.check(&topo).is_err(), "the whole check reads it");
+    assert_eq!(fast.program_local(&own_row).unwrap(), good);
+    // Every pair between two other nodes: the program reads some.
+    let mut others = local.clone();
+    let sums = others.lane_sums.as_mut().unwrap();
+    for a in (0..nn).filter(|&a| a != node) {
+        for b in (0..nn).filter(|&b| b != node && b != a) {
+            sums.rail_gathered[a * nn + b] = sums.rail_len[a * nn + b] + 1;
+        }
+    }
+    let e = fast.program_local(&others).unwrap_err();
+    assert!(matches!(e, Error::Input(_)), "{e}");
+    assert!(e.to_string().contains("exceeds"), "{e}");
+    // And the planner is not left broken by the refusal.
+    assert_eq!(fast.program_local(&local).unwrap(), good);
+}
+
 /// From `CHUNKED_ROTATION_NODES` (32) switch nodes on, `fast`'s stages
 /// are the chunked rotation: each stage one diagonal `(a, (a + k) mod N)`,
 /// a pair's pieces in several stages where it is longer than the floor.

@@ -22,7 +22,7 @@ use super::sink::Sink;
 use super::slots::NONE;
 use crate::error::{Error, InputError, Result};
 use crate::plan::{Buffer, Path};
-use crate::rank::{direct_local, LaneSums, LocalProgram, LocalTraffic, StageInputs};
+use crate::rank::{direct_local, gathers_more, LaneSums, LocalProgram, LocalTraffic, StageInputs};
 use crate::sched::fast::stages::StagePair;
 
 impl Emitter {
@@ -105,6 +105,14 @@ impl Emitter {
         self.decompose_rank(&t.node_bytes, given.is_some());
         let sums = t.lane_sums.as_ref();
         let lazy = self.rotated_rank;
+        // Read whole where the lanes are not placed lazily; lazily, each
+        // lane where it is read (`place_rail_lanes`).
+        if let (false, Some(s)) = (lazy, sums) {
+            if let Err(e) = s.check_gathered(self.nodes) {
+                self.rank_bufs = bufs;
+                return Err(e);
+            }
+        }
         let Some(scratch) = self.balance_rank(&v, node, rail, sums, given, lazy) else {
             self.rank_bufs = bufs;
             return refuse(
@@ -150,7 +158,12 @@ impl Emitter {
         if let (true, Some(sums)) = (self.rail_lanes.from_sums, sums) {
             // Every chain pair: none of their lanes is direct.
             let chain = self.chain_shape(node);
-            self.place_rail_lanes(sums, node, &sink.pairs.pairs, |x| chain(&x.pair));
+            let placed = self.place_rail_lanes(sums, node, &sink.pairs.pairs, |x| chain(&x.pair));
+            if let Err(e) = placed {
+                self.rank_sink = sink;
+                self.rank_bufs = bufs;
+                return Err(e);
+            }
         }
         // Emptied before the transfers are emitted: the last program's
         // dependency lists are freed before the new ones are allocated.
@@ -222,14 +235,16 @@ impl Emitter {
     /// sender into its receiver carry. One pass down the rows of
     /// `sums.rail_len` to the last sender, the pairs put by sender first (a
     /// counting sort): nothing of `N²` is written. The rank's program
-    /// places its chain pairs ([`Emitter::chain_shape`]).
+    /// places its chain pairs ([`Emitter::chain_shape`]). Errors
+    /// ([`Error::Input`]) where a lane it reads gathers more than it sends
+    /// (the sums are not checked whole: [`LaneSums::check_gathered`]).
     pub(super) fn place_rail_lanes(
         &mut self,
         sums: &LaneSums,
         node: usize,
         pairs: &[RankPair],
         placed: impl Fn(&RankPair) -> bool,
-    ) {
+    ) -> Result<()> {
         let nn = self.nodes;
         debug_assert!(self.rail_lanes.from_sums);
         let mut r = std::mem::take(&mut self.rail_lanes);
@@ -256,7 +271,7 @@ impl Emitter {
         // back: what is left is exact.
         let Some(last) = (0..nn).rev().find(|&a| r.rows[a + 1] > r.rows[a]) else {
             self.rail_lanes = r;
-            return;
+            return Ok(());
         };
         r.land.clear();
         r.land.resize(nn, 0);
@@ -266,8 +281,12 @@ impl Emitter {
             let totals = &self.node_bytes[at];
             for &(b, k) in &r.order[r.rows[a] as usize..r.rows[a + 1] as usize] {
                 let (b, len) = (b as usize, lens[b as usize]);
+                let Some(own) = len.checked_sub(gathered[b]) else {
+                    self.rail_lanes = r;
+                    return Err(gathers_more(a, b));
+                };
                 r.chain[k as usize] = ChainLane {
-                    own: len - gathered[b],
+                    own,
                     len,
                     recv_base: r.gather[b] + r.land[b],
                     total: totals[b],
@@ -287,6 +306,7 @@ impl Emitter {
             }
         }
         self.rail_lanes = r;
+        Ok(())
     }
 
     /// The length of lane `l` of pair `(s, d)` in rank `(a, j)`'s lanes:

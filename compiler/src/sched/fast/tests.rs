@@ -854,7 +854,7 @@ fn rank_lanes_match_the_whole(t: &Topology, m: &TrafficMatrix, opts: &PlannerOpt
                     ..RankPair::default()
                 })
                 .collect();
-            e.place_rail_lanes(sums, node, &others, |_| true);
+            e.place_rail_lanes(sums, node, &others, |_| true).unwrap();
             assert_eq!(e.rail_lanes.chain.len(), others.len());
             for (x, p) in e.rail_lanes.chain.iter().zip(&others) {
                 let (a, b) = (p.pair.src_node as usize, p.pair.dst_node as usize);
