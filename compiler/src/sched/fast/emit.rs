@@ -17,7 +17,7 @@
 //! docs/algorithms.md, `fast`; `crate::planner::Planner` is the public face
 //! of this type.
 
-use super::arith::max_line;
+use super::arith::{max_line, max_line_with_rows};
 use super::balance::{Lane, LaneWeights, Piece, RowLens};
 use super::blocks::{Blocks, RankBuffers, WholeBlocks};
 use super::leaves::LeafStages;
@@ -624,9 +624,9 @@ impl Emitter {
     }
 
     /// [`Emitter::decompose_as`] of `from` where given, copied into
-    /// `node_bytes` first; where the rotation is kept, each row as the
-    /// rotation reads it ([`RotationStages::measure_copy`]), so the matrix
-    /// is read once for both.
+    /// `node_bytes` first; where the rotation is kept, each row as its
+    /// line sums are read ([`max_line_with_rows`]), so the matrix is read
+    /// once for both.
     pub(super) fn decompose_from(&mut self, from: Option<&[u64]>, keep_rotation: bool) {
         self.stages.clear();
         self.rotated_rank = false;
@@ -636,7 +636,10 @@ impl Emitter {
         if let Some(from) = from {
             self.node_bytes.clear();
             if measured {
-                line = Some(self.rotation.measure_copy(nn, from, &mut self.node_bytes));
+                let copy = &mut self.node_bytes;
+                line = Some(max_line_with_rows(nn, from, |_, row| {
+                    copy.extend_from_slice(row)
+                }));
             } else {
                 self.node_bytes.extend_from_slice(from);
             }
@@ -662,10 +665,9 @@ impl Emitter {
         }
         // The largest line sum, read here once (the chunk's bound by the
         // NVLink hop and the rotation's cap both need it); where the rotation
-        // is kept, in the same pass as its largest pairs.
+        // is kept, in the same pass as the copy.
         let line = match line {
             Some(line) => line,
-            None if measured => self.rotation.measure(nn, &self.node_bytes),
             None => max_line(nn, &self.node_bytes),
         };
         let bounds = self.chunk_bounds_at(line);
@@ -681,7 +683,7 @@ impl Emitter {
         if keep_rotation {
             let cap = self.node_stages.chunked_cap(nn, || line, &self.opts);
             if let (Some(cap), true) = (cap, measured) {
-                self.rotation.build_measured(nn, &self.node_bytes, cap);
+                self.rotation.build(nn, &self.node_bytes, cap);
                 self.stage_count = self.rotation.stage_count();
                 self.rotated_rank = true;
                 return;
@@ -813,11 +815,9 @@ impl NodeStages {
         }
         // Large clusters of switch nodes: the chunked rotation, pairs cut
         // into pieces of at most the floor, but none under `least_piece`.
-        // The largest line sum from the rotation's own first read.
         if self.rotates(nn) {
-            let line = self.rotation.measure(nn, t);
-            if let Some(cap) = self.chunked_cap(nn, || line, opts) {
-                self.rotation.build_measured(nn, t, cap);
+            if let Some(cap) = self.chunked_cap(nn, || max_line(nn, t), opts) {
+                self.rotation.build(nn, t, cap);
                 return self.rotation.write_pairs(t, out);
             }
         }

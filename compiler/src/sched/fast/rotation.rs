@@ -7,8 +7,9 @@
 //! numbered by its bytes, lightest first ([`super::stages::chunked_rotation`]
 //! writes the pairs in that order).
 //!
-//! Built in O(n² + stages) from two reads of the matrix (each rotation's
-//! largest pair, then each pair's first piece), without the pairs (about
+//! Built in O(n² + stages) from one read of the matrix (each pair's first
+//! piece tallied by rotation and piece count; two more where a pair has
+//! more than [`TALLIED`] pieces), without the pairs (about
 //! `P` = the pieces of every pair: 1.15 million at 512 nodes of log-normal
 //! traffic) or their piece counts: one rank's program asks only for the pieces of its node's
 //! pairs and for those its chains reach, which [`RotationStages::piece`]
@@ -16,12 +17,11 @@
 //! written list (what a job exchanges as a GPU's first slice) costs
 //! O(n).
 
-use super::arith::{max_line_with_rows, Divisor};
+use super::arith::Divisor;
 use super::stages::StagePair;
 use crate::rank::radix_sort;
 
-/// The chunked rotation of one node matrix ([`RotationStages::measure`],
-/// then [`RotationStages::build_measured`]).
+/// The chunked rotation of one node matrix ([`RotationStages::build`]).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct RotationStages {
     n: usize,
@@ -32,8 +32,12 @@ pub(crate) struct RotationStages {
     /// (`m`, the one it was built from), and a walk down a column reads
     /// one N x N array, not two.
     div: Divisor,
-    /// Per rotation: its largest pair's bytes ([`RotationStages::measure`]).
+    /// Per rotation: its largest pair's bytes, where the tallies do not
+    /// reach its piece count ([`RotationStages::build`]).
     top: Vec<u64>,
+    /// Each pair's first piece by (piece count, rotation): its bytes and
+    /// how many pairs ([`RotationStages::tally`]).
+    tally: Vec<[u64; 2]>,
     /// Per rotation: its first local stage's id and its stage count (its
     /// largest pair's pieces).
     first: Vec<u32>,
@@ -56,6 +60,11 @@ pub(crate) struct RotationStages {
     tmp: Vec<(u64, u32)>,
 }
 
+/// The piece counts [`RotationStages::build`] tallies in its one pass: the
+/// rotations of the 32- to 512-node MoE Zipf and log-normal 1.0 matrices
+/// of `rank_hash` have at most 5 and 16 stages.
+const TALLIED: usize = 32;
+
 /// Where rotation `k` of `n` nodes runs: the swap (`2k = n`, where every
 /// node's partner sends back to it) first, then each rotation beside its
 /// inverse, nearest first: `n/2, 1, n-1, 2, n-2, ..`. Sorting by this
@@ -72,59 +81,21 @@ pub(super) fn rotation_rank(n: usize, k: usize) -> (bool, usize, usize) {
 impl RotationStages {
     /// The chunked rotation of the `n x n` node matrix `t` (row-major, the
     /// diagonal ignored) with pieces of at most `cap` bytes (at least 1),
-    /// its buffers reused: [`RotationStages::measure`], then
-    /// [`RotationStages::build_measured`]. The tests' form: the planner
-    /// measures first and takes the cap from the line sum read there.
-    #[cfg(test)]
+    /// its buffers reused. Usually one pass over `t`: each pair's first
+    /// piece (its bytes and a count) tallied by its rotation and its piece
+    /// count, up to [`TALLIED`] pieces; each rotation's stage count is its
+    /// largest piece count tallied (its largest pair's: `ceil` is
+    /// monotone), and its stages' tallies are read off by piece count. A
+    /// pair of more pieces (a hot pair under a small cap) costs two more
+    /// passes: each rotation's largest pair, then each pair's first piece
+    /// added to its stage ([`RotationStages::tally_by_stage`]).
     pub(crate) fn build(&mut self, n: usize, t: &[u64], cap: u64) {
-        self.measure(n, t);
-        self.build_measured(n, t, cap);
+        self.build_tallying(n, t, cap, TALLIED);
     }
 
-    /// Reads the `n x n` matrix `t` once for what is known before the cap:
-    /// each rotation's largest pair (kept for
-    /// [`RotationStages::build_measured`]) and the largest line sum
-    /// ([`max_line`], returned), which the cap is computed from: row `a`'s
-    /// entries `b > a` are rotations `1..n - a`, those `b < a` rotations
-    /// `n - a..n`.
-    pub(crate) fn measure(&mut self, n: usize, t: &[u64]) -> u64 {
-        self.measure_with(n, t, |_| {})
-    }
-
-    /// [`RotationStages::measure`] of `t`, copied into `copy` (emptied
-    /// first) row by row as it is read.
-    pub(crate) fn measure_copy(&mut self, n: usize, t: &[u64], copy: &mut Vec<u64>) -> u64 {
-        copy.clear();
-        self.measure_with(n, t, |row| copy.extend_from_slice(row))
-    }
-
-    #[inline]
-    fn measure_with(&mut self, n: usize, t: &[u64], mut also: impl FnMut(&[u64])) -> u64 {
-        let top = &mut self.top;
-        top.clear();
-        top.resize(n, 0);
-        max_line_with_rows(n, t, |a, row| {
-            also(row);
-            let (up, down) = top[1..].split_at_mut(n - a - 1);
-            // Two loops, not a chain of the two halves: a chained
-            // iterator tests which half it is in at every entry.
-            for (h, &x) in up.iter_mut().zip(&row[a + 1..]) {
-                *h = (*h).max(x);
-            }
-            for (h, &x) in down.iter_mut().zip(&row[..a]) {
-                *h = (*h).max(x);
-            }
-        })
-    }
-
-    /// The chunked rotation of the `n x n` node matrix `t` (row-major, the
-    /// diagonal ignored) that [`RotationStages::measure`] read last, with
-    /// pieces of at most `cap` bytes (at least 1), its buffers reused. One
-    /// more pass over `t`: each
-    /// pair's pieces added to its rotation's stages, which are sized by
-    /// the largest pair's pieces (`ceil` is monotone: the pieces of the
-    /// largest pair are the most).
-    pub(crate) fn build_measured(&mut self, n: usize, t: &[u64], cap: u64) {
+    /// [`RotationStages::build`], tallying piece counts up to `tallied`
+    /// (the tests compare both ways).
+    fn build_tallying(&mut self, n: usize, t: &[u64], cap: u64, tallied: usize) {
         let cap = cap.max(1);
         (self.n, self.cap, self.div) = (n, cap, Divisor::new(cap));
         for v in [
@@ -145,13 +116,45 @@ impl RotationStages {
             self.last.resize(2 * n, u32::MAX);
             return;
         }
-        debug_assert_eq!(self.top.len(), n, "measured first");
         let div = self.div;
+        // Tallies by (piece count `p`, rotation `k`) at `p n + k`: a row's
+        // entries are its rotations in order, each write next to the last
+        // one of its piece count.
+        let tallied = if self.tally(n, t, tallied) {
+            tallied
+        } else {
+            0
+        };
         self.first.resize(n, 0);
-        // Piece counts fit in 32 bits: the cap is at least the matrix's
-        // largest line over its stages per node (`NodeStages::chunked_cap`).
-        self.most
-            .extend(self.top.iter().map(|&x| div.ceil(x) as u32));
+        self.most.resize(n, 0);
+        if tallied > 0 {
+            let tally = &self.tally;
+            for (k, most) in self.most.iter_mut().enumerate().skip(1) {
+                *most = (1..=tallied)
+                    .rev()
+                    .find(|&p| tally[p * n + k][1] > 0)
+                    .unwrap_or(0) as u32;
+            }
+        } else {
+            // Each rotation's largest pair; piece counts fit in 32 bits:
+            // the cap is at least the matrix's largest line over its
+            // stages per node (`NodeStages::chunked_cap`).
+            let top = &mut self.top;
+            top.clear();
+            top.resize(n, 0);
+            for (a, row) in t[..n * n].chunks_exact(n).enumerate() {
+                let (up, down) = top[1..].split_at_mut(n - a - 1);
+                for (h, &x) in up.iter_mut().zip(&row[a + 1..]) {
+                    *h = (*h).max(x);
+                }
+                for (h, &x) in down.iter_mut().zip(&row[..a]) {
+                    *h = (*h).max(x);
+                }
+            }
+            for (most, &x) in self.most.iter_mut().zip(&self.top).skip(1) {
+                *most = div.ceil(x) as u32;
+            }
+        }
         // The rotations' stages, in their order; where a pair of `p`
         // pieces starts (`end[k] - p`, `end[k]` one past rotation `k`'s
         // last stage id).
@@ -169,20 +172,18 @@ impl RotationStages {
         // A pair of `p` pieces starts at stage `hi - p` of its rotation
         // with its partial piece and sends `cap` in each stage after it:
         // its first piece here, the whole ones by the sums below.
-        let (bs, cs) = (&mut self.bytes[..], &mut self.count[..]);
-        for (a, row) in t[..n * n].chunks_exact(n).enumerate() {
-            let (up, down) = end[1..].split_at(n - a - 1);
-            let mut add = |(&x, &e): (&u64, &usize)| {
-                let (p, partial) = div.pieces(x);
-                if p > 0 {
-                    let at = e - p as usize;
-                    bs[at] += partial;
-                    cs[at] += 1;
+        if tallied > 0 {
+            for &k in &ks {
+                for p in 1..=self.most[k] as usize {
+                    let [bytes, count] = self.tally[p * n + k];
+                    // At most `n` pairs.
+                    (self.bytes[end[k] - p], self.count[end[k] - p]) = (bytes, count as u32);
                 }
-            };
-            row[a + 1..].iter().zip(up).for_each(&mut add);
-            row[..a].iter().zip(down).for_each(&mut add);
+            }
+        } else {
+            self.tally_by_stage(n, t, &end);
         }
+        let (bs, cs) = (&mut self.bytes[..], &mut self.count[..]);
         for &k in &ks {
             let (f, hi) = (self.first[k] as usize, self.most[k] as usize);
             let mut started = 0u32;
@@ -237,6 +238,57 @@ impl RotationStages {
             if unset == 0 {
                 break;
             }
+        }
+    }
+
+    /// One pass over `t`: each pair's first piece (its bytes, and 1 in
+    /// the count) added to `tally[p n + k]` (zeroed first) for a pair of
+    /// rotation `k` and `p` pieces, where `p` is at most `tallied`; pairs
+    /// of no pieces in row 0, and of more than `tallied` in row `tallied +
+    /// 1`, so that no entry takes a branch. False where that last row is
+    /// not empty.
+    fn tally(&mut self, n: usize, t: &[u64], tallied: usize) -> bool {
+        let tally = &mut self.tally;
+        tally.clear();
+        if tallied == 0 {
+            return false;
+        }
+        tally.resize((tallied + 2) * n, [0, 0]);
+        let (div, over) = (self.div, tallied as u64 + 1);
+        for (a, row) in t[..n * n].chunks_exact(n).enumerate() {
+            // Row `a`'s entries `b > a` are rotations `1..n - a`, those
+            // `b < a` rotations `n - a..n`.
+            let mut add = |(&x, k): (&u64, usize)| {
+                let (p, partial) = div.pieces(x);
+                let at = &mut tally[p.min(over) as usize * n + k];
+                // Rows 0 and `tallied + 1` are not read: theirs may wrap.
+                at[0] = at[0].wrapping_add(partial);
+                at[1] += 1;
+            };
+            row[a + 1..].iter().zip(1..).for_each(&mut add);
+            row[..a].iter().zip(n - a..).for_each(&mut add);
+        }
+        tally[(tallied + 1) * n..].iter().all(|at| at[1] == 0)
+    }
+
+    /// Each pair's first piece of `t` added to its stage (`end[k] - p` for
+    /// a pair of rotation `k` and `p` pieces), where the tallies do not
+    /// reach its piece count.
+    fn tally_by_stage(&mut self, n: usize, t: &[u64], end: &[usize]) {
+        let div = self.div;
+        let (bs, cs) = (&mut self.bytes[..], &mut self.count[..]);
+        for (a, row) in t[..n * n].chunks_exact(n).enumerate() {
+            let (up, down) = end[1..].split_at(n - a - 1);
+            let mut add = |(&x, &e): (&u64, &usize)| {
+                let (p, partial) = div.pieces(x);
+                if p > 0 {
+                    let at = e - p as usize;
+                    bs[at] += partial;
+                    cs[at] += 1;
+                }
+            };
+            row[a + 1..].iter().zip(up).for_each(&mut add);
+            row[..a].iter().zip(down).for_each(&mut add);
         }
     }
 
@@ -563,6 +615,36 @@ mod tests {
                 let (k, local) = r.stage_at(q);
                 let held = (0..n).filter(|&a| r.piece(&t, k, a, local).is_some()).count();
                 prop_assert_eq!(held, pairs.iter().filter(|p| p.stage == q).count());
+            }
+        }
+
+        /// The one pass of tallies by piece count builds what adding each
+        /// pair's first piece to its stage builds (two more passes, taken
+        /// where a pair has more pieces than the tallies reach): the same
+        /// stages, numbers and last stages, whatever the tallies reach.
+        #[test]
+        fn tallies_build_what_the_stage_pass_builds(
+            n in 2usize..=20,
+            seed in any::<u64>(),
+            sparse in 0u64..4,
+            pieces in 1u64..40,
+        ) {
+            let t = matrix(n, seed, sparse);
+            // A cap that cuts the largest pair into about `pieces`.
+            let cap = t.iter().max().copied().unwrap_or(0).div_ceil(pieces).max(1);
+            let mut by_stage = RotationStages::default();
+            by_stage.build_tallying(n, &t, cap, 0);
+            let mut want = Vec::new();
+            by_stage.write_pairs(&t, &mut want);
+            let mut r = RotationStages::default();
+            for tallied in [1, pieces as usize / 2, TALLIED, 64] {
+                r.build_tallying(n, &t, cap, tallied);
+                let mut pairs = Vec::new();
+                prop_assert_eq!(r.write_pairs(&t, &mut pairs), by_stage.stage_count());
+                prop_assert_eq!(&pairs, &want, "tallied {}", tallied);
+                prop_assert_eq!(&r.most, &by_stage.most);
+                prop_assert_eq!(&r.starts, &by_stage.starts);
+                prop_assert_eq!(&r.last, &by_stage.last);
             }
         }
     }
