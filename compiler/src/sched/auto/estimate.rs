@@ -4,9 +4,9 @@
 //! the candidate adds on top of it (relay hops, `fast`'s stage pipeline,
 //! `spray`'s forwards, latencies and, outside `ideal`, each message's cost).
 
-use super::replay::fluid_stage_end;
 use super::{Estimate, CANDIDATES};
 use crate::sched::fast::emit::{node_rate, NodeStages, PlannerOptions, MIN_DEPTH};
+use crate::sched::fast::replay::{fluid_stage_end, REPLAY_MAX_PAIRS};
 use crate::sched::fast::stages::{StageChains, StagePair};
 use crate::sched::{pxn_relay, Algorithm};
 use crate::sim::{CongestionModel, Network, SimOptions};
@@ -1560,17 +1560,6 @@ impl<'a> Estimator<'a> {
         }
     }
 }
-
-/// At most this many stage pairs are replayed ([`fluid_stage_end`]): its
-/// work grows with the pairs times the flows moving at once (several per
-/// node where a layered list's parts are smaller than a lane's sends in
-/// flight). At 8x8 DGX-H100 on a 2:1 fat-tree in `ideal` (callgrind,
-/// instructions of `choose` over the sweep's seven matrices) the replay
-/// adds 22% with this cap and 194% without one, where the sweep's picks
-/// are the same (four `fast` estimates at 4x8 and 8x8 move, by at most
-/// 0.8%) (docs/benchmarks.md, "`auto`'s `fast` estimate replays its
-/// stages").
-const REPLAY_MAX_PAIRS: usize = 128;
 
 /// `fast`'s pipeline ends over its busiest link (docs/algorithms.md, `auto`).
 pub(super) const FAST_ENDS: f64 = 0.03;

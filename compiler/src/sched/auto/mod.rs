@@ -37,7 +37,7 @@ use crate::traffic::TrafficMatrix;
 use estimate::Estimator;
 
 mod estimate;
-mod replay;
+
 #[cfg(test)]
 mod tests;
 

@@ -2,11 +2,11 @@
 //! estimates against the simulator on hand-checked cases.
 
 use super::estimate::{FAST_ENDS, FAST_TAPER, FAST_TAPER_PATH, ROTATION_DRIFT};
-use super::replay::fluid_stage_end;
 use super::*;
 use crate::bound::cut_bound;
 use crate::generate::{generate, Pattern, TrafficSpec};
 use crate::sched::fast::emit::node_rate;
+use crate::sched::fast::replay::fluid_stage_end;
 use crate::sched::fast::stages::{StageChains, StagePair};
 use crate::sched::{schedule, Options};
 use crate::topology::{LinkClass, LinkId};

@@ -23,6 +23,7 @@ use super::blocks::{Blocks, RankBuffers, WholeBlocks};
 use super::leaves::LeafStages;
 use super::mesh::MeshRelief;
 use super::rank_state::{RailLanes, RankSink, StageMemo};
+use super::replay::REPLAY_MAX_PAIRS;
 use super::rotation::RotationStages;
 use super::sink::{Emit, Sink};
 use super::stages::{Decomposer, StageChains, StagePair};
@@ -58,6 +59,11 @@ pub(crate) const MIN_DEPTH: u32 = 4;
 /// while all those priced below 0.93 but one (+0.6%) were faster
 /// (docs/algorithms.md, `fast` (2), "Rotation stages"; docs/benchmarks.md).
 pub(crate) const ROTATION_MARGIN: f64 = 0.93;
+
+/// A hot receiver's split stages (leaves.rs, `hot_receiver_split`) give
+/// way to the plain decomposition where it ends before this fraction of
+/// their stage chains' end.
+const SPLIT_MARGIN: f64 = 0.93;
 
 /// Where the stage chains rank the two lists ([`NodeStages::chains_hold`]),
 /// the rotation is taken wherever its chains end sooner than the
@@ -780,13 +786,6 @@ impl NodeStages {
     ) -> u32 {
         self.rotated = false;
         self.layered = false;
-        if let Some(leaves) = self.leaves.as_mut() {
-            let s = opts.stages_per_node;
-            if let Some(count) = leaves.decompose(&mut self.decomposer, nn, t, s, part, out) {
-                self.layered = true;
-                return count;
-            }
-        }
         // The decomposition gives the floor its critical line `M*` (the
         // largest line sum), which the rotation's choice reads too.
         let critical = std::cell::Cell::new(0u64);
@@ -796,6 +795,13 @@ impl NodeStages {
             Self::floor(nn, opts, node_rate, m)
         };
         let start = out.len();
+        if let Some(leaves) = self.leaves.as_mut() {
+            let s = opts.stages_per_node;
+            if let Some(count) = leaves.decompose(&mut self.decomposer, nn, t, s, part, out) {
+                self.layered = true;
+                return count;
+            }
+        }
         // A hot receiver whose leaf's downlink binds too: its in-leaf
         // receipts, paired with its leaf-mates' crossing receipts, run first,
         // then the rest (leaves.rs, `hot_receiver_split`); both with the
@@ -810,6 +816,35 @@ impl NodeStages {
                 for p in &mut out[mid..] {
                     p.stage += first;
                 }
+                // The plain decomposition instead where it ends clearly
+                // sooner (SPLIT_MARGIN): by its stage chains, and by its
+                // stages replayed as flows over the leaves' links, which
+                // the split is for (a hot receiver's crossing receipts
+                // beside its leaf-mates' on the downlink) and which is run
+                // only where the chains say so, and up to REPLAY_MAX_PAIRS
+                // pairs (beyond, the chains decide). Both price the ideal
+                // network: with a per-message cost the split is kept.
+                if opts.per_message_us > 0.0 {
+                    return first + second;
+                }
+                let chains = &mut self.chains;
+                chains.start(nn);
+                out[start..].iter().for_each(|p| chains.step(p, node_rate));
+                let split = chains.finish();
+                let end = out.len();
+                chains.start(nn);
+                let plain = dec
+                    .decompose_light_first_with(nn, t, floor, out, |p| chains.step(p, node_rate));
+                let mut plain_end = chains.finish();
+                if plain_end < SPLIT_MARGIN * split && out.len() - end <= REPLAY_MAX_PAIRS {
+                    let window = f64::from(MIN_DEPTH) * part as f64;
+                    plain_end = plain_end.max(leaves.replay(nn, &out[end..], node_rate, window));
+                }
+                if plain_end < SPLIT_MARGIN * split {
+                    out.drain(start..end);
+                    return plain;
+                }
+                out.truncate(end);
                 return first + second;
             }
         }

@@ -23,6 +23,7 @@
 //! together its uplink.
 
 use super::arith::mul_div;
+use super::replay::fluid_stage_end;
 use super::stages::{Decomposer, StagePair};
 use crate::topology::{LinkClass, Topology, Vertex};
 
@@ -249,6 +250,15 @@ impl LeafStages {
             self.time = time;
         }
         Some(self.interleave(out))
+    }
+
+    /// The stages `pairs` (sorted by stage) of an `n`-node matrix replayed
+    /// as fluid flows over the nodes' NICs (`rate` bytes/us a node) and
+    /// these leaves' links, `window` bytes in flight a node
+    /// ([`fluid_stage_end`]).
+    pub fn replay(&self, n: usize, pairs: &[StagePair], rate: f64, window: f64) -> f64 {
+        let leaf: Vec<usize> = self.leaf.iter().map(|&l| l as usize).collect();
+        fluid_stage_end(n, pairs, &leaf, &self.up_rate, rate, window)
     }
 
     /// Where a hot receiver binds (the plain decomposition is kept: uplink

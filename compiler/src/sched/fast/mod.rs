@@ -27,6 +27,7 @@ mod leaves;
 pub(crate) mod mesh;
 mod rank;
 mod rank_state;
+pub(crate) mod replay;
 pub(crate) mod rotation;
 mod sends;
 mod sink;

@@ -1,8 +1,21 @@
 //! `fast`'s node stages replayed as fluid flows over the NICs and a
-//! fat-tree's leaf links, for `fast`'s estimate where a leaf's uplinks can
-//! bind (`Estimator::fast_stage_replay`).
+//! fat-tree's leaf links: for `fast`'s estimate where a leaf's uplinks can
+//! bind (`auto`'s `Estimator::fast_stage_replay`), and for
+//! [`super::emit::NodeStages`]' choice of a hot receiver's split stages.
 
 use crate::sched::fast::stages::StagePair;
+
+/// At most this many stage pairs are replayed ([`fluid_stage_end`]): its
+/// work grows with the pairs times the flows moving at once (several per
+/// node where a layered list's parts are smaller than a lane's sends in
+/// flight). At 8x8 DGX-H100 on a 2:1 fat-tree in `ideal` (callgrind,
+/// instructions of `auto`'s `choose` over the sweep's seven matrices) the
+/// replay adds 22% with this cap and 194% without one, where the sweep's
+/// picks are the same (four `fast` estimates at 4x8 and 8x8 move, by at
+/// most 0.8%) (docs/benchmarks.md, "`auto`'s `fast` estimate replays its
+/// stages"); one replay of 181 pairs costs about 9.9 million instructions,
+/// seven times `fast`'s whole plan at 8x8.
+pub(crate) const REPLAY_MAX_PAIRS: usize = 128;
 
 /// `fast`'s node stages replayed as fluid flows (`pairs` sorted by stage):
 /// each pair is one flow of its bytes, from its
@@ -22,7 +35,7 @@ use crate::sched::fast::stages::StagePair;
 /// `fast` estimate replays its stages").
 /// One event per flow end and per node whose bytes in flight fall to the
 /// window, each a max-min fill over the moving flows.
-pub(super) fn fluid_stage_end(
+pub(crate) fn fluid_stage_end(
     nodes: usize,
     pairs: &[StagePair],
     leaf: &[usize],
