@@ -549,6 +549,15 @@ impl<'a> Estimator<'a> {
                     Some((pairs, _)) => self.fast_stage_replay(pairs) * (1.0 + overhead),
                     None => 0.0,
                 };
+                // With a per-message cost, the replay (whose window lets a
+                // node's next pair overlap its last) in place of the chains
+                // where it ends sooner.
+                let (flow, replay) = if self.per_message_us > 0.0 {
+                    let flow = if replay > 0.0 { flow.min(replay) } else { flow };
+                    (flow, 0.0)
+                } else {
+                    (flow, replay)
+                };
                 if replay > busy.max(flow) {
                     return Estimate {
                         algorithm: alg.name().into(),
@@ -685,7 +694,7 @@ impl<'a> Estimator<'a> {
     fn fast_stage_replay(&self, pairs: &[StagePair]) -> f64 {
         let topo = self.topo;
         let leaves = topo.leaves();
-        if self.per_message_us > 0.0 || leaves < 2 {
+        if leaves < 2 {
             return 0.0;
         }
         let mut fabric = vec![0.0; leaves];
@@ -713,6 +722,24 @@ impl<'a> Estimator<'a> {
             return 0.0;
         }
         let window = f64::from(MIN_DEPTH) * self.chunk * self.g as f64;
+        if self.per_message_us > 0.0 {
+            // Each pair's messages as bytes at the node's rate, as
+            // `fast_stage_flow` adds them to its time.
+            let g = self.g as f64;
+            let per_msg = self.per_message_us * g * self.topo.nic_bandwidth() / self.node_rate;
+            let priced: Vec<StagePair> = pairs
+                .iter()
+                .map(|p| {
+                    let w = p.bytes as f64;
+                    let msgs = (w / g / self.chunk.max(1.0)).ceil() * per_msg;
+                    StagePair {
+                        bytes: (w + msgs * rate) as u64,
+                        ..*p
+                    }
+                })
+                .collect();
+            return fluid_stage_end(self.nodes, &priced, &leaf, &fabric, rate, window);
+        }
         fluid_stage_end(self.nodes, pairs, &leaf, &fabric, rate, window)
     }
 
