@@ -37,7 +37,6 @@ use crate::traffic::TrafficMatrix;
 use estimate::Estimator;
 
 mod estimate;
-
 #[cfg(test)]
 mod tests;
 
