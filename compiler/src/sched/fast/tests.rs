@@ -82,6 +82,17 @@ fn early_moves(plan: &Plan) -> Vec<usize> {
         .collect()
 }
 
+/// The `auto_sweep` example's matrix of pattern `pattern` (as the CLI
+/// spells it) drawn with `seed` for topology `t`.
+fn sweep_traffic(t: &Topology, pattern: &str, seed: u64) -> TrafficMatrix {
+    let mut ts = TrafficSpec::new(t.ranks(), pattern.parse::<Pattern>().unwrap());
+    ts.seed = seed;
+    ts.gpus_per_node = t.gpus_per_node();
+    ts.bytes = 1 << 20;
+    ts.moe.tokens_per_rank = 1024;
+    generate(&ts).unwrap()
+}
+
 fn moe(ranks: usize, seed: u64) -> TrafficMatrix {
     let mut spec = TrafficSpec::new(ranks, Pattern::Zipf(1.0));
     spec.seed = seed;
@@ -1203,12 +1214,7 @@ fn crossing_only_stages_grade_the_first_send() {
     let mut spec = TopologySpec::preset("dgx-h100", 2, None).unwrap();
     spec.fabric = Some(FabricSpec::fat_tree(1, 2.0, 1.0));
     let t = Topology::from_spec(spec, "t").unwrap();
-    let mut ts = TrafficSpec::new(t.ranks(), "zipf:0".parse::<Pattern>().unwrap());
-    ts.seed = 7;
-    ts.gpus_per_node = t.gpus_per_node();
-    ts.bytes = 1 << 20;
-    ts.moe.tokens_per_rank = 1024;
-    let m = generate(&ts).unwrap();
+    let m = sweep_traffic(&t, "zipf:0", 7);
     let mut em = Emitter::new(&t, PlannerOptions::default()).unwrap();
     let plan = em.plan(&m).unwrap();
     verify_on(&plan, &m, &t).unwrap();
@@ -1249,12 +1255,7 @@ fn a_hot_receivers_split_gives_way_where_plain_stages_end_sooner() {
         let mut spec = TopologySpec::preset(preset, nodes, None).unwrap();
         spec.fabric = Some(FabricSpec::fat_tree(nodes / 2, 2.0, 1.0));
         let t = Topology::from_spec(spec, "t").unwrap();
-        let mut ts = TrafficSpec::new(t.ranks(), skew.parse::<Pattern>().unwrap());
-        ts.seed = seed;
-        ts.gpus_per_node = t.gpus_per_node();
-        ts.bytes = 1 << 20;
-        ts.moe.tokens_per_rank = 1024;
-        let m = generate(&ts).unwrap();
+        let m = sweep_traffic(&t, skew, seed);
         let plan = Emitter::new(&t, PlannerOptions::default())
             .unwrap()
             .plan(&m)
