@@ -549,11 +549,16 @@ impl<'a> Estimator<'a> {
                     Some((pairs, _)) => self.fast_stage_replay(pairs) * (1.0 + overhead),
                     None => 0.0,
                 };
-                // With a per-message cost, the replay (whose window lets a
-                // node's next pair overlap its last) in place of the chains
-                // where it ends sooner.
+                // With a per-message cost, the chains halfway to the
+                // replay (whose window lets a node's next pair overlap its
+                // last) where it ends sooner: the replay alone, with the
+                // larger window of the calibrated chunk, undershot.
                 let (flow, replay) = if self.per_message_us > 0.0 {
-                    let flow = if replay > 0.0 { flow.min(replay) } else { flow };
+                    let flow = if replay > 0.0 && replay < flow {
+                        0.5 * (flow + replay)
+                    } else {
+                        flow
+                    };
                     (flow, 0.0)
                 } else {
                     (flow, replay)

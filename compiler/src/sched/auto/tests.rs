@@ -749,8 +749,8 @@ fn sweep_traffic(topo: &Topology, pattern: Pattern, seed: u64) -> TrafficMatrix 
 /// Zipf 1.0 (seed 309) in `ideal`, `fast` ahead of `spray` (1.014x),
 /// and the fat-tree log-normal (seed 311), calibrated, `fast` ahead of
 /// `spray` (1.015x; right by the estimates alone since, with a
-/// per-message cost, `fast`'s replay over the leaf links stands in for
-/// its chains where it ends sooner, issue 20 §5 of 2026-12-06); the
+/// per-message cost, `fast`'s chains are taken halfway to its replay over
+/// the leaf links where that ends sooner, issue 20 §5 of 2026-12-06); the
 /// fat-tree Zipf 1.5 (seed 310) and hotspot 0.3 (seed 312), calibrated,
 /// `fast` ahead of `spray` (1.021x, 1.011x).
 /// The estimates put these within [`TIE_MARGIN`]; the contenders'
