@@ -688,12 +688,12 @@ impl<'a> Estimator<'a> {
     /// crossing pair also over its leaves' uplinks and downlinks, with a
     /// node's lanes' sends in flight (`MIN_DEPTH` chunks per lane, as
     /// [`Self::fast_stage_flow`]) as the window by which its next pair
-    /// may overlap its last. 0 where no leaf's uplinks can bind (one leaf
-    /// or rail group, or uplinks as fast as their nodes' NICs: the replay
-    /// is then the stage chains), with a per-message cost (the busiest
-    /// link's messages already price `fast` above the replay there: on
-    /// the sweep's calibrated cases it moved no estimate, so its cost is
-    /// not paid), and beyond [`REPLAY_MAX_PAIRS`] pairs (docs/benchmarks.md,
+    /// may overlap its last; with a per-message cost, each pair's
+    /// messages added to its bytes at the node's rate (as
+    /// [`Self::fast_stage_flow`] adds them to its time). 0 where no leaf's
+    /// uplinks can bind (one leaf or rail group, or uplinks as fast as
+    /// their nodes' NICs: the replay is then the stage chains), and beyond
+    /// [`REPLAY_MAX_PAIRS`] pairs (docs/benchmarks.md,
     /// "`auto`'s `fast` estimate replays its stages"). `O(pairs)` events,
     /// each a max-min fill over the flows moving.
     fn fast_stage_replay(&self, pairs: &[StagePair]) -> f64 {
