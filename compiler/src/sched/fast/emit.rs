@@ -786,6 +786,13 @@ impl NodeStages {
     ) -> u32 {
         self.rotated = false;
         self.layered = false;
+        if let Some(leaves) = self.leaves.as_mut() {
+            let s = opts.stages_per_node;
+            if let Some(count) = leaves.decompose(&mut self.decomposer, nn, t, s, part, out) {
+                self.layered = true;
+                return count;
+            }
+        }
         // The decomposition gives the floor its critical line `M*` (the
         // largest line sum), which the rotation's choice reads too.
         let critical = std::cell::Cell::new(0u64);
@@ -795,13 +802,6 @@ impl NodeStages {
             Self::floor(nn, opts, node_rate, m)
         };
         let start = out.len();
-        if let Some(leaves) = self.leaves.as_mut() {
-            let s = opts.stages_per_node;
-            if let Some(count) = leaves.decompose(&mut self.decomposer, nn, t, s, part, out) {
-                self.layered = true;
-                return count;
-            }
-        }
         // A hot receiver whose leaf's downlink binds too: its in-leaf
         // receipts, paired with its leaf-mates' crossing receipts, run first,
         // then the rest (leaves.rs, `hot_receiver_split`); both with the
@@ -828,9 +828,7 @@ impl NodeStages {
                     return first + second;
                 }
                 let chains = &mut self.chains;
-                chains.start(nn);
-                out[start..].iter().for_each(|p| chains.step(p, node_rate));
-                let split = chains.finish();
+                let split = chains.end_of_permutations(nn, &out[start..], node_rate);
                 let end = out.len();
                 chains.start(nn);
                 let plain = dec

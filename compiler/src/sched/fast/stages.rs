@@ -1002,7 +1002,6 @@ impl StageChains {
     /// are): the same value, in one pass and no buffer. Within such a
     /// stage no pair reads the sender or receiver clock another pair
     /// writes, so each pair can move its clocks at once.
-    #[cfg(test)]
     pub(crate) fn end_of_permutations(
         &mut self,
         nodes: usize,
