@@ -943,8 +943,19 @@ impl Emitter {
                 if src == a || dst == a {
                     continue;
                 }
-                if let Some((x, xb)) = r.piece(m, k, src, t) {
-                    if self.carries(a, j, &x, xb, rail_len) {
+                // The pair's bytes and, lazily placed, its lane's length
+                // read together: down a column both are cache misses, and
+                // the second waited on the piece's branch.
+                let at = src * nn + dst;
+                let total = m[at];
+                let summed = match self.rail_lanes.from_sums {
+                    true => rail_len.get(at).copied(),
+                    false => None,
+                };
+                if let Some((x, xb)) = r.piece_of(total, k, src, dst, t) {
+                    let len =
+                        summed.unwrap_or_else(|| self.rank_lane_len(a, j, (src, dst, j), rail_len));
+                    if slice_carries(xb, x.bytes, total, len) {
                         rp.pairs.push(RankPair {
                             pair: x,
                             key: x.stage,

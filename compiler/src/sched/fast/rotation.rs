@@ -393,7 +393,22 @@ impl RotationStages {
     pub(crate) fn piece(&self, m: &[u64], k: usize, a: usize, t: u32) -> Option<(StagePair, u64)> {
         let n = self.n;
         let b = if a + k < n { a + k } else { a + k - n };
-        let (p, partial) = self.div.pieces(m[a * n + b]);
+        self.piece_of(m[a * n + b], k, a, b, t)
+    }
+
+    /// [`RotationStages::piece`] of pair `(a, b)` of rotation `k` (`b =
+    /// (a + k) mod n`), given its bytes `x` (the matrix entry, read by the
+    /// caller).
+    #[inline]
+    pub(crate) fn piece_of(
+        &self,
+        x: u64,
+        k: usize,
+        a: usize,
+        b: usize,
+        t: u32,
+    ) -> Option<(StagePair, u64)> {
+        let (p, partial) = self.div.pieces(x);
         let (p, hi) = (p as u32, self.most[k]);
         if p == 0 || t + p < hi {
             return None;
