@@ -537,54 +537,32 @@ impl Planner {
     /// What a job gathers for rank `rank` of `traffic` in place of
     /// `node_splits` (staged `fast` and `spray`: docs/python.md, "What a
     /// rank gathers"), computed from the whole matrix through the same
-    /// entry points the job's ranks call: every node's
-    /// [`Planner::node_parts`] (from its rows and columns), the lane sums
-    /// they add up to for the rank (`land_before` from the receiving
-    /// nodes' `into_len`), every rank's [`Planner::first_slice`], the
-    /// count of non-empty blocks between nodes and the nodes' direct
-    /// verdicts. The reference of the gather (tests, examples); `None`
-    /// where the plan is the merged one (no rank reads them). O(N R²).
-    /// Errors as [`Planner::node_parts`] does, and ([`Error::Input`]) when
-    /// the rank or the matrix does not fit.
+    /// entry points the job's ranks call ([`rank::JobInputs::from_matrix`]
+    /// for every rank, then the rank's share): every node's
+    /// [`Planner::node_parts`], the lane sums they add up to for the rank
+    /// and every rank's [`Planner::first_slice`]. The reference of the
+    /// gather (tests, examples); `None` where the plan is the merged one
+    /// (no rank reads them). O(R²). Errors as [`Planner::node_parts`] does
+    /// ([`Error::NeedsWholeMatrix`] where this planner plans no staged
+    /// rank), and ([`Error::Input`]) when the rank or the matrix does not
+    /// fit.
     pub fn lane_inputs(
         &mut self,
         traffic: &TrafficMatrix,
         rank: usize,
     ) -> Result<Option<(rank::LaneSums, rank::StageInputs)>> {
-        let (nn, g) = (self.topo.nodes(), self.topo.gpus_per_node());
-        let n = nn * g;
-        let local = LocalTraffic::from_matrix(traffic, rank, &self.topo)?;
-        let mut parts = Vec::with_capacity(nn);
-        for a in 0..nn {
-            let at = LocalTraffic::from_matrix(traffic, a * g, &self.topo)?;
-            parts.push(self.node_parts(a, &at.rows, &at.cols)?);
-        }
-        // A rank's first slice reads the node matrix and what every rank
-        // sends and receives across nodes, which every rank holds alike.
-        let mut at = local.clone();
-        let mut first_slices = Vec::with_capacity(n);
-        for r in 0..n {
-            at.rank = r;
-            match self.first_slice(&at, &parts[r / g].lanes.len)? {
-                Some(first) => first_slices.push(first),
-                None => return Ok(None),
-            }
-        }
-        let lanes: Vec<rank::NodeLanes> = parts.iter().map(|p| p.lanes.clone()).collect();
-        let mut sums = rank::LaneSums::assemble(&lanes, rank, nn, g)?;
-        let node = rank / g;
-        for (b, p) in parts.iter().enumerate() {
-            for l in 0..g {
-                sums.land_before[b * g + l] = (0..node).map(|a| p.into_len[a * g + l]).sum();
-            }
-        }
-        let inter_blocks = local.node_splits.map_or(0, |s| s.inter_blocks);
-        let inputs = rank::StageInputs {
-            inter_blocks,
-            pairs_direct: parts.iter().all(|p| p.direct),
-            first_slices,
+        rank::check_rank(rank, self.topo.ranks())?;
+        // The refusal `node_parts` gives, which `JobInputs` reads as "no
+        // staged rank".
+        self.lane_emitter()?;
+        let topo = self.topo.clone();
+        let Some(job) = rank::JobInputs::from_matrix(self, &topo, traffic)? else {
+            return Ok(None);
         };
-        Ok(Some((sums, inputs)))
+        match job.stage_inputs() {
+            Some(inputs) => Ok(Some((job.lane_sums(rank)?, inputs.clone()))),
+            None => Ok(None),
+        }
     }
 
     /// [`Planner::program_local`] into `out`, reusing its allocations.

@@ -123,7 +123,8 @@ fn check_with(
                         .unwrap()
                         .is_none();
                     prop_assert_eq!(merged, job.merged(), "rank {}: merged", r);
-                    // The library's reference: none for a merged plan.
+                    // The library's one-rank reference is the rank's
+                    // share: none for a merged plan.
                     prop_assert_eq!(
                         planner.lane_inputs(m, r).unwrap(),
                         job.stage_inputs().map(|i| (sums.clone(), i.clone())),

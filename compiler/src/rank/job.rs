@@ -38,8 +38,8 @@ use super::{check_rank, LaneSums, LocalTraffic, NodeLanes, NodeParts, StageInput
 /// tests, benches and examples; a job gathers the same numbers over the
 /// network (python/), each rank computing its own share.
 ///
-/// `Planner::lane_inputs` is the same for one rank (it recomputes every
-/// node's parts on each call); the two agree (compiler/tests/rank_props.rs).
+/// `Planner::lane_inputs` gives one rank's share of these (it computes
+/// them all on each call).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobInputs {
     nodes: usize,
