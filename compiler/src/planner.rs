@@ -95,6 +95,9 @@ pub struct Planner {
     /// `auto` with [`Settle::Sticky`]: the last settle, kept while it holds.
     sticky: Sticky,
     last_choice: Option<AutoChoice>,
+    /// Whether [`Planner::plan_rank_into`]'s last program was sliced from
+    /// the whole plan ([`Planner::rank_sliced`]).
+    rank_sliced: bool,
 }
 
 /// How a per-batch `auto` planner settles close calls, the candidates its
@@ -168,6 +171,7 @@ impl Planner {
             settle: Settle::default(),
             sticky: Sticky::default(),
             last_choice: None,
+            rank_sliced: false,
         }
     }
 
@@ -245,6 +249,16 @@ impl Planner {
     /// What `auto` chose for the last plan (`None` for any other planner).
     pub fn last_choice(&self) -> Option<&AutoChoice> {
         self.last_choice.as_ref()
+    }
+
+    /// Whether the last [`Planner::program`] (or
+    /// [`Planner::plan_rank_into`]) planned the whole plan and sliced the
+    /// rank's program from it (an algorithm without a per-rank planner
+    /// for this plan, an `auto` close call settled by simulating whole
+    /// plans), rather than planning the rank's program from its own
+    /// traffic (`auto`: after its choice by the estimates).
+    pub fn rank_sliced(&self) -> bool {
+        self.rank_sliced
     }
 
     /// The algorithm this planner plans (`auto` for [`Planner::auto`]).
@@ -349,6 +363,7 @@ impl Planner {
         // A bad rank or matrix is told before any planning.
         traffic.check_ranks(self.topo.ranks(), "traffic")?;
         rank::check_rank(rank, self.topo.ranks())?;
+        self.rank_sliced = false;
         if let Some(network) = self.auto {
             // The choice `plan_into` makes, from the estimates alone; a
             // close call it would settle by simulating whole plans is left
@@ -371,6 +386,7 @@ impl Planner {
                 done => return done,
             }
         }
+        self.rank_sliced = true;
         if self.auto.is_some() {
             let mut whole = std::mem::replace(&mut self.whole, Plan::new("", 0, 0));
             let planned = self.plan_into(traffic, &mut whole);
@@ -765,6 +781,7 @@ mod tests {
                     Some(prog.algorithm.as_str()),
                     auto.last_choice().map(|c| c.chosen.as_str())
                 );
+                assert!(!auto.rank_sliced(), "{pattern:?} rank {r}");
             }
             assert!(
                 auto.whole.transfers.is_empty(),
@@ -776,6 +793,7 @@ mod tests {
             settling.program(0, &m).unwrap();
             let close = choose(&topo, &m, Network::Ideal).contenders().len() >= 2;
             assert_eq!(!settling.whole.transfers.is_empty(), close, "{pattern:?}");
+            assert_eq!(settling.rank_sliced(), close, "{pattern:?}");
         }
     }
 }
