@@ -66,85 +66,137 @@ fn row(src: u64, dst: u64, t: &Value) -> Row {
 fn rank_programs_are_the_plans_slices() {
     let dir = scratch("slices");
     let (t, m) = inputs(&dir);
-    for alg in ["direct", "hierarchical", "fast", "spray"] {
-        let plan_path = p(&dir, &format!("{alg}.json"));
+    let algs = [
+        "direct",
+        "hierarchical",
+        "fast",
+        "spray",
+        "pxn",
+        "deepep",
+        "auto",
+    ];
+    for alg in algs {
+        assert_slices(&dir, &t, &m, alg, &[0, 1, 2, 3, 4, 5]);
+    }
+}
+
+/// `auto` on a close call (4 x DGX-H100, Zipf 1.0: `fast` by its estimates,
+/// `spray` once both are simulated) writes the settled plan's program, as
+/// `compile` writes that plan, not the program of the estimates' pick.
+#[test]
+fn auto_rank_programs_follow_the_settled_choice() {
+    let dir = scratch("auto-close");
+    let (t, m) = (p(&dir, "t.json"), p(&dir, "m.json"));
+    let (c, _, e) = run(&[
+        "topology", "--preset", "dgx-h100", "--nodes", "4", "--out", &t,
+    ]);
+    assert_eq!(c, 0, "{e}");
+    let (c, _, e) = run(&[
+        "traffic",
+        "--ranks",
+        "32",
+        "--pattern",
+        "zipf:1.0",
+        "--out",
+        &m,
+    ]);
+    assert_eq!(c, 0, "{e}");
+    let e = assert_slices(&dir, &t, &m, "auto", &[3, 20]);
+    assert!(e.contains("too close to call"), "{e}");
+    let rep = read(&p(&dir, "rep.json"));
+    assert_eq!(rep["planned_from"], "whole plan");
+}
+
+/// Plans `alg` whole with `compile`, then each of `ranks` with `compile
+/// --rank`, and checks each program against its slice of the plan; the
+/// last `--rank` run's stderr.
+fn assert_slices(dir: &Path, t: &str, m: &str, alg: &str, ranks: &[u64]) -> String {
+    let mut said = String::new();
+    let plan_path = p(dir, &format!("{alg}.json"));
+    let (c, _, e) = run(&[
+        "compile",
+        "--topology",
+        t,
+        "--traffic",
+        m,
+        "--algorithm",
+        alg,
+        "--out",
+        &plan_path,
+    ]);
+    assert_eq!(c, 0, "{e}");
+    let plan = read(&plan_path);
+    let transfers = plan["transfers"].as_array().unwrap();
+    for &rank in ranks {
+        let (out, rep) = (p(dir, "prog.json"), p(dir, "rep.json"));
+        let r = rank.to_string();
         let (c, _, e) = run(&[
             "compile",
             "--topology",
-            &t,
+            t,
             "--traffic",
-            &m,
+            m,
             "--algorithm",
             alg,
+            "--rank",
+            &r,
             "--out",
-            &plan_path,
+            &out,
+            "--report",
+            &rep,
         ]);
         assert_eq!(c, 0, "{e}");
-        let plan = read(&plan_path);
-        let transfers = plan["transfers"].as_array().unwrap();
-        for rank in 0..6u64 {
-            let (out, rep) = (p(&dir, "prog.json"), p(&dir, "rep.json"));
-            let r = rank.to_string();
-            let (c, _, e) = run(&[
-                "compile",
-                "--topology",
-                &t,
-                "--traffic",
-                &m,
-                "--algorithm",
-                alg,
-                "--rank",
-                &r,
-                "--out",
-                &out,
-                "--report",
-                &rep,
-            ]);
-            assert_eq!(c, 0, "{e}");
-            assert!(e.contains(&format!("rank {rank}")), "{e}");
-            let prog = read(&out);
-            assert_eq!(prog["rank"], rank);
+        assert!(e.contains(&format!("rank {rank}")), "{e}");
+        said.clone_from(&e);
+        let prog = read(&out);
+        assert_eq!(prog["rank"], rank);
+        // `auto`'s program is its choice's, the whole plan's algorithm.
+        assert_eq!(prog["algorithm"], plan["algorithm"], "{alg}");
+        if alg == "auto" {
+            assert!(e.contains("auto chose"), "{e}");
+        } else {
             assert_eq!(prog["algorithm"], alg);
-            let mut got: Vec<Row> = prog["ops"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|o| {
-                    let peer = o["peer"].as_u64().unwrap();
-                    match o["op"].as_str().unwrap() {
-                        "send" => row(rank, peer, o),
-                        _ => row(peer, rank, o),
-                    }
-                })
-                .collect();
-            let mut want: Vec<Row> = transfers
-                .iter()
-                .filter(|x| x["bytes"].as_u64().unwrap() > 0)
-                .filter_map(|x| {
-                    let (s, d) = (x["src"].as_u64().unwrap(), x["dst"].as_u64().unwrap());
-                    (s == rank || d == rank).then(|| row(s, d, x))
-                })
-                .collect();
-            got.sort();
-            want.sort();
-            assert!(!want.is_empty());
-            assert_eq!(got, want, "{alg} rank {rank}");
-            let scratch = plan["scratch"]
-                .as_array()
-                .map_or(0, |s| s[rank as usize].as_u64().unwrap());
-            assert_eq!(prog["scratch_bytes"], scratch, "{alg} rank {rank}");
-            let report = read(&rep);
-            assert_eq!(report["rank"], rank);
-            assert_eq!(report["ops"], got.len());
-            assert!(report["compile_us"].as_f64().unwrap() > 0.0);
-            // direct, hierarchical and spray (staged fast too, on a switch
-            // and unless every pair goes direct) plan from what the rank
-            // knows alone.
-            if matches!(alg, "direct" | "hierarchical" | "spray") {
-                assert_eq!(report["planned_from"], "rank", "{alg}");
-            }
+        }
+        let mut got: Vec<Row> = prog["ops"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| {
+                let peer = o["peer"].as_u64().unwrap();
+                match o["op"].as_str().unwrap() {
+                    "send" => row(rank, peer, o),
+                    _ => row(peer, rank, o),
+                }
+            })
+            .collect();
+        let mut want: Vec<Row> = transfers
+            .iter()
+            .filter(|x| x["bytes"].as_u64().unwrap() > 0)
+            .filter_map(|x| {
+                let (s, d) = (x["src"].as_u64().unwrap(), x["dst"].as_u64().unwrap());
+                (s == rank || d == rank).then(|| row(s, d, x))
+            })
+            .collect();
+        got.sort();
+        want.sort();
+        assert!(!want.is_empty());
+        assert_eq!(got, want, "{alg} rank {rank}");
+        let scratch = plan["scratch"]
+            .as_array()
+            .map_or(0, |s| s[rank as usize].as_u64().unwrap());
+        assert_eq!(prog["scratch_bytes"], scratch, "{alg} rank {rank}");
+        let report = read(&rep);
+        assert_eq!(report["rank"], rank);
+        assert_eq!(report["ops"], got.len());
+        assert!(report["compile_us"].as_f64().unwrap() > 0.0);
+        // These plan from what the rank knows alone (staged `fast`
+        // too, on a switch and unless every pair goes direct; `auto`
+        // too, unless its call is close).
+        if matches!(alg, "direct" | "hierarchical" | "spray" | "pxn" | "deepep") {
+            assert_eq!(report["planned_from"], "rank", "{alg}");
         }
     }
+    said
 }
 
 #[test]

@@ -18,7 +18,7 @@ use switchyard::compiler::planner::{Planner, PlannerOptions};
 use switchyard::compiler::program::OpKind;
 use switchyard::compiler::rank::{LocalProgram, LocalTraffic};
 use switchyard::compiler::report::Report;
-use switchyard::compiler::sched::auto::choose;
+use switchyard::compiler::sched::auto::{choose, AutoChoice};
 use switchyard::compiler::sched::{auto, lp_with_report, schedule, Options};
 use switchyard::compiler::sim::{Network, SimOptions};
 use switchyard::compiler::{verify_on, Algorithm, Error, Plan, Topology, TrafficMatrix};
@@ -79,8 +79,9 @@ pub struct CompileArgs {
     #[arg(long)]
     verbose: bool,
     /// Write only this rank's own program (JSON, docs/formats.md "Rank
-    /// programs"), planned without the whole plan where the algorithm can
-    /// (`direct`, `hierarchical`; `fast` and `spray` slice their plan).
+    /// program"), planned without the whole plan where the algorithm can
+    /// (`direct`, `hierarchical`, `fast`, `spray`, `pxn`, `deepep`; `auto`
+    /// after its choice, unless the call is close).
     #[arg(long)]
     rank: Option<usize>,
 }
@@ -440,29 +441,34 @@ pub fn compile(a: CompileArgs) -> CliResult {
         _ => {}
     }
     if let Some(c) = &choice {
-        let why: Vec<String> = c
-            .estimates
-            .iter()
-            .map(|e| format!("{} {:.1} us", e.algorithm, e.estimate_us))
-            .collect();
-        let tie: Vec<String> = c
-            .simulated
-            .iter()
-            .map(|s| format!("{} {:.1} us", s.algorithm, s.completion_us))
-            .collect();
-        let settled = if tie.is_empty() {
-            String::new()
-        } else {
-            format!("; too close to call, simulated: {}", tie.join(", "))
-        };
-        eprintln!(
-            "auto chose {} (estimates: {}{settled})",
-            c.chosen,
-            why.join(", ")
-        );
+        say_choice(c);
     }
     eprintln!("{}", parts.join("; "));
     Ok(())
+}
+
+/// `auto`'s choice and why, one line on stderr.
+fn say_choice(c: &AutoChoice) {
+    let why: Vec<String> = c
+        .estimates
+        .iter()
+        .map(|e| format!("{} {:.1} us", e.algorithm, e.estimate_us))
+        .collect();
+    let tie: Vec<String> = c
+        .simulated
+        .iter()
+        .map(|s| format!("{} {:.1} us", s.algorithm, s.completion_us))
+        .collect();
+    let settled = if tie.is_empty() {
+        String::new()
+    } else {
+        format!("; too close to call, simulated: {}", tie.join(", "))
+    };
+    eprintln!(
+        "auto chose {} (estimates: {}{settled})",
+        c.chosen,
+        why.join(", ")
+    );
 }
 
 /// `compile --rank R`: one rank's own program and a report of what it does.
@@ -479,10 +485,12 @@ fn compile_rank(a: &CompileArgs, alg: Algorithm, rank: usize) -> CliResult {
             | Algorithm::Hierarchical
             | Algorithm::Fast
             | Algorithm::Spray
+            | Algorithm::Pxn
+            | Algorithm::Deepep
             | Algorithm::Auto
     ) {
         return Err(CliError::Input(format!(
-            "--rank: `{alg}` has no rank programs (use auto, direct, hierarchical, fast or spray)"
+            "--rank: `{alg}` has no rank programs (use auto, direct, hierarchical, fast, spray, pxn or deepep)"
         )));
     }
     let network: Network = a.network.parse()?;
@@ -491,7 +499,9 @@ fn compile_rank(a: &CompileArgs, alg: Algorithm, rank: usize) -> CliResult {
         super::check_out_dir(p)?;
     }
     let mut planner = if alg == Algorithm::Auto {
-        Planner::auto(&topo, PlannerOptions::for_network(network), network)?
+        // As `compile` plans it: a close call settled by simulating the
+        // contenders, so that the program is the rank's part of its plan.
+        Planner::auto(&topo, PlannerOptions::for_network(network), network)?.settling(true)
     } else {
         // `spray`, the ablation, keeps line-rate chunks (as `schedule` plans it).
         let opts = if alg == Algorithm::Spray {
@@ -505,19 +515,32 @@ fn compile_rank(a: &CompileArgs, alg: Algorithm, rank: usize) -> CliResult {
     // before the clock starts (from the whole matrix here, O(R^2)).
     // `compile_us` times the per-rank planning, or the whole plan and its
     // slicing where the algorithm needs the whole matrix (`planned`).
+    // `auto` chooses from the whole matrix's estimates (timed), then plans
+    // the chosen algorithm's program for the rank, or, on a close call,
+    // the whole plan.
     let local = LocalTraffic::from_matrix(&m, rank, &topo)?;
-    let t0 = Instant::now();
-    let (prog, planned) = match planner.program_local(&local) {
-        Ok(prog) => (prog, "rank"),
-        Err(Error::NeedsWholeMatrix { .. }) => {
-            let t1 = Instant::now();
+    let mut t0 = Instant::now();
+    let own = (alg != Algorithm::Auto).then(|| planner.program_local(&local));
+    let (prog, planned) = match own {
+        Some(Ok(prog)) => (prog, "rank"),
+        Some(Err(e)) if !matches!(e, Error::NeedsWholeMatrix { .. }) => return Err(e.into()),
+        // `auto`, or an algorithm with no per-rank planner for this plan:
+        // from the matrix (the clock restarted).
+        _ => {
+            t0 = Instant::now();
             let prog = planner.program(rank, &m)?;
-            let compile_us = t1.elapsed().as_secs_f64() * 1e6;
-            return finish_rank(a, alg, rank, &topo, prog, compile_us, "whole plan");
+            let planned = if planner.rank_sliced() {
+                "whole plan"
+            } else {
+                "rank"
+            };
+            (prog, planned)
         }
-        Err(e) => return Err(e.into()),
     };
     let compile_us = t0.elapsed().as_secs_f64() * 1e6;
+    if let Some(c) = planner.last_choice() {
+        say_choice(c);
+    }
     finish_rank(a, alg, rank, &topo, prog, compile_us, planned)
 }
 
