@@ -107,13 +107,18 @@ fn auto_rank_programs_follow_the_settled_choice() {
     assert_eq!(rep["planned_from"], "whole plan");
 }
 
+/// `base` then `extra`, as one argument list.
+fn with<'a>(base: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+    base.iter().chain(extra).copied().collect()
+}
+
 /// Plans `alg` whole with `compile`, then each of `ranks` with `compile
 /// --rank`, and checks each program against its slice of the plan; the
 /// last `--rank` run's stderr.
 fn assert_slices(dir: &Path, t: &str, m: &str, alg: &str, ranks: &[u64]) -> String {
     let mut said = String::new();
     let plan_path = p(dir, &format!("{alg}.json"));
-    let (c, _, e) = run(&[
+    let base = [
         "compile",
         "--topology",
         t,
@@ -121,30 +126,18 @@ fn assert_slices(dir: &Path, t: &str, m: &str, alg: &str, ranks: &[u64]) -> Stri
         m,
         "--algorithm",
         alg,
-        "--out",
-        &plan_path,
-    ]);
+    ];
+    let (c, _, e) = run(&with(&base, &["--out", &plan_path]));
     assert_eq!(c, 0, "{e}");
     let plan = read(&plan_path);
     let transfers = plan["transfers"].as_array().unwrap();
     for &rank in ranks {
         let (out, rep) = (p(dir, "prog.json"), p(dir, "rep.json"));
         let r = rank.to_string();
-        let (c, _, e) = run(&[
-            "compile",
-            "--topology",
-            t,
-            "--traffic",
-            m,
-            "--algorithm",
-            alg,
-            "--rank",
-            &r,
-            "--out",
-            &out,
-            "--report",
-            &rep,
-        ]);
+        let (c, _, e) = run(&with(
+            &base,
+            &["--rank", &r, "--out", &out, "--report", &rep],
+        ));
         assert_eq!(c, 0, "{e}");
         assert!(e.contains(&format!("rank {rank}")), "{e}");
         said.clone_from(&e);
