@@ -18,7 +18,7 @@
 //! O(n).
 
 use super::arith::Divisor;
-use super::stages::StagePair;
+use super::stages::{rotation_rank, StagePair};
 use crate::rank::radix_sort;
 
 /// The chunked rotation of one node matrix ([`RotationStages::build`]).
@@ -64,19 +64,6 @@ pub(crate) struct RotationStages {
 /// rotations of the 32- to 512-node MoE Zipf and log-normal 1.0 matrices
 /// of `rank_hash` have at most 5 and 16 stages.
 const TALLIED: usize = 32;
-
-/// Where rotation `k` of `n` nodes runs: the swap (`2k = n`, where every
-/// node's partner sends back to it) first, then each rotation beside its
-/// inverse, nearest first: `n/2, 1, n-1, 2, n-2, ..`. Sorting by this
-/// key is the rotations' order (`Decomposer::rotation_order`). It replaced
-/// lightest first (by bytes), which on near-uniform node matrices is an
-/// arbitrary order; its lanes drift apart where stages change partners and
-/// that order lost up to 7% to this one on the sweep's 4x8 and 8x8 Zipf 0
-/// matrices (docs/benchmarks.md, issue 20 §5 of 2026-12-04, "the
-/// rotations' order").
-pub(super) fn rotation_rank(n: usize, k: usize) -> (bool, usize, usize) {
-    (2 * k != n, k.min(n - k), k)
-}
 
 impl RotationStages {
     /// The chunked rotation of the `n x n` node matrix `t` (row-major, the

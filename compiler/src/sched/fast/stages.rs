@@ -14,7 +14,6 @@
 //! entry, which the per-NIC pipelining hides (see docs/algorithms.md).
 //! Every stage is a partial permutation of nodes by construction.
 
-use super::rotation::rotation_rank;
 #[cfg(test)]
 use super::rotation::RotationStages;
 
@@ -26,6 +25,19 @@ pub struct StagePair {
     pub dst_node: u32,
     /// Real bytes the pair moves in this stage.
     pub bytes: u64,
+}
+
+/// Where rotation `k` of `n` nodes runs: the swap (`2k = n`, where every
+/// node's partner sends back to it) first, then each rotation beside its
+/// inverse, nearest first: `n/2, 1, n-1, 2, n-2, ..`. Sorting by this
+/// key is the rotations' order (`Decomposer::rotation_order`). It replaced
+/// lightest first (by bytes), which on near-uniform node matrices is an
+/// arbitrary order; its lanes drift apart where stages change partners and
+/// that order lost up to 7% to this one on the sweep's 4x8 and 8x8 Zipf 0
+/// matrices (docs/benchmarks.md, issue 20 §5 of 2026-12-04, "the
+/// rotations' order").
+pub(super) fn rotation_rank(n: usize, k: usize) -> (bool, usize, usize) {
+    (2 * k != n, k.min(n - k), k)
 }
 
 /// Reusable buffers of the decomposition.
