@@ -20,7 +20,7 @@
 //! `rank_local/fast-zipf1.0-inputs` and `rank_local/fast-lognormal1.0-inputs`
 //! (128x8, 512x8): staged `fast` for the middle rank from what
 //! `switchyard.torch.AllToAll` gathers (lane sums and stage inputs, no
-//! `node_splits`: `rank::JobInputs`), each iteration the rank's
+//! `node_splits`: `job::JobInputs`), each iteration the rank's
 //! `Planner::first_slice` then `Planner::program_local_into`, the call
 //! the example `rank_hash --inputs` times (docs/benchmarks.md). The
 //! other `rank_program` and `rank_local` figures are for comparison.
@@ -53,9 +53,10 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use switchyard_compiler::generate::{generate, Pattern, TrafficSpec};
+use switchyard_compiler::job::JobInputs;
 use switchyard_compiler::plan::{Buffer, Deps, Path, Transfer};
 use switchyard_compiler::planner::{Planner, PlannerOptions};
-use switchyard_compiler::rank::{slice_into, JobInputs, LocalProgram, LocalTraffic};
+use switchyard_compiler::rank::{slice_into, LocalProgram, LocalTraffic};
 use switchyard_compiler::sched::auto::choose;
 use switchyard_compiler::sim::Network;
 use switchyard_compiler::topology::{FabricSpec, TopologySpec};

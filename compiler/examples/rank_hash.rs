@@ -37,8 +37,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use switchyard_compiler::generate::{generate, Pattern, TrafficSpec};
+use switchyard_compiler::job::JobInputs;
 use switchyard_compiler::planner::{Planner, PlannerOptions};
-use switchyard_compiler::rank::{JobInputs, LocalProgram, LocalTraffic};
+use switchyard_compiler::rank::{LocalProgram, LocalTraffic};
 use switchyard_compiler::{Algorithm, Topology};
 
 /// The system allocator, counting the bytes live and their peak.

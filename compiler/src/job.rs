@@ -5,16 +5,16 @@
 //! A job gathers these over the network instead (python/switchyard/torch.py,
 //! docs/python.md "What a rank gathers"); this module reads the whole
 //! matrix, O(R²), so it is the gather's reference, not a per-batch path.
-//! It is the one part of `rank` that calls the [`Planner`]: every number it
-//! holds comes from the planner's own entry points, as a job's ranks call
-//! them.
+//! It stands above the [`Planner`] (which knows nothing of it): every
+//! number it holds comes from the planner's own entry points, as a job's
+//! ranks call them.
 
 use crate::error::{Error, InputError, Result};
 use crate::planner::Planner;
 use crate::topology::Topology;
 use crate::traffic::TrafficMatrix;
 
-use super::{check_rank, LaneSums, LocalTraffic, NodeLanes, NodeParts, StageInputs};
+use crate::rank::{check_rank, LaneSums, LocalTraffic, NodeLanes, NodeParts, StageInputs};
 
 /// What a job gathers for staged `fast` and `spray` in place of
 /// `node_splits`, for every rank of one matrix at once: every node's
@@ -38,8 +38,6 @@ use super::{check_rank, LaneSums, LocalTraffic, NodeLanes, NodeParts, StageInput
 /// tests, benches and examples; a job gathers the same numbers over the
 /// network (python/), each rank computing its own share.
 ///
-/// `Planner::lane_inputs` gives one rank's share of these (it computes
-/// them all on each call).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobInputs {
     nodes: usize,

@@ -34,6 +34,7 @@ pub mod bound;
 pub mod error;
 pub mod generate;
 pub mod import;
+pub mod job;
 pub mod lp;
 pub mod msccl;
 pub mod plan;

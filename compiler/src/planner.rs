@@ -550,37 +550,6 @@ impl Planner {
         Ok(Some(e.first_slice_of(&local.node_bytes, node, lens)))
     }
 
-    /// What a job gathers for rank `rank` of `traffic` in place of
-    /// `node_splits` (staged `fast` and `spray`: docs/python.md, "What a
-    /// rank gathers"), computed from the whole matrix through the same
-    /// entry points the job's ranks call ([`rank::JobInputs::from_matrix`]
-    /// for every rank, then the rank's share): every node's
-    /// [`Planner::node_parts`], the lane sums they add up to for the rank
-    /// and every rank's [`Planner::first_slice`]. The reference of the
-    /// gather (tests, examples); `None` where the plan is the merged one
-    /// (no rank reads them). O(R²). Errors as [`Planner::node_parts`] does
-    /// ([`Error::NeedsWholeMatrix`] where this planner plans no staged
-    /// rank), and ([`Error::Input`]) when the rank or the matrix does not
-    /// fit.
-    pub fn lane_inputs(
-        &mut self,
-        traffic: &TrafficMatrix,
-        rank: usize,
-    ) -> Result<Option<(rank::LaneSums, rank::StageInputs)>> {
-        rank::check_rank(rank, self.topo.ranks())?;
-        // The refusal `node_parts` gives, which `JobInputs` reads as "no
-        // staged rank".
-        self.lane_emitter()?;
-        let topo = self.topo.clone();
-        let Some(job) = rank::JobInputs::from_matrix(self, &topo, traffic)? else {
-            return Ok(None);
-        };
-        match job.stage_inputs() {
-            Some(inputs) => Ok(Some((job.lane_sums(rank)?, inputs.clone()))),
-            None => Ok(None),
-        }
-    }
-
     /// [`Planner::program_local`] into `out`, reusing its allocations.
     pub fn program_local_into(
         &mut self,

@@ -29,15 +29,12 @@
 //! `hierarchical` (from a [`LocalTraffic`] alone); those of `pxn` and
 //! `deepep` live beside their whole-plan schedulers (sched/pxn.rs,
 //! sched/deepep.rs), which share their offset arithmetic. Knows nothing of
-//! time; the `Planner` facade (planner.rs) chooses among them. Submodule
-//! `job` ([`JobInputs`]): what a job gathers for staged `fast` and `spray`,
-//! computed from the whole matrix through the `Planner`'s entry points
-//! (for tests, benches and examples).
+//! time; the `Planner` facade (planner.rs) chooses among them. What a job
+//! gathers for staged `fast` and `spray`, computed from the whole matrix
+//! through the `Planner`'s entry points, is `crate::job::JobInputs`, above
+//! the planner (for tests, benches and examples).
 
 use std::collections::HashMap;
-
-mod job;
-pub use job::JobInputs;
 
 use serde::Serialize;
 use smallvec::SmallVec;

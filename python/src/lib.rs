@@ -17,6 +17,7 @@ use pyo3::exceptions::{PyException, PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use switchyard_compiler::import::ImportOptions;
+use switchyard_compiler::job::JobInputs;
 use switchyard_compiler::lp::{lower_bound, LpOptions};
 use switchyard_compiler::msccl::depth::shallower_fast;
 use switchyard_compiler::msccl::{
@@ -766,7 +767,7 @@ impl PyPlanner {
 
     /// What `AllToAll`'s gather delivers to rank `rank` for staged `fast`
     /// and `spray` in place of `node_splits` (the compiler's
-    /// `Planner::lane_inputs`), from the whole matrix (`ranks * ranks`
+    /// `job::JobInputs`, the rank's share), from the whole matrix (`ranks * ranks`
     /// little-endian u64 byte counts): the [`LANE_FIELDS`] as lists, in
     /// order, or `None` where the plan is the merged one or this planner
     /// plans no staged rank. The reference of the gather.
@@ -779,8 +780,24 @@ impl PyPlanner {
     ) -> PyResult<Option<Vec<Vec<u64>>>> {
         let traffic = traffic_from_bytes(matrix, ranks, &self.topo)?;
         let rank = count(rank, "rank", 0)?;
+        let topo = self.topo.clone();
+        if rank >= topo.ranks() {
+            return Err(PyValueError::new_err(format!(
+                "rank {rank} is not a rank of the cluster (it has {})",
+                topo.ranks()
+            )));
+        }
         let planner = self.local_planner()?;
-        match py.detach(|| planner.lane_inputs(&traffic, rank)) {
+        let share = |planner: &mut FastPlanner| -> Result<Option<(LaneSums, StageInputs)>, Error> {
+            let Some(job) = JobInputs::from_matrix(planner, &topo, &traffic)? else {
+                return Ok(None);
+            };
+            match job.stage_inputs() {
+                Some(inputs) => Ok(Some((job.lane_sums(rank)?, inputs.clone()))),
+                None => Ok(None),
+            }
+        };
+        match py.detach(|| share(planner)) {
             Ok(Some((s, i))) => Ok(Some(vec![
                 s.gather,
                 s.gather_before,
