@@ -115,7 +115,7 @@ pub struct Plan {
     /// Chunking facts when the plan came from or goes to MSCCL XML.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chunking: Option<Chunking>,
-    /// [`crate::TrafficMatrix::fingerprint`] of the matrix the plan was made
+    /// [`crate::traffic::TrafficMatrix::fingerprint`] of the matrix the plan was made
     /// for; `verify` and `run` against another matrix refuse the plan with
     /// that reason before any byte-level check. Absent in plans from
     /// elsewhere (then nothing is checked).
@@ -268,7 +268,7 @@ impl Plan {
             }
         }
         if let Some(f) = &self.traffic_fingerprint {
-            if !crate::TrafficMatrix::is_fingerprint(f) {
+            if !crate::traffic::TrafficMatrix::is_fingerprint(f) {
                 return Err(bad(
                     "traffic_fingerprint".into(),
                     format!("`{}` is not 16 lowercase hex digits", clip(f)),
@@ -295,7 +295,11 @@ impl Plan {
     /// Refuses `traffic` when the plan records the fingerprint of another
     /// matrix: a plan moves the amounts of the matrix it was made for, so
     /// against another one every byte-level message would only be a symptom.
-    pub fn check_made_for(&self, traffic: &crate::TrafficMatrix, file: &str) -> Result<()> {
+    pub fn check_made_for(
+        &self,
+        traffic: &crate::traffic::TrafficMatrix,
+        file: &str,
+    ) -> Result<()> {
         match &self.traffic_fingerprint {
             Some(f) if *f != traffic.fingerprint() => Err(InputError::new(
                 file,

@@ -255,7 +255,7 @@ pub fn data_level(src: Buffer, dst: Buffer) -> u32 {
     }
 }
 
-fn bad_plan(reason: String) -> crate::Error {
+fn bad_plan(reason: String) -> crate::error::Error {
     InputError::new("plan", reason).into()
 }
 

@@ -610,7 +610,7 @@ impl LaneSums {
 
     /// Rank `rank`'s sums from every node's lanes (`parts[a]`: node `a`'s),
     /// what the collectives of the table above deliver. Errors
-    /// ([`crate::Error::Input`]) when `parts` is not one [`NodeLanes`] of
+    /// ([`crate::error::Error::Input`]) when `parts` is not one [`NodeLanes`] of
     /// `N G` numbers per node.
     pub fn assemble(
         parts: &[NodeLanes],
@@ -664,7 +664,7 @@ pub struct NodeSplits {
 impl LocalTraffic {
     /// Rank `rank`'s part of `m` on `topo`. The node matrix and the prefix
     /// sums read the whole matrix once (what the gather computes in a job);
-    /// the rest is O(R G). Errors ([`crate::Error::Input`]) when the matrix
+    /// the rest is O(R G). Errors ([`crate::error::Error::Input`]) when the matrix
     /// does not fit the topology or `rank` is not one of its ranks.
     pub fn from_matrix(m: &TrafficMatrix, rank: usize, topo: &Topology) -> Result<LocalTraffic> {
         let n = m.ranks();
@@ -795,7 +795,7 @@ impl LocalTraffic {
     /// Checks that this is one rank's traffic of a cluster shaped as
     /// `topo`: its shape, its rank, and every field's length, and that no
     /// lane of the lane sums gathers more than it sends. Errors
-    /// ([`crate::Error::Input`]) name the field.
+    /// ([`crate::error::Error::Input`]) name the field.
     pub fn check(&self, topo: &Topology) -> Result<()> {
         self.check_fields(topo, true)
     }
@@ -811,8 +811,9 @@ impl LocalTraffic {
     }
 
     fn check_fields(&self, topo: &Topology, values: bool) -> Result<()> {
-        let bad =
-            |reason: String| -> crate::Error { InputError::new("local traffic", reason).into() };
+        let bad = |reason: String| -> crate::error::Error {
+            InputError::new("local traffic", reason).into()
+        };
         if self.nodes != topo.nodes() || self.gpus_per_node != topo.gpus_per_node() {
             return Err(bad(format!(
                 "is for {} nodes of {} GPUs but the topology has {} of {}",
@@ -968,7 +969,8 @@ pub fn canonical(plan: &Plan) -> Plan {
 /// two ends, one end missing, two transfers with one key, or a dependency
 /// on a key no program has.
 pub fn stitch(progs: &[LocalProgram]) -> Result<Plan> {
-    let bad = |reason: String| -> crate::Error { InputError::new("programs", reason).into() };
+    let bad =
+        |reason: String| -> crate::error::Error { InputError::new("programs", reason).into() };
     let first = progs.first().ok_or_else(|| bad("no programs".into()))?;
     let n = first.ranks as usize;
     if progs.len() != n {

@@ -14,9 +14,12 @@
 use super::lower::SCORED_ABOVE;
 use super::{to_xml, XmlOptions, XmlPlan};
 use crate::error::Result;
+use crate::plan::Plan;
 use crate::sched::fast::emit::{Emitter, PlannerOptions};
 use crate::sim::Network;
-use crate::{verify_on, Plan, Topology, TrafficMatrix};
+use crate::topology::Topology;
+use crate::traffic::TrafficMatrix;
+use crate::verify::verify_on;
 
 /// Whether `fast`'s file `x` is one a shallower plan may help: priced
 /// more than [`SCORED_ABOVE`] behind its plan, and short of lanes.
