@@ -112,6 +112,31 @@ fn with<'a>(base: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
     base.iter().chain(extra).copied().collect()
 }
 
+/// `auto` on a `links` graph, which has no per-batch planner: `compile`'s
+/// one-shot choice, its whole plan sliced.
+#[test]
+fn auto_rank_programs_on_a_links_graph() {
+    let dir = scratch("auto-links");
+    let t = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/topologies/ring-4.json"
+    );
+    let m = p(&dir, "m.json");
+    let (c, _, e) = run(&[
+        "traffic",
+        "--ranks",
+        "4",
+        "--pattern",
+        "zipf:1.0",
+        "--out",
+        &m,
+    ]);
+    assert_eq!(c, 0, "{e}");
+    assert_slices(&dir, t, &m, "auto", &[0, 1, 2, 3]);
+    let rep = read(&p(&dir, "rep.json"));
+    assert_eq!(rep["planned_from"], "whole plan");
+}
+
 /// Plans `alg` whole with `compile`, then each of `ranks` with `compile
 /// --rank`, and checks each program against its slice of the plan; the
 /// last `--rank` run's stderr.

@@ -16,7 +16,7 @@ use switchyard::compiler::msccl::{
 };
 use switchyard::compiler::planner::{Planner, PlannerOptions};
 use switchyard::compiler::program::OpKind;
-use switchyard::compiler::rank::{LocalProgram, LocalTraffic};
+use switchyard::compiler::rank::{slice_into, LocalProgram, LocalTraffic};
 use switchyard::compiler::report::Report;
 use switchyard::compiler::sched::auto::{choose, AutoChoice};
 use switchyard::compiler::sched::{auto, lp_with_report, schedule, Options};
@@ -498,10 +498,27 @@ fn compile_rank(a: &CompileArgs, alg: Algorithm, rank: usize) -> CliResult {
     for p in std::iter::once(&a.out).chain(&a.report) {
         super::check_out_dir(p)?;
     }
+    // What the rank knows is gathered in a job, not planned: it is built
+    // before the clock starts (from the whole matrix here, O(R^2)).
+    let local = LocalTraffic::from_matrix(&m, rank, &topo)?;
     let mut planner = if alg == Algorithm::Auto {
         // As `compile` plans it: a close call settled by simulating the
         // contenders, so that the program is the rank's part of its plan.
-        Planner::auto(&topo, PlannerOptions::for_network(network), network)?.settling(true)
+        match Planner::auto(&topo, PlannerOptions::for_network(network), network) {
+            Ok(planner) => planner.settling(true),
+            // A `links` graph has no per-batch planner: `compile`'s one-shot
+            // choice there, its whole plan sliced.
+            Err(Error::Unsupported { .. }) => {
+                let t0 = Instant::now();
+                let (plan, choice) = auto(&topo, &m, network)?;
+                let mut prog = LocalProgram::default();
+                slice_into(&plan, rank, &mut prog)?;
+                let compile_us = t0.elapsed().as_secs_f64() * 1e6;
+                say_choice(&choice);
+                return finish_rank(a, alg, rank, &topo, prog, compile_us, "whole plan");
+            }
+            Err(e) => return Err(e.into()),
+        }
     } else {
         // `spray`, the ablation, keeps line-rate chunks (as `schedule` plans it).
         let opts = if alg == Algorithm::Spray {
@@ -511,14 +528,11 @@ fn compile_rank(a: &CompileArgs, alg: Algorithm, rank: usize) -> CliResult {
         };
         Planner::for_algorithm(&topo, alg, opts)?
     };
-    // What the rank knows is gathered in a job, not planned: it is built
-    // before the clock starts (from the whole matrix here, O(R^2)).
     // `compile_us` times the per-rank planning, or the whole plan and its
     // slicing where the algorithm needs the whole matrix (`planned`).
     // `auto` chooses from the whole matrix's estimates (timed), then plans
     // the chosen algorithm's program for the rank, or, on a close call,
     // the whole plan.
-    let local = LocalTraffic::from_matrix(&m, rank, &topo)?;
     let mut t0 = Instant::now();
     let own = (alg != Algorithm::Auto).then(|| planner.program_local(&local));
     let (prog, planned) = match own {
