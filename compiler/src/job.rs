@@ -11,10 +11,9 @@
 
 use crate::error::{Error, InputError, Result};
 use crate::planner::Planner;
+use crate::rank::{check_rank, LaneSums, LocalTraffic, NodeLanes, NodeParts, StageInputs};
 use crate::topology::Topology;
 use crate::traffic::TrafficMatrix;
-
-use crate::rank::{check_rank, LaneSums, LocalTraffic, NodeLanes, NodeParts, StageInputs};
 
 /// What a job gathers for staged `fast` and `spray` in place of
 /// `node_splits`, for every rank of one matrix at once: every node's
@@ -37,7 +36,6 @@ use crate::rank::{check_rank, LaneSums, LocalTraffic, NodeLanes, NodeParts, Stag
 /// rank's first slice), O(N² G) numbers kept (every node's parts). For
 /// tests, benches and examples; a job gathers the same numbers over the
 /// network (python/), each rank computing its own share.
-///
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobInputs {
     nodes: usize,
@@ -165,6 +163,18 @@ impl JobInputs {
         Ok(sums)
     }
 
+    /// What the job delivers to rank `rank` in place of `node_splits`:
+    /// its [`LaneSums`] ([`JobInputs::lane_sums`]) and the
+    /// [`StageInputs`]; `None` where the plan is the merged one. Errors
+    /// ([`Error::Input`]) when `rank` is not a rank of the cluster.
+    pub fn rank_inputs(&self, rank: usize) -> Result<Option<(LaneSums, StageInputs)>> {
+        check_rank(rank, self.nodes * self.gpus)?;
+        match &self.stage_inputs {
+            Some(inputs) => Ok(Some((self.lane_sums(rank)?, inputs.clone()))),
+            None => Ok(None),
+        }
+    }
+
     /// Rank `rank`'s [`LocalTraffic`] of `m` as the job delivers it:
     /// `node_splits` taken away, and, unless the plan is the merged one,
     /// its [`LaneSums`] ([`JobInputs::lane_sums`]) and the
@@ -195,9 +205,9 @@ impl JobInputs {
             .into());
         }
         local.node_splits = None;
-        if let Some(inputs) = &self.stage_inputs {
-            local.lane_sums = Some(self.lane_sums(rank)?);
-            local.stage_inputs = Some(inputs.clone());
+        if let Some((sums, inputs)) = self.rank_inputs(rank)? {
+            local.lane_sums = Some(sums);
+            local.stage_inputs = Some(inputs);
         }
         Ok(local)
     }

@@ -789,11 +789,8 @@ impl PyPlanner {
         }
         let planner = self.local_planner()?;
         let share = |planner: &mut FastPlanner| -> Result<Option<(LaneSums, StageInputs)>, Error> {
-            let Some(job) = JobInputs::from_matrix(planner, &topo, &traffic)? else {
-                return Ok(None);
-            };
-            match job.stage_inputs() {
-                Some(inputs) => Ok(Some((job.lane_sums(rank)?, inputs.clone()))),
+            match JobInputs::from_matrix(planner, &topo, &traffic)? {
+                Some(job) => job.rank_inputs(rank),
                 None => Ok(None),
             }
         };

@@ -742,6 +742,24 @@ pub(crate) struct NodeStages {
     rotation: RotationStages,
 }
 
+/// [`Decomposer::decompose_light_first_with`] of `t` into `out`, its
+/// stages priced by their chains at `rate` as they are written
+/// ([`StageChains::end_of_permutations`]'s value): the stage count and
+/// the chains' end.
+fn decompose_priced(
+    dec: &mut Decomposer,
+    chains: &mut StageChains,
+    nn: usize,
+    t: &[u64],
+    floor: impl Fn(u64) -> u64,
+    out: &mut Vec<StagePair>,
+    rate: f64,
+) -> (u32, f64) {
+    chains.start(nn);
+    let count = dec.decompose_light_first_with(nn, t, floor, out, |p| chains.step(p, rate));
+    (count, chains.finish())
+}
+
 impl NodeStages {
     pub(crate) fn new(topo: &Topology) -> NodeStages {
         let node_rate = node_rate(topo);
@@ -830,10 +848,8 @@ impl NodeStages {
                 let chains = &mut self.chains;
                 let split = chains.end_of_permutations(nn, &out[start..], node_rate);
                 let end = out.len();
-                chains.start(nn);
-                let plain = dec
-                    .decompose_light_first_with(nn, t, floor, out, |p| chains.step(p, node_rate));
-                let mut plain_end = chains.finish();
+                let (plain, mut plain_end) =
+                    decompose_priced(dec, chains, nn, t, floor, out, node_rate);
                 if plain_end < SPLIT_MARGIN * split && out.len() - end <= REPLAY_MAX_PAIRS {
                     let window = f64::from(MIN_DEPTH) * part as f64;
                     plain_end = plain_end.max(leaves.replay(nn, &out[end..], node_rate, window));
@@ -869,13 +885,8 @@ impl NodeStages {
             // are written in their order, the rotation from the matrix,
             // written only if taken.
             let rate = self.node_rate;
-            let chains = &mut self.chains;
-            chains.start(nn);
-            let count = self
-                .decomposer
-                .decompose_light_first_with(nn, t, floor, out, |p| chains.step(p, rate));
-            let today = chains.finish();
             let dec = &mut self.decomposer;
+            let (count, today) = decompose_priced(dec, &mut self.chains, nn, t, floor, out, rate);
             let rotation = dec.rotation_end(nn, t, &mut self.chains, rate);
             let sooner = rotation < ROTATION_MARGIN * today
                 || (rotation < (1.0 - CHAINS_TIE) * today
